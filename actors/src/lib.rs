@@ -1,0 +1,8 @@
+//! oxalign-actors: the role actors (policy, reference, reward, critic), the controller that
+//! runs the training loop, placement of roles on device groups, recipes, and the monitor.
+//! Actors are thin async facades: tensor math lives in `oxalign-rlhf` and `oxalign-models`.
+
+pub mod executor;
+pub mod monitor;
+pub mod placement;
+pub mod recipe;

@@ -1,0 +1,138 @@
+//! Training recipes: one TOML file describes a whole run.
+//!
+//! Parsing is strict (`deny_unknown_fields`) and every error names the file, the key path
+//! and what was expected. `--set key.path=value` overrides are applied to the TOML tree
+//! before it is typed, so they get the same checks. Filesystem and device checks live in
+//! `validate.rs`.
+
+mod overrides;
+mod sections;
+mod validate;
+
+pub use overrides::apply_override;
+pub use sections::*;
+pub use validate::validate;
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// A whole training recipe. Every section (and every field) has a documented default, so
+/// an empty file is a valid recipe.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Recipe {
+    /// `[run]`: name, seed, length, checkpoints.
+    pub run: RunSection,
+    /// `[model]`: policy / reward / critic sources.
+    pub model: ModelSection,
+    /// `[data]`: prompts.
+    pub data: DataSection,
+    /// `[sft]`: supervised warm-up.
+    pub sft: SftSection,
+    /// `[rl]`: the RL algorithm.
+    pub rl: RlSection,
+    /// `[reward]`: scoring.
+    pub reward: RewardSection,
+    /// `[placement]`: device groups per role.
+    pub placement: PlacementSection,
+}
+
+/// Why a recipe could not be used. Each variant names where the problem is.
+#[derive(Debug, thiserror::Error)]
+pub enum RecipeError {
+    /// The recipe file could not be read.
+    #[error("cannot read recipe {path}: {source}")]
+    Read {
+        /// The recipe file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML.
+    #[error("{path} is not valid TOML: {message}")]
+    Syntax {
+        /// The recipe file.
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// A key is unknown or has the wrong type.
+    #[error("{path}: key `{key}`: {message}")]
+    Key {
+        /// The recipe file.
+        path: PathBuf,
+        /// Dotted key path, e.g. `rl.clip_eps`.
+        key: String,
+        /// What was wrong and what was expected.
+        message: String,
+    },
+    /// A `--set` override is malformed.
+    #[error("--set {spec}: {message}")]
+    Override {
+        /// The override as given.
+        spec: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// A value is well-typed but unusable (a missing folder, an unknown device, ...).
+    #[error("{path}: key `{key}`: {message}")]
+    Invalid {
+        /// The recipe file.
+        path: PathBuf,
+        /// Dotted key path.
+        key: String,
+        /// What was wrong and what was expected.
+        message: String,
+    },
+}
+
+impl Recipe {
+    /// Reads `path`, applies `overrides` (`key.path=value`, value in TOML syntax or a bare
+    /// string), and types the result. Does not touch anything but the file itself.
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Self, RecipeError> {
+        let text = std::fs::read_to_string(path).map_err(|source| RecipeError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text, path, overrides)
+    }
+
+    /// Parses recipe text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path, overrides: &[String]) -> Result<Self, RecipeError> {
+        let mut tree: toml::Table =
+            text.parse()
+                .map_err(|e: toml::de::Error| RecipeError::Syntax {
+                    path: path.to_path_buf(),
+                    message: e.to_string().trim_end().to_string(),
+                })?;
+        for spec in overrides {
+            apply_override(&mut tree, spec)?;
+        }
+        let value = toml::Value::Table(tree);
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            let key = e.path().to_string();
+            RecipeError::Key {
+                path: path.to_path_buf(),
+                key: if key == "." {
+                    "(top level)".into()
+                } else {
+                    key
+                },
+                message: e.into_inner().to_string().trim_end().to_string(),
+            }
+        })
+    }
+
+    /// The recipe as TOML, with every default filled in (what `runs/<name>/recipe.toml` holds).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# could not render recipe: {e}\n"))
+    }
+
+    /// `<out_dir>/<name>`: where this run writes.
+    pub fn run_dir(&self) -> PathBuf {
+        Path::new(&self.run.out_dir).join(&self.run.name)
+    }
+}
+
+#[cfg(test)]
+mod tests;

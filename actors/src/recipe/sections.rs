@@ -1,0 +1,344 @@
+//! The sections of a training recipe, each with its documented defaults.
+//!
+//! Parsing and overrides live in `mod.rs`; checks that need the filesystem or the machine
+//! (model folders, devices) live in `validate.rs`. Nothing here touches the disk.
+
+use serde::{Deserialize, Serialize};
+
+/// The RL algorithm: which advantage estimator the loop uses.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    /// GAE advantages from a learned critic, PPO clipped surrogate.
+    Ppo,
+    /// Group-relative advantages, mean- and std-normalised per prompt.
+    Grpo,
+    /// Group-relative advantages without the std (Dr. GRPO).
+    DrGrpo,
+    /// Leave-one-out baseline.
+    Rloo,
+    /// REINFORCE++: discounted returns, global batch normalisation.
+    ReinforcePp,
+}
+
+/// Which KL estimator between policy and reference.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum KlEstimatorName {
+    /// `log p - log q`.
+    K1,
+    /// `0.5 (log p - log q)^2`.
+    K2,
+    /// `exp(log q - log p) - (log q - log p) - 1`.
+    K3,
+}
+
+/// Where the KL enters: as a per-token reward penalty or as a loss term.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum KlModeName {
+    /// Subtract `β·kl` from each token's reward.
+    Reward,
+    /// Add `β·kl` to the policy loss.
+    Loss,
+}
+
+/// How per-token losses become one scalar.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LossAggName {
+    /// Mean over all response tokens in the batch.
+    TokenMean,
+    /// Sum over each sequence's tokens, mean over sequences.
+    SeqMeanTokenSum,
+    /// Mean over each sequence's tokens, mean over sequences.
+    SeqMeanTokenMean,
+}
+
+/// Where prompts come from.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskKind {
+    /// Generated `a+b=` prompts with exact answers.
+    Arithmetic,
+    /// `{"prompt": ..., "answer": ...}` lines from a file.
+    Jsonl,
+}
+
+/// How a response is scored.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RewardKind {
+    /// Rule-based verifier: the response's answer equals the reference answer.
+    ExactMatch,
+    /// An HF sequence-classification reward model.
+    Model,
+}
+
+/// `[run]`: naming, seeding, length and checkpointing of one training run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunSection {
+    /// Run name; outputs go to `<out_dir>/<name>/`. Default `"run"`.
+    pub name: String,
+    /// Parent folder of run folders. Default `"runs"`.
+    pub out_dir: String,
+    /// Seed for data order, initialisation and sampling. Default `0`.
+    pub seed: u64,
+    /// Number of RL steps (one rollout batch and its updates each). Default `20`.
+    pub steps: u64,
+    /// Save a checkpoint every this many RL steps (and always at the end); 0 = only at the end.
+    /// Default `0`.
+    pub checkpoint_every: u64,
+    /// Keep at most this many step checkpoints (oldest deleted first). Default `2`.
+    pub keep_checkpoints: usize,
+}
+
+impl Default for RunSection {
+    fn default() -> Self {
+        Self {
+            name: "run".into(),
+            out_dir: "runs".into(),
+            seed: 0,
+            steps: 20,
+            checkpoint_every: 0,
+            keep_checkpoints: 2,
+        }
+    }
+}
+
+/// `[model]`: where the policy comes from.
+///
+/// Either `path` names an HF model folder, or `init_family`/`init_preset` build a fresh
+/// random model inside the run folder (what the quickstart does).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelSection {
+    /// HF model folder (config.json, model.safetensors, tokenizer.json). Default: none.
+    pub path: Option<String>,
+    /// Family of a freshly initialised model when `path` is not set: `llama` or `qwen2`.
+    /// Default `"llama"`.
+    pub init_family: String,
+    /// Preset of a freshly initialised model: `tiny` or `small`. Default `"tiny"`.
+    pub init_preset: String,
+    /// Reward model folder (HF `*ForSequenceClassification`) when `reward.kind = "model"`.
+    pub reward_path: Option<String>,
+    /// Critic folder; default: the critic starts from the policy's backbone with a zero value head.
+    pub critic_path: Option<String>,
+}
+
+impl Default for ModelSection {
+    fn default() -> Self {
+        Self {
+            path: None,
+            init_family: "llama".into(),
+            init_preset: "tiny".into(),
+            reward_path: None,
+            critic_path: None,
+        }
+    }
+}
+
+/// `[data]`: the prompts (and reference answers) the run trains on.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataSection {
+    /// `arithmetic` (generated `a+b=` prompts with exact answers) or `jsonl`
+    /// (`{"prompt": ..., "answer": ...}` lines from `path`). Default `"arithmetic"`.
+    pub task: TaskKind,
+    /// JSONL file of prompts when `task = "jsonl"`.
+    pub path: Option<String>,
+    /// Held-out JSONL file for evaluation when `task = "jsonl"`. Default: none.
+    pub eval_path: Option<String>,
+    /// Largest operand of the arithmetic task (operands are drawn from `0..=max_operand`).
+    /// Default `99`.
+    pub max_operand: u32,
+    /// Held-out prompts used for accuracy before and after RL. Default `200`.
+    pub eval_size: usize,
+}
+
+impl Default for DataSection {
+    fn default() -> Self {
+        Self {
+            task: TaskKind::Arithmetic,
+            path: None,
+            eval_path: None,
+            max_operand: 99,
+            eval_size: 200,
+        }
+    }
+}
+
+/// `[sft]`: the supervised warm-up before RL (prompt masked out of the loss).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SftSection {
+    /// Optimizer steps of supervised fine-tuning; 0 skips SFT. Default `0`.
+    pub steps: u64,
+    /// Sequences per step. Default `64`.
+    pub batch_size: usize,
+    /// Peak learning rate. Default `1e-3`.
+    pub lr: f64,
+    /// Linear warm-up steps before cosine decay. Default `20`.
+    pub warmup_steps: u64,
+    /// AdamW weight decay (not applied to norms, biases, embeddings). Default `0.0`.
+    pub weight_decay: f64,
+}
+
+impl Default for SftSection {
+    fn default() -> Self {
+        Self {
+            steps: 0,
+            batch_size: 64,
+            lr: 1e-3,
+            warmup_steps: 20,
+            weight_decay: 0.0,
+        }
+    }
+}
+
+/// `[rl]`: the reinforcement-learning algorithm and its hyper-parameters.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RlSection {
+    /// `ppo` (GAE with a critic), `grpo`, `dr_grpo`, `rloo` or `reinforce_pp`. Default `"ppo"`.
+    pub algorithm: Algorithm,
+    /// Prompts per RL step. Default `32`.
+    pub prompts_per_step: usize,
+    /// Samples generated per prompt (group size for GRPO/RLOO). Default `1`.
+    pub samples_per_prompt: usize,
+    /// Passes over each rollout batch. Default `1`.
+    pub ppo_epochs: usize,
+    /// Sequences per optimizer minibatch. Default `32`.
+    pub minibatch_size: usize,
+    /// Policy learning rate. Default `1e-5`.
+    pub lr: f64,
+    /// Critic learning rate. Default `1e-4`.
+    pub critic_lr: f64,
+    /// PPO clip range ε. Default `0.2`.
+    pub clip_eps: f64,
+    /// Dual-clip constant c (> 1) for negative advantages; none by default.
+    pub dual_clip: Option<f64>,
+    /// Critic value clip range. Default `0.2`.
+    pub value_clip: f64,
+    /// Discount γ. Default `1.0`.
+    pub gamma: f64,
+    /// GAE λ. Default `0.95`.
+    pub lam: f64,
+    /// Entropy bonus coefficient. Default `0.0`.
+    pub entropy_coef: f64,
+    /// Initial KL coefficient β. Default `0.05`.
+    pub kl_coef: f64,
+    /// KL estimator: `k1`, `k2` or `k3`. Default `"k1"`.
+    pub kl_estimator: KlEstimatorName,
+    /// Where the KL goes: `reward` (per-token penalty) or `loss`. Default `"reward"`.
+    pub kl_mode: KlModeName,
+    /// Adaptive KL target (Ziegler et al. 2019); none = fixed β.
+    pub kl_target: Option<f64>,
+    /// Adaptive KL horizon in samples. Default `10000`.
+    pub kl_horizon: f64,
+    /// Loss aggregation: `token_mean`, `seq_mean_token_sum` or `seq_mean_token_mean`.
+    /// Default `"token_mean"`.
+    pub loss_agg: LossAggName,
+    /// Whiten advantages over the batch. Default `true`.
+    pub whiten_advantages: bool,
+    /// Global gradient-norm clip. Default `1.0`.
+    pub max_grad_norm: f64,
+    /// Truncated importance-sampling cap for rollout/trainer mismatch; none = off.
+    pub tis_cap: Option<f64>,
+    /// Maximum new tokens per response. Default `16`.
+    pub max_new_tokens: usize,
+    /// Sampling temperature for rollouts. Default `1.0`.
+    pub temperature: f64,
+    /// Nucleus sampling p. Default `1.0`.
+    pub top_p: f64,
+    /// Top-k sampling (0 = off). Default `0`.
+    pub top_k: usize,
+    /// How many policy versions a rollout batch may lag the trainer (0 = on-policy). Default `0`.
+    pub max_staleness: u64,
+}
+
+impl Default for RlSection {
+    fn default() -> Self {
+        Self {
+            algorithm: Algorithm::Ppo,
+            prompts_per_step: 32,
+            samples_per_prompt: 1,
+            ppo_epochs: 1,
+            minibatch_size: 32,
+            lr: 1e-5,
+            critic_lr: 1e-4,
+            clip_eps: 0.2,
+            dual_clip: None,
+            value_clip: 0.2,
+            gamma: 1.0,
+            lam: 0.95,
+            entropy_coef: 0.0,
+            kl_coef: 0.05,
+            kl_estimator: KlEstimatorName::K1,
+            kl_mode: KlModeName::Reward,
+            kl_target: None,
+            kl_horizon: 10000.0,
+            loss_agg: LossAggName::TokenMean,
+            whiten_advantages: true,
+            max_grad_norm: 1.0,
+            tis_cap: None,
+            max_new_tokens: 16,
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            max_staleness: 0,
+        }
+    }
+}
+
+/// `[reward]`: how a response is scored.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RewardSection {
+    /// `exact_match` (rule-based: 1 if the answer matches, else 0), or `model`
+    /// (an HF sequence-classification reward model from `model.reward_path`).
+    /// Default `"exact_match"`.
+    pub kind: RewardKind,
+    /// Reward for a response that matches the reference answer. Default `1.0`.
+    pub correct: f64,
+    /// Reward for one that does not. Default `0.0`.
+    pub incorrect: f64,
+}
+
+impl Default for RewardSection {
+    fn default() -> Self {
+        Self {
+            kind: RewardKind::ExactMatch,
+            correct: 1.0,
+            incorrect: 0.0,
+        }
+    }
+}
+
+/// `[placement]`: the device group of each role (`"cpu"`, `"cpu:0,cpu:1"`, `"cuda:0"`, ...).
+///
+/// Roles may share devices (colocation). With N devices a role runs N data-parallel replicas.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlacementSection {
+    /// Default `"cpu"`.
+    pub policy: String,
+    /// Default `"cpu"`.
+    pub reference: String,
+    /// Default `"cpu"`.
+    pub reward: String,
+    /// Default `"cpu"`.
+    pub critic: String,
+}
+
+impl Default for PlacementSection {
+    fn default() -> Self {
+        Self {
+            policy: "cpu".into(),
+            reference: "cpu".into(),
+            reward: "cpu".into(),
+            critic: "cpu".into(),
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Recipe parsing: defaults, overrides, and the messages for bad keys and values.
+
+use super::*;
+use std::path::Path;
+
+fn parse(text: &str, sets: &[&str]) -> Result<Recipe, RecipeError> {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    Recipe::parse(text, Path::new("r.toml"), &sets)
+}
+
+#[test]
+fn empty_recipe_is_all_defaults() {
+    assert_eq!(parse("", &[]).unwrap(), Recipe::default());
+}
+
+#[test]
+fn unknown_key_names_file_key_and_expected() {
+    let e = parse("[rl]\nclip_epsilon = 0.1\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("r.toml"), "{e}");
+    assert!(e.contains("rl"), "{e}");
+    assert!(e.contains("clip_epsilon"), "{e}");
+    assert!(e.contains("clip_eps"), "should list the expected keys: {e}");
+}
+
+#[test]
+fn wrong_type_names_key_and_type() {
+    let e = parse("[rl]\nlr = \"fast\"\n", &[]).unwrap_err().to_string();
+    assert!(e.contains("rl.lr"), "{e}");
+    assert!(e.contains("f64") || e.contains("float"), "{e}");
+}
+
+#[test]
+fn unknown_enum_value_lists_choices() {
+    let e = parse("[rl]\nalgorithm = \"ppx\"\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rl.algorithm") && e.contains("grpo"), "{e}");
+}
+
+#[test]
+fn syntax_error_names_file_and_line() {
+    let e = parse("[rl\nlr = 1\n", &[]).unwrap_err().to_string();
+    assert!(e.contains("r.toml") && e.contains("line 1"), "{e}");
+}
+
+#[test]
+fn overrides_apply_and_are_typed() {
+    let r = parse(
+        "[rl]\nlr = 1e-3\n",
+        &["rl.lr=5e-4", "run.name=abc", "rl.algorithm=grpo"],
+    )
+    .unwrap();
+    assert_eq!(r.rl.lr, 5e-4);
+    assert_eq!(r.run.name, "abc");
+    assert_eq!(r.rl.algorithm, Algorithm::Grpo);
+    let e = parse("", &["rl.nope=1"]).unwrap_err().to_string();
+    assert!(e.contains("nope"), "{e}");
+    let e = parse("", &["rl.lr"]).unwrap_err().to_string();
+    assert!(e.contains("key.path=value"), "{e}");
+}
+
+#[test]
+fn resolved_recipe_round_trips() {
+    let r = parse("[run]\nname = \"x\"\nsteps = 3\n", &[]).unwrap();
+    let again = parse(&r.to_toml(), &[]).unwrap();
+    assert_eq!(r, again);
+}
+
+#[test]
+fn validate_rejects_missing_model_folder_and_cuda_without_gpu() {
+    let r = parse("[model]\npath = \"/no/such/model\"\n", &[]).unwrap();
+    let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();
+    assert!(
+        e.contains("model.path") && e.contains("/no/such/model"),
+        "{e}"
+    );
+
+    let r = parse("[placement]\npolicy = \"cuda:0\"\n", &[]).unwrap();
+    let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();
+    assert!(e.contains("placement.policy") && e.contains("cuda"), "{e}");
+
+    let r = parse("[placement]\ncritic = \"cpu:0,cpu:0\"\n", &[]).unwrap();
+    let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();
+    assert!(e.contains("placement.critic") && e.contains("twice"), "{e}");
+}
+
+#[test]
+fn validate_checks_batch_arithmetic_and_groups() {
+    let r = parse("[rl]\nprompts_per_step = 10\nminibatch_size = 4\n", &[]).unwrap();
+    let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();
+    assert!(e.contains("rl.minibatch_size"), "{e}");
+    let r = parse("[rl]\nalgorithm = \"grpo\"\nminibatch_size = 32\n", &[]).unwrap();
+    let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();
+    assert!(e.contains("rl.samples_per_prompt"), "{e}");
+    assert!(validate(&Recipe::default(), Path::new("r.toml")).is_ok());
+}

@@ -1,0 +1,8 @@
+//! oxalign-kernels: device handles, fused differentiable ops and collectives for oxalign.
+//! It knows nothing about models or RL: shapes and dtypes in, tensors out (see DESIGN.md).
+
+pub mod device;
+pub mod ops;
+
+pub use device::{parse_device, DeviceError, DeviceKind, DeviceSpec};
+pub use ops::{entropy, rms_norm, rope, token_logprobs};

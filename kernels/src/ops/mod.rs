@@ -1,0 +1,20 @@
+//! Fused, differentiable ops as candle custom ops: a CPU kernel (rayon over rows), a backward
+//! pass so gradients flow through `Tensor::backward()`, and behind the `cuda` feature a CUDA
+//! kernel compiled at run time with NVRTC. Model code calls the wrapper functions only.
+
+mod cpu_math;
+#[cfg(feature = "cuda")]
+mod cuda_launch;
+mod entropy;
+pub mod reference;
+mod rms_norm;
+mod rope;
+#[cfg(test)]
+mod testing;
+mod token_logprobs;
+mod validate;
+
+pub use entropy::entropy;
+pub use rms_norm::rms_norm;
+pub use rope::rope;
+pub use token_logprobs::token_logprobs;

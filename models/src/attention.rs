@@ -1,0 +1,97 @@
+//! Grouped-query self-attention of one decoder layer: q/k/v/o projections (optional biases),
+//! RoPE on q and k, scaled dot-product attention with an additive mask, optional KV cache.
+//! Masks and position ids are built by the caller (`mask.rs`); no fused kernels here.
+
+use crate::config::ModelConfig;
+use crate::kv_cache::KvCache;
+use crate::layers::{apply_rope, linear, softmax_last_dim};
+use crate::param_store::ParamStore;
+use candle_core::{Result, Tensor};
+
+/// Weights and shape of one attention block (`model.layers.N.self_attn.*`).
+#[derive(Clone, Debug)]
+pub struct Attention {
+    q_w: Tensor,
+    q_b: Option<Tensor>,
+    k_w: Tensor,
+    k_b: Option<Tensor>,
+    v_w: Tensor,
+    v_b: Option<Tensor>,
+    o_w: Tensor,
+    o_b: Option<Tensor>,
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+}
+
+impl Attention {
+    /// Picks up `{prefix}.{q,k,v,o}_proj.{weight,bias}` from `params`.
+    pub fn new(cfg: &ModelConfig, params: &ParamStore, prefix: &str) -> Result<Attention> {
+        let w = |n: &str| params.get(&format!("{prefix}.{n}_proj.weight"));
+        let b = |n: &str, on: bool| -> Result<Option<Tensor>> {
+            on.then(|| params.get(&format!("{prefix}.{n}_proj.bias")))
+                .transpose()
+        };
+        Ok(Attention {
+            q_w: w("q")?,
+            q_b: b("q", cfg.qkv_bias())?,
+            k_w: w("k")?,
+            k_b: b("k", cfg.qkv_bias())?,
+            v_w: w("v")?,
+            v_b: b("v", cfg.qkv_bias())?,
+            o_w: w("o")?,
+            o_b: b("o", cfg.o_bias())?,
+            num_heads: cfg.num_attention_heads,
+            num_kv_heads: cfg.num_key_value_heads,
+            head_dim: cfg.head_dim,
+        })
+    }
+
+    /// `x`: `[B, T, H]`; `cos`/`sin`: `[B, T, head_dim/2]`; `bias`: additive mask
+    /// `[B|1, 1, T, S]` (None = attend to all `S` keys). With `cache = Some((cache, layer))` the
+    /// new keys/values are appended and attention runs over all cached positions.
+    /// Returns `[B, T, H]`.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        bias: Option<&Tensor>,
+        cache: Option<(&mut KvCache, usize)>,
+    ) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        let (nh, nkv, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        let heads = |w: &Tensor, bias: Option<&Tensor>, n: usize| -> Result<Tensor> {
+            linear(x, w, bias)?
+                .reshape((b, t, n, hd))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        let q = heads(&self.q_w, self.q_b.as_ref(), nh)?;
+        let k = heads(&self.k_w, self.k_b.as_ref(), nkv)?;
+        let v = heads(&self.v_w, self.v_b.as_ref(), nkv)?;
+        let q = apply_rope(&q, cos, sin)?;
+        let k = apply_rope(&k, cos, sin)?;
+        let (k, v) = match cache {
+            Some((cache, layer)) => cache.append(layer, &k, &v)?,
+            None => (k, v),
+        };
+        let s = k.dim(2)?;
+        let n_rep = nh / nkv;
+        // GQA without copying K/V: query head h = g * n_rep + r uses kv head g, so the
+        // n_rep query heads of a group are stacked along the sequence axis.
+        let q = q.reshape((b, nkv, n_rep * t, hd))?;
+        let scores = (q.matmul(&k.t()?)? * (hd as f64).powf(-0.5))?.reshape((b, nh, t, s))?;
+        let scores = match bias {
+            Some(m) => scores.broadcast_add(m)?,
+            None => scores,
+        };
+        let probs = softmax_last_dim(&scores)?.reshape((b, nkv, n_rep * t, s))?;
+        let out = probs
+            .matmul(&v.contiguous()?)?
+            .reshape((b, nh, t, hd))?
+            .transpose(1, 2)?
+            .reshape((b, t, nh * hd))?;
+        linear(&out, &self.o_w, self.o_b.as_ref())
+    }
+}

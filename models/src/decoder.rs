@@ -1,0 +1,137 @@
+//! The decoder body shared by every head (`model.*` in HF): token embedding, the stack of
+//! decoder layers and the final RMSNorm. It produces hidden states `[B, T, H]`; LM, value and
+//! reward heads live in their own files.
+
+use crate::config::ModelConfig;
+use crate::decoder_layer::DecoderLayer;
+use crate::kv_cache::KvCache;
+use crate::layers::{embedding, rms_norm};
+use crate::mask::{attention_bias, mask_to_host, position_ids};
+use crate::param_store::ParamStore;
+use crate::rope::RotaryEmbedding;
+use candle_core::{DType, Result, Tensor};
+
+/// Embedding + decoder layers + final norm, weights shared with a [`ParamStore`].
+#[derive(Clone, Debug)]
+pub struct Decoder {
+    embed: Tensor,
+    layers: Vec<DecoderLayer>,
+    norm: Tensor,
+    eps: f64,
+    rope: RotaryEmbedding,
+}
+
+impl Decoder {
+    /// Builds the decoder of `cfg` over the `model.*` tensors of `params`.
+    pub fn new(cfg: &ModelConfig, params: &ParamStore) -> Result<Decoder> {
+        Ok(Decoder {
+            embed: params.get("model.embed_tokens.weight")?,
+            layers: (0..cfg.num_hidden_layers)
+                .map(|i| DecoderLayer::new(cfg, params, i))
+                .collect::<Result<_>>()?,
+            norm: params.get("model.norm.weight")?,
+            eps: cfg.rms_norm_eps,
+            rope: RotaryEmbedding::new(cfg),
+        })
+    }
+
+    /// The token embedding matrix `[V, H]` (also the LM head when embeddings are tied).
+    pub fn embed_tokens(&self) -> &Tensor {
+        &self.embed
+    }
+
+    /// Number of decoder layers.
+    pub fn num_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Final-normed hidden states `[B, T, H]` for `input_ids` `[B, T]` (u32).
+    ///
+    /// `attention_mask` `[B, T]` (1 = real, 0 = pad) hides padded keys and sets position ids to
+    /// `cumsum(mask) - 1` clamped at 0; without it positions are `0..T` (continuing the cache).
+    /// With a `cache`, the new tokens attend to everything cached and are appended to it.
+    pub fn forward(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        mut cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
+        let (b, t) = input_ids.dims2()?;
+        if t == 0 {
+            candle_core::bail!("input_ids has no positions (shape [{b}, 0])")
+        }
+        let dtype = self.embed.dtype();
+        let device = self.embed.device().clone();
+        let input_ids = if input_ids.dtype() == DType::U32 {
+            input_ids.clone()
+        } else {
+            input_ids.to_dtype(DType::U32)?
+        };
+        let new_mask = match attention_mask {
+            Some(m) => mask_to_host(m, b, t)?,
+            None => vec![1u32; b * t],
+        };
+        let (positions, key_mask, offset) = match cache.as_deref_mut() {
+            Some(c) if c.num_layers() != self.layers.len() => {
+                candle_core::bail!(
+                    "KvCache was made for {} layers, the model has {}",
+                    c.num_layers(),
+                    self.layers.len()
+                )
+            }
+            Some(c) => {
+                let offset = c.len();
+                let (pos, km) = c.begin_step(b, t, &new_mask)?;
+                (pos, km, offset)
+            }
+            None => {
+                let pos = position_ids(&new_mask, b, t, &vec![0; b]);
+                (pos, new_mask, 0)
+            }
+        };
+        let s = offset + t;
+        let key_mask = key_mask.contains(&0).then_some(key_mask);
+        let (cos, sin) = self.rope.cos_sin(&positions, b, t, dtype, &device)?;
+        let mut full_bias: Option<Option<Tensor>> = None;
+        let mut window_bias: Option<(usize, Option<Tensor>)> = None;
+        let mut x = embedding(&self.embed, &input_ids)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let bias = match layer.window() {
+                Some(w) if w < s => {
+                    if window_bias.as_ref().is_none_or(|(ww, _)| *ww != w) {
+                        let m = attention_bias(
+                            key_mask.as_deref(),
+                            b,
+                            t,
+                            s,
+                            offset,
+                            Some(w),
+                            dtype,
+                            &device,
+                        )?;
+                        window_bias = Some((w, m));
+                    }
+                    window_bias.as_ref().and_then(|(_, m)| m.clone())
+                }
+                _ => {
+                    if full_bias.is_none() {
+                        full_bias = Some(attention_bias(
+                            key_mask.as_deref(),
+                            b,
+                            t,
+                            s,
+                            offset,
+                            None,
+                            dtype,
+                            &device,
+                        )?);
+                    }
+                    full_bias.clone().flatten()
+                }
+            };
+            let layer_cache = cache.as_deref_mut().map(|c| (c, i));
+            x = layer.forward(&x, &cos, &sin, bias.as_ref(), layer_cache)?;
+        }
+        rms_norm(&x, &self.norm, self.eps)
+    }
+}

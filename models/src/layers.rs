@@ -1,0 +1,95 @@
+//! The differentiable building blocks of the decoder — RMSNorm, RoPE application, softmax,
+//! linear, embedding — composed from candle ops that all have a backward pass. This is the one
+//! place to swap in fused kernels from `oxalign-kernels`; candle's fused `rms_norm`,
+//! `softmax_last_dim` and `rope*` (no backward) are deliberately not used.
+
+use candle_core::{DType, Result, Tensor, D};
+
+/// RMSNorm over the last dim: `weight * x / sqrt(mean(x^2) + eps)`.
+///
+/// `x`: `[..., D]`, `weight`: `[D]`. Half-precision inputs are normalised in f32 and cast back,
+/// as HF does.
+pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    let in_dtype = x.dtype();
+    let xf = match in_dtype {
+        DType::F32 | DType::F64 => x.clone(),
+        _ => x.to_dtype(DType::F32)?,
+    };
+    let var = xf.sqr()?.mean_keepdim(D::Minus1)?;
+    let inv = (var + eps)?.sqrt()?.recip()?;
+    let normed = xf.broadcast_mul(&inv)?.to_dtype(in_dtype)?;
+    normed.broadcast_mul(weight)
+}
+
+/// Applies rotary position embeddings in HF's `rotate_half` layout:
+/// `out = x * cos + rotate_half(x) * sin` with the first and second half of each head paired.
+///
+/// `x`: `[B, heads, T, Dh]`; `cos`, `sin`: `[B, T, Dh/2]` (per-row positions).
+pub fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    let half = x.dim(D::Minus1)? / 2;
+    let cos = cos.unsqueeze(1)?;
+    let sin = sin.unsqueeze(1)?;
+    let x1 = x.narrow(D::Minus1, 0, half)?;
+    let x2 = x.narrow(D::Minus1, half, half)?;
+    let o1 = (x1.broadcast_mul(&cos)? - x2.broadcast_mul(&sin)?)?;
+    let o2 = (x2.broadcast_mul(&cos)? + x1.broadcast_mul(&sin)?)?;
+    Tensor::cat(&[o1, o2], D::Minus1)
+}
+
+/// Softmax over the last dim, composed (`exp(x - max) / sum`). The max is a constant shift
+/// (softmax is invariant to it), so it is detached.
+pub fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
+    let max = x.max_keepdim(D::Minus1)?.detach();
+    let e = x.broadcast_sub(&max)?.exp()?;
+    let sum = e.sum_keepdim(D::Minus1)?;
+    e.broadcast_div(&sum)
+}
+
+/// Log-softmax over the last dim, composed (`x - max - log(sum(exp(x - max)))`).
+pub fn log_softmax_last_dim(x: &Tensor) -> Result<Tensor> {
+    let max = x.max_keepdim(D::Minus1)?.detach();
+    let shifted = x.broadcast_sub(&max)?;
+    let lse = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
+    shifted.broadcast_sub(&lse)
+}
+
+/// SiLU `x * sigmoid(x)` (candle's unary op, which has a backward pass).
+pub fn silu(x: &Tensor) -> Result<Tensor> {
+    x.silu()
+}
+
+/// `x @ weight^T (+ bias)`. `x`: `[..., in]`, `weight`: `[out, in]`, `bias`: `[out]`.
+pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let dims = x.dims().to_vec();
+    let (in_dim, lead) = match dims.split_last() {
+        Some((last, lead)) => (*last, lead.to_vec()),
+        None => candle_core::bail!("linear: input must have at least one dim"),
+    };
+    let out_dim = weight.dim(0)?;
+    let rows: usize = lead.iter().product();
+    let y = x.reshape((rows, in_dim))?.matmul(&weight.t()?)?;
+    let y = match bias {
+        Some(b) => y.broadcast_add(b)?,
+        None => y,
+    };
+    let mut out_shape = lead;
+    out_shape.push(out_dim);
+    y.reshape(out_shape)
+}
+
+/// Embedding lookup. `weight`: `[V, H]`, `ids`: `[B, T]` u32 -> `[B, T, H]`.
+pub fn embedding(weight: &Tensor, ids: &Tensor) -> Result<Tensor> {
+    let (b, t) = ids.dims2()?;
+    let h = weight.dim(1)?;
+    weight
+        .index_select(&ids.flatten_all()?, 0)?
+        .reshape((b, t, h))
+}
+
+/// Log-probability of each target under `logits`: `[B, T, V]`, `[B, T]` u32 -> `[B, T]` (nats).
+/// Differentiable w.r.t. `logits`.
+pub fn token_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let lp = log_softmax_last_dim(logits)?;
+    lp.gather(&targets.unsqueeze(D::Minus1)?.contiguous()?, D::Minus1)?
+        .squeeze(D::Minus1)
+}

@@ -1,0 +1,34 @@
+//! oxalign-models: HF-compatible decoder models (Llama, Qwen2, Mistral) with LM, value and
+//! reward heads; safetensors + `config.json` load/save; tokenizers and chat templates.
+//! It knows nothing about PPO or other training algorithms (see ../shared DESIGN.md).
+
+pub mod byte_tokenizer;
+pub mod chat_template;
+pub mod tokenizer;
+
+pub mod attention;
+pub mod causal_lm;
+pub mod checkpoint;
+pub mod config;
+pub mod decoder;
+pub mod decoder_layer;
+pub mod error;
+pub mod generate;
+pub mod kv_cache;
+pub mod layers;
+pub mod mask;
+pub mod mlp;
+pub mod param_spec;
+pub mod param_store;
+pub mod preset;
+pub mod rope;
+pub mod sampler;
+
+pub use causal_lm::CausalLm;
+pub use config::{Family, ModelConfig, RopeScaling};
+pub use error::ModelError;
+pub use generate::{Completion, FinishReason, GenerationRequest};
+pub use kv_cache::KvCache;
+pub use param_store::ParamStore;
+pub use preset::Preset;
+pub use sampler::{Sampler, SamplingParams};

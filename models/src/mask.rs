@@ -1,0 +1,77 @@
+//! Attention masking and position ids: the additive causal / key-padding / sliding-window bias
+//! and HF-generate-style position ids (`cumsum(mask) - 1`, clamped at 0). Pure index
+//! bookkeeping on the host; no model weights.
+
+use candle_core::{DType, Device, Result, Tensor};
+
+/// Additive bias for a hidden key: large and finite (not `-inf`), so a query row whose keys are
+/// all hidden (a left-pad position) gives a uniform softmax instead of NaN.
+pub const MASKED_BIAS: f32 = -1e9;
+
+/// Position ids `[B, T]` (row-major) for new tokens with key mask `mask` (`[B, T]`, 1 = real,
+/// 0 = pad), continuing from `seen[b]` real tokens already in the cache:
+/// `max(seen[b] + cumsum(mask[b])[t] - 1, 0)`. Pad positions get the (clamped) id of the
+/// previous real token; they are never attended to.
+pub fn position_ids(mask: &[u32], batch: usize, seq: usize, seen: &[u32]) -> Vec<u32> {
+    let mut out = Vec::with_capacity(batch * seq);
+    for b in 0..batch {
+        let mut count = seen[b] as i64;
+        for t in 0..seq {
+            count += mask[b * seq + t] as i64;
+            out.push((count - 1).max(0) as u32);
+        }
+    }
+    out
+}
+
+/// Additive attention bias `[B, 1, T, S]` (or `[1, 1, T, S]` without a key mask) for `t` new
+/// queries at absolute indices `offset..offset + t` over `s` keys (`s = offset + t`).
+///
+/// Key `j` is visible to query `i` iff `j <= i`, `key_mask[b][j] == 1` (when given, row-major
+/// `[B, S]`) and, with a `window`, `i - j < window`. Returns `None` when nothing is hidden.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_bias(
+    key_mask: Option<&[u32]>,
+    batch: usize,
+    t: usize,
+    s: usize,
+    offset: usize,
+    window: Option<usize>,
+    dtype: DType,
+    device: &Device,
+) -> Result<Option<Tensor>> {
+    let rows = if key_mask.is_some() { batch } else { 1 };
+    let mut bias = vec![0f32; rows * t * s];
+    let mut any_hidden = false;
+    for b in 0..rows {
+        for q in 0..t {
+            let i = offset + q;
+            for j in 0..s {
+                let causal_ok = j <= i;
+                let window_ok = window.is_none_or(|w| i - j.min(i) < w);
+                let pad_ok = key_mask.is_none_or(|m| m[b * s + j] != 0);
+                if !(causal_ok && window_ok && pad_ok) {
+                    bias[(b * t + q) * s + j] = MASKED_BIAS;
+                    any_hidden = true;
+                }
+            }
+        }
+    }
+    if !any_hidden {
+        return Ok(None);
+    }
+    Ok(Some(
+        Tensor::from_vec(bias, (rows, 1, t, s), device)?.to_dtype(dtype)?,
+    ))
+}
+
+/// Reads an attention mask tensor `[B, T]` (any integer or float dtype, 1 = real, 0 = pad)
+/// into a row-major `Vec<u32>` of 0/1, checking its shape.
+pub fn mask_to_host(mask: &Tensor, batch: usize, seq: usize) -> Result<Vec<u32>> {
+    let dims = mask.dims();
+    if dims != [batch, seq] {
+        candle_core::bail!("attention_mask has shape {dims:?}, expected [{batch}, {seq}] like input_ids")
+    }
+    let v = mask.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+    Ok(v.into_iter().map(|x| u32::from(x != 0.0)).collect())
+}

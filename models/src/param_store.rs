@@ -1,0 +1,184 @@
+//! `ParamStore`: the trainable weights of one model as `candle_core::Var`s in a
+//! `candle_nn::VarMap`, keyed by exact HF tensor names. It validates names/shapes against the
+//! model's `ParamSpec` list and copies weights in and out (refit); it holds no model logic.
+
+use crate::error::{ModelError, Result};
+use crate::param_spec::ParamSpec;
+use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::VarMap;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Named trainable parameters of a model (HF tensor names).
+#[derive(Clone)]
+pub struct ParamStore {
+    varmap: VarMap,
+    names: Vec<String>,
+    dtype: DType,
+    device: Device,
+}
+
+impl ParamStore {
+    /// Builds a store holding exactly the parameters in `specs`, taken from `tensors`
+    /// (converted to `dtype` and moved to `device`). Extra tensors are ignored.
+    ///
+    /// Errors: `MissingTensor` / `ShapeMismatch` naming the tensor and `source`.
+    pub fn from_tensors(
+        specs: &[ParamSpec],
+        tensors: &HashMap<String, Tensor>,
+        source: &Path,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<ParamStore> {
+        let varmap = VarMap::new();
+        let mut names = Vec::with_capacity(specs.len());
+        {
+            let mut data = varmap
+                .data()
+                .lock()
+                .map_err(|_| candle_core::Error::Msg("VarMap lock poisoned".into()))?;
+            for spec in specs {
+                let t = checked(spec, tensors, source)?;
+                let t = t.to_dtype(dtype)?.to_device(device)?.detach();
+                // `Var::from_tensor` copies a non-variable tensor, so after `detach` the store
+                // never aliases the caller's memory (or another model's `Var`).
+                data.insert(spec.name.clone(), Var::from_tensor(&t)?);
+                names.push(spec.name.clone());
+            }
+        }
+        names.sort();
+        Ok(ParamStore {
+            varmap,
+            names,
+            dtype,
+            device: device.clone(),
+        })
+    }
+
+    /// The tensor behind parameter `name` (shares storage with the `Var`, so it sees updates).
+    pub fn get(&self, name: &str) -> candle_core::Result<Tensor> {
+        let data = self
+            .varmap
+            .data()
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("VarMap lock poisoned".into()))?;
+        data.get(name)
+            .map(|v| v.as_tensor().clone())
+            .ok_or_else(|| candle_core::Error::Msg(format!("no parameter named {name}")))
+    }
+
+    /// The underlying `VarMap` (HF tensor names -> `Var`).
+    pub fn varmap(&self) -> &VarMap {
+        &self.varmap
+    }
+
+    /// Parameter dtype (f32 unless built otherwise, e.g. f64 for gradient checks).
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Device holding the parameters.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Parameter names, sorted.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// `(name, Var)` pairs sorted by name, for the optimizer.
+    pub fn vars(&self) -> Vec<(String, Var)> {
+        let data = match self.varmap.data().lock() {
+            Ok(d) => d,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        self.names
+            .iter()
+            .filter_map(|n| data.get(n).map(|v| (n.clone(), v.clone())))
+            .collect()
+    }
+
+    /// Total number of scalar parameters.
+    pub fn num_parameters(&self) -> usize {
+        self.vars().iter().map(|(_, v)| v.elem_count()).sum()
+    }
+
+    /// A detached copy of every parameter (safe to keep while training continues).
+    pub fn snapshot(&self) -> candle_core::Result<HashMap<String, Tensor>> {
+        self.vars()
+            .into_iter()
+            .map(|(n, v)| Ok((n, v.as_tensor().detach().copy()?)))
+            .collect()
+    }
+
+    /// Overwrites every parameter in place from `tensors` (refit). All parameters must be
+    /// present with the right shape; extra entries are ignored. Values are converted to this
+    /// store's dtype and device. On error nothing has been written.
+    pub fn load_from(&self, tensors: &HashMap<String, Tensor>) -> Result<()> {
+        let source = PathBuf::from("<weights map>");
+        let vars = self.vars();
+        let mut staged = Vec::with_capacity(vars.len());
+        for (name, var) in &vars {
+            let spec = ParamSpec {
+                name: name.clone(),
+                shape: var.dims().to_vec(),
+                init: crate::param_spec::ParamInit::Zeros,
+            };
+            let t = checked(&spec, tensors, &source)?;
+            staged.push(t.to_dtype(self.dtype)?.to_device(&self.device)?);
+        }
+        for ((_, var), t) in vars.iter().zip(staged) {
+            var.set(&t)?;
+        }
+        Ok(())
+    }
+
+    /// Writes all parameters as float32 to one safetensors file with `{"format": "pt"}`
+    /// metadata (what `transformers` expects).
+    pub fn save_safetensors(&self, path: &Path) -> Result<()> {
+        let vars = self.vars();
+        let tensors: Vec<(String, Tensor)> = vars
+            .iter()
+            .map(|(n, v)| {
+                let t = v.as_tensor().detach().to_dtype(DType::F32)?.contiguous()?;
+                Ok((n.clone(), t))
+            })
+            .collect::<candle_core::Result<_>>()?;
+        write_safetensors(path, &tensors)
+    }
+}
+
+/// Writes `(name, tensor)` pairs to a safetensors file with `{"format": "pt"}` metadata.
+pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()> {
+    let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
+    let data: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    safetensors::serialize_to_file(data, Some(metadata), path).map_err(|e| {
+        ModelError::Safetensors {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        }
+    })
+}
+
+fn checked<'a>(
+    spec: &ParamSpec,
+    tensors: &'a HashMap<String, Tensor>,
+    source: &Path,
+) -> Result<&'a Tensor> {
+    let t = tensors
+        .get(&spec.name)
+        .ok_or_else(|| ModelError::MissingTensor {
+            name: spec.name.clone(),
+            path: source.to_path_buf(),
+        })?;
+    if t.dims() != spec.shape.as_slice() {
+        return Err(ModelError::ShapeMismatch {
+            name: spec.name.clone(),
+            expected: spec.shape.clone(),
+            found: t.dims().to_vec(),
+            path: source.to_path_buf(),
+        });
+    }
+    Ok(t)
+}

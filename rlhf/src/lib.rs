@@ -1,0 +1,14 @@
+//! oxalign-rlhf: the RLHF math of oxalign — advantage estimators, losses, KL control and the
+//! optimizer. All tensor functions take candle tensors in `[batch, seq]` layout with a response
+//! mask (non-zero = response token); see /work/shared DESIGN.md for what the crate owns.
+
+pub mod advantages;
+pub mod error;
+pub mod kl_controller;
+pub mod losses;
+pub mod mask;
+pub mod optim;
+
+pub use error::{Result, RlhfError};
+pub use kl_controller::{AdaptiveKl, FixedKl, KlController};
+pub use mask::{broadcast_to_tokens, masked_mean, masked_sum};

@@ -1,0 +1,81 @@
+//! Reduction of a per-token loss matrix to a scalar (`LossAgg`): token-mean and the two
+//! sequence-mean modes. It does not weight or clip; the losses do that before aggregating.
+
+use candle_core::Tensor;
+
+use crate::error::{Result, RlhfError};
+use crate::mask::{expect_2d, expect_float, expect_shape, predicate, zero_unmasked_out};
+
+/// How a `[batch, seq]` per-token loss becomes a scalar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LossAgg {
+    /// Σ_{b,t} m·ℓ / Σ_{b,t} m: every response token weighs the same.
+    #[default]
+    TokenMean,
+    /// mean over sequences of Σ_t m·ℓ (Dr. GRPO style: long answers weigh more).
+    SeqMeanTokenSum,
+    /// mean over sequences of (Σ_t m·ℓ / Σ_t m) (the original GRPO paper).
+    SeqMeanTokenMean,
+}
+
+/// Aggregates a per-token loss over the response tokens.
+///
+/// * `loss`: `[batch, seq]` float, per-token loss (differentiable); `mask`: `[batch, seq]`, any
+///   dtype, non-zero = response token.
+/// * Sequence modes average over rows with at least one response token (empty rows are left
+///   out); an all-zero mask gives a loss of exactly `0` (still connected to the graph).
+/// * Returns a scalar tensor of `loss`' dtype. Masked values (even NaN) never reach it.
+pub fn aggregate_loss(loss: &Tensor, mask: &Tensor, agg: LossAgg) -> Result<Tensor> {
+    aggregate(loss, mask, agg, None)
+}
+
+/// Like [`aggregate_loss`], but divides by a caller-given `denominator` instead of the local
+/// count: the global number of response tokens (`TokenMean`) or of non-empty sequences (the
+/// sequence modes) across all micro-batches / data-parallel ranks of one optimizer step, so that
+/// summing the micro-batch losses gives the full-batch loss.
+pub fn aggregate_loss_with_denominator(
+    loss: &Tensor,
+    mask: &Tensor,
+    agg: LossAgg,
+    denominator: f64,
+) -> Result<Tensor> {
+    if !(denominator > 0.0) {
+        return Err(RlhfError::invalid(
+            "denominator",
+            denominator,
+            "must be > 0 (a token or sequence count)",
+        ));
+    }
+    aggregate(loss, mask, agg, Some(denominator))
+}
+
+fn aggregate(loss: &Tensor, mask: &Tensor, agg: LossAgg, denom: Option<f64>) -> Result<Tensor> {
+    let dtype = expect_float("loss", loss)?;
+    let (b, t) = expect_2d("loss", loss)?;
+    expect_shape("mask", mask, &[b, t], "[batch, seq]")?;
+    let pred = predicate(mask)?;
+    let m = pred.to_dtype(dtype)?;
+    let l = zero_unmasked_out(loss, &pred)?;
+    let numerator = match agg {
+        LossAgg::TokenMean => l.sum_all()?,
+        LossAgg::SeqMeanTokenSum => l.sum(1)?.sum_all()?,
+        LossAgg::SeqMeanTokenMean => {
+            let lens = m.sum(1)?.maximum(1.0)?;
+            l.sum(1)?.div(&lens)?.sum_all()?
+        }
+    };
+    let out = match denom {
+        Some(d) => numerator.affine(1.0 / d, 0.0)?,
+        None => {
+            let count = match agg {
+                LossAgg::TokenMean => m.sum_all()?,
+                LossAgg::SeqMeanTokenSum | LossAgg::SeqMeanTokenMean => {
+                    m.sum(1)?.gt(0.0)?.to_dtype(dtype)?.sum_all()?
+                }
+            };
+            numerator.broadcast_div(&count.maximum(1.0)?)?
+        }
+    };
+    Ok(out)
+}

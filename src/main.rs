@@ -1,0 +1,54 @@
+//! The `oxalign` command-line launcher: parses arguments, runs one subcommand from `cmd/`, and
+//! turns errors into exit codes (2 for the user's mistakes, 1 for anything else). It holds no
+//! model or training logic; each subcommand is a thin layer over the library crates.
+
+mod cmd;
+mod jsonl;
+mod model_dir;
+mod prompt_input;
+mod user_error;
+
+use clap::{Parser, Subcommand};
+
+/// RLHF training system: SFT, reward models, PPO/GRPO/RLOO/REINFORCE++ and DPO in one binary.
+#[derive(Debug, Parser)]
+#[command(name = "oxalign", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// One variant per subcommand; each holds that subcommand's `Args` from `cmd/<name>.rs`.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write a randomly initialised HF model folder (config, weights, tokenizer).
+    InitModel(cmd::init_model::Args),
+    /// Per-token log-probabilities of given sequences under a causal LM.
+    Logprobs(cmd::logprobs::Args),
+    /// Sample completions for prompts with a causal LM (KV-cached).
+    Generate(cmd::generate::Args),
+    /// Score sequences with a reward model (one scalar per line).
+    Score(cmd::score::Args),
+    /// Tokenize text (or a chat) with a model folder's tokenizer.
+    Tokenize(cmd::tokenize::Args),
+}
+
+impl Command {
+    fn run(self) -> anyhow::Result<()> {
+        match self {
+            Command::InitModel(args) => cmd::init_model::run(args),
+            Command::Logprobs(args) => cmd::logprobs::run(args),
+            Command::Generate(args) => cmd::generate::run(args),
+            Command::Score(args) => cmd::score::run(args),
+            Command::Tokenize(args) => cmd::tokenize::run(args),
+        }
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(err) = cli.command.run() {
+        eprintln!("error: {err:#}");
+        std::process::exit(user_error::exit_code(&err));
+    }
+}
