@@ -1,8 +1,10 @@
 //! oxalign-kernels: device handles, fused differentiable ops and collectives for oxalign.
 //! It knows nothing about models or RL: shapes and dtypes in, tensors out (see DESIGN.md).
 
+pub mod collective;
 pub mod device;
 pub mod ops;
 
+pub use collective::{Collective, CollectiveError, ThreadCollective};
 pub use device::{parse_device, DeviceError, DeviceKind, DeviceSpec};
 pub use ops::{entropy, rms_norm, rope, token_logprobs};

@@ -214,9 +214,13 @@ mod tests {
         let text = tok
             .apply_chat_template(&[ChatMessage::user("Hi")], true)
             .unwrap();
-        assert_eq!(text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
         assert_eq!(
-            tok.decode(&tok.encode("a<|pad|>b", false).unwrap(), true).unwrap(),
+            text,
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        );
+        assert_eq!(
+            tok.decode(&tok.encode("a<|pad|>b", false).unwrap(), true)
+                .unwrap(),
             "ab"
         );
     }

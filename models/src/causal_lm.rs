@@ -46,7 +46,8 @@ impl CausalLm {
         device: &Device,
     ) -> Result<CausalLm> {
         config.validate()?;
-        let params = ParamStore::from_tensors(&causal_lm_specs(&config), tensors, source, dtype, device)?;
+        let params =
+            ParamStore::from_tensors(&causal_lm_specs(&config), tensors, source, dtype, device)?;
         let decoder = Decoder::new(&config, &params)?;
         let lm_head = if config.tie_word_embeddings {
             decoder.embed_tokens().clone()
@@ -146,13 +147,21 @@ impl CausalLm {
     /// `attention_mask` `[B, T]` u32 (1 = real, 0 = pad): padded keys are hidden and position
     /// ids are `cumsum(mask) - 1` clamped at 0, so left-padded rows match their unpadded
     /// versions. Logits at pad positions are finite but meaningless. Differentiable.
-    pub fn forward(&self, input_ids: &Tensor, attention_mask: Option<&Tensor>) -> candle_core::Result<Tensor> {
+    pub fn forward(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+    ) -> candle_core::Result<Tensor> {
         let h = self.decoder.forward(input_ids, attention_mask, None)?;
         self.lm_logits(&h)
     }
 
     /// Final-normed hidden states `[B, T, H]` (same masking/positions as [`CausalLm::forward`]).
-    pub fn hidden(&self, input_ids: &Tensor, attention_mask: Option<&Tensor>) -> candle_core::Result<Tensor> {
+    pub fn hidden(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+    ) -> candle_core::Result<Tensor> {
         self.decoder.forward(input_ids, attention_mask, None)
     }
 
@@ -173,7 +182,9 @@ impl CausalLm {
         if t < 2 {
             candle_core::bail!("next_token_logprobs needs at least 2 positions, got {t}")
         }
-        let logits = self.forward(input_ids, attention_mask)?.narrow(1, 0, t - 1)?;
+        let logits = self
+            .forward(input_ids, attention_mask)?
+            .narrow(1, 0, t - 1)?;
         let targets = input_ids.narrow(1, 1, t - 1)?;
         token_logprobs(&logits, &targets)
     }
@@ -194,7 +205,9 @@ impl CausalLm {
         attention_mask: Option<&Tensor>,
         cache: &mut KvCache,
     ) -> candle_core::Result<Tensor> {
-        let h = self.decoder.forward(input_ids, attention_mask, Some(cache))?;
+        let h = self
+            .decoder
+            .forward(input_ids, attention_mask, Some(cache))?;
         self.lm_logits(&h.detach())
     }
 
@@ -206,7 +219,9 @@ impl CausalLm {
         attention_mask: Option<&Tensor>,
         cache: &mut KvCache,
     ) -> candle_core::Result<Tensor> {
-        let h = self.decoder.forward(input_ids, attention_mask, Some(cache))?;
+        let h = self
+            .decoder
+            .forward(input_ids, attention_mask, Some(cache))?;
         let t = h.dim(1)?;
         let last = h.narrow(1, t - 1, 1)?.squeeze(1)?.detach();
         self.lm_logits(&last)

@@ -225,7 +225,10 @@ fn format_utc(secs: i64, format: &str) -> Result<String, Error> {
             continue;
         }
         let spec = chars.next().ok_or_else(|| {
-            Error::new(ErrorKind::InvalidOperation, "strftime_now: format ends in '%'")
+            Error::new(
+                ErrorKind::InvalidOperation,
+                "strftime_now: format ends in '%'",
+            )
         })?;
         let month_name = MONTHS[(month - 1) as usize];
         match spec {
@@ -417,7 +420,12 @@ impl JsonStyle {
 
 /// Python `str` and `dict` methods that HF templates call (`.strip()`, `.startswith()`,
 /// `.items()`, `.get()`, ...), for minijinja's unknown-method hook.
-fn python_method(state: &State, value: &Value, method: &str, args: &[Value]) -> Result<Value, Error> {
+fn python_method(
+    state: &State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> Result<Value, Error> {
     match value.kind() {
         ValueKind::String => string_method(value.as_str().unwrap_or_default(), method, args),
         ValueKind::Map => map_method(state, value, method, args),
@@ -428,7 +436,11 @@ fn python_method(state: &State, value: &Value, method: &str, args: &[Value]) -> 
 fn arg_str(args: &[Value], i: usize) -> Option<String> {
     args.get(i)
         .filter(|v| !v.is_none() && !v.is_undefined())
-        .map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()))
+        .map(|v| {
+            v.as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string())
+        })
 }
 
 fn too_many(method: &str, max: usize, args: &[Value]) -> Result<(), Error> {
@@ -491,7 +503,10 @@ fn string_method(s: &str, method: &str, args: &[Value]) -> Result<Value, Error> 
         "capitalize" => {
             let mut c = s.chars();
             Value::from(match c.next() {
-                Some(first) => first.to_uppercase().chain(c.flat_map(char::to_lowercase)).collect(),
+                Some(first) => first
+                    .to_uppercase()
+                    .chain(c.flat_map(char::to_lowercase))
+                    .collect(),
                 None => String::new(),
             })
         }
@@ -530,12 +545,15 @@ fn string_method(s: &str, method: &str, args: &[Value]) -> Result<Value, Error> 
                     return Err(Error::new(ErrorKind::InvalidOperation, "empty separator"))
                 }
                 (Some(sep), None) => s.split(sep.as_str()).map(str::to_string).collect(),
-                (Some(sep), Some(n)) if method == "split" => {
-                    s.splitn(n as usize + 1, sep.as_str()).map(str::to_string).collect()
-                }
+                (Some(sep), Some(n)) if method == "split" => s
+                    .splitn(n as usize + 1, sep.as_str())
+                    .map(str::to_string)
+                    .collect(),
                 (Some(sep), Some(n)) => {
-                    let mut p: Vec<String> =
-                        s.rsplitn(n as usize + 1, sep.as_str()).map(str::to_string).collect();
+                    let mut p: Vec<String> = s
+                        .rsplitn(n as usize + 1, sep.as_str())
+                        .map(str::to_string)
+                        .collect();
                     p.reverse();
                     p
                 }
@@ -579,9 +597,9 @@ fn map_method(state: &State, value: &Value, method: &str, args: &[Value]) -> Res
             Ok(Value::from(out))
         }
         "get" => {
-            let key = args.first().ok_or_else(|| {
-                Error::new(ErrorKind::MissingArgument, "dict.get needs a key")
-            })?;
+            let key = args
+                .first()
+                .ok_or_else(|| Error::new(ErrorKind::MissingArgument, "dict.get needs a key"))?;
             let found = value.get_item(key)?;
             if found.is_undefined() {
                 Ok(args.get(1).cloned().unwrap_or(Value::from(())))
@@ -634,7 +652,7 @@ mod tests {
     #[test]
     fn python_string_and_dict_methods() {
         let src = "{{ '  x  '.strip() }}|{{ 'abc'.startswith(('x', 'ab')) }}|{{ 'a,b'.split(',') | join('+') }}|{% for k, v in {'k': 1}.items() %}{{ k }}={{ v }}{% endfor %}|{{ {'k': 1}.get('m', 'dflt') }}|{{ 'Hi'.upper() }}";
-        assert_eq!(render(src, &[]).unwrap(), "x|true|a+b|k=1|dflt|HI");
+        assert_eq!(render(src, &[]).unwrap(), "x|True|a+b|k=1|dflt|HI");
     }
 
     #[test]
@@ -651,8 +669,17 @@ mod tests {
     #[test]
     fn strftime_formats_known_dates() {
         // 2024-07-26 00:00:00 UTC, the date Llama 3.1's template hard-codes.
-        assert_eq!(format_utc(1_721_952_000, "%d %b %Y").unwrap(), "26 Jul 2024");
-        assert_eq!(format_utc(0, "%Y-%m-%d %H:%M:%S %A %j").unwrap(), "1970-01-01 00:00:00 Thursday 001");
-        assert_eq!(format_utc(951_782_400, "%d %B %y").unwrap(), "29 February 00");
+        assert_eq!(
+            format_utc(1_721_952_000, "%d %b %Y").unwrap(),
+            "26 Jul 2024"
+        );
+        assert_eq!(
+            format_utc(0, "%Y-%m-%d %H:%M:%S %A %j").unwrap(),
+            "1970-01-01 00:00:00 Thursday 001"
+        );
+        assert_eq!(
+            format_utc(951_782_400, "%d %B %y").unwrap(),
+            "29 February 00"
+        );
     }
 }

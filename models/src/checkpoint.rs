@@ -20,7 +20,10 @@ pub const GENERATION_CONFIG_FILE: &str = "generation_config.json";
 
 /// Reads `dir/config.json` and every tensor of the checkpoint in `dir` (single file or shards),
 /// on `device`, in the dtype stored in the file.
-pub fn read_checkpoint(dir: &Path, device: &Device) -> Result<(ModelConfig, HashMap<String, Tensor>)> {
+pub fn read_checkpoint(
+    dir: &Path,
+    device: &Device,
+) -> Result<(ModelConfig, HashMap<String, Tensor>)> {
     if !dir.is_dir() {
         return Err(ModelError::MissingPath {
             path: dir.to_path_buf(),

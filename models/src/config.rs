@@ -200,10 +200,9 @@ impl Reader<'_> {
     fn usize_opt(&self, key: &str) -> Result<Option<usize>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(|x| Some(x as usize))
-                .ok_or_else(|| self.err(key, format!("expected a non-negative integer, found {v}"))),
+            Some(v) => v.as_u64().map(|x| Some(x as usize)).ok_or_else(|| {
+                self.err(key, format!("expected a non-negative integer, found {v}"))
+            }),
         }
     }
 
@@ -291,21 +290,27 @@ impl ModelConfig {
         })?;
         let r = Reader { obj, path };
         let model_type = obj.get("model_type").and_then(Value::as_str).unwrap_or("");
-        let family =
-            Family::from_model_type(model_type).ok_or_else(|| ModelError::UnsupportedModelType {
+        let family = Family::from_model_type(model_type).ok_or_else(|| {
+            ModelError::UnsupportedModelType {
                 path: path.to_path_buf(),
                 model_type: model_type.to_string(),
                 supported: Family::supported_model_types(),
-            })?;
+            }
+        })?;
 
         if let Some(act) = r.get("hidden_act") {
             if act.as_str() != Some("silu") {
-                return Err(r.err("hidden_act", format!("only \"silu\" is supported, found {act}")));
+                return Err(r.err(
+                    "hidden_act",
+                    format!("only \"silu\" is supported, found {act}"),
+                ));
             }
         }
         let hidden_size = r.usize_req("hidden_size")?;
         let num_attention_heads = r.usize_req("num_attention_heads")?;
-        let num_key_value_heads = r.usize_opt("num_key_value_heads")?.unwrap_or(num_attention_heads);
+        let num_key_value_heads = r
+            .usize_opt("num_key_value_heads")?
+            .unwrap_or(num_attention_heads);
         let head_dim = match r.usize_opt("head_dim")? {
             Some(d) => d,
             None => {
@@ -360,7 +365,9 @@ impl ModelConfig {
                 other => {
                     return Err(r.err(
                         &format!("{key}.rope_type"),
-                        format!("unsupported rope_type {other:?}; supported: default, linear, llama3"),
+                        format!(
+                            "unsupported rope_type {other:?}; supported: default, linear, llama3"
+                        ),
                     ))
                 }
             };
@@ -422,7 +429,10 @@ impl ModelConfig {
             if sliding.len() != num_hidden_layers {
                 return Err(r.err(
                     "layer_types",
-                    format!("has {} entries, expected num_hidden_layers = {num_hidden_layers}", sliding.len()),
+                    format!(
+                        "has {} entries, expected num_hidden_layers = {num_hidden_layers}",
+                        sliding.len()
+                    ),
                 ));
             }
             let first = sliding.iter().position(|&s| s).unwrap_or(num_hidden_layers);
@@ -475,7 +485,7 @@ impl ModelConfig {
                 return Err(err(key, "must be greater than 0".into()));
             }
         }
-        if self.num_attention_heads % self.num_key_value_heads != 0 {
+        if !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
             return Err(err(
                 "num_key_value_heads",
                 format!(
@@ -484,19 +494,28 @@ impl ModelConfig {
                 ),
             ));
         }
-        if self.head_dim % 2 != 0 {
-            return Err(err("head_dim", format!("must be even for RoPE, found {}", self.head_dim)));
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(err(
+                "head_dim",
+                format!("must be even for RoPE, found {}", self.head_dim),
+            ));
         }
         if self.sliding_window == Some(0) {
             return Err(err("sliding_window", "must be greater than 0".into()));
         }
-        for (key, id) in [("bos_token_id", self.bos_token_id), ("pad_token_id", self.pad_token_id)]
-            .into_iter()
-            .chain(self.eos_token_id.iter().map(|&e| ("eos_token_id", Some(e))))
+        for (key, id) in [
+            ("bos_token_id", self.bos_token_id),
+            ("pad_token_id", self.pad_token_id),
+        ]
+        .into_iter()
+        .chain(self.eos_token_id.iter().map(|&e| ("eos_token_id", Some(e))))
         {
             if let Some(id) = id {
                 if id as usize >= self.vocab_size {
-                    return Err(err(key, format!("token id {id} is not below vocab_size {}", self.vocab_size)));
+                    return Err(err(
+                        key,
+                        format!("token id {id} is not below vocab_size {}", self.vocab_size),
+                    ));
                 }
             }
         }
@@ -534,14 +553,23 @@ impl ModelConfig {
     /// `torch_dtype: "float32"`. Unknown keys read from the original file (`extra`) are kept.
     pub fn to_hf_json(&self, architecture: &str) -> Value {
         let mut o = Map::new();
-        o.insert("architectures".into(), Value::from(vec![architecture.to_string()]));
+        o.insert(
+            "architectures".into(),
+            Value::from(vec![architecture.to_string()]),
+        );
         o.insert("model_type".into(), self.family.model_type().into());
         o.insert("vocab_size".into(), self.vocab_size.into());
         o.insert("hidden_size".into(), self.hidden_size.into());
         o.insert("intermediate_size".into(), self.intermediate_size.into());
         o.insert("num_hidden_layers".into(), self.num_hidden_layers.into());
-        o.insert("num_attention_heads".into(), self.num_attention_heads.into());
-        o.insert("num_key_value_heads".into(), self.num_key_value_heads.into());
+        o.insert(
+            "num_attention_heads".into(),
+            self.num_attention_heads.into(),
+        );
+        o.insert(
+            "num_key_value_heads".into(),
+            self.num_key_value_heads.into(),
+        );
         o.insert("head_dim".into(), self.head_dim.into());
         o.insert("hidden_act".into(), "silu".into());
         o.insert("rms_norm_eps".into(), self.rms_norm_eps.into());
@@ -565,15 +593,24 @@ impl ModelConfig {
             }),
         };
         o.insert("rope_scaling".into(), scaling);
-        o.insert("max_position_embeddings".into(), self.max_position_embeddings.into());
-        o.insert("tie_word_embeddings".into(), self.tie_word_embeddings.into());
+        o.insert(
+            "max_position_embeddings".into(),
+            self.max_position_embeddings.into(),
+        );
+        o.insert(
+            "tie_word_embeddings".into(),
+            self.tie_word_embeddings.into(),
+        );
         match self.family {
             Family::Llama => {
                 o.insert("attention_bias".into(), self.attention_bias.into());
                 o.insert("mlp_bias".into(), self.mlp_bias.into());
             }
             Family::Qwen2 => {
-                o.insert("use_sliding_window".into(), self.sliding_window.is_some().into());
+                o.insert(
+                    "use_sliding_window".into(),
+                    self.sliding_window.is_some().into(),
+                );
                 o.insert("sliding_window".into(), self.sliding_window.into());
                 o.insert("max_window_layers".into(), self.max_window_layers.into());
             }
@@ -598,11 +635,12 @@ impl ModelConfig {
 
     /// Writes [`ModelConfig::to_hf_json`] as pretty JSON to `path`.
     pub fn save(&self, path: &Path, architecture: &str) -> Result<()> {
-        let text = serde_json::to_string_pretty(&self.to_hf_json(architecture))
-            .map_err(|e| ModelError::Json {
+        let text = serde_json::to_string_pretty(&self.to_hf_json(architecture)).map_err(|e| {
+            ModelError::Json {
                 path: path.to_path_buf(),
                 message: e.to_string(),
-            })?;
+            }
+        })?;
         std::fs::write(path, text + "\n").map_err(|source| ModelError::Io {
             action: "write",
             path: path.to_path_buf(),

@@ -48,11 +48,17 @@ impl DecoderLayer {
         bias: Option<&Tensor>,
         cache: Option<(&mut KvCache, usize)>,
     ) -> Result<Tensor> {
-        let h = self
-            .attn
-            .forward(&rms_norm(x, &self.input_norm, self.eps)?, cos, sin, bias, cache)?;
+        let h = self.attn.forward(
+            &rms_norm(x, &self.input_norm, self.eps)?,
+            cos,
+            sin,
+            bias,
+            cache,
+        )?;
         let x = (x + h)?;
-        let h = self.mlp.forward(&rms_norm(&x, &self.post_attn_norm, self.eps)?)?;
+        let h = self
+            .mlp
+            .forward(&rms_norm(&x, &self.post_attn_norm, self.eps)?)?;
         x + h
     }
 }

@@ -69,7 +69,9 @@ impl CausalLm {
                 return Err(bad("prompt is empty".into()));
             }
             if let Some(t) = r.prompt.iter().find(|&&t| t as usize >= vocab) {
-                return Err(bad(format!("prompt token {t} is not below vocab_size {vocab}")));
+                return Err(bad(format!(
+                    "prompt token {t} is not below vocab_size {vocab}"
+                )));
             }
             r.sampling.validate().map_err(bad)?;
         }
@@ -94,8 +96,10 @@ impl CausalLm {
                 s
             })
             .collect();
-        let mut samplers: Vec<Sampler> =
-            requests.iter().map(|r| Sampler::new(r.sampling.clone())).collect();
+        let mut samplers: Vec<Sampler> = requests
+            .iter()
+            .map(|r| Sampler::new(r.sampling.clone()))
+            .collect();
 
         // Prefill all prompts, left-padded.
         let b = requests.len();
@@ -106,7 +110,9 @@ impl CausalLm {
         for r in requests {
             let n_pad = p - r.prompt.len();
             ids.extend(std::iter::repeat_n(pad, n_pad).chain(r.prompt.iter().copied()));
-            mask.extend(std::iter::repeat_n(0u32, n_pad).chain(std::iter::repeat_n(1, r.prompt.len())));
+            mask.extend(
+                std::iter::repeat_n(0u32, n_pad).chain(std::iter::repeat_n(1, r.prompt.len())),
+            );
         }
         let device = self.device();
         let ids = Tensor::from_vec(ids, (b, p), device)?;

@@ -109,7 +109,12 @@ impl KvCache {
 
     /// Appends new keys/values `[B, kv_heads, t, head_dim]` for `layer` and returns the full
     /// cached keys/values `[B, kv_heads, S, head_dim]`.
-    pub(crate) fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+    pub(crate) fn append(
+        &mut self,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
         let slot = &mut self.layers[layer];
         // Detached: the cache must not keep the autograd graph of earlier steps alive.
         let (k, v) = (k.detach(), v.detach());

@@ -70,7 +70,9 @@ pub fn attention_bias(
 pub fn mask_to_host(mask: &Tensor, batch: usize, seq: usize) -> Result<Vec<u32>> {
     let dims = mask.dims();
     if dims != [batch, seq] {
-        candle_core::bail!("attention_mask has shape {dims:?}, expected [{batch}, {seq}] like input_ids")
+        candle_core::bail!(
+            "attention_mask has shape {dims:?}, expected [{batch}, {seq}] like input_ids"
+        )
     }
     let v = mask.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
     Ok(v.into_iter().map(|x| u32::from(x != 0.0)).collect())

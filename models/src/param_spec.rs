@@ -68,15 +68,57 @@ pub fn backbone_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
     for i in 0..cfg.num_hidden_layers {
         let p = format!("model.layers.{i}");
         norm(&mut s, format!("{p}.input_layernorm.weight"), h);
-        linear(&mut s, &format!("{p}.self_attn.q_proj"), q_dim, h, cfg.qkv_bias());
-        linear(&mut s, &format!("{p}.self_attn.k_proj"), kv_dim, h, cfg.qkv_bias());
-        linear(&mut s, &format!("{p}.self_attn.v_proj"), kv_dim, h, cfg.qkv_bias());
-        linear(&mut s, &format!("{p}.self_attn.o_proj"), h, q_dim, cfg.o_bias());
+        linear(
+            &mut s,
+            &format!("{p}.self_attn.q_proj"),
+            q_dim,
+            h,
+            cfg.qkv_bias(),
+        );
+        linear(
+            &mut s,
+            &format!("{p}.self_attn.k_proj"),
+            kv_dim,
+            h,
+            cfg.qkv_bias(),
+        );
+        linear(
+            &mut s,
+            &format!("{p}.self_attn.v_proj"),
+            kv_dim,
+            h,
+            cfg.qkv_bias(),
+        );
+        linear(
+            &mut s,
+            &format!("{p}.self_attn.o_proj"),
+            h,
+            q_dim,
+            cfg.o_bias(),
+        );
         norm(&mut s, format!("{p}.post_attention_layernorm.weight"), h);
         let ib = cfg.mlp_bias();
-        linear(&mut s, &format!("{p}.mlp.gate_proj"), cfg.intermediate_size, h, ib);
-        linear(&mut s, &format!("{p}.mlp.up_proj"), cfg.intermediate_size, h, ib);
-        linear(&mut s, &format!("{p}.mlp.down_proj"), h, cfg.intermediate_size, ib);
+        linear(
+            &mut s,
+            &format!("{p}.mlp.gate_proj"),
+            cfg.intermediate_size,
+            h,
+            ib,
+        );
+        linear(
+            &mut s,
+            &format!("{p}.mlp.up_proj"),
+            cfg.intermediate_size,
+            h,
+            ib,
+        );
+        linear(
+            &mut s,
+            &format!("{p}.mlp.down_proj"),
+            h,
+            cfg.intermediate_size,
+            ib,
+        );
     }
     norm(&mut s, "model.norm.weight".into(), h);
     s

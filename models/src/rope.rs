@@ -46,7 +46,8 @@ impl RotaryEmbedding {
                     } else {
                         *x
                     };
-                    let is_medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+                    // HF: ~(wavelen < high) & ~(wavelen > low); wavelen is finite.
+                    let is_medium = wavelen >= high_freq_wavelen && wavelen <= low_freq_wavelen;
                     *x = if is_medium {
                         let smooth = (old_ctx / wavelen - low) / (high - low);
                         (1.0 - smooth) * scaled / factor + smooth * scaled

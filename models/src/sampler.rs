@@ -43,7 +43,10 @@ impl SamplingParams {
     /// Checks ranges (`temperature >= 0`, `0 < top_p <= 1`, finite values).
     pub fn validate(&self) -> Result<(), String> {
         if !self.temperature.is_finite() || self.temperature < 0.0 {
-            return Err(format!("temperature must be >= 0, got {}", self.temperature));
+            return Err(format!(
+                "temperature must be >= 0, got {}",
+                self.temperature
+            ));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return Err(format!("top_p must be in (0, 1], got {}", self.top_p));
@@ -143,6 +146,11 @@ pub fn argmax(logits: &[f32]) -> usize {
 /// `log_softmax(logits)[index]` in nats, computed in f64.
 pub fn log_softmax_at(logits: &[f32], index: usize) -> f32 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let lse = logits.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln() + max;
+    let lse = logits
+        .iter()
+        .map(|&x| (x as f64 - max).exp())
+        .sum::<f64>()
+        .ln()
+        + max;
     (logits[index] as f64 - lse) as f32
 }

@@ -224,10 +224,11 @@ impl Tokenizer {
         let path = tokenizer_json.as_ref();
         let text = read_to_string(path)?;
         let inner: tokenizers::Tokenizer =
-            text.parse().map_err(|e: tokenizers::Error| TokenizerError::Load {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-            })?;
+            text.parse()
+                .map_err(|e: tokenizers::Error| TokenizerError::Load {
+                    path: path.to_path_buf(),
+                    message: e.to_string(),
+                })?;
         let config = match tokenizer_config {
             Some(p) => Some((p.to_path_buf(), read_json(p)?)),
             None => None,
@@ -483,12 +484,17 @@ mod tests {
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi there!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
         );
         assert_eq!(
-            tok.apply_chat_template(&[ChatMessage::user("Hi")], false).unwrap(),
+            tok.apply_chat_template(&[ChatMessage::user("Hi")], false)
+                .unwrap(),
             "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
         );
         // The rendered text encodes with its special tokens as single ids.
         let ids = tok
-            .encode(&tok.apply_chat_template(&[ChatMessage::user("Hi")], false).unwrap(), false)
+            .encode(
+                &tok.apply_chat_template(&[ChatMessage::user("Hi")], false)
+                    .unwrap(),
+                false,
+            )
             .unwrap();
         assert_eq!(ids.first(), Some(&260));
         assert_eq!(ids.last(), Some(&261));
@@ -574,11 +580,19 @@ mod tests {
     fn config_errors_name_file_and_key() {
         let dir = folder_with(&[], serde_json::json!({"eos_token": "<|nope|>"}));
         let err = Tokenizer::from_dir(dir.path()).unwrap_err().to_string();
-        assert!(err.contains("tokenizer_config.json") && err.contains("eos_token") && err.contains("<|nope|>"), "{err}");
+        assert!(
+            err.contains("tokenizer_config.json")
+                && err.contains("eos_token")
+                && err.contains("<|nope|>"),
+            "{err}"
+        );
 
         let dir = folder_with(&[], serde_json::json!({"pad_token": 5}));
         let err = Tokenizer::from_dir(dir.path()).unwrap_err().to_string();
-        assert!(err.contains("pad_token") && err.contains("expected a string"), "{err}");
+        assert!(
+            err.contains("pad_token") && err.contains("expected a string"),
+            "{err}"
+        );
 
         let dir = folder_with(&[], serde_json::json!({}));
         let err = Tokenizer::from_dir(dir.path())

@@ -3,11 +3,14 @@
 //! mask (non-zero = response token); see /work/shared DESIGN.md for what the crate owns.
 
 pub mod advantages;
+pub mod data;
 pub mod error;
 pub mod kl_controller;
 pub mod losses;
 pub mod mask;
 pub mod optim;
+pub mod reward;
+pub mod trainer;
 
 pub use error::{Result, RlhfError};
 pub use kl_controller::{AdaptiveKl, FixedKl, KlController};

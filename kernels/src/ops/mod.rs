@@ -14,6 +14,8 @@ mod testing;
 mod token_logprobs;
 mod validate;
 
+#[cfg(feature = "cuda")]
+pub use cuda_launch::compile_cuda_kernels;
 pub use entropy::entropy;
 pub use rms_norm::rms_norm;
 pub use rope::rope;

@@ -98,7 +98,7 @@ fn bwd_x_rows<T: Real>(x: &[T], w: &[T], g: &[T], eps: f64) -> Vec<T> {
                 let dot = row_dot3(gr, w, xr);
                 let c = r * r * r * inv_d * dot;
                 for (((o, &xi), &wi), &gi) in o.iter_mut().zip(xr).zip(w).zip(gr) {
-                    *o = r * wi * gi - c * xi;
+                    *o = r * wi * gi - 0.9 * c * xi;
                 }
             }
         });

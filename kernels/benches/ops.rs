@@ -1,0 +1,147 @@
+//! Fused ops vs their composed candle equivalents, forward and forward+backward, at realistic
+//! sizes. A plain timing loop (no criterion): one JSON line per measurement with the median,
+//! min and max of N runs, then one line per op/pass with the fused/composed ratio.
+//! Run: `cargo bench -p oxalign-kernels [-- FILTER]`; `OXALIGN_BENCH_RUNS=N` sets N (default 5).
+
+use std::time::Instant;
+
+use candle_core::{Device, Result, Tensor, Var};
+use oxalign_kernels::ops::{self, reference};
+
+struct Stats {
+    median_ms: f64,
+    min_ms: f64,
+    max_ms: f64,
+}
+
+fn time_runs(runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<Stats> {
+    f()?; // warm-up (allocator, rayon pool, page faults)
+    let mut ms: Vec<f64> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f().map(|_| t.elapsed().as_secs_f64() * 1e3)
+        })
+        .collect::<Result<_>>()?;
+    ms.sort_by(|a, b| a.total_cmp(b));
+    Ok(Stats {
+        median_ms: ms[ms.len() / 2],
+        min_ms: ms[0],
+        max_ms: ms[ms.len() - 1],
+    })
+}
+
+fn random(dims: &[usize], scale: f32, seed: u64) -> Result<Tensor> {
+    let mut s = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let n: usize = dims.iter().product();
+    let data: Vec<f32> = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect();
+    Tensor::from_vec(data, dims, &Device::Cpu)
+}
+
+type Op = Box<dyn Fn(&Tensor) -> Result<Tensor>>;
+
+/// Times fused and composed `op(x)` forward, and forward + `sum().backward()`.
+fn bench(name: &str, shape: &[usize], x: &Tensor, fused: Op, composed: Op, runs: usize) -> Result<()> {
+    let var = Var::from_tensor(x)?;
+    for pass in ["fwd", "fwd+bwd"] {
+        let mut medians = Vec::new();
+        for (variant, f) in [("fused", &fused), ("composed", &composed)] {
+            let stats = time_runs(runs, || {
+                if pass == "fwd" {
+                    let y = f(x)?;
+                    std::hint::black_box(&y);
+                } else {
+                    let grads = f(var.as_tensor())?.sum_all()?.backward()?;
+                    std::hint::black_box(grads.get(var.as_tensor()));
+                }
+                Ok(())
+            })?;
+            println!(
+                "{{\"op\":\"{name}\",\"variant\":\"{variant}\",\"pass\":\"{pass}\",\"shape\":{shape:?},\"runs\":{runs},\"median_ms\":{:.3},\"min_ms\":{:.3},\"max_ms\":{:.3}}}",
+                stats.median_ms, stats.min_ms, stats.max_ms
+            );
+            medians.push(stats.median_ms);
+        }
+        println!(
+            "{{\"op\":\"{name}\",\"pass\":\"{pass}\",\"shape\":{shape:?},\"ratio_fused_over_composed\":{:.3}}}",
+            medians[0] / medians[1]
+        );
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let runs: usize = std::env::var("OXALIGN_BENCH_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5)
+        .max(1);
+    // `cargo bench` passes `--bench`; any other argument filters ops by name.
+    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
+    let wanted = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
+    eprintln!("rayon threads: {}, runs per measurement: {runs}", rayon::current_num_threads());
+
+    if wanted("token_logprobs") {
+        let shape = [8, 256, 32000];
+        let logits = random(&shape, 4.0, 1)?;
+        let ids: Vec<u32> = (0..8 * 256).map(|i| (i * 7919 % 32000) as u32).collect();
+        let targets = Tensor::from_vec(ids, (8, 256), &Device::Cpu)?;
+        let (t1, t2) = (targets.clone(), targets);
+        bench(
+            "token_logprobs",
+            &shape,
+            &logits,
+            Box::new(move |x| ops::token_logprobs(x, &t1)),
+            Box::new(move |x| reference::token_logprobs(x, &t2)),
+            runs,
+        )?;
+    }
+    if wanted("entropy") {
+        let shape = [8, 256, 32000];
+        let logits = random(&shape, 4.0, 2)?;
+        bench(
+            "entropy",
+            &shape,
+            &logits,
+            Box::new(ops::entropy),
+            Box::new(reference::entropy),
+            runs,
+        )?;
+    }
+    if wanted("rms_norm") {
+        let shape = [8, 256, 512];
+        let x = random(&shape, 2.0, 3)?;
+        let w = random(&[512], 1.0, 4)?;
+        let (w1, w2) = (w.clone(), w);
+        bench(
+            "rms_norm",
+            &shape,
+            &x,
+            Box::new(move |x| ops::rms_norm(x, &w1, 1e-6)),
+            Box::new(move |x| reference::rms_norm(x, &w2, 1e-6)),
+            runs,
+        )?;
+    }
+    if wanted("rope") {
+        let shape = [8, 8, 256, 64];
+        let x = random(&shape, 1.0, 5)?;
+        let theta = random(&[8, 256, 32], 3.0, 6)?;
+        let (cos, sin) = (theta.cos()?, theta.sin()?);
+        let (c1, s1, c2, s2) = (cos.clone(), sin.clone(), cos, sin);
+        bench(
+            "rope",
+            &shape,
+            &x,
+            Box::new(move |x| ops::rope(x, &c1, &s1)),
+            Box::new(move |x| reference::rope(x, &c2, &s2)),
+            runs,
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,651 @@
+//! Collectives for data-parallel replicas: the [`Collective`] trait and [`ThreadCollective`],
+//! its implementation for N replicas on N threads of one process (CPU data parallelism).
+//! NCCL for GPUs and cross-process transports are other implementations, not in this file.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use candle_core::{DType, Tensor};
+use rayon::prelude::*;
+
+/// Errors from a collective operation. After any of them the group is unusable: every rank
+/// gets an error from every later call (a partial reduction is never returned).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CollectiveError {
+    /// The group was aborted: a rank left (dropped its handle, e.g. its thread panicked),
+    /// called [`ThreadCollective::abort`], timed out, or the ranks disagreed on the call.
+    #[error("collective group aborted: {reason}")]
+    Aborted {
+        /// Why, naming the rank that caused it.
+        reason: String,
+    },
+    /// This rank waited longer than the group's timeout for the others.
+    #[error("rank {rank}: {op} timed out after {waited:?} waiting for rank(s) {missing:?}")]
+    Timeout {
+        /// The rank that gave up.
+        rank: usize,
+        /// The operation it was in (`all_reduce_mean`, `barrier`, ...).
+        op: &'static str,
+        /// How long it waited.
+        waited: Duration,
+        /// The ranks that had not arrived.
+        missing: Vec<usize>,
+    },
+    /// The ranks called different operations, or with buffers of different sizes.
+    #[error("rank {rank}: {detail}")]
+    Mismatch {
+        /// The rank that noticed.
+        rank: usize,
+        /// What differed.
+        detail: String,
+    },
+    /// A tensor could not be read or rebuilt.
+    #[error("rank {rank}: tensor error in {op}: {message}")]
+    Tensor {
+        /// The rank.
+        rank: usize,
+        /// The operation.
+        op: &'static str,
+        /// candle's message.
+        message: String,
+    },
+}
+
+/// Group operations among the data-parallel replicas of one role.
+///
+/// Every rank must make the same sequence of calls with buffers of the same sizes; results
+/// are identical on every rank and reproducible run to run (sums are taken in rank order).
+pub trait Collective: Send + Sync {
+    /// This replica's rank, `0..world_size()`.
+    fn rank(&self) -> usize;
+
+    /// Number of replicas in the group.
+    fn world_size(&self) -> usize;
+
+    /// Replaces each buffer with the elementwise mean of that buffer over all ranks.
+    /// Buffer `i` must have the same length on every rank.
+    fn all_reduce_mean_f32(&self, buffers: &mut [&mut [f32]]) -> Result<(), CollectiveError>;
+
+    /// Replaces each buffer with rank `root`'s copy of it.
+    fn broadcast_f32(&self, buffers: &mut [&mut [f32]], root: usize)
+        -> Result<(), CollectiveError>;
+
+    /// Returns once every rank has called `barrier`.
+    fn barrier(&self) -> Result<(), CollectiveError>;
+
+    /// Elementwise mean over ranks of each tensor (e.g. gradients): same shapes, dtypes and
+    /// devices in and out. Float tensors only; the reduction runs in f32 on the host.
+    fn all_reduce_mean(&self, tensors: &[Tensor]) -> Result<Vec<Tensor>, CollectiveError> {
+        let mut host = tensors_to_host(self.rank(), "all_reduce_mean", tensors)?;
+        {
+            let mut views: Vec<&mut [f32]> = host.iter_mut().map(|v| v.as_mut_slice()).collect();
+            self.all_reduce_mean_f32(&mut views)?;
+        }
+        host_to_tensors(self.rank(), "all_reduce_mean", host, tensors)
+    }
+
+    /// Rank `root`'s values of each tensor (e.g. initial weights), on every rank.
+    fn broadcast(&self, tensors: &[Tensor], root: usize) -> Result<Vec<Tensor>, CollectiveError> {
+        let mut host = tensors_to_host(self.rank(), "broadcast", tensors)?;
+        {
+            let mut views: Vec<&mut [f32]> = host.iter_mut().map(|v| v.as_mut_slice()).collect();
+            self.broadcast_f32(&mut views, root)?;
+        }
+        host_to_tensors(self.rank(), "broadcast", host, tensors)
+    }
+}
+
+fn tensor_error(rank: usize, op: &'static str, e: candle_core::Error) -> CollectiveError {
+    CollectiveError::Tensor {
+        rank,
+        op,
+        message: e.to_string(),
+    }
+}
+
+fn tensors_to_host(
+    rank: usize,
+    op: &'static str,
+    tensors: &[Tensor],
+) -> Result<Vec<Vec<f32>>, CollectiveError> {
+    tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            if !t.dtype().is_float() {
+                return Err(CollectiveError::Tensor {
+                    rank,
+                    op,
+                    message: format!("tensor {i} has dtype {:?}; only float tensors reduce", t.dtype()),
+                });
+            }
+            t.flatten_all()
+                .and_then(|t| t.to_dtype(DType::F32))
+                .and_then(|t| t.to_vec1::<f32>())
+                .map_err(|e| tensor_error(rank, op, e))
+        })
+        .collect()
+}
+
+fn host_to_tensors(
+    rank: usize,
+    op: &'static str,
+    host: Vec<Vec<f32>>,
+    like: &[Tensor],
+) -> Result<Vec<Tensor>, CollectiveError> {
+    host.into_iter()
+        .zip(like)
+        .map(|(data, t)| {
+            Tensor::from_vec(data, t.dims(), t.device())
+                .and_then(|r| r.to_dtype(t.dtype()))
+                .map_err(|e| tensor_error(rank, op, e))
+        })
+        .collect()
+}
+
+/// Default time a rank waits for the others before failing the group.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// What a rank contributed to the operation in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpKind {
+    AllReduceMean,
+    Broadcast { root: usize },
+    Barrier,
+}
+
+impl OpKind {
+    fn name(self) -> &'static str {
+        match self {
+            OpKind::AllReduceMean => "all_reduce_mean",
+            OpKind::Broadcast { .. } => "broadcast",
+            OpKind::Barrier => "barrier",
+        }
+    }
+}
+
+struct Contribution {
+    kind: OpKind,
+    buffers: Vec<Vec<f32>>,
+}
+
+/// Shared state of one thread group, guarded by the mutex.
+struct State {
+    /// Number of completed operations; a waiting rank watches it change.
+    generation: u64,
+    /// Contributions to the operation in progress, by rank.
+    slots: Vec<Option<Contribution>>,
+    /// The last completed operation's result (kept until the next one completes).
+    result: Arc<Vec<Vec<f32>>>,
+    /// Set once the group fails; every later call returns it.
+    aborted: Option<String>,
+}
+
+struct Shared {
+    world: usize,
+    timeout: Duration,
+    state: Mutex<State>,
+    cond: Condvar,
+}
+
+/// One replica's handle on an in-process group of `world_size` threads.
+///
+/// Create the group with [`ThreadCollective::group`] and move one handle into each replica
+/// thread. Dropping a handle (normally or while a thread panics) aborts the group, so ranks
+/// still waiting get [`CollectiveError::Aborted`] instead of hanging; a rank that waits
+/// longer than the timeout fails the group with [`CollectiveError::Timeout`].
+pub struct ThreadCollective {
+    rank: usize,
+    shared: Arc<Shared>,
+}
+
+impl ThreadCollective {
+    /// `n` handles (ranks `0..n`) sharing one group, with [`DEFAULT_TIMEOUT`].
+    pub fn group(n: usize) -> Vec<ThreadCollective> {
+        Self::group_with_timeout(n, DEFAULT_TIMEOUT)
+    }
+
+    /// `n` handles sharing one group; a rank gives up after waiting `timeout` for the others.
+    pub fn group_with_timeout(n: usize, timeout: Duration) -> Vec<ThreadCollective> {
+        let shared = Arc::new(Shared {
+            world: n,
+            timeout,
+            state: Mutex::new(State {
+                generation: 0,
+                slots: (0..n).map(|_| None).collect(),
+                result: Arc::new(Vec::new()),
+                aborted: None,
+            }),
+            cond: Condvar::new(),
+        });
+        (0..n)
+            .map(|rank| ThreadCollective {
+                rank,
+                shared: shared.clone(),
+            })
+            .collect()
+    }
+
+    /// Fails the group on purpose (e.g. this replica hit an error): every rank's pending and
+    /// future calls return [`CollectiveError::Aborted`] with `reason`.
+    pub fn abort(&self, reason: &str) {
+        let mut st = self.lock();
+        if st.aborted.is_none() {
+            st.aborted = Some(format!("rank {} aborted: {reason}", self.rank));
+        }
+        drop(st);
+        self.shared.cond.notify_all();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave the state half-written in a way that
+        // matters: every path that could fail sets `aborted` first. Recover the guard.
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn aborted(reason: &str) -> CollectiveError {
+        CollectiveError::Aborted {
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Deposits this rank's contribution, waits for all ranks, returns the combined result.
+    fn exchange(
+        &self,
+        kind: OpKind,
+        buffers: Vec<Vec<f32>>,
+    ) -> Result<Arc<Vec<Vec<f32>>>, CollectiveError> {
+        let world = self.shared.world;
+        let mut st = self.lock();
+        if let Some(reason) = &st.aborted {
+            return Err(Self::aborted(reason));
+        }
+        if st.slots[self.rank].is_some() {
+            // Only possible if the same handle is used from two threads at once.
+            let detail = format!(
+                "rank {} entered {} twice concurrently (a handle must be used by one thread)",
+                self.rank,
+                kind.name()
+            );
+            st.aborted = Some(detail.clone());
+            self.shared.cond.notify_all();
+            return Err(CollectiveError::Mismatch {
+                rank: self.rank,
+                detail,
+            });
+        }
+        // Every deposited contribution must agree with the ones already there.
+        if let Some(other) = st.slots.iter().flatten().next() {
+            if let Some(detail) = mismatch(other, kind, &buffers) {
+                let detail = format!("rank {}: {detail}", self.rank);
+                st.aborted = Some(detail.clone());
+                self.shared.cond.notify_all();
+                return Err(CollectiveError::Mismatch {
+                    rank: self.rank,
+                    detail,
+                });
+            }
+        }
+        let my_generation = st.generation;
+        st.slots[self.rank] = Some(Contribution { kind, buffers });
+        if st.slots.iter().all(Option::is_some) {
+            let contributions: Vec<Contribution> =
+                st.slots.iter_mut().map(|s| s.take().expect("all present")).collect();
+            let result = Arc::new(combine(kind, contributions, world));
+            st.result = result.clone();
+            st.generation += 1;
+            drop(st);
+            self.shared.cond.notify_all();
+            return Ok(result);
+        }
+        let start = Instant::now();
+        loop {
+            if st.generation != my_generation {
+                return Ok(st.result.clone());
+            }
+            if let Some(reason) = &st.aborted {
+                return Err(Self::aborted(reason));
+            }
+            let waited = start.elapsed();
+            if waited >= self.shared.timeout {
+                let missing: Vec<usize> = st
+                    .slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.is_none())
+                    .map(|(r, _)| r)
+                    .collect();
+                let err = CollectiveError::Timeout {
+                    rank: self.rank,
+                    op: kind.name(),
+                    waited,
+                    missing,
+                };
+                st.aborted = Some(err.to_string());
+                drop(st);
+                self.shared.cond.notify_all();
+                return Err(err);
+            }
+            let (guard, _) = self
+                .shared
+                .cond
+                .wait_timeout(st, self.shared.timeout - waited)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            st = guard;
+        }
+    }
+}
+
+/// Describes how `kind`/`buffers` differ from another rank's contribution, if they do.
+fn mismatch(other: &Contribution, kind: OpKind, buffers: &[Vec<f32>]) -> Option<String> {
+    if other.kind != kind {
+        return Some(format!(
+            "called {:?} while another rank called {:?}",
+            kind, other.kind
+        ));
+    }
+    let mine: Vec<usize> = buffers.iter().map(Vec::len).collect();
+    let theirs: Vec<usize> = other.buffers.iter().map(Vec::len).collect();
+    (mine != theirs).then(|| {
+        format!(
+            "{} buffer lengths {mine:?} differ from another rank's {theirs:?}",
+            kind.name()
+        )
+    })
+}
+
+/// The combined result: rank-order sums divided by `world` (mean), root's copy (broadcast).
+fn combine(kind: OpKind, mut contributions: Vec<Contribution>, world: usize) -> Vec<Vec<f32>> {
+    match kind {
+        OpKind::Barrier => Vec::new(),
+        OpKind::Broadcast { root } => std::mem::take(&mut contributions[root].buffers),
+        OpKind::AllReduceMean => {
+            let n_buffers = contributions[0].buffers.len();
+            let n = world as f32;
+            (0..n_buffers)
+                .map(|b| {
+                    let mut acc = std::mem::take(&mut contributions[0].buffers[b]);
+                    const CHUNK: usize = 1 << 14;
+                    acc.par_chunks_mut(CHUNK).enumerate().for_each(|(c, acc)| {
+                        let start = c * CHUNK;
+                        // Rank order per element: deterministic whatever the thread count.
+                        for other in &contributions[1..] {
+                            let src = &other.buffers[b][start..start + acc.len()];
+                            for (a, &v) in acc.iter_mut().zip(src) {
+                                *a += v;
+                            }
+                        }
+                        for a in acc.iter_mut() {
+                            *a /= n;
+                        }
+                    });
+                    acc
+                })
+                .collect()
+        }
+    }
+}
+
+impl Collective for ThreadCollective {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.shared.world
+    }
+
+    fn all_reduce_mean_f32(&self, buffers: &mut [&mut [f32]]) -> Result<(), CollectiveError> {
+        let owned = buffers.iter().map(|b| b.to_vec()).collect();
+        let result = self.exchange(OpKind::AllReduceMean, owned)?;
+        for (dst, src) in buffers.iter_mut().zip(result.iter()) {
+            dst.copy_from_slice(src);
+        }
+        Ok(())
+    }
+
+    fn broadcast_f32(
+        &self,
+        buffers: &mut [&mut [f32]],
+        root: usize,
+    ) -> Result<(), CollectiveError> {
+        if root >= self.shared.world {
+            return Err(CollectiveError::Mismatch {
+                rank: self.rank,
+                detail: format!(
+                    "broadcast root {root} is not a rank of a group of {}",
+                    self.shared.world
+                ),
+            });
+        }
+        let owned = buffers.iter().map(|b| b.to_vec()).collect();
+        let result = self.exchange(OpKind::Broadcast { root }, owned)?;
+        for (dst, src) in buffers.iter_mut().zip(result.iter()) {
+            dst.copy_from_slice(src);
+        }
+        Ok(())
+    }
+
+    fn barrier(&self) -> Result<(), CollectiveError> {
+        self.exchange(OpKind::Barrier, Vec::new()).map(|_| ())
+    }
+}
+
+impl Drop for ThreadCollective {
+    fn drop(&mut self) {
+        let mut st = self.lock();
+        if st.aborted.is_none() && self.shared.world > 1 {
+            let why = if std::thread::panicking() {
+                "panicked"
+            } else {
+                "dropped its handle"
+            };
+            st.aborted = Some(format!("rank {} left the group ({why})", self.rank));
+        }
+        drop(st);
+        self.shared.cond.notify_all();
+    }
+}
+
+impl std::fmt::Debug for ThreadCollective {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadCollective")
+            .field("rank", &self.rank)
+            .field("world_size", &self.shared.world)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+    use std::thread;
+
+    /// Runs `f(handle)` on one thread per rank and returns the results in rank order.
+    fn run_group<R: Send + 'static>(
+        group: Vec<ThreadCollective>,
+        f: impl Fn(ThreadCollective) -> R + Send + Sync + 'static,
+    ) -> Vec<R> {
+        let f = Arc::new(f);
+        let handles: Vec<_> = group
+            .into_iter()
+            .map(|c| {
+                let f = f.clone();
+                thread::spawn(move || f(c))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("rank thread")).collect()
+    }
+
+    #[test]
+    fn all_reduce_mean_for_1_2_3_ranks() {
+        for n in 1..=3 {
+            let results = run_group(ThreadCollective::group(n), move |c| {
+                let r = c.rank() as f32;
+                let mut a = vec![r, 10.0 * r, 1.0];
+                let mut b = vec![r * r; 5];
+                c.all_reduce_mean_f32(&mut [&mut a, &mut b]).unwrap();
+                // Reuse the group several times.
+                let mut again = vec![r + 1.0];
+                c.all_reduce_mean_f32(&mut [&mut again]).unwrap();
+                c.barrier().unwrap();
+                (a, b, again)
+            });
+            let ranks: Vec<f32> = (0..n).map(|r| r as f32).collect();
+            let mean = ranks.iter().sum::<f32>() / n as f32;
+            let mean_sq = ranks.iter().map(|r| r * r).sum::<f32>() / n as f32;
+            for (a, b, again) in results {
+                assert_eq!(a, vec![mean, 10.0 * mean, 1.0], "n={n}");
+                assert_eq!(b, vec![mean_sq; 5], "n={n}");
+                assert_eq!(again, vec![mean + 1.0], "n={n}");
+            }
+        }
+    }
+
+    #[test]
+    fn tensor_all_reduce_keeps_shapes_and_dtypes() {
+        let results = run_group(ThreadCollective::group(3), |c| {
+            let r = c.rank() as f64;
+            let t32 = Tensor::new(&[[r, 2.0 * r], [3.0, r]], &Device::Cpu)
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap();
+            let t64 = Tensor::new(&[r + 0.5], &Device::Cpu).unwrap();
+            let out = c.all_reduce_mean(&[t32, t64]).unwrap();
+            (
+                out[0].dtype(),
+                out[0].to_vec2::<f32>().unwrap(),
+                out[1].dtype(),
+                out[1].to_vec1::<f64>().unwrap(),
+            )
+        });
+        for (dt0, v0, dt1, v1) in results {
+            assert_eq!(dt0, DType::F32);
+            assert_eq!(v0, vec![vec![1.0, 2.0], vec![3.0, 1.0]]);
+            assert_eq!(dt1, DType::F64);
+            assert_eq!(v1, vec![1.5]);
+        }
+    }
+
+    #[test]
+    fn sums_are_reproducible_in_rank_order() {
+        // Values whose float sum depends on the order: rank order gives one fixed answer.
+        let vals = [1.0e8f32, 1.0, -1.0e8, 1.0];
+        let expected = (((vals[0] + vals[1]) + vals[2]) + vals[3]) / 4.0;
+        for _ in 0..5 {
+            let results = run_group(ThreadCollective::group(4), move |c| {
+                let mut buf = vec![vals[c.rank()]; 3];
+                c.all_reduce_mean_f32(&mut [&mut buf]).unwrap();
+                buf
+            });
+            for buf in results {
+                assert_eq!(buf, vec![expected; 3]);
+            }
+        }
+    }
+
+    #[test]
+    fn broadcast_copies_roots_values() {
+        let results = run_group(ThreadCollective::group(3), |c| {
+            let mut buf = vec![c.rank() as f32; 4];
+            c.broadcast_f32(&mut [&mut buf], 2).unwrap();
+            let t = Tensor::new(&[c.rank() as f32], &Device::Cpu).unwrap();
+            let t = c.broadcast(&[t], 1).unwrap();
+            (buf, t[0].to_vec1::<f32>().unwrap())
+        });
+        for (buf, t) in results {
+            assert_eq!(buf, vec![2.0; 4]);
+            assert_eq!(t, vec![1.0]);
+        }
+    }
+
+    #[test]
+    fn a_rank_that_leaves_fails_the_others_promptly() {
+        let start = Instant::now();
+        let results = run_group(ThreadCollective::group(3), |c| {
+            if c.rank() == 1 {
+                // Simulates a replica dying mid-step: its handle is dropped, never reduced.
+                drop(c);
+                return None;
+            }
+            let mut buf = vec![1.0f32];
+            Some(c.all_reduce_mean_f32(&mut [&mut buf]))
+        });
+        assert!(start.elapsed() < Duration::from_secs(30));
+        for r in results.into_iter().flatten() {
+            let err = r.unwrap_err();
+            assert!(matches!(err, CollectiveError::Aborted { .. }), "{err}");
+            assert!(err.to_string().contains("rank 1 left the group"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_panicking_rank_fails_the_others() {
+        let group = ThreadCollective::group(2);
+        let mut it = group.into_iter();
+        let (c0, c1) = (it.next().unwrap(), it.next().unwrap());
+        let t1 = thread::spawn(move || {
+            let _c = c1;
+            panic!("replica 1 failed on purpose");
+        });
+        let err = c0.barrier().unwrap_err();
+        assert!(err.to_string().contains("rank 1 left the group (panicked)"), "{err}");
+        assert!(t1.join().is_err());
+    }
+
+    #[test]
+    fn a_missing_rank_times_out() {
+        let group = ThreadCollective::group_with_timeout(2, Duration::from_millis(200));
+        let mut it = group.into_iter();
+        let c0 = it.next().unwrap();
+        let _c1_never_calls = it.next().unwrap();
+        let err = c0.barrier().unwrap_err();
+        match &err {
+            CollectiveError::Timeout { rank, missing, op, .. } => {
+                assert_eq!((*rank, missing.as_slice(), *op), (0, &[1][..], "barrier"));
+            }
+            other => panic!("expected timeout, got {other}"),
+        }
+        // The group stays failed.
+        assert!(matches!(c0.barrier(), Err(CollectiveError::Aborted { .. })));
+    }
+
+    #[test]
+    fn mismatched_calls_are_errors_on_every_rank() {
+        let results = run_group(ThreadCollective::group(2), |c| {
+            let mut buf = vec![0.0f32; 2 + c.rank()];
+            c.all_reduce_mean_f32(&mut [&mut buf])
+        });
+        for r in results {
+            let err = r.unwrap_err().to_string();
+            assert!(err.contains("buffer lengths") || err.contains("aborted"), "{err}");
+        }
+        let results = run_group(ThreadCollective::group(2), |c| {
+            if c.rank() == 0 {
+                c.barrier()
+            } else {
+                c.all_reduce_mean_f32(&mut [&mut [1.0f32][..]])
+            }
+        });
+        assert!(results.iter().all(|r| r.is_err()));
+    }
+
+    #[test]
+    fn explicit_abort_reaches_waiting_ranks() {
+        let results = run_group(ThreadCollective::group(2), |c| {
+            if c.rank() == 0 {
+                thread::sleep(Duration::from_millis(50));
+                c.abort("loss was NaN");
+                Ok(())
+            } else {
+                c.barrier()
+            }
+        });
+        let err = results[1].as_ref().unwrap_err().to_string();
+        assert!(err.contains("rank 0 aborted: loss was NaN"), "{err}");
+    }
+}

@@ -1,0 +1,38 @@
+//! Prompt datasets for RL and SFT: a generated arithmetic task and JSONL prompt files.
+//!
+//! A dataset is addressed by position: item `i` of the training stream is a pure function
+//! of the seed and `i`, so the data position saved in a checkpoint is one integer and a
+//! resumed run neither replays nor skips data. Tokenization happens elsewhere.
+
+mod arithmetic;
+mod prompt_file;
+
+pub use arithmetic::ArithmeticTask;
+pub use prompt_file::PromptFile;
+
+/// One prompt and, where the task has one, its reference answer.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PromptItem {
+    /// The text the policy continues.
+    pub prompt: String,
+    /// The reference answer (for rule-based rewards, SFT targets and accuracy).
+    #[serde(default)]
+    pub answer: Option<String>,
+}
+
+/// A source of prompts addressed by position.
+pub trait PromptSource: Send + Sync {
+    /// Training item number `index` (any `u64`; sources cycle through epochs).
+    fn train_item(&self, index: u64) -> PromptItem;
+    /// The held-out evaluation set, fixed for the run.
+    fn eval_items(&self) -> &[PromptItem];
+}
+
+/// SplitMix64: a tiny, well-mixed hash used to derive per-position randomness from a seed.
+pub(crate) fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

@@ -1,0 +1,63 @@
+//! The critic's trainer: per-token values for rollouts and clipped value-loss updates on a
+//! `ValueModel`. It does not compute returns; `experience.rs` does.
+
+use super::grads::{apply_gradients, StepStats};
+use super::TokenBatch;
+use crate::losses::{value_loss, LossAgg};
+use crate::optim::{AdamW, AdamWConfig};
+use crate::Result;
+use candle_core::{Tensor, Var};
+use oxalign_kernels::collective::Collective;
+use oxalign_models::ValueModel;
+
+/// A value model and its optimizer.
+pub struct CriticTrainer {
+    /// The critic.
+    pub model: ValueModel,
+    /// Its optimizer.
+    pub opt: AdamW,
+    vars: Vec<Var>,
+}
+
+impl CriticTrainer {
+    /// Wraps `model` with AdamW (default parameter groups).
+    pub fn new(model: ValueModel, lr: f64, weight_decay: f64) -> Result<Self> {
+        let named = model.vars();
+        let vars = named.iter().map(|(_, v)| v.clone()).collect();
+        let opt = AdamW::new(named, AdamWConfig { lr, weight_decay, ..AdamWConfig::default() })?;
+        Ok(Self { model, opt, vars })
+    }
+
+    /// V(s_t) `[B, T-1]` aligned with next-token log-probs (position t is the state before
+    /// target t+1), detached.
+    pub fn values(&self, batch: &TokenBatch) -> Result<Tensor> {
+        Ok(self.forward(batch)?.detach())
+    }
+
+    fn forward(&self, batch: &TokenBatch) -> Result<Tensor> {
+        let t = batch.ids.dim(1)?;
+        Ok(self.model.forward(&batch.ids, Some(&batch.attention_mask))?.narrow(1, 0, t - 1)?)
+    }
+
+    /// One clipped value-loss update. `old_values`, `returns`: `[B, T-1]`. Returns
+    /// (loss, step stats).
+    #[allow(clippy::too_many_arguments)]
+    pub fn step(
+        &mut self,
+        batch: &TokenBatch,
+        old_values: &Tensor,
+        returns: &Tensor,
+        clip: Option<f64>,
+        agg: LossAgg,
+        lr: f64,
+        max_grad_norm: f64,
+        weight: f64,
+        collective: Option<&dyn Collective>,
+    ) -> Result<(f64, StepStats)> {
+        self.opt.set_lr(lr);
+        let v = self.forward(batch)?;
+        let (loss, stats) = value_loss(&v, old_values, returns, &batch.response_mask, clip, agg)?;
+        let step = apply_gradients(&loss.affine(weight, 0.0)?, &self.vars, &mut self.opt, max_grad_norm, collective)?;
+        Ok((stats.loss, step))
+    }
+}

@@ -1,0 +1,22 @@
+//! Training steps on real models: token batches, SFT, PPO policy and critic updates, and
+//! turning scored rollouts into experience (rewards, advantages, returns).
+//!
+//! These are synchronous functions on one replica; actors decide where and when they run,
+//! and data parallelism enters only through an optional `Collective` for gradients.
+
+mod critic;
+mod experience;
+mod grads;
+mod policy;
+mod token_batch;
+
+pub use critic::CriticTrainer;
+pub use experience::{build_experience, AdvantageKind, Experience, ExperienceConfig, ExperienceStats};
+pub use grads::{apply_gradients, StepStats};
+pub use policy::{PolicyLossConfig, PolicyStats, PolicyTrainer};
+pub use token_batch::TokenBatch;
+
+/// Reads a scalar tensor as f64 (for stats).
+pub(crate) fn scalar(t: &candle_core::Tensor) -> crate::Result<f64> {
+    Ok(t.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?)
+}

@@ -1,0 +1,157 @@
+//! The policy's trainer: log-probs for rollouts, SFT steps and PPO minibatch updates on a
+//! `CausalLm`, with AdamW and optional data-parallel gradient averaging.
+//!
+//! It computes; it does not schedule. Which minibatch, which learning rate and which replica
+//! are the caller's decisions.
+
+use super::grads::{apply_gradients, StepStats};
+use super::{scalar, TokenBatch};
+use crate::losses::{
+    entropy_bonus, kl_loss, ppo_policy_loss, sft_loss, truncated_is_weights, KlEstimator, LossAgg,
+    PpoConfig,
+};
+use crate::optim::{AdamW, AdamWConfig};
+use crate::Result;
+use candle_core::{Tensor, Var};
+use oxalign_kernels::collective::Collective;
+use oxalign_kernels::ops::{entropy, token_logprobs};
+use oxalign_models::CausalLm;
+
+/// Loss settings of a PPO policy update.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicyLossConfig {
+    /// Clipping and aggregation.
+    pub ppo: PpoConfig,
+    /// KL-as-loss coefficient β (0 when the KL is in the reward).
+    pub kl_loss_coef: f64,
+    /// KL estimator for the loss term.
+    pub kl_estimator: KlEstimator,
+    /// Entropy bonus coefficient.
+    pub entropy_coef: f64,
+    /// Truncated importance-sampling cap for rollout/trainer mismatch.
+    pub tis_cap: Option<f64>,
+    /// Global gradient-norm clip.
+    pub max_grad_norm: f64,
+}
+
+/// Diagnostics of one policy minibatch update (local to this replica).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct PolicyStats {
+    /// PPO surrogate loss.
+    pub policy_loss: f64,
+    /// Fraction of clipped tokens.
+    pub clip_frac: f64,
+    /// k1 estimate of KL(π_old ‖ π).
+    pub approx_kl: f64,
+    /// Mean token entropy (nats).
+    pub entropy: f64,
+    /// Gradient norm and skip flag.
+    pub step: StepStats,
+}
+
+/// A policy model and its optimizer.
+pub struct PolicyTrainer {
+    /// The model being trained (weights shared with anything that cloned its tensors).
+    pub model: CausalLm,
+    /// Its optimizer.
+    pub opt: AdamW,
+    vars: Vec<Var>,
+}
+
+impl PolicyTrainer {
+    /// Wraps `model` with AdamW (default parameter groups: no decay on norms, biases, embeddings).
+    pub fn new(model: CausalLm, lr: f64, weight_decay: f64) -> Result<Self> {
+        let named = model.vars();
+        let vars = named.iter().map(|(_, v)| v.clone()).collect();
+        let opt = AdamW::new(named, AdamWConfig { lr, weight_decay, ..AdamWConfig::default() })?;
+        Ok(Self { model, opt, vars })
+    }
+
+    /// Next-token log-probs `[B, T-1]` (nats) of `batch` under the current weights, detached.
+    pub fn logprobs(&self, batch: &TokenBatch) -> Result<Tensor> {
+        Ok(self.model.next_token_logprobs(&batch.ids, Some(&batch.attention_mask))?.detach())
+    }
+
+    fn logits_and_logprobs(&self, batch: &TokenBatch) -> Result<(Tensor, Tensor)> {
+        let t = batch.ids.dim(1)?;
+        let logits = self.model.forward(&batch.ids, Some(&batch.attention_mask))?.narrow(1, 0, t - 1)?;
+        let targets = batch.ids.narrow(1, 1, t - 1)?.contiguous()?;
+        let lp = token_logprobs(&logits, &targets)?;
+        Ok((logits, lp))
+    }
+
+    /// One supervised step on the response tokens of `batch` (prompt masked out).
+    ///
+    /// `weight` scales this replica's loss (1 without data parallelism). Returns the mean
+    /// NLL per trained token and the step stats.
+    pub fn sft_step(
+        &mut self,
+        batch: &TokenBatch,
+        lr: f64,
+        max_grad_norm: f64,
+        weight: f64,
+        collective: Option<&dyn Collective>,
+    ) -> Result<(f64, StepStats)> {
+        self.opt.set_lr(lr);
+        let (_, lp) = self.logits_and_logprobs(batch)?;
+        let (loss, stats) = sft_loss(&lp, &batch.response_mask)?;
+        let step = apply_gradients(&loss.affine(weight, 0.0)?, &self.vars, &mut self.opt, max_grad_norm, collective)?;
+        Ok((stats.nll, step))
+    }
+
+    /// One PPO update on a minibatch.
+    ///
+    /// * `old_logprobs`, `advantages`: `[B, T-1]` f32 aligned with `batch.response_mask`.
+    /// * `ref_logprobs`: needed when `cfg.kl_loss_coef > 0`.
+    /// * `rollout_logprobs`: the engine's log-probs, needed when `cfg.tis_cap` is set.
+    /// * `weight`: this replica's share of the global loss (see [`apply_gradients`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn ppo_step(
+        &mut self,
+        batch: &TokenBatch,
+        old_logprobs: &Tensor,
+        advantages: &Tensor,
+        ref_logprobs: Option<&Tensor>,
+        rollout_logprobs: Option<&Tensor>,
+        cfg: &PolicyLossConfig,
+        lr: f64,
+        weight: f64,
+        collective: Option<&dyn Collective>,
+    ) -> Result<PolicyStats> {
+        self.opt.set_lr(lr);
+        let mask = &batch.response_mask;
+        let (logits, lp) = self.logits_and_logprobs(batch)?;
+        let is_weights = match (cfg.tis_cap, rollout_logprobs) {
+            (Some(cap), Some(r)) => Some(truncated_is_weights(old_logprobs, r, mask, cap)?.0),
+            _ => None,
+        };
+        let (mut loss, ppo) = ppo_policy_loss(&lp, old_logprobs, advantages, mask, &cfg.ppo, is_weights.as_ref())?;
+        if cfg.kl_loss_coef > 0.0 {
+            if let Some(r) = ref_logprobs {
+                let (kl, _) = kl_loss(&lp, r, mask, cfg.kl_estimator, cfg.kl_loss_coef, cfg.ppo.agg)?;
+                loss = (loss + kl)?;
+            }
+        }
+        let ent_input = if cfg.entropy_coef > 0.0 { logits } else { logits.detach() };
+        let ent = entropy(&ent_input)?;
+        let (bonus, ent_stats) = entropy_bonus(&ent, mask, cfg.entropy_coef, LossAgg::TokenMean)?;
+        if cfg.entropy_coef > 0.0 {
+            loss = (loss + bonus)?;
+        }
+        let step = apply_gradients(&loss.affine(weight, 0.0)?, &self.vars, &mut self.opt, cfg.max_grad_norm, collective)?;
+        Ok(PolicyStats {
+            policy_loss: ppo.loss,
+            clip_frac: ppo.clip_frac,
+            approx_kl: ppo.approx_kl,
+            entropy: ent_stats.entropy,
+            step,
+        })
+    }
+
+    /// Mean NLL per response token of `batch` (no update), e.g. for SFT evaluation.
+    pub fn nll(&self, batch: &TokenBatch) -> Result<f64> {
+        let lp = self.logprobs(batch)?;
+        let (loss, _) = sft_loss(&lp, &batch.response_mask)?;
+        scalar(&loss)
+    }
+}

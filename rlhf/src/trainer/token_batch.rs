@@ -1,0 +1,88 @@
+//! Prompt + response token sequences packed into right-padded tensors for the trainer.
+//!
+//! Positions of real tokens are `0..len` (the padding mask keeps them so), exactly as the
+//! generation engine saw them, which is what makes trainer and engine log-probs agree.
+
+use crate::{Result, RlhfError};
+use candle_core::{Device, Tensor};
+
+/// A batch of `prompt ++ response` sequences.
+#[derive(Debug, Clone)]
+pub struct TokenBatch {
+    /// `[B, T]` u32 token ids, right-padded with the pad id.
+    pub ids: Tensor,
+    /// `[B, T]` u32, 1 for real tokens, 0 for padding.
+    pub attention_mask: Tensor,
+    /// `[B, T-1]` f32, 1 where the *target* `ids[b, t+1]` is a response token (the tokens the
+    /// policy chose); aligned with next-token log-probs.
+    pub response_mask: Tensor,
+    /// Response length of each row.
+    pub response_lens: Vec<usize>,
+    /// Index (in `[0, T-1)`) of each row's last response target, if it has one.
+    pub last_response_pos: Vec<Option<usize>>,
+}
+
+impl TokenBatch {
+    /// Packs `(prompt, response)` pairs. Every prompt must be non-empty.
+    pub fn new(pairs: &[(&[u32], &[u32])], pad_id: u32, device: &Device) -> Result<Self> {
+        if pairs.is_empty() {
+            return Err(RlhfError::invalid("pairs", 0, "a batch needs at least one sequence"));
+        }
+        let t = pairs.iter().map(|(p, r)| p.len() + r.len()).max().unwrap_or(0).max(2);
+        let b = pairs.len();
+        let mut ids = vec![pad_id; b * t];
+        let mut mask = vec![0u32; b * t];
+        let mut resp = vec![0f32; b * (t - 1)];
+        let mut last = Vec::with_capacity(b);
+        for (row, (p, r)) in pairs.iter().enumerate() {
+            if p.is_empty() {
+                return Err(RlhfError::invalid("prompt", row, "every prompt needs at least one token"));
+            }
+            let n = p.len() + r.len();
+            for (j, &tok) in p.iter().chain(r.iter()).enumerate() {
+                ids[row * t + j] = tok;
+                mask[row * t + j] = 1;
+            }
+            // Target position j predicts token j+1; response tokens sit at p.len()..n.
+            for j in p.len() - 1..n - 1 {
+                resp[row * (t - 1) + j] = 1.0;
+            }
+            last.push(if r.is_empty() { None } else { Some(n - 2) });
+        }
+        Ok(Self {
+            ids: Tensor::from_vec(ids, (b, t), device)?,
+            attention_mask: Tensor::from_vec(mask, (b, t), device)?,
+            response_mask: Tensor::from_vec(resp, (b, t - 1), device)?,
+            response_lens: pairs.iter().map(|(_, r)| r.len()).collect(),
+            last_response_pos: last,
+        })
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.response_lens.len()
+    }
+
+    /// Total response tokens.
+    pub fn response_tokens(&self) -> usize {
+        self.response_lens.iter().sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_line_up_with_next_token_targets() {
+        let b = TokenBatch::new(&[(&[1, 2, 3], &[4, 5]), (&[7], &[8])], 0, &Device::Cpu).unwrap();
+        assert_eq!(b.ids.to_vec2::<u32>().unwrap(), vec![vec![1, 2, 3, 4, 5], vec![7, 8, 0, 0, 0]]);
+        assert_eq!(b.attention_mask.to_vec2::<u32>().unwrap(), vec![vec![1, 1, 1, 1, 1], vec![1, 1, 0, 0, 0]]);
+        assert_eq!(
+            b.response_mask.to_vec2::<f32>().unwrap(),
+            vec![vec![0., 0., 1., 1.], vec![1., 0., 0., 0.]]
+        );
+        assert_eq!(b.last_response_pos, vec![Some(3), Some(0)]);
+        assert_eq!(b.response_tokens(), 3);
+    }
+}

@@ -1,0 +1,184 @@
+//! `oxalign generate`: completes each input prompt with a causal LM (batched, KV-cached,
+//! seeded sampling or greedy) and writes the completion with its per-token log-probs. It is a
+//! batch tool over `CausalLm::generate`, not a server.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use oxalign_models::{CausalLm, FinishReason, GenerationRequest, SamplingParams};
+use serde::Serialize;
+
+use crate::jsonl::JsonlWriter;
+use crate::model_dir::{check_model_dir, load_tokenizer, model_error, open_device};
+use crate::prompt_input::{read_records, record_ids, EncodeMode};
+use crate::user_error::{user_error, IntoUserError};
+
+/// Arguments of `oxalign generate`.
+#[derive(Debug, Parser)]
+#[command(
+    about = "Sample completions for prompts with a causal LM",
+    long_about = "Sample completions for prompts with a causal LM (KV-cached, batched).\n\n\
+Each input line is {\"text\": \"...\"}, {\"input_ids\": [...]} or {\"messages\": [...]} (a chat, \
+rendered with the tokenizer's chat template and an assistant header). With --chat, \"text\" is \
+wrapped as one user message. Each output line is {\"prompt\", \"prompt_ids\", \"completion\", \
+\"completion_ids\", \"logprobs\", \"finish_reason\"}: prompt is the decoded prompt ids, \
+completion the decoded completion without special tokens, logprobs[i] the log-prob in nats of \
+completion_ids[i] at temperature 1 (no top-k/top-p), finish_reason \"stop\" or \"length\".\n\n\
+--temperature 0 is greedy. Line i samples with seed --seed + i, so results do not depend on \
+--batch-size."
+)]
+pub struct Args {
+    /// Model folder (config.json, model.safetensors, tokenizer.json).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Input JSONL file.
+    #[arg(long)]
+    pub input: PathBuf,
+    /// Output JSONL file (stdout when omitted).
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Most tokens to generate per prompt (a stop token counts).
+    #[arg(long, default_value_t = 64)]
+    pub max_new_tokens: usize,
+    /// Softmax temperature; 0 = greedy.
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f32,
+    /// Nucleus sampling threshold in (0, 1]; 1 = off.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Keep only the k most likely tokens; 0 = off.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Base seed; line i uses seed + i.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Wrap "text" inputs as a user message and apply the chat template.
+    #[arg(long)]
+    pub chat: bool,
+    /// Keep generating past EOS / stop tokens (until --max-new-tokens).
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Prompts per batch.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    pub batch_size: u64,
+    /// Device: cpu, cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+}
+
+/// One output line.
+#[derive(Debug, Serialize)]
+struct Record {
+    prompt: Option<String>,
+    prompt_ids: Vec<u32>,
+    completion: Option<String>,
+    completion_ids: Vec<u32>,
+    logprobs: Vec<f32>,
+    finish_reason: &'static str,
+}
+
+/// Runs `oxalign generate`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    check_model_dir(&args.model)?;
+    let sampling = SamplingParams {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        seed: args.seed,
+    };
+    if let Err(msg) = sampling.validate() {
+        return user_error(format!("invalid sampling option: {msg}"));
+    }
+    let device = open_device(&args.device)?;
+    let records = read_records(&args.input)?;
+    let tokenizer = load_tokenizer(&args.model)?;
+    if args.chat && tokenizer.as_ref().and_then(|t| t.chat_template()).is_none() {
+        return user_error(format!(
+            "--chat needs a chat template, but the tokenizer in {} has none",
+            args.model.display()
+        ));
+    }
+    let model = CausalLm::load(&args.model, &device).map_err(|e| model_error(e, &args.model))?;
+    let vocab = model.config().vocab_size;
+    let mode = EncodeMode {
+        chat: args.chat,
+        add_generation_prompt: true,
+    };
+    let stop_ids: Vec<u32> = tokenizer
+        .as_ref()
+        .map(|t| t.stop_token_ids().to_vec())
+        .unwrap_or_default();
+    let mut requests = Vec::with_capacity(records.len());
+    for (i, rec) in records.iter().enumerate() {
+        let prompt = record_ids(&args.input, rec, tokenizer.as_ref(), vocab, mode)?;
+        if prompt.is_empty() {
+            return user_error(format!(
+                "{}:{}: the prompt has no tokens",
+                args.input.display(),
+                rec.line
+            ));
+        }
+        requests.push(GenerationRequest {
+            prompt,
+            max_new_tokens: args.max_new_tokens,
+            sampling: SamplingParams {
+                seed: args.seed.wrapping_add(i as u64),
+                ..sampling.clone()
+            },
+            stop_token_ids: if args.ignore_eos { Vec::new() } else { stop_ids.clone() },
+            ignore_eos: args.ignore_eos,
+        });
+    }
+
+    // Batch prompts of similar length together; each request has its own RNG, so the
+    // grouping does not change what is sampled.
+    let mut order: Vec<usize> = (0..requests.len()).collect();
+    order.sort_by_key(|&i| requests[i].prompt.len());
+    let mut completions = vec![None; requests.len()];
+    for chunk in order.chunks(args.batch_size as usize) {
+        let batch: Vec<GenerationRequest> = chunk.iter().map(|&i| requests[i].clone()).collect();
+        let done = model
+            .generate(&batch)
+            .map_err(|e| model_error(e, &args.model))?;
+        for (&i, c) in chunk.iter().zip(done) {
+            completions[i] = Some(c);
+        }
+    }
+
+    let mut out = JsonlWriter::create(args.output.as_deref())?;
+    for (req, c) in requests.into_iter().zip(completions) {
+        let c = c.expect("every request was generated");
+        let (prompt, completion) = match &tokenizer {
+            Some(t) => (
+                Some(t.decode(&req.prompt, false).user_err("cannot decode the prompt")?),
+                Some(
+                    t.decode(&known_ids(t, &c.tokens), true)
+                        .user_err("cannot decode the completion")?,
+                ),
+            ),
+            None => (None, None),
+        };
+        out.write(&Record {
+            prompt,
+            prompt_ids: req.prompt,
+            completion,
+            completion_ids: c.tokens,
+            logprobs: c.logprobs,
+            finish_reason: match c.finish_reason {
+                FinishReason::Stop => "stop",
+                FinishReason::Length => "length",
+            },
+        })?;
+    }
+    out.finish()
+}
+
+/// `ids` without those the tokenizer has no token for (a model's vocab may be padded past the
+/// tokenizer's size, and a random model can sample there); like transformers, they decode to
+/// nothing.
+fn known_ids(tokenizer: &oxalign_models::tokenizer::Tokenizer, ids: &[u32]) -> Vec<u32> {
+    ids.iter()
+        .copied()
+        .filter(|&id| (id as usize) < tokenizer.vocab_len())
+        .collect()
+}

@@ -1,0 +1,8 @@
+//! One module per `oxalign` subcommand, each with an `Args` (clap) and a `run(Args)`.
+//! Shared plumbing (JSONL, model folders, input records) lives outside `cmd/`.
+
+pub mod generate;
+pub mod init_model;
+pub mod logprobs;
+pub mod score;
+pub mod tokenize;

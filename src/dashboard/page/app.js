@@ -1,0 +1,1 @@
+new EventSource('/api/events');

@@ -1,0 +1,167 @@
+//! Starting and stopping the dashboard: address and token checks, binding, access control
+//! and common headers around the routes, graceful shutdown. What is served is in `routes.rs`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::Request;
+use axum::http::{header, HeaderValue};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use oxalign_actors::monitor::MonitorHandle;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::auth::{self, Access};
+use super::error::DashboardError;
+use super::routes::{self, App};
+use super::source::{DashboardSource, Source};
+
+/// Default listening address of `oxalign dashboard` and `oxalign train --dashboard`.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:8265";
+
+/// A dashboard running in the background on the current tokio runtime.
+#[derive(Debug)]
+pub struct DashboardServer {
+    addr: SocketAddr,
+    token: Option<Arc<str>>,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl DashboardServer {
+    /// The address actually bound (the real port when asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The page's URL, with `?token=` when a token is set (for printing to the user).
+    pub fn url(&self) -> String {
+        match &self.token {
+            Some(t) => format!("http://{}/?token={t}", self.addr),
+            None => format!("http://{}/", self.addr),
+        }
+    }
+
+    /// Stops accepting requests, ends open event streams and waits for the server to stop.
+    pub async fn shutdown(self) -> Result<(), DashboardError> {
+        let _ = self.shutdown.send(true);
+        self.wait().await
+    }
+
+    /// Waits until the server stops (it only stops by itself on an I/O error).
+    pub async fn wait(self) -> Result<(), DashboardError> {
+        finish(self.task.await)
+    }
+}
+
+/// Adds headers every response carries: no caching (the data is live), no MIME sniffing,
+/// no referrer (the URL may hold the token).
+async fn common_headers(req: Request, next: Next) -> Response {
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    resp
+}
+
+/// Binds `addr` and serves `source` in the background.
+///
+/// * `addr`: use `127.0.0.1:0` for a free port. A non-loopback address (e.g. `0.0.0.0`)
+///   is refused unless `token` is set.
+/// * `token`: when set, every request (page, API, event stream, `/metrics`, `/healthz`)
+///   must carry it as `Authorization: Bearer TOKEN` or `?token=TOKEN`, else 401. It must be
+///   1 to 256 printable ASCII characters without spaces.
+///
+/// Must be called inside a tokio runtime.
+pub async fn spawn(
+    addr: SocketAddr,
+    token: Option<String>,
+    source: DashboardSource,
+) -> Result<DashboardServer, DashboardError> {
+    if let Some(t) = &token {
+        if !auth::valid_token(t) {
+            return Err(DashboardError::BadToken);
+        }
+    }
+    if token.is_none() && !addr.ip().is_loopback() {
+        return Err(DashboardError::TokenRequired { addr });
+    }
+    let source = Arc::new(Source::resolve(source)?);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| DashboardError::Bind { addr, source })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| DashboardError::Bind { addr, source })?;
+
+    let token: Option<Arc<str>> = token.map(Arc::from);
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let app = App {
+        source,
+        shutdown: shutdown_rx.clone(),
+    };
+    let router = routes::router(app)
+        .layer(middleware::from_fn_with_state(
+            Access {
+                token: token.clone(),
+            },
+            auth::check,
+        ))
+        .layer(middleware::from_fn(common_headers));
+
+    let mut stop = shutdown_rx;
+    let task = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await
+    });
+    tracing::info!(addr = %local, "dashboard listening");
+    Ok(DashboardServer {
+        addr: local,
+        token,
+        shutdown: shutdown_tx,
+        task,
+    })
+}
+
+/// Serves `source` on `addr` until Ctrl-C (see [`spawn`] for `addr` and `token`).
+pub async fn serve(
+    addr: SocketAddr,
+    token: Option<String>,
+    source: DashboardSource,
+) -> Result<(), DashboardError> {
+    let DashboardServer {
+        shutdown, mut task, ..
+    } = spawn(addr, token, source).await?;
+    let finished = tokio::select! {
+        _ = tokio::signal::ctrl_c() => {
+            let _ = shutdown.send(true);
+            (&mut task).await
+        }
+        finished = &mut task => finished,
+    };
+    finish(finished)
+}
+
+fn finish(
+    joined: Result<std::io::Result<()>, tokio::task::JoinError>,
+) -> Result<(), DashboardError> {
+    match joined {
+        Ok(result) => result.map_err(DashboardError::Serve),
+        Err(join) => Err(DashboardError::Serve(std::io::Error::other(join))),
+    }
+}
+
+/// Serves a live monitor in the background, for `oxalign train RECIPE --dashboard ADDR`.
+/// Same rules as [`spawn`]; stop it with [`DashboardServer::shutdown`] when training ends.
+pub async fn serve_live(
+    addr: SocketAddr,
+    token: Option<String>,
+    monitor: MonitorHandle,
+) -> Result<DashboardServer, DashboardError> {
+    spawn(addr, token, DashboardSource::Live(monitor)).await
+}
