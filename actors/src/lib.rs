@@ -6,3 +6,5 @@ pub mod executor;
 pub mod monitor;
 pub mod placement;
 pub mod recipe;
+pub mod replicas;
+pub mod roles;

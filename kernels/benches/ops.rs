@@ -47,7 +47,14 @@ fn random(dims: &[usize], scale: f32, seed: u64) -> Result<Tensor> {
 type Op = Box<dyn Fn(&Tensor) -> Result<Tensor>>;
 
 /// Times fused and composed `op(x)` forward, and forward + `sum().backward()`.
-fn bench(name: &str, shape: &[usize], x: &Tensor, fused: Op, composed: Op, runs: usize) -> Result<()> {
+fn bench(
+    name: &str,
+    shape: &[usize],
+    x: &Tensor,
+    fused: Op,
+    composed: Op,
+    runs: usize,
+) -> Result<()> {
     let var = Var::from_tensor(x)?;
     for pass in ["fwd", "fwd+bwd"] {
         let mut medians = Vec::new();
@@ -85,7 +92,10 @@ fn main() -> Result<()> {
     // `cargo bench` passes `--bench`; any other argument filters ops by name.
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
     let wanted = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
-    eprintln!("rayon threads: {}, runs per measurement: {runs}", rayon::current_num_threads());
+    eprintln!(
+        "rayon threads: {}, runs per measurement: {runs}",
+        rayon::current_num_threads()
+    );
 
     if wanted("token_logprobs") {
         let shape = [8, 256, 32000];

@@ -116,7 +116,10 @@ fn tensors_to_host(
                 return Err(CollectiveError::Tensor {
                     rank,
                     op,
-                    message: format!("tensor {i} has dtype {:?}; only float tensors reduce", t.dtype()),
+                    message: format!(
+                        "tensor {i} has dtype {:?}; only float tensors reduce",
+                        t.dtype()
+                    ),
                 });
             }
             t.flatten_all()
@@ -292,8 +295,11 @@ impl ThreadCollective {
         let my_generation = st.generation;
         st.slots[self.rank] = Some(Contribution { kind, buffers });
         if st.slots.iter().all(Option::is_some) {
-            let contributions: Vec<Contribution> =
-                st.slots.iter_mut().map(|s| s.take().expect("all present")).collect();
+            let contributions: Vec<Contribution> = st
+                .slots
+                .iter_mut()
+                .map(|s| s.take().expect("all present"))
+                .collect();
             let result = Arc::new(combine(kind, contributions, world));
             st.result = result.clone();
             st.generation += 1;
@@ -478,7 +484,10 @@ mod tests {
                 thread::spawn(move || f(c))
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("rank thread")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("rank thread"))
+            .collect()
     }
 
     #[test]
@@ -593,7 +602,10 @@ mod tests {
             panic!("replica 1 failed on purpose");
         });
         let err = c0.barrier().unwrap_err();
-        assert!(err.to_string().contains("rank 1 left the group (panicked)"), "{err}");
+        assert!(
+            err.to_string().contains("rank 1 left the group (panicked)"),
+            "{err}"
+        );
         assert!(t1.join().is_err());
     }
 
@@ -605,7 +617,9 @@ mod tests {
         let _c1_never_calls = it.next().unwrap();
         let err = c0.barrier().unwrap_err();
         match &err {
-            CollectiveError::Timeout { rank, missing, op, .. } => {
+            CollectiveError::Timeout {
+                rank, missing, op, ..
+            } => {
                 assert_eq!((*rank, missing.as_slice(), *op), (0, &[1][..], "barrier"));
             }
             other => panic!("expected timeout, got {other}"),
@@ -622,7 +636,10 @@ mod tests {
         });
         for r in results {
             let err = r.unwrap_err().to_string();
-            assert!(err.contains("buffer lengths") || err.contains("aborted"), "{err}");
+            assert!(
+                err.contains("buffer lengths") || err.contains("aborted"),
+                "{err}"
+            );
         }
         let results = run_group(ThreadCollective::group(2), |c| {
             if c.rank() == 0 {

@@ -17,22 +17,33 @@ fn gpu() -> Option<Device> {
 
 /// Deterministic pseudo-random f32 values in [-scale, scale).
 fn values(n: usize, scale: f32, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
         })
         .collect()
 }
 
 fn tensor(dims: &[usize], scale: f32, seed: u64) -> Result<Tensor> {
-    Tensor::from_vec(values(dims.iter().product(), scale, seed), dims, &Device::Cpu)
+    Tensor::from_vec(
+        values(dims.iter().product(), scale, seed),
+        dims,
+        &Device::Cpu,
+    )
 }
 
 fn assert_close(gpu: &Tensor, cpu: &Tensor, tol: f32, what: &str) -> Result<()> {
     assert_eq!(gpu.dims(), cpu.dims(), "{what}: shapes");
-    let a = gpu.to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
+    let a = gpu
+        .to_device(&Device::Cpu)?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
     let b = cpu.flatten_all()?.to_vec1::<f32>()?;
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {
         assert!(
@@ -58,8 +69,7 @@ fn compare(
     assert!(yg.device().is_cuda(), "{what}: result left the GPU");
     assert_close(&yg, &yc, tol, &format!("{what} forward"))?;
     // A non-uniform upstream gradient with some zeros (masked positions).
-    let wc = Tensor::from_vec(values(yc.elem_count(), 1.0, 77), yc.dims(), &Device::Cpu)?
-        .relu()?;
+    let wc = Tensor::from_vec(values(yc.elem_count(), 1.0, 77), yc.dims(), &Device::Cpu)?.relu()?;
     let wg = wc.to_device(dev)?;
     let gc = yc.mul(&wc)?.sum_all()?.backward()?;
     let gg = yg.mul(&wg)?.sum_all()?.backward()?;
@@ -135,7 +145,10 @@ fn rms_norm_cuda_matches_cpu() -> Result<()> {
         )?;
         // Weight gradient on its own (the x gradient is checked by `compare`).
         let g = tensor(dims, 1.0, 12)?;
-        let gw_cpu = rms_norm(&x, w_cpu.as_tensor(), 1e-6)?.mul(&g)?.sum_all()?.backward()?;
+        let gw_cpu = rms_norm(&x, w_cpu.as_tensor(), 1e-6)?
+            .mul(&g)?
+            .sum_all()?
+            .backward()?;
         let gw_gpu = rms_norm(&x.to_device(&dev)?, w_gpu.as_tensor(), 1e-6)?
             .mul(&g.to_device(&dev)?)?
             .sum_all()?
@@ -156,7 +169,11 @@ fn rope_cuda_matches_cpu() -> Result<()> {
     for &(b, h, t, d) in &[(2, 3, 5, 8), (1, 1, 1, 2), (2, 8, 64, 128)] {
         let x = tensor(&[b, h, t, d], 1.0, (t * d) as u64)?;
         for per_batch in [false, true] {
-            let table: &[usize] = if per_batch { &[b, t, d / 2] } else { &[t, d / 2] };
+            let table: &[usize] = if per_batch {
+                &[b, t, d / 2]
+            } else {
+                &[t, d / 2]
+            };
             let theta = tensor(table, 3.0, 9)?;
             let (cc, sc) = (theta.cos()?, theta.sin()?);
             let (cg, sg) = (cc.to_device(&dev)?, sc.to_device(&dev)?);

@@ -63,8 +63,14 @@ fn chained_fused_ops_match_composed_gradients() -> Result<()> {
         w_out: Var::from_tensor(&random(&[d, v], 0.5, 3)?)?,
     };
     // Per-row positions from a left-padded mask: row 0 padded by 2.
-    let mask = Tensor::new(&[[0f32, 0., 1., 1., 1.], [1., 1., 1., 1., 1.]], &Device::Cpu)?;
-    let pos = Tensor::new(&[[0f32, 0., 0., 1., 2.], [0., 1., 2., 3., 4.]], &Device::Cpu)?;
+    let mask = Tensor::new(
+        &[[0f32, 0., 1., 1., 1.], [1., 1., 1., 1., 1.]],
+        &Device::Cpu,
+    )?;
+    let pos = Tensor::new(
+        &[[0f32, 0., 0., 1., 2.], [0., 1., 2., 3., 4.]],
+        &Device::Cpu,
+    )?;
     let inv_freq: Vec<f32> = (0..d / heads / 2)
         .map(|i| 1.0 / 10000f32.powf(2.0 * i as f32 / (d / heads) as f32))
         .collect();
@@ -100,11 +106,19 @@ fn chained_fused_ops_match_composed_gradients() -> Result<()> {
         let max_diff = (a - c)?.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()?;
         let scale = c.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()?;
         assert!(scale > 0.0, "{name}: zero gradient");
-        assert!(max_diff <= 1e-5 * (1.0 + scale), "{name}: max |diff| {max_diff}");
+        assert!(
+            max_diff <= 1e-5 * (1.0 + scale),
+            "{name}: max |diff| {max_diff}"
+        );
     }
     // Padded positions of x get no gradient from the loss except through the norm weight.
     let gx = gf.get(p.x.as_tensor()).expect("x grad");
-    let padded = gx.get(0)?.narrow(0, 0, 2)?.abs()?.sum_all()?.to_scalar::<f32>()?;
+    let padded = gx
+        .get(0)?
+        .narrow(0, 0, 2)?
+        .abs()?
+        .sum_all()?
+        .to_scalar::<f32>()?;
     assert_eq!(padded, 0.0);
     Ok(())
 }

@@ -1,10 +1,11 @@
 //! Grouped-query self-attention of one decoder layer: q/k/v/o projections (optional biases),
-//! RoPE on q and k, scaled dot-product attention with an additive mask, optional KV cache.
+//! RoPE on q and k, scaled dot-product attention with a visibility mask, optional KV cache.
 //! Masks and position ids are built by the caller (`mask.rs`); no fused kernels here.
 
 use crate::config::ModelConfig;
 use crate::kv_cache::KvCache;
 use crate::layers::{apply_rope, linear, softmax_last_dim};
+use crate::mask::mask_scores;
 use crate::param_store::ParamStore;
 use candle_core::{Result, Tensor};
 
@@ -47,8 +48,8 @@ impl Attention {
         })
     }
 
-    /// `x`: `[B, T, H]`; `cos`/`sin`: `[B, T, head_dim/2]`; `bias`: additive mask
-    /// `[B|1, 1, T, S]` (None = attend to all `S` keys). With `cache = Some((cache, layer))` the
+    /// `x`: `[B, T, H]`; `cos`/`sin`: `[B, T, head_dim/2]`; `visible`: u8 mask
+    /// `[B|1, 1, T, S]`, 1 = visible (None = attend to all `S` keys). With `cache = Some((cache, layer))` the
     /// new keys/values are appended and attention runs over all cached positions.
     /// Returns `[B, T, H]`.
     pub fn forward(
@@ -56,7 +57,7 @@ impl Attention {
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
-        bias: Option<&Tensor>,
+        visible: Option<&Tensor>,
         cache: Option<(&mut KvCache, usize)>,
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
@@ -82,8 +83,8 @@ impl Attention {
         // n_rep query heads of a group are stacked along the sequence axis.
         let q = q.reshape((b, nkv, n_rep * t, hd))?;
         let scores = (q.matmul(&k.t()?)? * (hd as f64).powf(-0.5))?.reshape((b, nh, t, s))?;
-        let scores = match bias {
-            Some(m) => scores.broadcast_add(m)?,
+        let scores = match visible {
+            Some(m) => mask_scores(&scores, m)?,
             None => scores,
         };
         let probs = softmax_last_dim(&scores)?.reshape((b, nkv, n_rep * t, s))?;

@@ -6,7 +6,7 @@ use crate::config::ModelConfig;
 use crate::decoder_layer::DecoderLayer;
 use crate::kv_cache::KvCache;
 use crate::layers::{embedding, rms_norm};
-use crate::mask::{attention_bias, mask_to_host, position_ids};
+use crate::mask::{attention_visibility, mask_to_host, position_ids};
 use crate::param_store::ParamStore;
 use crate::rope::RotaryEmbedding;
 use candle_core::{DType, Result, Tensor};
@@ -92,45 +92,43 @@ impl Decoder {
         let s = offset + t;
         let key_mask = key_mask.contains(&0).then_some(key_mask);
         let (cos, sin) = self.rope.cos_sin(&positions, b, t, dtype, &device)?;
-        let mut full_bias: Option<Option<Tensor>> = None;
-        let mut window_bias: Option<(usize, Option<Tensor>)> = None;
+        let mut full_mask: Option<Option<Tensor>> = None;
+        let mut window_mask: Option<(usize, Option<Tensor>)> = None;
         let mut x = embedding(&self.embed, &input_ids)?;
         for (i, layer) in self.layers.iter().enumerate() {
-            let bias = match layer.window() {
+            let visible = match layer.window() {
                 Some(w) if w < s => {
-                    if window_bias.as_ref().is_none_or(|(ww, _)| *ww != w) {
-                        let m = attention_bias(
+                    if window_mask.as_ref().is_none_or(|(ww, _)| *ww != w) {
+                        let m = attention_visibility(
                             key_mask.as_deref(),
                             b,
                             t,
                             s,
                             offset,
                             Some(w),
-                            dtype,
                             &device,
                         )?;
-                        window_bias = Some((w, m));
+                        window_mask = Some((w, m));
                     }
-                    window_bias.as_ref().and_then(|(_, m)| m.clone())
+                    window_mask.as_ref().and_then(|(_, m)| m.clone())
                 }
                 _ => {
-                    if full_bias.is_none() {
-                        full_bias = Some(attention_bias(
+                    if full_mask.is_none() {
+                        full_mask = Some(attention_visibility(
                             key_mask.as_deref(),
                             b,
                             t,
                             s,
                             offset,
                             None,
-                            dtype,
                             &device,
                         )?);
                     }
-                    full_bias.clone().flatten()
+                    full_mask.clone().flatten()
                 }
             };
             let layer_cache = cache.as_deref_mut().map(|c| (c, i));
-            x = layer.forward(&x, &cos, &sin, bias.as_ref(), layer_cache)?;
+            x = layer.forward(&x, &cos, &sin, visible.as_ref(), layer_cache)?;
         }
         rms_norm(&x, &self.norm, self.eps)
     }

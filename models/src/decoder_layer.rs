@@ -45,14 +45,14 @@ impl DecoderLayer {
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
-        bias: Option<&Tensor>,
+        visible: Option<&Tensor>,
         cache: Option<(&mut KvCache, usize)>,
     ) -> Result<Tensor> {
         let h = self.attn.forward(
             &rms_norm(x, &self.input_norm, self.eps)?,
             cos,
             sin,
-            bias,
+            visible,
             cache,
         )?;
         let x = (x + h)?;

@@ -1,12 +1,13 @@
-//! Attention masking and position ids: the additive causal / key-padding / sliding-window bias
-//! and HF-generate-style position ids (`cumsum(mask) - 1`, clamped at 0). Pure index
+//! Attention masking and position ids: the causal / key-padding / sliding-window visibility
+//! mask and HF-generate-style position ids (`cumsum(mask) - 1`, clamped at 0). Pure index
 //! bookkeeping on the host; no model weights.
 
 use candle_core::{DType, Device, Result, Tensor};
 
-/// Additive bias for a hidden key: large and finite (not `-inf`), so a query row whose keys are
-/// all hidden (a left-pad position) gives a uniform softmax instead of NaN.
-pub const MASKED_BIAS: f32 = -1e9;
+/// Score given to a hidden key (it replaces the score, it is not added): large and finite
+/// (not `-inf`), so a query row whose keys are all hidden (a left-pad position) gives a uniform
+/// softmax instead of NaN.
+pub const MASKED_SCORE: f32 = -1e9;
 
 /// Position ids `[B, T]` (row-major) for new tokens with key mask `mask` (`[B, T]`, 1 = real,
 /// 0 = pad), continuing from `seen[b]` real tokens already in the cache:
@@ -24,24 +25,22 @@ pub fn position_ids(mask: &[u32], batch: usize, seq: usize, seen: &[u32]) -> Vec
     out
 }
 
-/// Additive attention bias `[B, 1, T, S]` (or `[1, 1, T, S]` without a key mask) for `t` new
-/// queries at absolute indices `offset..offset + t` over `s` keys (`s = offset + t`).
+/// Visibility mask `[B, 1, T, S]` u8 (or `[1, 1, T, S]` without a key mask; 1 = visible) for
+/// `t` new queries at absolute indices `offset..offset + t` over `s` keys (`s = offset + t`).
 ///
 /// Key `j` is visible to query `i` iff `j <= i`, `key_mask[b][j] == 1` (when given, row-major
 /// `[B, S]`) and, with a `window`, `i - j < window`. Returns `None` when nothing is hidden.
-#[allow(clippy::too_many_arguments)]
-pub fn attention_bias(
+pub fn attention_visibility(
     key_mask: Option<&[u32]>,
     batch: usize,
     t: usize,
     s: usize,
     offset: usize,
     window: Option<usize>,
-    dtype: DType,
     device: &Device,
 ) -> Result<Option<Tensor>> {
     let rows = if key_mask.is_some() { batch } else { 1 };
-    let mut bias = vec![0f32; rows * t * s];
+    let mut visible = vec![1u8; rows * t * s];
     let mut any_hidden = false;
     for b in 0..rows {
         for q in 0..t {
@@ -51,7 +50,7 @@ pub fn attention_bias(
                 let window_ok = window.is_none_or(|w| i - j.min(i) < w);
                 let pad_ok = key_mask.is_none_or(|m| m[b * s + j] != 0);
                 if !(causal_ok && window_ok && pad_ok) {
-                    bias[(b * t + q) * s + j] = MASKED_BIAS;
+                    visible[(b * t + q) * s + j] = 0;
                     any_hidden = true;
                 }
             }
@@ -60,9 +59,19 @@ pub fn attention_bias(
     if !any_hidden {
         return Ok(None);
     }
-    Ok(Some(
-        Tensor::from_vec(bias, (rows, 1, t, s), device)?.to_dtype(dtype)?,
-    ))
+    Ok(Some(Tensor::from_vec(visible, (rows, 1, t, s), device)?))
+}
+
+/// Applies a visibility mask `[B|1, 1, T, S]` (u8, 1 = visible) to attention scores
+/// `[B, heads, T, S]`: hidden entries are replaced by [`MASKED_SCORE`]. Differentiable w.r.t.
+/// the visible scores.
+pub fn mask_scores(scores: &Tensor, visible: &Tensor) -> Result<Tensor> {
+    let shape = scores.shape();
+    let visible = visible.broadcast_as(shape)?;
+    let hidden = Tensor::new(MASKED_SCORE, scores.device())?
+        .to_dtype(scores.dtype())?
+        .broadcast_as(shape)?;
+    visible.where_cond(scores, &hidden)
 }
 
 /// Reads an attention mask tensor `[B, T]` (any integer or float dtype, 1 = real, 0 = pad)

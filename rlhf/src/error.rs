@@ -96,3 +96,19 @@ impl RlhfError {
         }
     }
 }
+
+/// Errors unless `value >= min` (NaN is rejected).
+pub(crate) fn check_min(name: impl Into<String>, value: f64, min: f64) -> Result<()> {
+    match value.partial_cmp(&min) {
+        Some(std::cmp::Ordering::Greater | std::cmp::Ordering::Equal) => Ok(()),
+        _ => Err(RlhfError::invalid(name, value, format!("must be >= {min}"))),
+    }
+}
+
+/// Errors unless `value > min` (NaN is rejected).
+pub(crate) fn check_above(name: impl Into<String>, value: f64, min: f64) -> Result<()> {
+    match value.partial_cmp(&min) {
+        Some(std::cmp::Ordering::Greater) => Ok(()),
+        _ => Err(RlhfError::invalid(name, value, format!("must be > {min}"))),
+    }
+}

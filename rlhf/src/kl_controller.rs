@@ -41,22 +41,17 @@ impl AdaptiveKl {
     }
 
     fn validate(&self) -> Result<()> {
-        if !(self.beta >= 0.0) {
-            return Err(RlhfError::invalid("beta", self.beta, "must be >= 0"));
-        }
-        if !(self.target > 0.0) {
-            return Err(RlhfError::invalid("target", self.target, "must be > 0"));
-        }
-        if !(self.horizon > 0.0) {
-            return Err(RlhfError::invalid("horizon", self.horizon, "must be > 0"));
-        }
+        crate::error::check_min("beta", self.beta, 0.0)?;
+        crate::error::check_above("target", self.target, 0.0)?;
+        crate::error::check_above("horizon", self.horizon, 0.0)?;
         Ok(())
     }
 
     /// One update after observing `current_kl` (mean KL per sequence, nats) over `n_steps`
     /// samples (the batch size in Ziegler et al.).
     pub fn update(&mut self, current_kl: f64, n_steps: u64) {
-        let err = ((current_kl - self.target) / self.target).clamp(-Self::ERROR_CLIP, Self::ERROR_CLIP);
+        let err =
+            ((current_kl - self.target) / self.target).clamp(-Self::ERROR_CLIP, Self::ERROR_CLIP);
         self.beta *= 1.0 + err * n_steps as f64 / self.horizon;
     }
 }
@@ -85,7 +80,11 @@ impl KlController {
     /// [`FixedKl`]. Errors when `current_kl` is not finite (β would become NaN).
     pub fn update(&mut self, current_kl: f64, n_steps: u64) -> Result<()> {
         if !current_kl.is_finite() {
-            return Err(RlhfError::invalid("current_kl", current_kl, "must be finite"));
+            return Err(RlhfError::invalid(
+                "current_kl",
+                current_kl,
+                "must be finite",
+            ));
         }
         if let KlController::Adaptive(c) = self {
             c.update(current_kl, n_steps);
@@ -96,10 +95,7 @@ impl KlController {
     /// Checks the parameters (e.g. after deserialising a saved state).
     pub fn validate(&self) -> Result<()> {
         match self {
-            KlController::Fixed(c) if !(c.beta >= 0.0) => {
-                Err(RlhfError::invalid("beta", c.beta, "must be >= 0"))
-            }
-            KlController::Fixed(_) => Ok(()),
+            KlController::Fixed(c) => crate::error::check_min("beta", c.beta, 0.0),
             KlController::Adaptive(c) => c.validate(),
         }
     }

@@ -110,7 +110,12 @@ pub(crate) fn host_mask(mask: &Tensor) -> Result<Vec<bool>> {
 }
 
 /// Builds a tensor of `dtype` on `like`'s device from host values.
-pub(crate) fn from_host(values: Vec<f64>, dims: &[usize], dtype: DType, like: &Tensor) -> Result<Tensor> {
+pub(crate) fn from_host(
+    values: Vec<f64>,
+    dims: &[usize],
+    dtype: DType,
+    like: &Tensor,
+) -> Result<Tensor> {
     Ok(Tensor::from_vec(values, dims, like.device())?.to_dtype(dtype)?)
 }
 

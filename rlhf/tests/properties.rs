@@ -15,11 +15,18 @@ use oxalign_rlhf::losses::{
 };
 use proptest::prelude::*;
 
-const AGGS: [LossAgg; 3] = [LossAgg::TokenMean, LossAgg::SeqMeanTokenSum, LossAgg::SeqMeanTokenMean];
+const AGGS: [LossAgg; 3] = [
+    LossAgg::TokenMean,
+    LossAgg::SeqMeanTokenSum,
+    LossAgg::SeqMeanTokenMean,
+];
 
 fn mask_strategy(b: usize, t: usize) -> impl Strategy<Value = Vec<f64>> {
     prop::collection::vec(prop::bool::weighted(0.6), b * t).prop_map(move |bits| {
-        let mut m: Vec<f64> = bits.into_iter().map(|x| if x { 1.0 } else { 0.0 }).collect();
+        let mut m: Vec<f64> = bits
+            .into_iter()
+            .map(|x| if x { 1.0 } else { 0.0 })
+            .collect();
         for row in 0..b {
             m[row * t + (row % t)] = 1.0; // at least one response token per row
         }
@@ -112,7 +119,11 @@ fn ppo_gradient_is_zero_exactly_where_clipped() {
             agg: AGGS[case % 3],
         };
         let old: Vec<f64> = rng.normals(b * t, 0.5).iter().map(|x| x - 1.0).collect();
-        let logp: Vec<f64> = old.iter().zip(rng.normals(b * t, 0.5)).map(|(o, d)| o + d).collect();
+        let logp: Vec<f64> = old
+            .iter()
+            .zip(rng.normals(b * t, 0.5))
+            .map(|(o, d)| o + d)
+            .collect();
         let adv = rng.normals(b * t, 1.0);
         let mask = rng.mask(b, t);
         let dims = [b, t];
@@ -129,7 +140,11 @@ fn ppo_gradient_is_zero_exactly_where_clipped() {
         let grad = host(loss.backward().unwrap().get(var.as_tensor()).unwrap());
         let clipped = clipped_tokens(&logp, &old, &adv, &cfg);
         let n_resp = mask.iter().filter(|&&m| m != 0.0).count();
-        let n_clip = clipped.iter().zip(&mask).filter(|(c, m)| **c && **m != 0.0).count();
+        let n_clip = clipped
+            .iter()
+            .zip(&mask)
+            .filter(|(c, m)| **c && **m != 0.0)
+            .count();
         seen_clipped += n_clip;
         // verl's clip fraction: tokens where the clipped term exceeds the unclipped one
         // (range clipping only; dual-clipped tokens are counted by dual_clip_frac).
@@ -137,21 +152,40 @@ fn ppo_gradient_is_zero_exactly_where_clipped() {
             .filter(|&i| {
                 let r = (logp[i] - old[i]).exp();
                 mask[i] != 0.0
-                    && ((adv[i] > 0.0 && r > 1.0 + cfg.clip_high) || (adv[i] < 0.0 && r < 1.0 - cfg.clip_low))
+                    && ((adv[i] > 0.0 && r > 1.0 + cfg.clip_high)
+                        || (adv[i] < 0.0 && r < 1.0 - cfg.clip_low))
             })
             .count() as f64
             / n_resp as f64;
-        assert!((stats.clip_frac - want_frac).abs() < 1e-12, "clip_frac {} vs {want_frac}", stats.clip_frac);
+        assert!(
+            (stats.clip_frac - want_frac).abs() < 1e-12,
+            "clip_frac {} vs {want_frac}",
+            stats.clip_frac
+        );
         for i in 0..b * t {
             if mask[i] == 0.0 || clipped[i] {
-                assert_eq!(grad[i], 0.0, "case {case} token {i}: clipped/masked but grad {}", grad[i]);
+                assert_eq!(
+                    grad[i], 0.0,
+                    "case {case} token {i}: clipped/masked but grad {}",
+                    grad[i]
+                );
             } else {
-                assert!(grad[i] != 0.0, "case {case} token {i}: unclipped but zero grad");
-                assert_eq!(grad[i].signum(), -adv[i].signum(), "descent raises logp iff A > 0");
+                assert!(
+                    grad[i] != 0.0,
+                    "case {case} token {i}: unclipped but zero grad"
+                );
+                assert_eq!(
+                    grad[i].signum(),
+                    -adv[i].signum(),
+                    "descent raises logp iff A > 0"
+                );
             }
         }
     }
-    assert!(seen_clipped > 20, "the random cases must exercise clipping ({seen_clipped})");
+    assert!(
+        seen_clipped > 20,
+        "the random cases must exercise clipping ({seen_clipped})"
+    );
 }
 
 /// Replaces masked entries by wild values.
@@ -186,36 +220,82 @@ fn masked_positions_never_change_any_result() {
         for case in 0..12 {
             let mask = rng.mask(b, t);
             let m = from_vec(mask.clone(), &dims, dtype);
-            let base: Vec<Vec<f64>> = (0..5).map(|_| rng.normals(b * t, 0.7).iter().map(|x| x - 1.0).collect()).collect();
+            let base: Vec<Vec<f64>> = (0..5)
+                .map(|_| rng.normals(b * t, 0.7).iter().map(|x| x - 1.0).collect())
+                .collect();
             let wild: Vec<Vec<f64>> = base.iter().map(|x| perturb(x, &mask, &mut rng)).collect();
             let scores = from_vec(rng.normals(b, 1.0), &[b], dtype);
             let lv = from_vec(rng.normals(b, 1.0), &[b], dtype);
             let tr = from_vec(vec![1.0, 0.0, 1.0], &[b], dtype);
             let agg = AGGS[case % 3];
-            let cfg = PpoConfig { clip_low: 0.2, clip_high: 0.25, dual_clip: Some(3.0), agg };
+            let cfg = PpoConfig {
+                clip_low: 0.2,
+                clip_high: 0.25,
+                dual_clip: Some(3.0),
+                agg,
+            };
 
             // Every output (values, stats and gradients) as one vector of f64.
             let run = |x: &[Vec<f64>]| -> Vec<f64> {
-                let ts: Vec<Tensor> = x.iter().map(|v| from_vec(v.clone(), &dims, dtype)).collect();
+                let ts: Vec<Tensor> = x
+                    .iter()
+                    .map(|v| from_vec(v.clone(), &dims, dtype))
+                    .collect();
                 let var = Var::from_tensor(&ts[0]).unwrap();
                 let lp = var.as_tensor();
                 let mut out = vec![];
-                let g = gae(&ts[1], &ts[2], &m, GaeConfig { gamma: 0.99, lambda: 0.9 }, Some(GaeBootstrap { last_value: &lv, truncated: &tr })).unwrap();
+                let g = gae(
+                    &ts[1],
+                    &ts[2],
+                    &m,
+                    GaeConfig {
+                        gamma: 0.99,
+                        lambda: 0.9,
+                    },
+                    Some(GaeBootstrap {
+                        last_value: &lv,
+                        truncated: &tr,
+                    }),
+                )
+                .unwrap();
                 out.extend(host(&g.advantages));
                 out.extend(host(&g.returns));
-                let rpp = reinforce_pp_advantages(&ts[1], &m, 0.97, WhitenOptions::default()).unwrap();
+                let rpp =
+                    reinforce_pp_advantages(&ts[1], &m, 0.97, WhitenOptions::default()).unwrap();
                 out.extend(host(&rpp.advantages));
-                out.extend(host(&masked_whiten(&ts[2], &m, WhitenOptions { shift_mean: false, eps: 1e-8 }).unwrap()));
+                out.extend(host(
+                    &masked_whiten(
+                        &ts[2],
+                        &m,
+                        WhitenOptions {
+                            shift_mean: false,
+                            eps: 1e-8,
+                        },
+                    )
+                    .unwrap(),
+                ));
                 let (w, tis) = truncated_is_weights(&ts[3], &ts[4], &m, 2.0).unwrap();
                 out.extend(host(&w));
-                out.extend([tis.mismatch_abs_mean, tis.mismatch_abs_max, tis.weight_mean, tis.truncated_frac]);
+                out.extend([
+                    tis.mismatch_abs_mean,
+                    tis.mismatch_abs_max,
+                    tis.weight_mean,
+                    tis.truncated_frac,
+                ]);
                 let (ppo, ps) = ppo_policy_loss(lp, &ts[3], &ts[1], &m, &cfg, Some(&w)).unwrap();
-                out.extend([ps.clip_frac, ps.dual_clip_frac, ps.approx_kl, ps.ratio_mean, ps.loss]);
+                out.extend([
+                    ps.clip_frac,
+                    ps.dual_clip_frac,
+                    ps.approx_kl,
+                    ps.ratio_mean,
+                    ps.loss,
+                ]);
                 let (vl, vs) = value_loss(lp, &ts[2], &ts[1], &m, Some(0.2), agg).unwrap();
                 out.extend([vs.clip_frac, vs.value_mean, vs.mse, vs.loss]);
                 let (ent, _) = entropy_bonus(&lp.neg().unwrap(), &m, 0.01, agg).unwrap();
                 let (kl, _) = kl_loss(lp, &ts[4], &m, KlEstimator::K3, 0.1, agg).unwrap();
-                let (shaped, ks) = kl_shaped_rewards(&scores, lp, &ts[4], &m, 0.05, KlEstimator::K2).unwrap();
+                let (shaped, ks) =
+                    kl_shaped_rewards(&scores, lp, &ts[4], &m, 0.05, KlEstimator::K2).unwrap();
                 out.extend(host(&shaped));
                 out.extend([ks.kl_seq_mean, ks.kl_token_mean]);
                 let (sft, ss) = sft_loss(lp, &m).unwrap();
@@ -235,7 +315,11 @@ fn masked_positions_never_change_any_result() {
             let clean = run(&base);
             assert!(clean.iter().all(|x| x.is_finite()), "clean outputs finite");
             let dirty = run(&wild);
-            assert_eq!(bits(&clean), bits(&dirty), "dtype {dtype:?} case {case}: masked inputs changed a result");
+            assert_eq!(
+                bits(&clean),
+                bits(&dirty),
+                "dtype {dtype:?} case {case}: masked inputs changed a result"
+            );
         }
     }
 }

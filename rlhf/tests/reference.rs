@@ -11,9 +11,9 @@ use oxalign_rlhf::advantages::{
     GaeBootstrap, GaeConfig, GroupNorm, WhitenOptions,
 };
 use oxalign_rlhf::losses::{
-    bradley_terry_loss, dpo_loss, entropy_bonus, kl_per_token, kl_shaped_rewards,
-    ppo_policy_loss, sft_loss, truncated_is_weights, value_loss, DpoLoss, KlEstimator, LossAgg,
-    PpoConfig, PreferenceLogprobs,
+    bradley_terry_loss, dpo_loss, entropy_bonus, kl_per_token, kl_shaped_rewards, ppo_policy_loss,
+    sft_loss, truncated_is_weights, value_loss, DpoLoss, KlEstimator, LossAgg, PpoConfig,
+    PreferenceLogprobs,
 };
 use oxalign_rlhf::optim::{clip_grad_norm, AdamW, AdamWConfig, LrSchedule, ParamGroup};
 use oxalign_rlhf::{AdaptiveKl, KlController};
@@ -41,14 +41,27 @@ fn gae_matches_reference() {
                 gamma: f(&case["gamma"]),
                 lambda: f(&case["lam"]),
             };
-            let bootstrap = case["bootstrap"].as_bool().unwrap().then_some(GaeBootstrap {
-                last_value: &last,
-                truncated: &trunc,
-            });
+            let bootstrap = case["bootstrap"]
+                .as_bool()
+                .unwrap()
+                .then_some(GaeBootstrap {
+                    last_value: &last,
+                    truncated: &trunc,
+                });
             let out = gae(&rewards, &values, &mask, cfg, bootstrap).unwrap();
             assert_eq!(out.advantages.dtype(), dtype);
-            assert_close("gae advantages", &host(&out.advantages), &flat(&case["advantages"]), tol(dtype));
-            assert_close("gae returns", &host(&out.returns), &flat(&case["returns"]), tol(dtype));
+            assert_close(
+                "gae advantages",
+                &host(&out.advantages),
+                &flat(&case["advantages"]),
+                tol(dtype),
+            );
+            assert_close(
+                "gae returns",
+                &host(&out.returns),
+                &flat(&case["returns"]),
+                tol(dtype),
+            );
         }
     }
 }
@@ -78,14 +91,25 @@ fn reinforce_pp_and_whiten_match_reference() {
         let out =
             reinforce_pp_advantages(&rewards, &mask, f(&case["gamma"]), WhitenOptions::default())
                 .unwrap();
-        assert_close("reinforce++ returns", &host(&out.returns), &flat(&case["returns"]), tol(dtype));
-        assert_close("reinforce++ adv", &host(&out.advantages), &flat(&case["advantages"]), tol(dtype));
+        assert_close(
+            "reinforce++ returns",
+            &host(&out.returns),
+            &flat(&case["returns"]),
+            tol(dtype),
+        );
+        assert_close(
+            "reinforce++ adv",
+            &host(&out.advantages),
+            &flat(&case["advantages"]),
+            tol(dtype),
+        );
         for w in fixture()["whiten"].as_array().unwrap() {
             let opts = WhitenOptions {
                 shift_mean: w["shift_mean"].as_bool().unwrap(),
                 eps: f(&w["eps"]),
             };
-            let out = masked_whiten(&tensor(&w["x"], dtype), &tensor(&w["mask"], dtype), opts).unwrap();
+            let out =
+                masked_whiten(&tensor(&w["x"], dtype), &tensor(&w["mask"], dtype), opts).unwrap();
             assert_close("whiten", &host(&out), &flat(&w["out"]), tol(dtype));
         }
     }
@@ -114,12 +138,18 @@ fn ppo_loss_gradient_and_stats_match_reference() {
                 None => None,
             };
             let (loss, stats) =
-                ppo_policy_loss(logp.as_tensor(), &old, &adv, &mask, &cfg, weights.as_ref()).unwrap();
+                ppo_policy_loss(logp.as_tensor(), &old, &adv, &mask, &cfg, weights.as_ref())
+                    .unwrap();
             let t = tol(dtype);
             assert_close1("ppo loss", scalar(&loss), f(&case["loss"]), t);
             assert_close1("ppo loss stat", stats.loss, f(&case["loss"]), t);
             assert_close1("clip_frac", stats.clip_frac, f(&case["clip_frac"]), t);
-            assert_close1("dual_clip_frac", stats.dual_clip_frac, f(&case["dual_clip_frac"]), t);
+            assert_close1(
+                "dual_clip_frac",
+                stats.dual_clip_frac,
+                f(&case["dual_clip_frac"]),
+                t,
+            );
             assert_close1("approx_kl", stats.approx_kl, f(&case["approx_kl"]), t);
             let grads = loss.backward().unwrap();
             let g = grads.get(logp.as_tensor()).unwrap();
@@ -146,7 +176,12 @@ fn value_loss_matches_reference() {
             assert_close1("value loss", scalar(&loss), f(&case["loss"]), t);
             assert_close1("value clip_frac", stats.clip_frac, f(&case["clip_frac"]), t);
             let grads = loss.backward().unwrap();
-            assert_close("value grad", &host(grads.get(v.as_tensor()).unwrap()), &flat(&case["grad"]), t);
+            assert_close(
+                "value grad",
+                &host(grads.get(v.as_tensor()).unwrap()),
+                &flat(&case["grad"]),
+                t,
+            );
         }
     }
 }
@@ -174,15 +209,29 @@ fn entropy_kl_tis_sft_match_reference() {
             tensor(&k["mask"], dtype),
         );
         let scores = tensor(&k["scores"], dtype);
-        for (name, est) in [("k1", KlEstimator::K1), ("k2", KlEstimator::K2), ("k3", KlEstimator::K3)] {
+        for (name, est) in [
+            ("k1", KlEstimator::K1),
+            ("k2", KlEstimator::K2),
+            ("k3", KlEstimator::K3),
+        ] {
             let kl = kl_per_token(&logp, &refp, &mask, est).unwrap();
             assert_close(name, &host(&kl), &flat(&k[name]), t);
             let (shaped, stats) =
                 kl_shaped_rewards(&scores, &logp, &refp, &mask, f(&k["beta"]), est).unwrap();
-            assert_close("shaped rewards", &host(&shaped), &flat(&k["shaped"][name]), t);
+            assert_close(
+                "shaped rewards",
+                &host(&shaped),
+                &flat(&k["shaped"][name]),
+                t,
+            );
             if est == KlEstimator::K3 {
                 assert_close1("kl seq mean", stats.kl_seq_mean, f(&k["k3_seq_mean"]), t);
-                assert_close1("kl token mean", stats.kl_token_mean, f(&k["k3_token_mean"]), t);
+                assert_close1(
+                    "kl token mean",
+                    stats.kl_token_mean,
+                    f(&k["k3_token_mean"]),
+                    t,
+                );
             }
         }
 
@@ -195,14 +244,32 @@ fn entropy_kl_tis_sft_match_reference() {
         )
         .unwrap();
         assert_close("tis weights", &host(&w), &flat(&c["weights"]), t);
-        assert_close1("mismatch mean", stats.mismatch_abs_mean, f(&c["mismatch_abs_mean"]), t);
-        assert_close1("mismatch max", stats.mismatch_abs_max, f(&c["mismatch_abs_max"]), t);
+        assert_close1(
+            "mismatch mean",
+            stats.mismatch_abs_mean,
+            f(&c["mismatch_abs_mean"]),
+            t,
+        );
+        assert_close1(
+            "mismatch max",
+            stats.mismatch_abs_max,
+            f(&c["mismatch_abs_max"]),
+            t,
+        );
         assert_close1("weight mean", stats.weight_mean, f(&c["weight_mean"]), t);
-        assert_close1("truncated frac", stats.truncated_frac, f(&c["truncated_frac"]), t);
+        assert_close1(
+            "truncated frac",
+            stats.truncated_frac,
+            f(&c["truncated_frac"]),
+            t,
+        );
 
         let s = &fx["sft"];
-        let (loss, stats) =
-            sft_loss(&tensor(&s["token_logprobs"], dtype), &tensor(&s["mask"], dtype)).unwrap();
+        let (loss, stats) = sft_loss(
+            &tensor(&s["token_logprobs"], dtype),
+            &tensor(&s["mask"], dtype),
+        )
+        .unwrap();
         assert_close1("sft loss", scalar(&loss), f(&s["loss"]), t);
         assert_eq!(stats.num_tokens as u64, s["num_tokens"].as_u64().unwrap());
     }
@@ -233,13 +300,43 @@ fn dpo_and_bradley_terry_match_reference() {
             // Summed log-probs are ~-40: f32 carries ~4e-6 absolute error into h.
             let t = if dtype == DType::F32 { 1e-4 } else { t };
             assert_close1("dpo loss", scalar(&loss), f(&case["loss"]), t);
-            assert_close1("dpo acc", stats.reward_accuracy, f(&case["reward_accuracy"]), 1e-12);
-            assert_close1("dpo margin", stats.reward_margin, f(&case["reward_margin"]), t);
-            assert_close1("dpo chosen", stats.chosen_reward, f(&case["chosen_reward"]), t);
-            assert_close1("dpo rejected", stats.rejected_reward, f(&case["rejected_reward"]), t);
+            assert_close1(
+                "dpo acc",
+                stats.reward_accuracy,
+                f(&case["reward_accuracy"]),
+                1e-12,
+            );
+            assert_close1(
+                "dpo margin",
+                stats.reward_margin,
+                f(&case["reward_margin"]),
+                t,
+            );
+            assert_close1(
+                "dpo chosen",
+                stats.chosen_reward,
+                f(&case["chosen_reward"]),
+                t,
+            );
+            assert_close1(
+                "dpo rejected",
+                stats.rejected_reward,
+                f(&case["rejected_reward"]),
+                t,
+            );
             let grads = loss.backward().unwrap();
-            assert_close("dpo grad c", &host(grads.get(pc.as_tensor()).unwrap()), &flat(&case["grad_chosen"]), t);
-            assert_close("dpo grad r", &host(grads.get(pr.as_tensor()).unwrap()), &flat(&case["grad_rejected"]), t);
+            assert_close(
+                "dpo grad c",
+                &host(grads.get(pc.as_tensor()).unwrap()),
+                &flat(&case["grad_chosen"]),
+                t,
+            );
+            assert_close(
+                "dpo grad r",
+                &host(grads.get(pr.as_tensor()).unwrap()),
+                &flat(&case["grad_rejected"]),
+                t,
+            );
         }
         for case in fixture()["bradley_terry"].as_array().unwrap() {
             let c = Var::from_tensor(&tensor(&case["chosen"], dtype)).unwrap();
@@ -248,9 +345,19 @@ fn dpo_and_bradley_terry_match_reference() {
             let (loss, stats) = bradley_terry_loss(c.as_tensor(), &r, margin.as_ref()).unwrap();
             assert_close1("bt loss", scalar(&loss), f(&case["loss"]), t);
             assert_close1("bt acc", stats.accuracy, f(&case["accuracy"]), 1e-12);
-            assert_close1("bt margin", stats.reward_margin, f(&case["reward_margin"]), t);
+            assert_close1(
+                "bt margin",
+                stats.reward_margin,
+                f(&case["reward_margin"]),
+                t,
+            );
             let grads = loss.backward().unwrap();
-            assert_close("bt grad", &host(grads.get(c.as_tensor()).unwrap()), &flat(&case["grad_chosen"]), t);
+            assert_close(
+                "bt grad",
+                &host(grads.get(c.as_tensor()).unwrap()),
+                &flat(&case["grad_chosen"]),
+                t,
+            );
         }
     }
 }
@@ -282,9 +389,19 @@ fn vars_from(values: &Value, shapes: &Value) -> Vec<Var> {
         .iter()
         .zip(shapes.as_array().unwrap())
         .map(|(v, s)| {
-            let shape: Vec<usize> = s.as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
-            Var::from_tensor(&Tensor::from_vec(flat(v), shape, &Device::Cpu).unwrap().to_dtype(DType::F32).unwrap())
+            let shape: Vec<usize> = s
+                .as_array()
                 .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap() as usize)
+                .collect();
+            Var::from_tensor(
+                &Tensor::from_vec(flat(v), shape, &Device::Cpu)
+                    .unwrap()
+                    .to_dtype(DType::F32)
+                    .unwrap(),
+            )
+            .unwrap()
         })
         .collect()
 }
@@ -292,10 +409,20 @@ fn vars_from(values: &Value, shapes: &Value) -> Vec<Var> {
 #[test]
 fn adamw_with_groups_matches_torch() {
     let c = &fixture()["adamw"];
-    let names: Vec<String> = c["names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect();
+    let names: Vec<String> = c["names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect();
     let vars = vars_from(&c["init"], &c["shapes"]);
     let groups: Vec<ParamGroup> = serde_json::from_value(c["groups"].clone()).unwrap();
-    let membership: Vec<usize> = c["membership"].as_array().unwrap().iter().map(|m| m.as_u64().unwrap() as usize).collect();
+    let membership: Vec<usize> = c["membership"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_u64().unwrap() as usize)
+        .collect();
     // The fixture's groups are exactly the default rule (norms and biases: no decay).
     for (name, g) in names.iter().zip(&membership) {
         assert_eq!(oxalign_rlhf::optim::default_group_of(name), *g, "{name}");
@@ -326,12 +453,25 @@ fn adamw_with_groups_matches_torch() {
             }
         }
         opt.step(&grads).unwrap();
-        for ((var, want), name) in vars.iter().zip(step["params"].as_array().unwrap()).zip(&names) {
-            assert_close(&format!("step {k} {name}"), &host(var.as_tensor()), &flat(want), 1e-5);
+        for ((var, want), name) in vars
+            .iter()
+            .zip(step["params"].as_array().unwrap())
+            .zip(&names)
+        {
+            assert_close(
+                &format!("step {k} {name}"),
+                &host(var.as_tensor()),
+                &flat(want),
+                1e-5,
+            );
         }
     }
     let steps: Vec<u64> = opt.param_state().map(|(_, s, _, _)| s).collect();
-    assert_eq!(steps, vec![4, 4, 3], "per-parameter step counts (score.bias skipped once)");
+    assert_eq!(
+        steps,
+        vec![4, 4, 3],
+        "per-parameter step counts (score.bias skipped once)"
+    );
 }
 
 #[test]
@@ -349,7 +489,12 @@ fn clip_grad_norm_matches_torch() {
         let norm = clip_grad_norm(&mut store, vars.iter(), f(&case["max_norm"])).unwrap();
         assert_close1("norm", norm, f(&case["norm"]), 1e-5);
         for (v, want) in vars.iter().zip(case["clipped"].as_array().unwrap()) {
-            assert_close("clipped", &host(store.get(v.as_tensor()).unwrap()), &flat(want), 1e-5);
+            assert_close(
+                "clipped",
+                &host(store.get(v.as_tensor()).unwrap()),
+                &flat(want),
+                1e-5,
+            );
         }
     }
 }
@@ -363,10 +508,24 @@ fn schedules_match_reference() {
         c["warmup_steps"].as_u64().unwrap(),
         c["total_steps"].as_u64().unwrap(),
     );
-    let cosine = LrSchedule::WarmupCosine { peak_lr: peak, min_lr: min, warmup_steps: warmup, total_steps: total };
-    let linear = LrSchedule::WarmupLinear { peak_lr: peak, min_lr: min, warmup_steps: warmup, total_steps: total };
+    let cosine = LrSchedule::WarmupCosine {
+        peak_lr: peak,
+        min_lr: min,
+        warmup_steps: warmup,
+        total_steps: total,
+    };
+    let linear = LrSchedule::WarmupLinear {
+        peak_lr: peak,
+        min_lr: min,
+        warmup_steps: warmup,
+        total_steps: total,
+    };
     cosine.validate().unwrap();
-    for (s, (wc, wl)) in flat(&c["cosine"]).into_iter().zip(flat(&c["linear"])).enumerate() {
+    for (s, (wc, wl)) in flat(&c["cosine"])
+        .into_iter()
+        .zip(flat(&c["linear"]))
+        .enumerate()
+    {
         assert_close1(&format!("cosine[{s}]"), cosine.lr_at(s as u64), wc, 1e-12);
         assert_close1(&format!("linear[{s}]"), linear.lr_at(s as u64), wl, 1e-12);
     }

@@ -41,10 +41,10 @@ pub struct Args {
     #[arg(long, default_value_t = 64)]
     pub max_new_tokens: usize,
     /// Softmax temperature; 0 = greedy.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Nucleus sampling threshold in (0, 1]; 1 = off.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub top_p: f32,
     /// Keep only the k most likely tokens; 0 = off.
     #[arg(long, default_value_t = 0)]

@@ -76,10 +76,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.out.display()
         ));
     }
+    let (source, tokenizer) = resolve_tokenizer(&args.tokenizer)?;
     std::fs::create_dir_all(&args.out)
         .user_err(format!("cannot create output folder {}", args.out.display()))?;
-
-    let tokenizer = write_tokenizer(&args.tokenizer, &args.out)?;
+    write_tokenizer(&source, &args.out)?;
     let vocab_size = model_vocab_size(args.preset, tokenizer.vocab_len());
     let mut config = ModelConfig::preset(args.family, args.preset, vocab_size);
     config.bos_token_id = tokenizer.bos_token_id();
@@ -115,29 +115,31 @@ pub fn model_vocab_size(preset: Preset, tokenizer_len: usize) -> usize {
     }
 }
 
-/// Writes the tokenizer files into `out` and returns the loaded tokenizer (with the stop ids
-/// the model's generation_config.json should carry).
-fn write_tokenizer(spec: &str, out: &Path) -> anyhow::Result<Tokenizer> {
+/// Where the new folder's tokenizer comes from.
+enum TokenizerSource {
+    /// The built-in byte-level tokenizer.
+    Byte,
+    /// Files copied as they are: (source path, file name in the new folder).
+    Files(Vec<(PathBuf, &'static str)>),
+}
+
+/// Loads the tokenizer named by `--tokenizer` (before anything is written, so a bad one
+/// leaves no half-made folder) and says which files to copy. The loaded tokenizer carries the
+/// stop ids the model's generation_config.json should hold.
+fn resolve_tokenizer(spec: &str) -> anyhow::Result<(TokenizerSource, Tokenizer)> {
     if spec == "byte" {
-        byte_tokenizer::write(out).user_err("cannot write the byte tokenizer")?;
-        let mut tok = Tokenizer::from_dir(out).user_err("cannot load the byte tokenizer")?;
-        tok.add_stop_token_id(byte_tokenizer::IM_END_ID);
-        return Ok(tok);
+        return Ok((TokenizerSource::Byte, byte_tokenizer::build()));
     }
     let src = Path::new(spec);
-    let src_dir = if src.is_file() {
-        src.parent().unwrap_or(Path::new(".")).to_path_buf()
+    let (src_dir, tokenizer_json) = if src.is_file() {
+        let dir = src.parent().unwrap_or(Path::new(".")).to_path_buf();
+        (dir, src.to_path_buf())
     } else if src.is_dir() {
-        src.to_path_buf()
+        (src.to_path_buf(), src.join(TOKENIZER_FILE))
     } else {
         return user_error(format!(
             "--tokenizer {spec}: no such file or folder (expected `byte`, a folder with tokenizer.json, or a tokenizer.json file)"
         ));
-    };
-    let tokenizer_json = if src.is_file() {
-        src.to_path_buf()
-    } else {
-        src_dir.join(TOKENIZER_FILE)
     };
     if !tokenizer_json.is_file() {
         return user_error(format!(
@@ -145,8 +147,7 @@ fn write_tokenizer(spec: &str, out: &Path) -> anyhow::Result<Tokenizer> {
             tokenizer_json.display()
         ));
     }
-    // Load before copying, so a broken tokenizer leaves nothing behind. A folder's
-    // generation_config.json (if any) contributes stop ids.
+    // A folder's chat_template.jinja and generation_config.json (extra stop ids) count too.
     let tokenizer = if src.is_dir() {
         Tokenizer::from_dir(&src_dir)
     } else {
@@ -154,23 +155,37 @@ fn write_tokenizer(spec: &str, out: &Path) -> anyhow::Result<Tokenizer> {
         Tokenizer::from_files(&tokenizer_json, config.is_file().then_some(config.as_path()))
     }
     .user_err(format!("--tokenizer {spec}"))?;
-    copy(&tokenizer_json, &out.join(TOKENIZER_FILE))?;
+    let mut files = vec![(tokenizer_json, TOKENIZER_FILE)];
     for name in [TOKENIZER_CONFIG_FILE, CHAT_TEMPLATE_FILE] {
         let from = src_dir.join(name);
         if from.is_file() {
-            copy(&from, &out.join(name))?;
+            files.push((from, name));
         }
     }
-    Ok(tokenizer)
+    Ok((TokenizerSource::Files(files), tokenizer))
 }
 
-fn copy(from: &Path, to: &Path) -> anyhow::Result<()> {
-    if from.canonicalize().ok() == to.canonicalize().ok() && to.exists() {
-        return Ok(());
+/// Writes the tokenizer files into `out`.
+fn write_tokenizer(source: &TokenizerSource, out: &Path) -> anyhow::Result<()> {
+    match source {
+        TokenizerSource::Byte => {
+            byte_tokenizer::write(out).user_err("cannot write the byte tokenizer")
+        }
+        TokenizerSource::Files(files) => {
+            for (from, name) in files {
+                let to = out.join(name);
+                let same = to.exists() && from.canonicalize().ok() == to.canonicalize().ok();
+                if !same {
+                    std::fs::copy(from, &to).user_err(format!(
+                        "cannot copy {} to {}",
+                        from.display(),
+                        to.display()
+                    ))?;
+                }
+            }
+            Ok(())
+        }
     }
-    std::fs::copy(from, to)
-        .map(|_| ())
-        .user_err(format!("cannot copy {} to {}", from.display(), to.display()))
 }
 
 #[cfg(test)]

@@ -6,13 +6,13 @@ use std::path::PathBuf;
 
 use candle_core::Tensor;
 use clap::Parser;
-use oxalign_models::RewardModel;
+use oxalign_models::{ModelError, RewardModel};
 use serde::Serialize;
 
 use crate::jsonl::JsonlWriter;
 use crate::model_dir::{check_model_dir, load_tokenizer, model_error, open_device};
 use crate::prompt_input::{read_records, record_ids, EncodeMode};
-use crate::user_error::user_error;
+use crate::user_error::{user_error, UserError};
 
 /// Arguments of `oxalign score`.
 #[derive(Debug, Parser)]
@@ -54,7 +54,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let device = open_device(&args.device)?;
     let records = read_records(&args.input)?;
     let tokenizer = load_tokenizer(&args.model)?;
-    let model = RewardModel::load(&args.model, &device).map_err(|e| model_error(e, &args.model))?;
+    let model = RewardModel::load(&args.model, &device).map_err(|e| {
+        let hint = matches!(&e, ModelError::MissingTensor { name, .. } if name == "score.weight");
+        let err = model_error(e, &args.model);
+        if hint {
+            UserError::new(format!(
+                "{err} (is it a reward model? `oxalign init-model --head reward` writes one)"
+            ))
+            .into()
+        } else {
+            err
+        }
+    })?;
     let vocab = model.config().vocab_size;
     let mode = EncodeMode {
         chat: false,

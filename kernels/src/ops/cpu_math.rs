@@ -2,7 +2,7 @@
 //! branch-free (auto-vectorisable) `exp`, and row reductions written in 8 lanes.
 //! Deliberately tensor-free: everything here sees plain slices; shapes live in the ops.
 
-use std::ops::{Add, Div, Mul, Neg, Sub};
+use std::ops::{Add, AddAssign, Div, Mul, Neg, Sub};
 
 use candle_core::{CpuStorage, Layout, Result, WithDType};
 
@@ -20,6 +20,7 @@ pub(crate) trait Real:
     + Sync
     + PartialOrd
     + Add<Output = Self>
+    + AddAssign
     + Sub<Output = Self>
     + Mul<Output = Self>
     + Div<Output = Self>
@@ -97,13 +98,7 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0;
     const LO: f32 = -87.0;
     const HI: f32 = 88.0;
-    let xc = if x < LO {
-        LO
-    } else if x > HI {
-        HI
-    } else {
-        x
-    };
+    let xc = x.clamp(LO, HI);
     let t = xc * LOG2E + MAGIC;
     let n = t - MAGIC;
     let r = xc - n * LN2_HI - n * LN2_LO;
@@ -112,7 +107,7 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 0.5;
     let er = p * r * r + r + 1.0;
     let ni = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
     let scale = f32::from_bits((ni.wrapping_add(127) as u32) << 23);
@@ -164,14 +159,14 @@ pub(crate) fn row_exp_sums<T: Real>(row: &[T], m: T, with_weighted: bool) -> (T,
             for i in 0..LANES {
                 let d = c[i] - m;
                 let e = d.exp();
-                s[i] = s[i] + e;
-                w[i] = w[i] + e * d;
+                s[i] += e;
+                w[i] += e * d;
             }
         }
     } else {
         for c in chunks {
             for i in 0..LANES {
-                s[i] = s[i] + (c[i] - m).exp();
+                s[i] += (c[i] - m).exp();
             }
         }
     }
@@ -180,9 +175,9 @@ pub(crate) fn row_exp_sums<T: Real>(row: &[T], m: T, with_weighted: bool) -> (T,
     for &z in rest {
         let d = z - m;
         let e = d.exp();
-        s_tot = s_tot + e;
+        s_tot += e;
         if with_weighted {
-            w_tot = w_tot + e * d;
+            w_tot += e * d;
         }
     }
     (s_tot, w_tot)
@@ -204,12 +199,12 @@ pub(crate) fn row_sum_sq<T: Real>(row: &[T]) -> T {
     let rest = chunks.remainder();
     for c in chunks {
         for i in 0..LANES {
-            acc[i] = acc[i] + c[i] * c[i];
+            acc[i] += c[i] * c[i];
         }
     }
     let mut tot = lane_sum(&acc);
     for &v in rest {
-        tot = tot + v * v;
+        tot += v * v;
     }
     tot
 }
@@ -224,13 +219,13 @@ pub(crate) fn row_dot3<T: Real>(a: &[T], b: &[T], c: &[T]) -> T {
     let mut i = 0;
     while i < full {
         for l in 0..LANES {
-            acc[l] = acc[l] + a[i + l] * b[i + l] * c[i + l];
+            acc[l] += a[i + l] * b[i + l] * c[i + l];
         }
         i += LANES;
     }
     let mut tot = lane_sum(&acc);
     for j in full..n {
-        tot = tot + a[j] * b[j] * c[j];
+        tot += a[j] * b[j] * c[j];
     }
     tot
 }
@@ -290,7 +285,9 @@ mod tests {
 
     #[test]
     fn row_reductions_match_naive_sums() {
-        let row: Vec<f64> = (0..37).map(|i| ((i * 7919) % 101) as f64 / 10.0 - 5.0).collect();
+        let row: Vec<f64> = (0..37)
+            .map(|i| ((i * 7919) % 101) as f64 / 10.0 - 5.0)
+            .collect();
         let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         assert_eq!(row_max(&row), m);
         let s: f64 = row.iter().map(|z| (z - m).exp()).sum();

@@ -93,7 +93,10 @@ fn module_for(fn_name: &str) -> &'static KernelModule {
     }
 }
 
-fn wrap(dev: &CudaDevice, slice: candle_core::cuda_backend::cudarc::driver::CudaSlice<f32>) -> CudaStorage {
+fn wrap(
+    dev: &CudaDevice,
+    slice: candle_core::cuda_backend::cudarc::driver::CudaSlice<f32>,
+) -> CudaStorage {
     CudaStorage::wrap_cuda_slice(slice, dev.clone())
 }
 
@@ -221,8 +224,7 @@ pub(crate) fn rms_norm_bwd_x(
     let xv = view::<f32>(x, l_x, "x")?;
     let wv = view::<f32>(w, l_w, "weight")?;
     let gv = view::<f32>(g, l_g, "grad")?;
-    let func =
-        dev.get_or_load_custom_func("rms_norm_bwd_x_f32", RMS_NORM.name, RMS_NORM.ptx()?)?;
+    let func = dev.get_or_load_custom_func("rms_norm_bwd_x_f32", RMS_NORM.name, RMS_NORM.ptx()?)?;
     // SAFETY: every element is written by the kernel.
     let out = unsafe { dev.alloc::<f32>(n) }?;
     if rows == 0 {

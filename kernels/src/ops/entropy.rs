@@ -86,12 +86,14 @@ impl CustomOp1 for Entropy {
         let dims = l.dims();
         let vocab = dims.last().copied().unwrap_or(1);
         let out = match s {
-            CpuStorage::F32(_) => {
-                CpuStorage::F32(fwd_rows(contiguous_slice(s, l, "entropy", "logits")?, vocab))
-            }
-            CpuStorage::F64(_) => {
-                CpuStorage::F64(fwd_rows(contiguous_slice(s, l, "entropy", "logits")?, vocab))
-            }
+            CpuStorage::F32(_) => CpuStorage::F32(fwd_rows(
+                contiguous_slice(s, l, "entropy", "logits")?,
+                vocab,
+            )),
+            CpuStorage::F64(_) => CpuStorage::F64(fwd_rows(
+                contiguous_slice(s, l, "entropy", "logits")?,
+                vocab,
+            )),
             other => validate::unsupported_cpu_dtype("entropy", other)?,
         };
         Ok((out, Shape::from(&dims[..dims.len() - 1])))
@@ -202,7 +204,12 @@ mod tests {
         let base = random_tensor(&[21, 3, 2], 3.0, 30)?;
         let logits = base.permute((2, 1, 0))?;
         assert!(!logits.is_contiguous());
-        assert_close(&entropy(&logits)?, &entropy_composed(&logits)?, 1e-5, "non-contig")
+        assert_close(
+            &entropy(&logits)?,
+            &entropy_composed(&logits)?,
+            1e-5,
+            "non-contig",
+        )
     }
 
     #[test]
@@ -210,7 +217,10 @@ mod tests {
         let x = Var::from_tensor(&random_tensor(&[2, 3, 41], 3.0, 31)?)?;
         let w = Tensor::new(&[[1f32, 0.0, 0.5], [-2.0, 1.0, 3.0]], &Device::Cpu)?;
         let gf = entropy(x.as_tensor())?.mul(&w)?.sum_all()?.backward()?;
-        let gc = entropy_composed(x.as_tensor())?.mul(&w)?.sum_all()?.backward()?;
+        let gc = entropy_composed(x.as_tensor())?
+            .mul(&w)?
+            .sum_all()?
+            .backward()?;
         let a = gf.get(x.as_tensor()).expect("fused grad");
         let c = gc.get(x.as_tensor()).expect("composed grad");
         assert_close(a, c, 1e-5, "entropy grad")

@@ -12,7 +12,10 @@ pub fn token_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let shifted = logits.broadcast_sub(&m)?;
     let lse = shifted.exp()?.sum_keepdim(last)?.log()?;
     let logp = shifted.broadcast_sub(&lse)?;
-    let idx = targets.to_dtype(DType::U32)?.unsqueeze(last)?.contiguous()?;
+    let idx = targets
+        .to_dtype(DType::U32)?
+        .unsqueeze(last)?
+        .contiguous()?;
     logp.gather(&idx, last)?.squeeze(last)
 }
 
@@ -34,7 +37,10 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let sin = Tensor::cat(&[sin, sin], D::Minus1)?;
     // [T, D] -> [1, 1, T, D]; [B, T, D] -> [B, 1, T, D].
     let (cos, sin) = if cos.rank() == 2 {
-        (cos.unsqueeze(0)?.unsqueeze(0)?, sin.unsqueeze(0)?.unsqueeze(0)?)
+        (
+            cos.unsqueeze(0)?.unsqueeze(0)?,
+            sin.unsqueeze(0)?.unsqueeze(0)?,
+        )
     } else {
         (cos.unsqueeze(1)?, sin.unsqueeze(1)?)
     };

@@ -33,7 +33,10 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
         );
     }
     if d == 0 {
-        candle_core::bail!("{OP}: `x` has an empty last dimension, shape {:?}", x.dims());
+        candle_core::bail!(
+            "{OP}: `x` has an empty last dimension, shape {:?}",
+            x.dims()
+        );
     }
     if !(eps >= 0.0 && eps.is_finite()) {
         candle_core::bail!("{OP}: `eps` must be finite and >= 0, got {eps}");
@@ -98,7 +101,7 @@ fn bwd_x_rows<T: Real>(x: &[T], w: &[T], g: &[T], eps: f64) -> Vec<T> {
                 let dot = row_dot3(gr, w, xr);
                 let c = r * r * r * inv_d * dot;
                 for (((o, &xi), &wi), &gi) in o.iter_mut().zip(xr).zip(w).zip(gr) {
-                    *o = r * wi * gi - 0.9 * c * xi;
+                    *o = r * wi * gi - c * xi;
                 }
             }
         });
@@ -120,7 +123,7 @@ fn bwd_w<T: Real>(x: &[T], g: &[T], d: usize, eps: f64) -> Vec<T> {
             for (xr, gr) in x.chunks(d).zip(g.chunks(d)) {
                 let r = inv_rms(xr, eps);
                 for ((a, &xi), &gi) in acc.iter_mut().zip(xr).zip(gr) {
-                    *a = *a + gi * xi * r;
+                    *a += gi * xi * r;
                 }
             }
             acc
@@ -129,7 +132,7 @@ fn bwd_w<T: Real>(x: &[T], g: &[T], d: usize, eps: f64) -> Vec<T> {
     let mut dw = vec![T::ZERO; d];
     for p in &partials {
         for (a, &v) in dw.iter_mut().zip(p) {
-            *a = *a + v;
+            *a += v;
         }
     }
     dw
@@ -311,7 +314,12 @@ mod tests {
             let x = random_tensor(dims, 2.0, d as u64)?;
             let w = random_tensor(&[d], 1.0, 99)?;
             let fused = rms_norm(&x, &w, 1e-6)?;
-            assert_close(&fused, &rms_norm_composed(&x, &w, 1e-6)?, 1e-5, "rms_norm fwd")?;
+            assert_close(
+                &fused,
+                &rms_norm_composed(&x, &w, 1e-6)?,
+                1e-5,
+                "rms_norm fwd",
+            )?;
             // candle_nn's (non-differentiable) fused op agrees too.
             let nn = candle_nn::ops::rms_norm(&x, &w, 1e-6)?;
             assert_close(&fused, &nn, 1e-5, "rms_norm vs candle_nn")?;
@@ -338,7 +346,10 @@ mod tests {
         let w = Var::from_tensor(&random_tensor(&[19], 1.0, 4)?)?;
         let proj = random_tensor(&[3, 4, 19], 1.0, 5)?;
         let loss = |f: &dyn Fn(&Tensor, &Tensor) -> Result<Tensor>| -> Result<_> {
-            f(x.as_tensor(), w.as_tensor())?.mul(&proj)?.sum_all()?.backward()
+            f(x.as_tensor(), w.as_tensor())?
+                .mul(&proj)?
+                .sum_all()?
+                .backward()
         };
         let gf = loss(&|x, w| rms_norm(x, w, 1e-5))?;
         let gc = loss(&|x, w| rms_norm_composed(x, w, 1e-5))?;
@@ -367,7 +378,10 @@ mod tests {
         assert!(grads.get(x.as_tensor()).is_some());
         assert!(grads.get(&w).is_none());
         let err = rms_norm(x.as_tensor(), &random_tensor(&[4], 1.0, 1)?, 1e-6).unwrap_err();
-        assert!(err.to_string().contains("`weight` must have shape [5]"), "{err}");
+        assert!(
+            err.to_string().contains("`weight` must have shape [5]"),
+            "{err}"
+        );
         Ok(())
     }
 

@@ -30,7 +30,10 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
         candle_core::bail!("{OP}: `x` must be [B, H, T, D], got {:?}", x.dims());
     };
     if d % 2 != 0 {
-        candle_core::bail!("{OP}: the head dim D of `x` must be even, got shape {:?}", x.dims());
+        candle_core::bail!(
+            "{OP}: the head dim D of `x` must be even, got shape {:?}",
+            x.dims()
+        );
     }
     if cos.dims() != sin.dims() {
         candle_core::bail!(
@@ -198,14 +201,24 @@ mod tests {
             let x = random_tensor(&[b, h, t, d], 1.0, (t * d) as u64)?;
             let (cos, sin) = tables(&[t, d / 2], 1)?;
             let fused = rope(&x, &cos, &sin)?;
-            assert_close(&fused, &candle_nn::rotary_emb::rope(&x, &cos, &sin)?, 1e-6, "nn")?;
+            assert_close(
+                &fused,
+                &candle_nn::rotary_emb::rope(&x, &cos, &sin)?,
+                1e-6,
+                "nn",
+            )?;
             assert_close(&fused, &rope_composed(&x, &cos, &sin)?, 1e-6, "composed")?;
             // Per-batch tables.
             let (cos_b, sin_b) = tables(&[b, t, d / 2], 2)?;
             let fused = rope(&x, &cos_b, &sin_b)?;
             let nn = candle_nn::rotary_emb::rope(&x, &cos_b, &sin_b)?;
             assert_close(&fused, &nn, 1e-6, "nn per-batch")?;
-            assert_close(&fused, &rope_composed(&x, &cos_b, &sin_b)?, 1e-6, "per-batch")?;
+            assert_close(
+                &fused,
+                &rope_composed(&x, &cos_b, &sin_b)?,
+                1e-6,
+                "per-batch",
+            )?;
         }
         Ok(())
     }
@@ -226,7 +239,10 @@ mod tests {
         let x = Var::from_tensor(&random_tensor(&[2, 2, 4, 6], 1.0, 5)?)?;
         let (cos, sin) = tables(&[2, 4, 3], 6)?;
         let proj = random_tensor(&[2, 2, 4, 6], 1.0, 7)?;
-        let gf = rope(x.as_tensor(), &cos, &sin)?.mul(&proj)?.sum_all()?.backward()?;
+        let gf = rope(x.as_tensor(), &cos, &sin)?
+            .mul(&proj)?
+            .sum_all()?
+            .backward()?;
         let gc = rope_composed(x.as_tensor(), &cos, &sin)?
             .mul(&proj)?
             .sum_all()?

@@ -37,7 +37,9 @@ pub(crate) fn random_tensor(dims: &[usize], scale: f32, seed: u64) -> Result<Ten
 pub(crate) fn random_ids(dims: &[usize], vocab: usize, seed: u64) -> Result<Tensor> {
     let mut rng = SplitMix::new(seed);
     let n: usize = dims.iter().product();
-    let data: Vec<u32> = (0..n).map(|_| (rng.next_u64() % vocab as u64) as u32).collect();
+    let data: Vec<u32> = (0..n)
+        .map(|_| (rng.next_u64() % vocab as u64) as u32)
+        .collect();
     Tensor::from_vec(data, dims, &Device::Cpu)
 }
 

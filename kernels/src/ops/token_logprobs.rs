@@ -5,7 +5,9 @@
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::cpu_math::{contiguous_slice, row_exp_sums, row_logsumexp, row_max, rows_per_task, Real};
+use super::cpu_math::{
+    contiguous_slice, row_exp_sums, row_logsumexp, row_max, rows_per_task, Real,
+};
 use super::validate;
 
 /// Log-probability (nats) of each target token under `softmax(logits)`.
@@ -98,7 +100,7 @@ fn bwd_rows<T: Real>(logits: &[T], targets: &[u32], grad: &[T], vocab: usize) ->
                 for (o, &zv) in o.iter_mut().zip(z) {
                     *o = neg_g * (zv - lse).exp();
                 }
-                o[y as usize] = o[y as usize] + g;
+                o[y as usize] += g;
             }
         });
     out
@@ -226,7 +228,7 @@ impl CustomOp3 for TokenLogprobsGrad {
 mod tests {
     use super::*;
     use crate::ops::reference::token_logprobs as token_logprobs_composed;
-    use crate::ops::testing::{assert_close, finite_difference_check, random_tensor, random_ids};
+    use crate::ops::testing::{assert_close, finite_difference_check, random_ids, random_tensor};
     use candle_core::{DType, Device, Var};
 
     #[test]
@@ -293,14 +295,20 @@ mod tests {
         let x = random_tensor(&[2, 2, 11], 1.5, 8)?.to_dtype(DType::F64)?;
         let targets = random_ids(&[2, 2], 11, 9)?;
         let w = random_tensor(&[2, 2], 1.0, 10)?.to_dtype(DType::F64)?;
-        finite_difference_check(&x, |x| token_logprobs(x, &targets)?.mul(&w)?.sum_all(), 1e-6)
+        finite_difference_check(
+            &x,
+            |x| token_logprobs(x, &targets)?.mul(&w)?.sum_all(),
+            1e-6,
+        )
     }
 
     #[test]
     fn targets_carry_no_gradient_and_bad_targets_fail() -> Result<()> {
         let x = Var::from_tensor(&random_tensor(&[1, 2, 5], 1.0, 1)?)?;
         let targets = Tensor::new(&[[0u32, 4]], &Device::Cpu)?;
-        let grads = token_logprobs(x.as_tensor(), &targets)?.sum_all()?.backward()?;
+        let grads = token_logprobs(x.as_tensor(), &targets)?
+            .sum_all()?
+            .backward()?;
         assert!(grads.get(&targets).is_none());
         // Each gradient row sums to zero (softmax minus one-hot).
         let row_sums = grads.get(x.as_tensor()).expect("grad").sum(2)?;
@@ -308,9 +316,14 @@ mod tests {
 
         let bad = Tensor::new(&[[0u32, 5]], &Device::Cpu)?;
         let err = token_logprobs(x.as_tensor(), &bad).unwrap_err().to_string();
-        assert!(err.contains("target id 5") && err.contains("vocabulary of 5"), "{err}");
+        assert!(
+            err.contains("target id 5") && err.contains("vocabulary of 5"),
+            "{err}"
+        );
         let wrong_shape = Tensor::new(&[0u32, 1, 2], &Device::Cpu)?;
-        let err = token_logprobs(x.as_tensor(), &wrong_shape).unwrap_err().to_string();
+        let err = token_logprobs(x.as_tensor(), &wrong_shape)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`targets` must have shape [1, 2]"), "{err}");
         let i64_targets = Tensor::new(&[[0i64, 4]], &Device::Cpu)?;
         let a = token_logprobs(x.as_tensor(), &i64_targets)?;

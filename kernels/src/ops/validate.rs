@@ -14,7 +14,13 @@ pub(crate) fn float_dtype(op: &str, arg: &str, t: &Tensor) -> Result<()> {
 }
 
 /// `b` must match `a`'s dtype.
-pub(crate) fn same_dtype(op: &str, a_name: &str, a: &Tensor, b_name: &str, b: &Tensor) -> Result<()> {
+pub(crate) fn same_dtype(
+    op: &str,
+    a_name: &str,
+    a: &Tensor,
+    b_name: &str,
+    b: &Tensor,
+) -> Result<()> {
     if a.dtype() != b.dtype() {
         candle_core::bail!(
             "{op}: `{b_name}` must have the dtype of `{a_name}` ({:?}), got {:?}",
@@ -49,5 +55,8 @@ pub(crate) fn token_ids(op: &str, arg: &str, t: &Tensor) -> Result<Tensor> {
 /// The error for a CPU storage dtype a kernel has no implementation for.
 pub(crate) fn unsupported_cpu_dtype<T>(op: &str, s: &CpuStorage) -> Result<T> {
     use candle_core::backend::BackendStorage;
-    candle_core::bail!("{op}: unsupported dtype {:?} on CPU (expected f32 or f64)", s.dtype())
+    candle_core::bail!(
+        "{op}: unsupported dtype {:?} on CPU (expected f32 or f64)",
+        s.dtype()
+    )
 }

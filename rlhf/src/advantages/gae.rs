@@ -4,7 +4,9 @@
 use candle_core::Tensor;
 
 use crate::error::{Result, RlhfError};
-use crate::mask::{expect_1d, expect_2d, expect_float, expect_like, from_host, host_f64, host_mask};
+use crate::mask::{
+    expect_1d, expect_2d, expect_float, expect_like, from_host, host_f64, host_mask,
+};
 
 /// Discount and trace parameters of GAE.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -57,9 +57,7 @@ pub fn group_relative_advantages(
         GroupNorm::MeanOnly => 1,
     };
     let n = check_groups(scores, group_size, min)?;
-    if !(eps >= 0.0) {
-        return Err(RlhfError::invalid("eps", eps, "must be >= 0"));
-    }
+    crate::error::check_min("eps", eps, 0.0)?;
     let r = host_f64(scores)?;
     let mut out = vec![0.0; n];
     for (group, dst) in r.chunks(group_size).zip(out.chunks_mut(group_size)) {

@@ -36,9 +36,7 @@ pub fn masked_whiten(x: &Tensor, mask: &Tensor, options: WhitenOptions) -> Resul
     expect_float("x", x)?;
     let (b, t) = expect_2d("x", x)?;
     expect_shape("mask", mask, &[b, t], "[batch, seq]")?;
-    if !(options.eps >= 0.0) {
-        return Err(RlhfError::invalid("eps", options.eps, "must be >= 0"));
-    }
+    crate::error::check_min("eps", options.eps, 0.0)?;
     let values = host_f64(x)?;
     let m = host_mask(mask)?;
     let out = whiten_host(&values, &m, options)?;
@@ -68,6 +66,12 @@ pub(crate) fn whiten_host(values: &[f64], m: &[bool], options: WhitenOptions) ->
     Ok(values
         .iter()
         .zip(m)
-        .map(|(v, &keep)| if keep { (v - mean) * inv_std + shift } else { 0.0 })
+        .map(|(v, &keep)| {
+            if keep {
+                (v - mean) * inv_std + shift
+            } else {
+                0.0
+            }
+        })
         .collect())
 }

@@ -31,7 +31,12 @@ impl ArithmeticTask {
                 eval.push(item(pair));
             }
         }
-        Self { seed, max_operand, eval, held_out }
+        Self {
+            seed,
+            max_operand,
+            eval,
+            held_out,
+        }
     }
 
     /// Largest operand.
@@ -87,9 +92,15 @@ mod tests {
             let (a, b): (u32, u32) = (a.parse().unwrap(), b.parse().unwrap());
             assert!(a <= 99 && b <= 99);
             assert_eq!(it.answer.as_deref(), Some((a + b).to_string().as_str()));
-            assert!(!t.eval_items().contains(&it), "training item {i} is held out");
+            assert!(
+                !t.eval_items().contains(&it),
+                "training item {i} is held out"
+            );
         }
-        assert_ne!(ArithmeticTask::new(8, 99, 200).train_item(0), t.train_item(0));
+        assert_ne!(
+            ArithmeticTask::new(8, 99, 200).train_item(0),
+            t.train_item(0)
+        );
     }
 
     #[test]

@@ -65,7 +65,8 @@ impl PromptSource for PromptFile {
         let (epoch, pos) = (index / n, index % n);
         // A seeded permutation per epoch: sort positions by a per-epoch hash (cached would be
         // faster, but files here are small and this keeps the source stateless).
-        let key = |j: u64| splitmix64(self.seed ^ splitmix64(epoch) ^ splitmix64(j.wrapping_add(0x51)));
+        let key =
+            |j: u64| splitmix64(self.seed ^ splitmix64(epoch) ^ splitmix64(j.wrapping_add(0x51)));
         let mut order: Vec<u64> = (0..n).collect();
         order.sort_by_key(|&j| key(j));
         self.items[order[pos as usize] as usize].clone()
@@ -84,11 +85,16 @@ mod tests {
     fn visits_each_line_once_per_epoch_and_names_bad_lines() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("p.jsonl");
-        std::fs::write(&p, "{\"prompt\": \"a\", \"answer\": \"1\"}\n\n{\"prompt\": \"b\"}\n{\"prompt\": \"c\"}\n").unwrap();
+        std::fs::write(
+            &p,
+            "{\"prompt\": \"a\", \"answer\": \"1\"}\n\n{\"prompt\": \"b\"}\n{\"prompt\": \"c\"}\n",
+        )
+        .unwrap();
         let f = PromptFile::load(&p, None, 3).unwrap();
         assert_eq!(f.len(), 3);
         for epoch in 0..2 {
-            let mut seen: Vec<String> = (0..3).map(|i| f.train_item(epoch * 3 + i).prompt).collect();
+            let mut seen: Vec<String> =
+                (0..3).map(|i| f.train_item(epoch * 3 + i).prompt).collect();
             seen.sort();
             assert_eq!(seen, ["a", "b", "c"]);
         }

@@ -40,13 +40,7 @@ pub fn aggregate_loss_with_denominator(
     agg: LossAgg,
     denominator: f64,
 ) -> Result<Tensor> {
-    if !(denominator > 0.0) {
-        return Err(RlhfError::invalid(
-            "denominator",
-            denominator,
-            "must be > 0 (a token or sequence count)",
-        ));
-    }
+    crate::error::check_above("denominator", denominator, 0.0)?;
     aggregate(loss, mask, agg, Some(denominator))
 }
 

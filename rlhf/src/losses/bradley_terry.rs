@@ -34,7 +34,13 @@ pub fn bradley_terry_loss(
 ) -> Result<(Tensor, BradleyTerryStats)> {
     let dtype = expect_float("chosen_rewards", chosen_rewards)?;
     let n = expect_1d("chosen_rewards", chosen_rewards)?;
-    expect_like("rejected_rewards", rejected_rewards, &[n], dtype, "chosen_rewards")?;
+    expect_like(
+        "rejected_rewards",
+        rejected_rewards,
+        &[n],
+        dtype,
+        "chosen_rewards",
+    )?;
     let mut diff = (chosen_rewards - rejected_rewards)?;
     if let Some(m) = margin {
         expect_like("margin", m, &[n], dtype, "chosen_rewards")?;

@@ -56,24 +56,50 @@ pub struct DpoStats {
 /// `Sigmoid { ε }`: `−(1−ε) log σ(βh) − ε log σ(−βh)`; `Ipo`: `(h − 1/(2β))²`.
 /// `beta > 0`. Returns a scalar of the inputs' dtype (differentiable w.r.t. the policy
 /// log-probs) and stats.
-pub fn dpo_loss(logps: PreferenceLogprobs<'_>, beta: f64, loss: DpoLoss) -> Result<(Tensor, DpoStats)> {
+pub fn dpo_loss(
+    logps: PreferenceLogprobs<'_>,
+    beta: f64,
+    loss: DpoLoss,
+) -> Result<(Tensor, DpoStats)> {
     let dtype = expect_float("policy_chosen", logps.policy_chosen)?;
     let n = expect_1d("policy_chosen", logps.policy_chosen)?;
-    expect_like("policy_rejected", logps.policy_rejected, &[n], dtype, "policy_chosen")?;
-    expect_like("reference_chosen", logps.reference_chosen, &[n], dtype, "policy_chosen")?;
-    expect_like("reference_rejected", logps.reference_rejected, &[n], dtype, "policy_chosen")?;
-    if !(beta > 0.0) {
-        return Err(RlhfError::invalid("beta", beta, "must be > 0"));
-    }
+    expect_like(
+        "policy_rejected",
+        logps.policy_rejected,
+        &[n],
+        dtype,
+        "policy_chosen",
+    )?;
+    expect_like(
+        "reference_chosen",
+        logps.reference_chosen,
+        &[n],
+        dtype,
+        "policy_chosen",
+    )?;
+    expect_like(
+        "reference_rejected",
+        logps.reference_rejected,
+        &[n],
+        dtype,
+        "policy_chosen",
+    )?;
+    crate::error::check_above("beta", beta, 0.0)?;
     let ref_c = logps.reference_chosen.detach();
     let ref_r = logps.reference_rejected.detach();
     let chosen_logratio = (logps.policy_chosen - &ref_c)?;
     let rejected_logratio = (logps.policy_rejected - &ref_r)?;
     let h = (&chosen_logratio - &rejected_logratio)?;
     let per_pair = match loss {
-        DpoLoss::Sigmoid { label_smoothing: eps } => {
+        DpoLoss::Sigmoid {
+            label_smoothing: eps,
+        } => {
             if !(0.0..0.5).contains(&eps) {
-                return Err(RlhfError::invalid("label_smoothing", eps, "must be in [0, 0.5)"));
+                return Err(RlhfError::invalid(
+                    "label_smoothing",
+                    eps,
+                    "must be in [0, 0.5)",
+                ));
             }
             let bh = h.affine(beta, 0.0)?;
             let pos = log_sigmoid(&bh)?.affine(-(1.0 - eps), 0.0)?;

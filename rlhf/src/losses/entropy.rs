@@ -29,9 +29,7 @@ pub fn entropy_bonus(
     expect_float("entropy", entropy)?;
     let (b, t) = expect_2d("entropy", entropy)?;
     expect_shape("mask", mask, &[b, t], "[batch, seq]")?;
-    if !(coef >= 0.0) {
-        return Err(RlhfError::invalid("coef", coef, "must be >= 0"));
-    }
+    crate::error::check_min("coef", coef, 0.0)?;
     let h = aggregate_loss(entropy, mask, agg)?;
     let stats = EntropyStats {
         entropy: scalar(&h)?,

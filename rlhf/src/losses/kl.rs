@@ -62,8 +62,8 @@ pub fn kl_per_token(
     expect_like("ref_logprobs", ref_logprobs, &[b, t], dtype, "logprobs")?;
     expect_shape("mask", mask, &[b, t], "[batch, seq]")?;
     let pred = predicate(mask)?;
-    let d = (zero_unmasked_out(logprobs, &pred)?
-        - zero_unmasked_out(&ref_logprobs.detach(), &pred)?)?;
+    let d =
+        (zero_unmasked_out(logprobs, &pred)? - zero_unmasked_out(&ref_logprobs.detach(), &pred)?)?;
     Ok(match estimator {
         KlEstimator::K1 => d,
         KlEstimator::K2 => d.sqr()?.affine(0.5, 0.0)?,
@@ -90,9 +90,7 @@ pub fn kl_loss(
     coef: f64,
     agg: LossAgg,
 ) -> Result<(Tensor, KlStats)> {
-    if !(coef >= 0.0) {
-        return Err(RlhfError::invalid("coef", coef, "must be >= 0"));
-    }
+    crate::error::check_min("coef", coef, 0.0)?;
     let kl = kl_per_token(logprobs, ref_logprobs, mask, estimator)?;
     let loss = aggregate_loss(&kl, mask, agg)?.affine(coef, 0.0)?;
     Ok((loss, kl_stats(&kl, mask)?))
@@ -125,9 +123,7 @@ pub fn kl_shaped_rewards(
             got: scores.dims().to_vec(),
         });
     }
-    if !(beta >= 0.0) {
-        return Err(RlhfError::invalid("beta", beta, "must be >= 0"));
-    }
+    crate::error::check_min("beta", beta, 0.0)?;
     let kl = kl_per_token(&logprobs.detach(), ref_logprobs, mask, estimator)?;
     let stats = kl_stats(&kl, mask)?;
     let kl_host = host_f64(&kl)?;

@@ -6,7 +6,9 @@ use candle_core::Tensor;
 
 use crate::error::{Result, RlhfError};
 use crate::losses::aggregate::{aggregate_loss, LossAgg};
-use crate::mask::{expect_2d, expect_float, expect_like, expect_shape, predicate, scalar, zero_unmasked_out};
+use crate::mask::{
+    expect_2d, expect_float, expect_like, expect_shape, predicate, scalar, zero_unmasked_out,
+};
 
 /// Log-ratios are clamped to ±this before `exp` (as in verl), so a wild token cannot overflow.
 pub const LOG_RATIO_CLAMP: f64 = 20.0;
@@ -91,15 +93,14 @@ pub fn ppo_policy_loss(
     if let Some(w) = is_weights {
         expect_like("is_weights", w, &dims, dtype, "logprobs")?;
     }
-    for (name, v) in [("clip_low", config.clip_low), ("clip_high", config.clip_high)] {
-        if !(v >= 0.0) {
-            return Err(RlhfError::invalid(name, v, "must be >= 0"));
-        }
+    for (name, v) in [
+        ("clip_low", config.clip_low),
+        ("clip_high", config.clip_high),
+    ] {
+        crate::error::check_min(name, v, 0.0)?;
     }
     if let Some(c) = config.dual_clip {
-        if !(c > 1.0) {
-            return Err(RlhfError::invalid("dual_clip", c, "must be > 1"));
-        }
+        crate::error::check_above("dual_clip", c, 1.0)?;
     }
 
     let pred = predicate(mask)?;

@@ -6,7 +6,10 @@
 use candle_core::Tensor;
 
 use crate::error::{Result, RlhfError};
-use crate::mask::{expect_2d, expect_float, expect_like, expect_shape, host_f64, host_mask, predicate, zero_unmasked_out};
+use crate::mask::{
+    expect_2d, expect_float, expect_like, expect_shape, host_f64, host_mask, predicate,
+    zero_unmasked_out,
+};
 
 /// Mismatch diagnostics between trainer and rollout log-probs (over response tokens).
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
@@ -37,11 +40,15 @@ pub fn truncated_is_weights(
 ) -> Result<(Tensor, TisStats)> {
     let dtype = expect_float("trainer_old_logprobs", trainer_old_logprobs)?;
     let (b, t) = expect_2d("trainer_old_logprobs", trainer_old_logprobs)?;
-    expect_like("rollout_logprobs", rollout_logprobs, &[b, t], dtype, "trainer_old_logprobs")?;
+    expect_like(
+        "rollout_logprobs",
+        rollout_logprobs,
+        &[b, t],
+        dtype,
+        "trainer_old_logprobs",
+    )?;
     expect_shape("mask", mask, &[b, t], "[batch, seq]")?;
-    if !(cap > 0.0) {
-        return Err(RlhfError::invalid("cap", cap, "must be > 0"));
-    }
+    crate::error::check_above("cap", cap, 0.0)?;
     let pred = predicate(mask)?;
     let delta = (zero_unmasked_out(&trainer_old_logprobs.detach(), &pred)?
         - zero_unmasked_out(&rollout_logprobs.detach(), &pred)?)?;
@@ -50,7 +57,8 @@ pub fn truncated_is_weights(
     let d = host_f64(&delta)?;
     let w = host_f64(&weights)?;
     let m = host_mask(mask)?;
-    let (mut n, mut abs_sum, mut abs_max, mut w_sum, mut n_trunc) = (0usize, 0.0, 0.0f64, 0.0, 0usize);
+    let (mut n, mut abs_sum, mut abs_max, mut w_sum, mut n_trunc) =
+        (0usize, 0.0, 0.0f64, 0.0, 0usize);
     for i in 0..d.len() {
         if m[i] {
             n += 1;

@@ -6,7 +6,10 @@ use candle_core::Tensor;
 
 use crate::error::{Result, RlhfError};
 use crate::losses::aggregate::{aggregate_loss, LossAgg};
-use crate::mask::{expect_2d, expect_float, expect_like, expect_shape, masked_mean, predicate, scalar, zero_unmasked_out};
+use crate::mask::{
+    expect_2d, expect_float, expect_like, expect_shape, masked_mean, predicate, scalar,
+    zero_unmasked_out,
+};
 
 /// Diagnostics of one [`value_loss`] call (masked means over response tokens).
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
@@ -46,9 +49,7 @@ pub fn value_loss(
     expect_like("returns", returns, &dims, dtype, "values")?;
     expect_shape("mask", mask, &dims, "[batch, seq]")?;
     if let Some(eps) = clip_range {
-        if !(eps >= 0.0) {
-            return Err(RlhfError::invalid("clip_range", eps, "must be >= 0"));
-        }
+        crate::error::check_min("clip_range", eps, 0.0)?;
     }
     let pred = predicate(mask)?;
     let v = zero_unmasked_out(values, &pred)?;

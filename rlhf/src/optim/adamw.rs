@@ -41,20 +41,14 @@ impl Default for AdamWConfig {
 
 impl AdamWConfig {
     fn validate(&self) -> Result<()> {
-        if !(self.lr >= 0.0) {
-            return Err(RlhfError::invalid("lr", self.lr, "must be >= 0"));
-        }
+        crate::error::check_min("lr", self.lr, 0.0)?;
         for (name, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
             if !(0.0..1.0).contains(&b) {
                 return Err(RlhfError::invalid(name, b, "must be in [0, 1)"));
             }
         }
-        if !(self.eps > 0.0) {
-            return Err(RlhfError::invalid("eps", self.eps, "must be > 0"));
-        }
-        if !(self.weight_decay >= 0.0) {
-            return Err(RlhfError::invalid("weight_decay", self.weight_decay, "must be >= 0"));
-        }
+        crate::error::check_above("eps", self.eps, 0.0)?;
+        crate::error::check_min("weight_decay", self.weight_decay, 0.0)?;
         Ok(())
     }
 }
@@ -105,16 +99,12 @@ impl AdamW {
     ) -> Result<Self> {
         config.validate()?;
         for g in &groups {
-            if !(g.lr_scale >= 0.0) {
-                return Err(RlhfError::invalid(format!("groups.{}.lr_scale", g.name), g.lr_scale, "must be >= 0"));
-            }
-            if !(g.weight_decay >= 0.0) {
-                return Err(RlhfError::invalid(
-                    format!("groups.{}.weight_decay", g.name),
-                    g.weight_decay,
-                    "must be >= 0",
-                ));
-            }
+            crate::error::check_min(format!("groups.{}.lr_scale", g.name), g.lr_scale, 0.0)?;
+            crate::error::check_min(
+                format!("groups.{}.weight_decay", g.name),
+                g.weight_decay,
+                0.0,
+            )?;
         }
         let mut seen = HashSet::new();
         let mut params = Vec::with_capacity(vars.len());
@@ -178,12 +168,16 @@ impl AdamW {
 
             let g = grad.detach().to_dtype(DType::F32)?;
             slot.exp_avg = ((slot.exp_avg.affine(b1, 0.0)? + g.affine(1.0 - b1, 0.0)?)?).detach();
-            slot.exp_avg_sq = ((slot.exp_avg_sq.affine(b2, 0.0)? + g.sqr()?.affine(1.0 - b2, 0.0)?)?).detach();
+            slot.exp_avg_sq =
+                ((slot.exp_avg_sq.affine(b2, 0.0)? + g.sqr()?.affine(1.0 - b2, 0.0)?)?).detach();
 
             let bias_correction1 = 1.0 - b1.powi(t);
             let bias_correction2_sqrt = (1.0 - b2.powi(t)).sqrt();
             let step_size = lr / bias_correction1;
-            let denom = slot.exp_avg_sq.sqrt()?.affine(1.0 / bias_correction2_sqrt, eps)?;
+            let denom = slot
+                .exp_avg_sq
+                .sqrt()?
+                .affine(1.0 / bias_correction2_sqrt, eps)?;
 
             let dtype = slot.var.as_tensor().dtype();
             let mut p = slot.var.as_detached_tensor().to_dtype(DType::F32)?;

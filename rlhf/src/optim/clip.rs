@@ -11,11 +11,18 @@ use crate::error::{Result, RlhfError};
 pub const CLIP_EPS: f64 = 1e-6;
 
 /// L2 norm over the gradients of `vars` (parameters without a gradient are skipped), in f64.
-pub fn global_grad_norm<'a>(grads: &GradStore, vars: impl IntoIterator<Item = &'a Var>) -> Result<f64> {
+pub fn global_grad_norm<'a>(
+    grads: &GradStore,
+    vars: impl IntoIterator<Item = &'a Var>,
+) -> Result<f64> {
     let mut total = 0.0f64;
     for var in vars {
         if let Some(g) = grads.get(var.as_tensor()) {
-            total += g.to_dtype(DType::F64)?.sqr()?.sum_all()?.to_scalar::<f64>()?;
+            total += g
+                .to_dtype(DType::F64)?
+                .sqr()?
+                .sum_all()?
+                .to_scalar::<f64>()?;
         }
     }
     Ok(total.sqrt())
@@ -32,9 +39,7 @@ pub fn clip_grad_norm<'a>(
     vars: impl IntoIterator<Item = &'a Var> + Clone,
     max_norm: f64,
 ) -> Result<f64> {
-    if !(max_norm > 0.0) {
-        return Err(RlhfError::invalid("max_norm", max_norm, "must be > 0"));
-    }
+    crate::error::check_above("max_norm", max_norm, 0.0)?;
     let norm = global_grad_norm(grads, vars.clone())?;
     if !norm.is_finite() {
         return Ok(norm);

@@ -42,10 +42,7 @@ impl LrSchedule {
     /// Checks `0 <= min_lr <= peak_lr` (or `lr >= 0`) and `warmup_steps <= total_steps`.
     pub fn validate(&self) -> Result<()> {
         match *self {
-            LrSchedule::Constant { lr } if !(lr >= 0.0) => {
-                Err(RlhfError::invalid("lr", lr, "must be >= 0"))
-            }
-            LrSchedule::Constant { .. } => Ok(()),
+            LrSchedule::Constant { lr } => crate::error::check_min("lr", lr, 0.0),
             LrSchedule::WarmupCosine {
                 peak_lr,
                 min_lr,
@@ -99,7 +96,9 @@ impl LrSchedule {
                 min_lr,
                 warmup_steps,
                 total_steps,
-            } => warmup_then(step, peak_lr, min_lr, warmup_steps, total_steps, |p| 1.0 - p),
+            } => warmup_then(step, peak_lr, min_lr, warmup_steps, total_steps, |p| {
+                1.0 - p
+            }),
         }
     }
 }

@@ -116,7 +116,10 @@ impl AdamW {
         if scalars.format != STATE_FORMAT {
             return Err(mismatch(
                 &json_path,
-                format!("key `format` is {:?}, expected {STATE_FORMAT:?}", scalars.format),
+                format!(
+                    "key `format` is {:?}, expected {STATE_FORMAT:?}",
+                    scalars.format
+                ),
             ));
         }
         let tensor_path: PathBuf = dir.join(STATE_TENSORS_FILE);
@@ -133,15 +136,18 @@ impl AdamW {
             let Some(ps) = scalars.params.get(&p.name) else {
                 return Err(mismatch(
                     &json_path,
-                    format!("parameter `{}` of the optimizer is missing from key `params`", p.name),
+                    format!(
+                        "parameter `{}` of the optimizer is missing from key `params`",
+                        p.name
+                    ),
                 ));
             };
             let shape = p.var.as_tensor().dims().to_vec();
             let device = p.var.as_tensor().device();
             let mut take = |key: String| -> Result<Tensor> {
-                let t = tensors.remove(&key).ok_or_else(|| {
-                    mismatch(&tensor_path, format!("tensor `{key}` is missing"))
-                })?;
+                let t = tensors
+                    .remove(&key)
+                    .ok_or_else(|| mismatch(&tensor_path, format!("tensor `{key}` is missing")))?;
                 if t.dims() != shape.as_slice() {
                     return Err(mismatch(
                         &tensor_path,
@@ -169,7 +175,10 @@ impl AdamW {
             extra.sort();
             return Err(mismatch(
                 &tensor_path,
-                format!("tensor `{}` does not belong to any optimised parameter", extra[0]),
+                format!(
+                    "tensor `{}` does not belong to any optimised parameter",
+                    extra[0]
+                ),
             ));
         }
         let known: std::collections::HashSet<&str> =

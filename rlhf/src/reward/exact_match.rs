@@ -34,7 +34,10 @@ mod tests {
 
     #[test]
     fn matches_trimmed_first_line_only() {
-        let r = ExactMatch { correct: 1.0, incorrect: -0.5 };
+        let r = ExactMatch {
+            correct: 1.0,
+            incorrect: -0.5,
+        };
         assert_eq!(r.score("81", Some("81")), 1.0);
         assert_eq!(r.score(" 81 \nextra", Some("81")), 1.0);
         assert_eq!(r.score("810", Some("81")), -0.5);

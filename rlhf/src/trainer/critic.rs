@@ -24,7 +24,14 @@ impl CriticTrainer {
     pub fn new(model: ValueModel, lr: f64, weight_decay: f64) -> Result<Self> {
         let named = model.vars();
         let vars = named.iter().map(|(_, v)| v.clone()).collect();
-        let opt = AdamW::new(named, AdamWConfig { lr, weight_decay, ..AdamWConfig::default() })?;
+        let opt = AdamW::new(
+            named,
+            AdamWConfig {
+                lr,
+                weight_decay,
+                ..AdamWConfig::default()
+            },
+        )?;
         Ok(Self { model, opt, vars })
     }
 
@@ -36,7 +43,10 @@ impl CriticTrainer {
 
     fn forward(&self, batch: &TokenBatch) -> Result<Tensor> {
         let t = batch.ids.dim(1)?;
-        Ok(self.model.forward(&batch.ids, Some(&batch.attention_mask))?.narrow(1, 0, t - 1)?)
+        Ok(self
+            .model
+            .forward(&batch.ids, Some(&batch.attention_mask))?
+            .narrow(1, 0, t - 1)?)
     }
 
     /// One clipped value-loss update. `old_values`, `returns`: `[B, T-1]`. Returns
@@ -57,7 +67,13 @@ impl CriticTrainer {
         self.opt.set_lr(lr);
         let v = self.forward(batch)?;
         let (loss, stats) = value_loss(&v, old_values, returns, &batch.response_mask, clip, agg)?;
-        let step = apply_gradients(&loss.affine(weight, 0.0)?, &self.vars, &mut self.opt, max_grad_norm, collective)?;
+        let step = apply_gradients(
+            &loss.affine(weight, 0.0)?,
+            &self.vars,
+            &mut self.opt,
+            max_grad_norm,
+            collective,
+        )?;
         Ok((stats.loss, step))
     }
 }

@@ -6,8 +6,8 @@
 
 use super::scalar;
 use crate::advantages::{
-    gae, group_relative_advantages, masked_whiten, reinforce_pp_advantages, rloo_advantages, GaeConfig, GroupNorm,
-    WhitenOptions,
+    gae, group_relative_advantages, masked_whiten, reinforce_pp_advantages, rloo_advantages,
+    GaeConfig, GroupNorm, WhitenOptions,
 };
 use crate::losses::{kl_per_token, kl_shaped_rewards, KlEstimator};
 use crate::mask::{broadcast_to_tokens, masked_mean};
@@ -89,23 +89,52 @@ pub fn build_experience(
     let kl_mean = scalar(&masked_mean(&kl, mask)?)?;
     let (advantages, returns) = match cfg.kind {
         AdvantageKind::Gae(g) => {
-            let values = values.ok_or_else(|| crate::RlhfError::invalid("values", "none", "GAE needs critic values"))?;
-            let (rewards, _) = kl_shaped_rewards(&score_t, logprobs, ref_logprobs, mask, cfg.kl_coef, cfg.kl_estimator)?;
+            let values = values.ok_or_else(|| {
+                crate::RlhfError::invalid("values", "none", "GAE needs critic values")
+            })?;
+            let (rewards, _) = kl_shaped_rewards(
+                &score_t,
+                logprobs,
+                ref_logprobs,
+                mask,
+                cfg.kl_coef,
+                cfg.kl_estimator,
+            )?;
             let out = gae(&rewards, values, mask, g, None)?;
-            let adv = if cfg.whiten { masked_whiten(&out.advantages, mask, WhitenOptions::default())? } else { out.advantages };
+            let adv = if cfg.whiten {
+                masked_whiten(&out.advantages, mask, WhitenOptions::default())?
+            } else {
+                out.advantages
+            };
             (adv, Some(out.returns))
         }
         AdvantageKind::ReinforcePp { gamma } => {
-            let (rewards, _) = kl_shaped_rewards(&score_t, logprobs, ref_logprobs, mask, cfg.kl_coef, cfg.kl_estimator)?;
-            (reinforce_pp_advantages(&rewards, mask, gamma, WhitenOptions::default())?.advantages, None)
+            let (rewards, _) = kl_shaped_rewards(
+                &score_t,
+                logprobs,
+                ref_logprobs,
+                mask,
+                cfg.kl_coef,
+                cfg.kl_estimator,
+            )?;
+            (
+                reinforce_pp_advantages(&rewards, mask, gamma, WhitenOptions::default())?
+                    .advantages,
+                None,
+            )
         }
         AdvantageKind::Grpo | AdvantageKind::DrGrpo | AdvantageKind::Rloo => {
             // A KL-in-reward penalty on group methods charges each sequence its summed KL.
-            let seq_kl = (kl.to_dtype(score_t.dtype())? * mask.to_dtype(score_t.dtype())?)?.sum(D::Minus1)?;
+            let seq_kl = (kl.to_dtype(score_t.dtype())? * mask.to_dtype(score_t.dtype())?)?
+                .sum(D::Minus1)?;
             let shaped = (&score_t - seq_kl.affine(cfg.kl_coef, 0.0)?)?;
             let per_seq = match cfg.kind {
-                AdvantageKind::Grpo => group_relative_advantages(&shaped, cfg.group_size, GroupNorm::MeanStd, 1e-6)?,
-                AdvantageKind::DrGrpo => group_relative_advantages(&shaped, cfg.group_size, GroupNorm::MeanOnly, 0.0)?,
+                AdvantageKind::Grpo => {
+                    group_relative_advantages(&shaped, cfg.group_size, GroupNorm::MeanStd, 1e-6)?
+                }
+                AdvantageKind::DrGrpo => {
+                    group_relative_advantages(&shaped, cfg.group_size, GroupNorm::MeanOnly, 0.0)?
+                }
                 _ => rloo_advantages(&shaped, cfg.group_size)?,
             };
             (broadcast_to_tokens(&per_seq, mask)?, None)
@@ -113,13 +142,23 @@ pub fn build_experience(
     };
     let n = scores.len() as f64;
     let score_mean = scores.iter().map(|&s| s as f64).sum::<f64>() / n;
-    let score_var = scores.iter().map(|&s| (s as f64 - score_mean).powi(2)).sum::<f64>() / n;
+    let score_var = scores
+        .iter()
+        .map(|&s| (s as f64 - score_mean).powi(2))
+        .sum::<f64>()
+        / n;
     let adv_mean = scalar(&masked_mean(&advantages, mask)?)?;
     let centred = (advantages.affine(1.0, -adv_mean)?.sqr())?;
     let adv_std = scalar(&masked_mean(&centred, mask)?)?.sqrt();
     Ok(Experience {
         advantages,
         returns,
-        stats: ExperienceStats { kl: kl_mean, score_mean, score_std: score_var.sqrt(), adv_mean, adv_std },
+        stats: ExperienceStats {
+            kl: kl_mean,
+            score_mean,
+            score_std: score_var.sqrt(),
+            adv_mean,
+            adv_std,
+        },
     })
 }

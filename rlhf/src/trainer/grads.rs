@@ -48,8 +48,14 @@ pub fn apply_gradients(
     }
     let grad_norm = clip_grad_norm(&mut grads, vars.iter(), max_grad_norm)?;
     if !grad_norm.is_finite() {
-        return Ok(StepStats { grad_norm, skipped: true });
+        return Ok(StepStats {
+            grad_norm,
+            skipped: true,
+        });
     }
     opt.step(&grads)?;
-    Ok(StepStats { grad_norm, skipped: false })
+    Ok(StepStats {
+        grad_norm,
+        skipped: false,
+    })
 }

@@ -11,7 +11,9 @@ mod policy;
 mod token_batch;
 
 pub use critic::CriticTrainer;
-pub use experience::{build_experience, AdvantageKind, Experience, ExperienceConfig, ExperienceStats};
+pub use experience::{
+    build_experience, AdvantageKind, Experience, ExperienceConfig, ExperienceStats,
+};
 pub use grads::{apply_gradients, StepStats};
 pub use policy::{PolicyLossConfig, PolicyStats, PolicyTrainer};
 pub use token_batch::TokenBatch;

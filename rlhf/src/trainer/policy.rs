@@ -63,18 +63,31 @@ impl PolicyTrainer {
     pub fn new(model: CausalLm, lr: f64, weight_decay: f64) -> Result<Self> {
         let named = model.vars();
         let vars = named.iter().map(|(_, v)| v.clone()).collect();
-        let opt = AdamW::new(named, AdamWConfig { lr, weight_decay, ..AdamWConfig::default() })?;
+        let opt = AdamW::new(
+            named,
+            AdamWConfig {
+                lr,
+                weight_decay,
+                ..AdamWConfig::default()
+            },
+        )?;
         Ok(Self { model, opt, vars })
     }
 
     /// Next-token log-probs `[B, T-1]` (nats) of `batch` under the current weights, detached.
     pub fn logprobs(&self, batch: &TokenBatch) -> Result<Tensor> {
-        Ok(self.model.next_token_logprobs(&batch.ids, Some(&batch.attention_mask))?.detach())
+        Ok(self
+            .model
+            .next_token_logprobs(&batch.ids, Some(&batch.attention_mask))?
+            .detach())
     }
 
     fn logits_and_logprobs(&self, batch: &TokenBatch) -> Result<(Tensor, Tensor)> {
         let t = batch.ids.dim(1)?;
-        let logits = self.model.forward(&batch.ids, Some(&batch.attention_mask))?.narrow(1, 0, t - 1)?;
+        let logits = self
+            .model
+            .forward(&batch.ids, Some(&batch.attention_mask))?
+            .narrow(1, 0, t - 1)?;
         let targets = batch.ids.narrow(1, 1, t - 1)?.contiguous()?;
         let lp = token_logprobs(&logits, &targets)?;
         Ok((logits, lp))
@@ -95,7 +108,13 @@ impl PolicyTrainer {
         self.opt.set_lr(lr);
         let (_, lp) = self.logits_and_logprobs(batch)?;
         let (loss, stats) = sft_loss(&lp, &batch.response_mask)?;
-        let step = apply_gradients(&loss.affine(weight, 0.0)?, &self.vars, &mut self.opt, max_grad_norm, collective)?;
+        let step = apply_gradients(
+            &loss.affine(weight, 0.0)?,
+            &self.vars,
+            &mut self.opt,
+            max_grad_norm,
+            collective,
+        )?;
         Ok((stats.nll, step))
     }
 
@@ -125,20 +144,44 @@ impl PolicyTrainer {
             (Some(cap), Some(r)) => Some(truncated_is_weights(old_logprobs, r, mask, cap)?.0),
             _ => None,
         };
-        let (mut loss, ppo) = ppo_policy_loss(&lp, old_logprobs, advantages, mask, &cfg.ppo, is_weights.as_ref())?;
+        let (mut loss, ppo) = ppo_policy_loss(
+            &lp,
+            old_logprobs,
+            advantages,
+            mask,
+            &cfg.ppo,
+            is_weights.as_ref(),
+        )?;
         if cfg.kl_loss_coef > 0.0 {
             if let Some(r) = ref_logprobs {
-                let (kl, _) = kl_loss(&lp, r, mask, cfg.kl_estimator, cfg.kl_loss_coef, cfg.ppo.agg)?;
+                let (kl, _) = kl_loss(
+                    &lp,
+                    r,
+                    mask,
+                    cfg.kl_estimator,
+                    cfg.kl_loss_coef,
+                    cfg.ppo.agg,
+                )?;
                 loss = (loss + kl)?;
             }
         }
-        let ent_input = if cfg.entropy_coef > 0.0 { logits } else { logits.detach() };
+        let ent_input = if cfg.entropy_coef > 0.0 {
+            logits
+        } else {
+            logits.detach()
+        };
         let ent = entropy(&ent_input)?;
         let (bonus, ent_stats) = entropy_bonus(&ent, mask, cfg.entropy_coef, LossAgg::TokenMean)?;
         if cfg.entropy_coef > 0.0 {
             loss = (loss + bonus)?;
         }
-        let step = apply_gradients(&loss.affine(weight, 0.0)?, &self.vars, &mut self.opt, cfg.max_grad_norm, collective)?;
+        let step = apply_gradients(
+            &loss.affine(weight, 0.0)?,
+            &self.vars,
+            &mut self.opt,
+            cfg.max_grad_norm,
+            collective,
+        )?;
         Ok(PolicyStats {
             policy_loss: ppo.loss,
             clip_frac: ppo.clip_frac,

@@ -26,9 +26,18 @@ impl TokenBatch {
     /// Packs `(prompt, response)` pairs. Every prompt must be non-empty.
     pub fn new(pairs: &[(&[u32], &[u32])], pad_id: u32, device: &Device) -> Result<Self> {
         if pairs.is_empty() {
-            return Err(RlhfError::invalid("pairs", 0, "a batch needs at least one sequence"));
+            return Err(RlhfError::invalid(
+                "pairs",
+                0,
+                "a batch needs at least one sequence",
+            ));
         }
-        let t = pairs.iter().map(|(p, r)| p.len() + r.len()).max().unwrap_or(0).max(2);
+        let t = pairs
+            .iter()
+            .map(|(p, r)| p.len() + r.len())
+            .max()
+            .unwrap_or(0)
+            .max(2);
         let b = pairs.len();
         let mut ids = vec![pad_id; b * t];
         let mut mask = vec![0u32; b * t];
@@ -36,7 +45,11 @@ impl TokenBatch {
         let mut last = Vec::with_capacity(b);
         for (row, (p, r)) in pairs.iter().enumerate() {
             if p.is_empty() {
-                return Err(RlhfError::invalid("prompt", row, "every prompt needs at least one token"));
+                return Err(RlhfError::invalid(
+                    "prompt",
+                    row,
+                    "every prompt needs at least one token",
+                ));
             }
             let n = p.len() + r.len();
             for (j, &tok) in p.iter().chain(r.iter()).enumerate() {
@@ -58,6 +71,19 @@ impl TokenBatch {
         })
     }
 
+    /// The rows `rows` (in that order) as a new batch with the same `T`.
+    pub fn select_rows(&self, rows: &[usize]) -> Result<Self> {
+        let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+        let idx = Tensor::from_vec(idx, rows.len(), self.ids.device())?;
+        Ok(Self {
+            ids: self.ids.index_select(&idx, 0)?,
+            attention_mask: self.attention_mask.index_select(&idx, 0)?,
+            response_mask: self.response_mask.index_select(&idx, 0)?,
+            response_lens: rows.iter().map(|&r| self.response_lens[r]).collect(),
+            last_response_pos: rows.iter().map(|&r| self.last_response_pos[r]).collect(),
+        })
+    }
+
     /// Number of rows.
     pub fn rows(&self) -> usize {
         self.response_lens.len()
@@ -76,8 +102,14 @@ mod tests {
     #[test]
     fn masks_line_up_with_next_token_targets() {
         let b = TokenBatch::new(&[(&[1, 2, 3], &[4, 5]), (&[7], &[8])], 0, &Device::Cpu).unwrap();
-        assert_eq!(b.ids.to_vec2::<u32>().unwrap(), vec![vec![1, 2, 3, 4, 5], vec![7, 8, 0, 0, 0]]);
-        assert_eq!(b.attention_mask.to_vec2::<u32>().unwrap(), vec![vec![1, 1, 1, 1, 1], vec![1, 1, 0, 0, 0]]);
+        assert_eq!(
+            b.ids.to_vec2::<u32>().unwrap(),
+            vec![vec![1, 2, 3, 4, 5], vec![7, 8, 0, 0, 0]]
+        );
+        assert_eq!(
+            b.attention_mask.to_vec2::<u32>().unwrap(),
+            vec![vec![1, 1, 1, 1, 1], vec![1, 1, 0, 0, 0]]
+        );
         assert_eq!(
             b.response_mask.to_vec2::<f32>().unwrap(),
             vec![vec![0., 0., 1., 1.], vec![1., 0., 0., 0.]]

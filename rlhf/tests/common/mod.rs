@@ -28,7 +28,8 @@ pub fn fixture() -> &'static Value {
 }
 
 pub fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("expected a number, got {v}"))
+    v.as_f64()
+        .unwrap_or_else(|| panic!("expected a number, got {v}"))
 }
 
 pub fn flat(v: &Value) -> Vec<f64> {
@@ -74,7 +75,13 @@ pub fn scalar(t: &Tensor) -> f64 {
 
 #[track_caller]
 pub fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
-    assert_eq!(got.len(), want.len(), "{what}: length {} vs {}", got.len(), want.len());
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{what}: length {} vs {}",
+        got.len(),
+        want.len()
+    );
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let bound = tol * w.abs().max(1.0);
         assert!(

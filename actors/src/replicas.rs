@@ -1,0 +1,163 @@
+//! The data-parallel replicas of one role: one state per device of its group, each used
+//! only on that device's executor thread, joined by a `Collective` when there are several.
+//!
+//! Roles call [`Replicas::each`] with a job; it runs on every replica at once and returns
+//! the results in rank order. Splitting a batch into shards is [`shard_ranges`].
+
+use crate::executor::{ExecutorError, ExecutorPool};
+use oxalign_kernels::collective::{Collective, ThreadCollective};
+use oxalign_kernels::device::DeviceSpec;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+/// Why a role's work failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RoleError {
+    /// The job itself returned an error (bad data, NaN, a shape mismatch...).
+    #[error("{role} replica {rank}: {message}")]
+    Job {
+        /// The role.
+        role: String,
+        /// The replica.
+        rank: usize,
+        /// What went wrong.
+        message: String,
+    },
+    /// The executor panicked or stopped.
+    #[error("{role}: {source}")]
+    Executor {
+        /// The role.
+        role: String,
+        /// The executor's error.
+        source: ExecutorError,
+    },
+    /// The actor could not be reached or did not answer.
+    #[error("{role} actor: {message}")]
+    Actor {
+        /// The role.
+        role: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// One replica's context inside a job.
+pub struct ReplicaCtx<'a> {
+    /// This replica's rank.
+    pub rank: usize,
+    /// Number of replicas.
+    pub world: usize,
+    /// Gradient averaging across replicas (`None` with one replica).
+    pub collective: Option<&'a dyn Collective>,
+}
+
+type Shared<T> = Arc<Mutex<T>>;
+
+/// States of a role's replicas and the devices they live on.
+pub struct Replicas<T> {
+    role: String,
+    specs: Vec<DeviceSpec>,
+    states: Vec<Shared<T>>,
+    collectives: Vec<Option<Arc<ThreadCollective>>>,
+    pool: ExecutorPool,
+}
+
+impl<T: Send + 'static> Replicas<T> {
+    /// Replicas of `role` with one state per device of `specs`.
+    pub fn new(role: &str, specs: Vec<DeviceSpec>, states: Vec<T>, pool: ExecutorPool) -> Self {
+        assert_eq!(specs.len(), states.len(), "one state per device");
+        let collectives = if specs.len() > 1 {
+            ThreadCollective::group(specs.len()).into_iter().map(|c| Some(Arc::new(c))).collect()
+        } else {
+            vec![None]
+        };
+        Self {
+            role: role.to_string(),
+            specs,
+            states: states.into_iter().map(|s| Arc::new(Mutex::new(s))).collect(),
+            collectives,
+            pool,
+        }
+    }
+
+    /// Number of replicas.
+    pub fn world(&self) -> usize {
+        self.specs.len()
+    }
+
+    /// Device names, e.g. `["cpu:0", "cpu:1"]`.
+    pub fn device_names(&self) -> Vec<String> {
+        self.specs.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Runs `job` on every replica at once (each on its device's executor) and returns the
+    /// results in rank order, or the first error.
+    pub async fn each<R, F>(&self, job: F) -> Result<Vec<R>, RoleError>
+    where
+        R: Send + 'static,
+        F: Fn(&ReplicaCtx<'_>, &mut T) -> Result<R, String> + Send + Sync + 'static,
+    {
+        let job = Arc::new(job);
+        let world = self.world();
+        let jobs: Vec<_> = (0..world)
+            .map(|rank| {
+                let job = job.clone();
+                let state = self.states[rank].clone();
+                let coll = self.collectives[rank].clone();
+                move || {
+                    let mut guard = state.lock().unwrap_or_else(|p| p.into_inner());
+                    let ctx = ReplicaCtx {
+                        rank,
+                        world,
+                        collective: coll.as_deref().map(|c| c as &dyn Collective),
+                    };
+                    let out = job(&ctx, &mut guard);
+                    if out.is_err() {
+                        // Peers may be waiting in a collective for this rank: release them.
+                        if let Some(c) = coll.as_deref() {
+                            c.abort("a peer replica failed");
+                        }
+                    }
+                    out
+                }
+            })
+            .collect();
+        let results = self.pool.run_group(&self.specs, jobs).await;
+        let mut out = Vec::with_capacity(world);
+        for (rank, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(Ok(v)) => out.push(v),
+                Ok(Err(message)) => return Err(RoleError::Job { role: self.role.clone(), rank, message }),
+                Err(source) => return Err(RoleError::Executor { role: self.role.clone(), source }),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Splits `rows` into `world` contiguous, balanced ranges (earlier ranks get the extra row).
+pub fn shard_ranges(rows: usize, world: usize) -> Vec<Range<usize>> {
+    let base = rows / world;
+    let extra = rows % world;
+    let mut start = 0;
+    (0..world)
+        .map(|r| {
+            let len = base + usize::from(r < extra);
+            let range = start..start + len;
+            start += len;
+            range
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_cover_rows_in_order() {
+        assert_eq!(shard_ranges(5, 2), vec![0..3, 3..5]);
+        assert_eq!(shard_ranges(4, 4), vec![0..1, 1..2, 2..3, 3..4]);
+        assert_eq!(shard_ranges(7, 1), vec![0..7]);
+    }
+}

@@ -1,0 +1,171 @@
+//! The critic actor: per-token values for rollouts and clipped value-loss updates, with
+//! data-parallel replicas like the policy.
+
+use super::policy::concat_rows;
+use super::{Busy, Sequences};
+use crate::monitor::MonitorHandle;
+use crate::replicas::{shard_ranges, Replicas, RoleError};
+use candle_core::Tensor;
+use oxalign_rlhf::losses::LossAgg;
+use oxalign_rlhf::trainer::CriticTrainer;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One critic update: regress values on `returns` over the response tokens.
+pub struct CriticWork {
+    /// The rollout's sequences.
+    pub seqs: Arc<Sequences>,
+    /// Values at rollout time `[B, T-1]`.
+    pub old_values: Tensor,
+    /// Targets `[B, T-1]`.
+    pub returns: Tensor,
+    /// Value clip range.
+    pub clip: Option<f64>,
+    /// Learning rate.
+    pub lr: f64,
+    /// Gradient clip.
+    pub max_grad_norm: f64,
+    /// Passes over the batch.
+    pub epochs: usize,
+    /// Rows per minibatch.
+    pub minibatch_size: usize,
+    /// Seed of the minibatch order.
+    pub shuffle_seed: u64,
+}
+
+/// Messages the critic understands.
+pub enum CriticMsg {
+    /// Values `[B, T-1]` of `seqs`.
+    Values {
+        /// The sequences.
+        seqs: Arc<Sequences>,
+        /// The values.
+        reply: RpcReplyPort<Result<Tensor, RoleError>>,
+    },
+    /// One update; replies with the mean value loss.
+    Train {
+        /// The work.
+        work: Arc<CriticWork>,
+        /// Mean loss.
+        reply: RpcReplyPort<Result<f64, RoleError>>,
+    },
+    /// Saves rank 0's model (HF token-classification layout) and optimizer state.
+    Save {
+        /// Target folder.
+        dir: PathBuf,
+        /// Done.
+        reply: RpcReplyPort<Result<(), RoleError>>,
+    },
+    /// Loads the optimizer state saved by `Save` into every replica.
+    LoadOptimizer {
+        /// Source folder.
+        dir: PathBuf,
+        /// Done.
+        reply: RpcReplyPort<Result<(), RoleError>>,
+    },
+}
+
+/// The critic actor.
+pub struct Critic;
+
+/// Its replicas and monitor.
+pub struct CriticState {
+    replicas: Replicas<CriticTrainer>,
+    monitor: MonitorHandle,
+}
+
+impl CriticState {
+    /// State over built replicas.
+    pub fn new(replicas: Replicas<CriticTrainer>, monitor: MonitorHandle) -> Self {
+        Self { replicas, monitor }
+    }
+}
+
+fn critic_update(ctx: &crate::replicas::ReplicaCtx<'_>, t: &mut CriticTrainer, w: &CriticWork) -> Result<f64, String> {
+    let e = |e: oxalign_rlhf::RlhfError| e.to_string();
+    let device = t.model.device().clone();
+    let full = w.seqs.batch(&device)?;
+    let order = super::policy::minibatch_order(full.rows(), w.minibatch_size, w.epochs, w.shuffle_seed ^ 0xC21);
+    let (mut total, mut n) = (0.0, 0usize);
+    for mb in order {
+        let global = full.select_rows(&mb).map_err(e)?;
+        let rows: Vec<usize> = mb[shard_ranges(mb.len(), ctx.world)[ctx.rank].clone()].to_vec();
+        let local = full.select_rows(&rows).map_err(e)?;
+        let idx = Tensor::from_vec(rows.iter().map(|&r| r as u32).collect::<Vec<_>>(), rows.len(), &device)
+            .map_err(|e| e.to_string())?;
+        let pick = |x: &Tensor| x.index_select(&idx, 0).map_err(|e| e.to_string());
+        let weight = ctx.world as f64 * local.response_tokens() as f64 / global.response_tokens().max(1) as f64;
+        let (loss, _) = t
+            .step(&local, &pick(&w.old_values)?, &pick(&w.returns)?, w.clip, LossAgg::TokenMean, w.lr, w.max_grad_norm, weight, ctx.collective)
+            .map_err(e)?;
+        total += loss;
+        n += 1;
+    }
+    Ok(total / n.max(1) as f64)
+}
+
+impl Actor for Critic {
+    type Msg = CriticMsg;
+    type State = CriticState;
+    type Arguments = CriticState;
+
+    async fn pre_start(&self, _me: ActorRef<Self::Msg>, a: CriticState) -> Result<CriticState, ActorProcessingErr> {
+        Ok(a)
+    }
+
+    async fn handle(&self, _me: ActorRef<Self::Msg>, msg: CriticMsg, st: &mut CriticState) -> Result<(), ActorProcessingErr> {
+        let started = Instant::now();
+        match msg {
+            CriticMsg::Values { seqs, reply } => {
+                let busy = Busy::start(&st.monitor, "critic", "values".into());
+                let n = seqs.len();
+                let r = st
+                    .replicas
+                    .each(move |ctx, t| {
+                        let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
+                        if range.is_empty() {
+                            return Ok(None);
+                        }
+                        let b = seqs.batch_rows(range, t.model.device())?;
+                        t.values(&b).map(Some).map_err(|e| e.to_string())
+                    })
+                    .await
+                    .and_then(|parts| concat_rows("critic", parts));
+                busy.done(&r, n, started.elapsed().as_secs_f64());
+                let _ = reply.send(r);
+            }
+            CriticMsg::Train { work, reply } => {
+                let busy = Busy::start(&st.monitor, "critic", "critic_train".into());
+                let n = work.seqs.len() * work.epochs;
+                let r = st.replicas.each(move |ctx, t| critic_update(ctx, t, &work)).await.map(|v| v[0]);
+                busy.done(&r, n, started.elapsed().as_secs_f64());
+                let _ = reply.send(r);
+            }
+            CriticMsg::Save { dir, reply } => {
+                let r = st
+                    .replicas
+                    .each(move |ctx, t| {
+                        if ctx.rank == 0 {
+                            t.model.save(&dir).map_err(|e| e.to_string())?;
+                            t.opt.save_state(&dir.join("optimizer")).map_err(|e| e.to_string())?;
+                        }
+                        Ok(())
+                    })
+                    .await
+                    .map(|_| ());
+                let _ = reply.send(r);
+            }
+            CriticMsg::LoadOptimizer { dir, reply } => {
+                let r = st
+                    .replicas
+                    .each(move |_, t| t.opt.load_state(&dir.join("optimizer")).map_err(|e| e.to_string()))
+                    .await
+                    .map(|_| ());
+                let _ = reply.send(r);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,63 @@
+//! The role actors: policy, reference, reward and critic. Each is a thin ractor facade over
+//! [`crate::replicas::Replicas`]; the tensor work runs on device executors through
+//! `oxalign-rlhf` and `oxalign-models`.
+
+mod critic;
+mod policy;
+mod reference;
+mod reward;
+mod sequences;
+
+pub use critic::{Critic, CriticMsg, CriticWork};
+pub use policy::{Policy, PolicyMsg, PolicyWork, PolicyTrainSummary};
+pub use reference::{Reference, ReferenceMsg};
+pub use reward::{Reward, RewardMsg, Scorer};
+pub use sequences::Sequences;
+
+use crate::monitor::{ActorUpdate, MonitorHandle};
+use crate::replicas::RoleError;
+use ractor::rpc::CallResult;
+use ractor::{ActorRef, RpcReplyPort};
+
+/// Sends a request to `actor` and waits for the answer, mapping transport failures to a
+/// [`RoleError`] naming the role.
+pub async fn ask<M, T>(
+    role: &str,
+    actor: &ActorRef<M>,
+    build: impl FnOnce(RpcReplyPort<Result<T, RoleError>>) -> M,
+) -> Result<T, RoleError>
+where
+    M: ractor::Message,
+    T: Send + 'static,
+{
+    match actor.call(build, None).await {
+        Ok(CallResult::Success(r)) => r,
+        Ok(CallResult::Timeout) => Err(RoleError::Actor { role: role.into(), message: "timed out".into() }),
+        Ok(CallResult::SenderError) => Err(RoleError::Actor { role: role.into(), message: "stopped before answering".into() }),
+        Err(e) => Err(RoleError::Actor { role: role.into(), message: e.to_string() }),
+    }
+}
+
+/// Marks `actor` as working on `work` in the monitor and returns a guard that marks it idle
+/// (or failed) again.
+pub(crate) struct Busy<'a> {
+    monitor: &'a MonitorHandle,
+    actor: &'a str,
+}
+
+impl<'a> Busy<'a> {
+    pub(crate) fn start(monitor: &'a MonitorHandle, actor: &'a str, work: String) -> Self {
+        monitor.report(ActorUpdate::working(actor, work));
+        Self { monitor, actor }
+    }
+
+    /// Reports the outcome: idle with a throughput, or failed with the error.
+    pub(crate) fn done<T>(self, r: &Result<T, RoleError>, items: usize, seconds: f64) {
+        match r {
+            Ok(_) => self
+                .monitor
+                .report(ActorUpdate::idle(self.actor).with_items_per_sec(items as f64 / seconds.max(1e-9))),
+            Err(e) => self.monitor.report(ActorUpdate::failed(self.actor, e.to_string())),
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! The policy actor: generates rollouts, reports trainer log-probs, and trains (SFT and PPO)
+//! with data-parallel replicas. Generation uses the trainer's own weights, so every update
+//! is visible to the next rollout without a copy.
+
+use super::{Busy, Sequences};
+use crate::monitor::MonitorHandle;
+use crate::replicas::{shard_ranges, ReplicaCtx, Replicas, RoleError};
+use candle_core::{Device, Tensor};
+use oxalign_models::{Completion, GenerationRequest};
+use oxalign_rlhf::losses::LossAgg;
+use oxalign_rlhf::trainer::{PolicyLossConfig, PolicyStats, PolicyTrainer, TokenBatch};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Everything one PPO update of the policy needs. `[B, T-1]` tensors align with
+/// `seqs.batch()`'s response mask.
+pub struct PolicyWork {
+    /// The rollout's sequences.
+    pub seqs: Arc<Sequences>,
+    /// Trainer log-probs before the update.
+    pub old_logprobs: Tensor,
+    /// Advantages.
+    pub advantages: Tensor,
+    /// Reference log-probs (for a KL loss term).
+    pub ref_logprobs: Tensor,
+    /// The engine's log-probs (for truncated importance sampling).
+    pub rollout_logprobs: Tensor,
+    /// Loss settings.
+    pub cfg: PolicyLossConfig,
+    /// Learning rate for this update.
+    pub lr: f64,
+    /// Passes over the batch.
+    pub epochs: usize,
+    /// Rows per minibatch (global, before the data-parallel split).
+    pub minibatch_size: usize,
+    /// Seed of the minibatch order.
+    pub shuffle_seed: u64,
+}
+
+/// Averages of one PPO update over its minibatches.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct PolicyTrainSummary {
+    /// Mean of the per-minibatch stats (rank 0's view; gradients are global).
+    pub stats: PolicyStats,
+    /// Minibatch updates applied.
+    pub updates: usize,
+    /// Updates skipped for a non-finite gradient.
+    pub skipped: usize,
+}
+
+/// Messages the policy understands.
+pub enum PolicyMsg {
+    /// Complete each request; results in request order.
+    Generate {
+        /// The requests (prompt ids, sampling, limits).
+        requests: Arc<Vec<GenerationRequest>>,
+        /// Label for the monitor, e.g. `"generate step 3"`.
+        label: String,
+        /// The completions.
+        reply: RpcReplyPort<Result<Vec<Completion>, RoleError>>,
+    },
+    /// Trainer log-probs `[B, T-1]` of `seqs`.
+    Logprobs {
+        /// The sequences.
+        seqs: Arc<Sequences>,
+        /// The log-probs.
+        reply: RpcReplyPort<Result<Tensor, RoleError>>,
+    },
+    /// One SFT step on `seqs` (responses are the targets). Replies (mean NLL, grad norm).
+    Sft {
+        /// The sequences.
+        seqs: Arc<Sequences>,
+        /// Learning rate.
+        lr: f64,
+        /// Gradient clip.
+        max_grad_norm: f64,
+        /// (NLL, pre-clip grad norm).
+        reply: RpcReplyPort<Result<(f64, f64), RoleError>>,
+    },
+    /// One PPO update.
+    Train {
+        /// The work.
+        work: Arc<PolicyWork>,
+        /// Summary.
+        reply: RpcReplyPort<Result<PolicyTrainSummary, RoleError>>,
+    },
+    /// Saves rank 0's weights (HF layout) and, with `optimizer`, its AdamW state into `dir`.
+    Save {
+        /// Target folder.
+        dir: PathBuf,
+        /// Also save the optimizer state.
+        optimizer: bool,
+        /// Done.
+        reply: RpcReplyPort<Result<(), RoleError>>,
+    },
+    /// Loads the AdamW state saved by `Save` into every replica.
+    LoadOptimizer {
+        /// Source folder.
+        dir: PathBuf,
+        /// Done.
+        reply: RpcReplyPort<Result<(), RoleError>>,
+    },
+}
+
+/// The policy actor.
+pub struct Policy;
+
+/// The policy's state: its replicas and its monitor.
+pub struct PolicyState {
+    replicas: Replicas<PolicyTrainer>,
+    monitor: MonitorHandle,
+    name: String,
+}
+
+impl PolicyState {
+    /// State over already-built replicas.
+    pub fn new(replicas: Replicas<PolicyTrainer>, monitor: MonitorHandle) -> Self {
+        Self { replicas, monitor, name: "policy".into() }
+    }
+}
+
+fn dev(t: &PolicyTrainer) -> Device {
+    t.model.device().clone()
+}
+
+fn local_weight(ctx: &ReplicaCtx<'_>, agg: LossAgg, local: &TokenBatch, global_tokens: usize, global_rows: usize) -> f64 {
+    let w = match agg {
+        LossAgg::TokenMean => local.response_tokens() as f64 / global_tokens.max(1) as f64,
+        _ => local.rows() as f64 / global_rows.max(1) as f64,
+    };
+    w * ctx.world as f64
+}
+
+/// The minibatches of one PPO update: a seeded permutation per epoch, cut into chunks.
+pub(crate) fn minibatch_order(rows: usize, size: usize, epochs: usize, seed: u64) -> Vec<Vec<usize>> {
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
+    let mut out = Vec::new();
+    for epoch in 0..epochs {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (epoch as u64).wrapping_mul(0x9E37_79B9));
+        let mut order: Vec<usize> = (0..rows).collect();
+        order.shuffle(&mut rng);
+        out.extend(order.chunks(size.max(1)).map(|c| c.to_vec()));
+    }
+    out
+}
+
+fn ppo_update(ctx: &ReplicaCtx<'_>, t: &mut PolicyTrainer, w: &PolicyWork) -> Result<PolicyTrainSummary, String> {
+    let e = |e: oxalign_rlhf::RlhfError| e.to_string();
+    let full = w.seqs.batch(&dev(t))?;
+    let mut sum = PolicyStats::default();
+    let (mut updates, mut skipped) = (0, 0);
+    for mb in minibatch_order(full.rows(), w.minibatch_size, w.epochs, w.shuffle_seed) {
+        let global = full.select_rows(&mb).map_err(e)?;
+        let range = shard_ranges(mb.len(), ctx.world)[ctx.rank].clone();
+        let rows: Vec<usize> = mb[range].to_vec();
+        let local = full.select_rows(&rows).map_err(e)?;
+        let idx = Tensor::from_vec(rows.iter().map(|&r| r as u32).collect::<Vec<_>>(), rows.len(), &dev(t))
+            .map_err(|e| e.to_string())?;
+        let pick = |x: &Tensor| x.index_select(&idx, 0).map_err(|e| e.to_string());
+        let weight = local_weight(ctx, w.cfg.ppo.agg, &local, global.response_tokens(), global.rows());
+        let s = t
+            .ppo_step(
+                &local,
+                &pick(&w.old_logprobs)?,
+                &pick(&w.advantages)?,
+                Some(&pick(&w.ref_logprobs)?),
+                Some(&pick(&w.rollout_logprobs)?),
+                &w.cfg,
+                w.lr,
+                weight,
+                ctx.collective,
+            )
+            .map_err(e)?;
+        updates += 1;
+        skipped += usize::from(s.step.skipped);
+        sum.policy_loss += s.policy_loss;
+        sum.clip_frac += s.clip_frac;
+        sum.approx_kl += s.approx_kl;
+        sum.entropy += s.entropy;
+        sum.step.grad_norm += s.step.grad_norm;
+    }
+    let n = updates.max(1) as f64;
+    sum.policy_loss /= n;
+    sum.clip_frac /= n;
+    sum.approx_kl /= n;
+    sum.entropy /= n;
+    sum.step.grad_norm /= n;
+    Ok(PolicyTrainSummary { stats: sum, updates, skipped })
+}
+
+impl Actor for Policy {
+    type Msg = PolicyMsg;
+    type State = PolicyState;
+    type Arguments = PolicyState;
+
+    async fn pre_start(&self, _me: ActorRef<Self::Msg>, args: PolicyState) -> Result<PolicyState, ActorProcessingErr> {
+        Ok(args)
+    }
+
+    async fn handle(&self, _me: ActorRef<Self::Msg>, msg: PolicyMsg, st: &mut PolicyState) -> Result<(), ActorProcessingErr> {
+        let started = Instant::now();
+        match msg {
+            PolicyMsg::Generate { requests, label, reply } => {
+                let busy = Busy::start(&st.monitor, &st.name, label);
+                let n = requests.len();
+                let r = st
+                    .replicas
+                    .each(move |ctx, t| {
+                        let range = shard_ranges(requests.len(), ctx.world)[ctx.rank].clone();
+                        if range.is_empty() {
+                            return Ok(Vec::new());
+                        }
+                        t.model.generate(&requests[range]).map_err(|e| e.to_string())
+                    })
+                    .await
+                    .map(|parts| parts.into_iter().flatten().collect::<Vec<_>>());
+                busy.done(&r, n, started.elapsed().as_secs_f64());
+                let _ = reply.send(r);
+            }
+            PolicyMsg::Logprobs { seqs, reply } => {
+                let busy = Busy::start(&st.monitor, &st.name, "logprobs".into());
+                let n = seqs.len();
+                let r = st
+                    .replicas
+                    .each(move |ctx, t| {
+                        let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
+                        if range.is_empty() {
+                            return Ok(None);
+                        }
+                        let b = seqs.batch_rows(range, &dev(t))?;
+                        t.logprobs(&b).map(Some).map_err(|e| e.to_string())
+                    })
+                    .await
+                    .and_then(|parts| concat_rows("policy", parts));
+                busy.done(&r, n, started.elapsed().as_secs_f64());
+                let _ = reply.send(r);
+            }
+            PolicyMsg::Sft { seqs, lr, max_grad_norm, reply } => {
+                let busy = Busy::start(&st.monitor, &st.name, "sft".into());
+                let n = seqs.len();
+                let r = st
+                    .replicas
+                    .each(move |ctx, t| {
+                        let full = seqs.batch(&dev(t))?;
+                        let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
+                        let local = seqs.batch_rows(range, &dev(t))?;
+                        let weight = local_weight(ctx, LossAgg::TokenMean, &local, full.response_tokens(), full.rows());
+                        let (nll, step) = t
+                            .sft_step(&local, lr, max_grad_norm, weight, ctx.collective)
+                            .map_err(|e| e.to_string())?;
+                        Ok((nll, step.grad_norm))
+                    })
+                    .await
+                    .map(|v| v[0]);
+                busy.done(&r, n, started.elapsed().as_secs_f64());
+                let _ = reply.send(r);
+            }
+            PolicyMsg::Train { work, reply } => {
+                let busy = Busy::start(&st.monitor, &st.name, "policy_train".into());
+                let n = work.seqs.len() * work.epochs;
+                let r = st.replicas.each(move |ctx, t| ppo_update(ctx, t, &work)).await.map(|v| v[0]);
+                busy.done(&r, n, started.elapsed().as_secs_f64());
+                let _ = reply.send(r);
+            }
+            PolicyMsg::Save { dir, optimizer, reply } => {
+                let r = st
+                    .replicas
+                    .each(move |ctx, t| {
+                        if ctx.rank != 0 {
+                            return Ok(());
+                        }
+                        t.model.save(&dir).map_err(|e| e.to_string())?;
+                        if optimizer {
+                            t.opt.save_state(&dir.join("optimizer")).map_err(|e| e.to_string())?;
+                        }
+                        Ok(())
+                    })
+                    .await
+                    .map(|_| ());
+                let _ = reply.send(r);
+            }
+            PolicyMsg::LoadOptimizer { dir, reply } => {
+                let r = st
+                    .replicas
+                    .each(move |_, t| t.opt.load_state(&dir.join("optimizer")).map_err(|e| e.to_string()))
+                    .await
+                    .map(|_| ());
+                let _ = reply.send(r);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Concatenates per-replica `[b_i, T-1]` results along rows (skipping empty shards).
+pub(crate) fn concat_rows(role: &str, parts: Vec<Option<Tensor>>) -> Result<Tensor, RoleError> {
+    let parts: Vec<Tensor> = parts.into_iter().flatten().collect();
+    Tensor::cat(&parts, 0).map_err(|e| RoleError::Job { role: role.into(), rank: 0, message: e.to_string() })
+}

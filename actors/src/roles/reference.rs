@@ -1,0 +1,71 @@
+//! The reference actor: a frozen copy of the initial policy that reports log-probs for KL.
+
+use super::policy::concat_rows;
+use super::{Busy, Sequences};
+use crate::monitor::MonitorHandle;
+use crate::replicas::{shard_ranges, Replicas, RoleError};
+use candle_core::Tensor;
+use oxalign_models::CausalLm;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Messages the reference understands.
+pub enum ReferenceMsg {
+    /// Next-token log-probs `[B, T-1]` of `seqs` under the frozen model.
+    Logprobs {
+        /// The sequences.
+        seqs: Arc<Sequences>,
+        /// The log-probs.
+        reply: RpcReplyPort<Result<Tensor, RoleError>>,
+    },
+}
+
+/// The reference actor.
+pub struct Reference;
+
+/// Its replicas and monitor.
+pub struct ReferenceState {
+    replicas: Replicas<CausalLm>,
+    monitor: MonitorHandle,
+}
+
+impl ReferenceState {
+    /// State over built replicas.
+    pub fn new(replicas: Replicas<CausalLm>, monitor: MonitorHandle) -> Self {
+        Self { replicas, monitor }
+    }
+}
+
+impl Actor for Reference {
+    type Msg = ReferenceMsg;
+    type State = ReferenceState;
+    type Arguments = ReferenceState;
+
+    async fn pre_start(&self, _me: ActorRef<Self::Msg>, a: ReferenceState) -> Result<ReferenceState, ActorProcessingErr> {
+        Ok(a)
+    }
+
+    async fn handle(&self, _me: ActorRef<Self::Msg>, msg: ReferenceMsg, st: &mut ReferenceState) -> Result<(), ActorProcessingErr> {
+        let ReferenceMsg::Logprobs { seqs, reply } = msg;
+        let started = Instant::now();
+        let busy = Busy::start(&st.monitor, "reference", "reference_logprobs".into());
+        let n = seqs.len();
+        let r = st
+            .replicas
+            .each(move |ctx, m| {
+                let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
+                if range.is_empty() {
+                    return Ok(None);
+                }
+                let b = seqs.batch_rows(range, m.device())?;
+                let lp = m.next_token_logprobs(&b.ids, Some(&b.attention_mask)).map_err(|e| e.to_string())?;
+                Ok(Some(lp.detach()))
+            })
+            .await
+            .and_then(|parts| concat_rows("reference", parts));
+        busy.done(&r, n, started.elapsed().as_secs_f64());
+        let _ = reply.send(r);
+        Ok(())
+    }
+}
