@@ -29,9 +29,8 @@ pub fn line_error(path: &Path, line: usize, message: impl std::fmt::Display) -> 
 /// Reads every non-blank line of `path` as JSON. A missing file or a line that is not valid
 /// JSON is a [`UserError`] naming the file and line.
 pub fn read_jsonl(path: &Path) -> anyhow::Result<Vec<JsonlLine>> {
-    let file = File::open(path).map_err(|e| {
-        UserError::new(format!("cannot read input file {}: {e}", path.display()))
-    })?;
+    let file = File::open(path)
+        .map_err(|e| UserError::new(format!("cannot read input file {}: {e}", path.display())))?;
     let mut out = Vec::new();
     for (i, line) in BufReader::new(file).lines().enumerate() {
         let line_no = i + 1;
@@ -121,7 +120,10 @@ mod tests {
         let err = read_jsonl(&p).unwrap_err();
         assert_eq!(exit_code(&err), USER_ERROR_EXIT);
         let msg = err.to_string();
-        assert!(msg.contains("in.jsonl:2:") && msg.contains("not valid JSON"), "{msg}");
+        assert!(
+            msg.contains("in.jsonl:2:") && msg.contains("not valid JSON"),
+            "{msg}"
+        );
         let err = read_jsonl(&dir.path().join("missing.jsonl")).unwrap_err();
         assert!(err.to_string().contains("missing.jsonl"), "{err}");
     }
@@ -134,6 +136,9 @@ mod tests {
         w.write(&serde_json::json!({"x": [1, 2]})).unwrap();
         w.write(&serde_json::json!({"x": []})).unwrap();
         w.finish().unwrap();
-        assert_eq!(std::fs::read_to_string(&p).unwrap(), "{\"x\":[1,2]}\n{\"x\":[]}\n");
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "{\"x\":[1,2]}\n{\"x\":[]}\n"
+        );
     }
 }

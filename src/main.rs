@@ -18,18 +18,15 @@ struct Cli {
     command: Command,
 }
 
-/// One variant per subcommand; each holds that subcommand's `Args` from `cmd/<name>.rs`.
+/// One variant per subcommand; each holds that subcommand's `Args` from `cmd/<name>.rs`, whose
+/// `#[command(about, long_about)]` is the help text (so variants carry no doc comments, which
+/// would override it). To add a subcommand: a file in `cmd/`, a variant here, an arm in `run`.
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Write a randomly initialised HF model folder (config, weights, tokenizer).
     InitModel(cmd::init_model::Args),
-    /// Per-token log-probabilities of given sequences under a causal LM.
     Logprobs(cmd::logprobs::Args),
-    /// Sample completions for prompts with a causal LM (KV-cached).
     Generate(cmd::generate::Args),
-    /// Score sequences with a reward model (one scalar per line).
     Score(cmd::score::Args),
-    /// Tokenize text (or a chat) with a model folder's tokenizer.
     Tokenize(cmd::tokenize::Args),
 }
 

@@ -45,8 +45,9 @@ pub fn load_tokenizer(dir: &Path) -> anyhow::Result<Option<Tokenizer>> {
 /// tensor-math failures are not.
 pub fn model_error(err: ModelError, dir: &Path) -> anyhow::Error {
     match err {
-        ModelError::Candle(e) => anyhow::Error::new(e)
-            .context(format!("while loading the model in {}", dir.display())),
+        ModelError::Candle(e) => {
+            anyhow::Error::new(e).context(format!("while loading the model in {}", dir.display()))
+        }
         other => UserError::new(format!(
             "cannot load the model in {}: {other}",
             dir.display()

@@ -69,17 +69,26 @@ pub fn parse_prompt(value: &Value) -> Result<Prompt, String> {
     match present.as_slice() {
         [] => Err(format!(
             "found an object with keys [{}]; {EXPECTED}",
-            obj.keys().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", ")
+            obj.keys()
+                .map(|k| format!("{k:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         )),
         ["text"] => match &obj["text"] {
             Value::String(s) => Ok(Prompt::Text(s.clone())),
-            other => Err(format!("\"text\" must be a string, found {}", kind_of(other))),
+            other => Err(format!(
+                "\"text\" must be a string, found {}",
+                kind_of(other)
+            )),
         },
         ["input_ids"] => parse_ids(&obj["input_ids"]).map(Prompt::Ids),
         ["messages"] => parse_messages(&obj["messages"]).map(Prompt::Messages),
         many => Err(format!(
             "has {}; give exactly one of \"text\", \"input_ids\", \"messages\"",
-            many.iter().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(" and ")
+            many.iter()
+                .map(|k| format!("{k:?}"))
+                .collect::<Vec<_>>()
+                .join(" and ")
         )),
     }
 }
@@ -109,7 +118,9 @@ fn parse_ids(v: &Value) -> Result<Vec<u32>, String> {
             item.as_u64()
                 .and_then(|n| u32::try_from(n).ok())
                 .ok_or_else(|| {
-                    format!("\"input_ids\"[{i}] is {item}, expected a non-negative integer token id")
+                    format!(
+                        "\"input_ids\"[{i}] is {item}, expected a non-negative integer token id"
+                    )
                 })
         })
         .collect()
@@ -170,7 +181,8 @@ pub fn record_ids(
         let text = tok
             .apply_chat_template(messages, mode.add_generation_prompt)
             .map_err(|e| line_error(path, line, e))?;
-        tok.encode(&text, false).map_err(|e| line_error(path, line, e))
+        tok.encode(&text, false)
+            .map_err(|e| line_error(path, line, e))
     };
     let ids = match &record.prompt {
         Prompt::Ids(ids) => ids.clone(),
@@ -203,7 +215,10 @@ mod tests {
 
     #[test]
     fn parses_the_three_forms() {
-        assert_eq!(parse_prompt(&json!({"text": "hi"})), Ok(Prompt::Text("hi".into())));
+        assert_eq!(
+            parse_prompt(&json!({"text": "hi"})),
+            Ok(Prompt::Text("hi".into()))
+        );
         assert_eq!(
             parse_prompt(&json!({"input_ids": [1, 2], "id": 7})),
             Ok(Prompt::Ids(vec![1, 2]))
@@ -217,7 +232,10 @@ mod tests {
     #[test]
     fn rejects_bad_shapes_with_reasons() {
         let e = parse_prompt(&json!([1])).unwrap_err();
-        assert!(e.contains("found an array") && e.contains("\"text\""), "{e}");
+        assert!(
+            e.contains("found an array") && e.contains("\"text\""),
+            "{e}"
+        );
         let e = parse_prompt(&json!({"prompt": "x"})).unwrap_err();
         assert!(e.contains("\"prompt\""), "{e}");
         let e = parse_prompt(&json!({"input_ids": [1, -2]})).unwrap_err();
@@ -240,7 +258,10 @@ mod tests {
         };
         let err = record_ids(Path::new("in.jsonl"), &rec, None, 260, mode).unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("in.jsonl:3") && msg.contains("300") && msg.contains("260"), "{msg}");
+        assert!(
+            msg.contains("in.jsonl:3") && msg.contains("300") && msg.contains("260"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -256,6 +277,9 @@ mod tests {
         };
         let ids = record_ids(Path::new("x"), &rec, Some(&tok), 260, mode).unwrap();
         let text = tok.decode(&ids, false).unwrap();
-        assert_eq!(text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+        assert_eq!(
+            text,
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        );
     }
 }

@@ -78,7 +78,9 @@ mod tests {
     #[test]
     fn user_errors_exit_2_even_under_context() {
         use anyhow::Context;
-        let err = user_error::<()>("bad line").context("reading x.jsonl").unwrap_err();
+        let err = user_error::<()>("bad line")
+            .context("reading x.jsonl")
+            .unwrap_err();
         assert_eq!(exit_code(&err), USER_ERROR_EXIT);
         let err = anyhow::anyhow!("matmul failed");
         assert_eq!(exit_code(&err), INTERNAL_ERROR_EXIT);

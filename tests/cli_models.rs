@@ -87,8 +87,16 @@ fn init_model_writes_an_hf_folder_and_is_reproducible() {
         assert_eq!(config["eos_token_id"], json!([256, 259]));
         assert_eq!(config["pad_token_id"], 257);
         let weights = |d: &Path| std::fs::read(d.join("model.safetensors")).unwrap();
-        assert_eq!(weights(&a), weights(&b), "{family}: same seed, same weights");
-        assert_ne!(weights(&a), weights(&c), "{family}: other seed, other weights");
+        assert_eq!(
+            weights(&a),
+            weights(&b),
+            "{family}: same seed, same weights"
+        );
+        assert_ne!(
+            weights(&a),
+            weights(&c),
+            "{family}: other seed, other weights"
+        );
     }
 }
 
@@ -98,7 +106,14 @@ fn init_model_copies_a_tokenizer_folder() {
     let src = init(dir.path(), "src", "llama", "lm", "0");
     let out = dir.path().join("copy");
     ok(&[
-        "init-model", "--family", "qwen2", "--preset", "tiny", "--tokenizer", s(&src), "--out",
+        "init-model",
+        "--family",
+        "qwen2",
+        "--preset",
+        "tiny",
+        "--tokenizer",
+        s(&src),
+        "--out",
         s(&out),
     ]);
     for f in ["tokenizer.json", "tokenizer_config.json"] {
@@ -131,9 +146,18 @@ fn logprobs_for_text_ids_and_chats_in_both_families() {
     );
     for family in ["llama", "qwen2"] {
         let model = init(dir.path(), family, family, "lm", "1");
-        let out = lines(&ok(&["logprobs", "--model", s(&model), "--input", s(&input)]));
+        let out = lines(&ok(&[
+            "logprobs",
+            "--model",
+            s(&model),
+            "--input",
+            s(&input),
+        ]));
         assert_eq!(out.len(), 5);
-        assert_eq!(ids(&out[0]["input_ids"]), b"hello world".map(u64::from).to_vec());
+        assert_eq!(
+            ids(&out[0]["input_ids"]),
+            b"hello world".map(u64::from).to_vec()
+        );
         assert_eq!(ids(&out[1]["input_ids"]), vec![1, 2, 3, 4, 5, 6, 7]);
         let chat: Vec<u64> = "<|im_start|>user\nhi<|im_end|>\n"
             .replace("<|im_start|>", "\u{0}")
@@ -160,7 +184,13 @@ fn logprobs_for_text_ids_and_chats_in_both_families() {
         let single = dir.path().join("single.jsonl");
         write_jsonl(&single, &[json!({"input_ids": [1, 2, 3, 4, 5, 6, 7]})]);
         let alone = lines(&ok(&[
-            "logprobs", "--model", s(&model), "--input", s(&single), "--batch-size", "1",
+            "logprobs",
+            "--model",
+            s(&model),
+            "--input",
+            s(&single),
+            "--batch-size",
+            "1",
         ]));
         let batched = out[1]["logprobs"].as_array().unwrap();
         for (a, b) in alone[0]["logprobs"].as_array().unwrap().iter().zip(batched) {
@@ -178,7 +208,13 @@ fn logprobs_writes_to_output_file() {
     let output = dir.path().join("out.jsonl");
     write_jsonl(&input, &[json!({"input_ids": [5, 6, 7]})]);
     let stdout = ok(&[
-        "logprobs", "--model", s(&model), "--input", s(&input), "--output", s(&output),
+        "logprobs",
+        "--model",
+        s(&model),
+        "--input",
+        s(&input),
+        "--output",
+        s(&output),
     ]);
     assert!(stdout.is_empty());
     let out = lines(&std::fs::read_to_string(&output).unwrap());
@@ -201,8 +237,16 @@ fn generate_greedy_is_deterministic_and_consistent_with_logprobs() {
     for family in ["llama", "qwen2"] {
         let model = init(dir.path(), family, family, "lm", "3");
         let args = [
-            "generate", "--model", s(&model), "--input", s(&input), "--temperature", "0",
-            "--max-new-tokens", "6", "--ignore-eos",
+            "generate",
+            "--model",
+            s(&model),
+            "--input",
+            s(&input),
+            "--temperature",
+            "0",
+            "--max-new-tokens",
+            "6",
+            "--ignore-eos",
         ];
         let first = ok(&args);
         assert_eq!(first, ok(&args), "{family}: greedy output repeats exactly");
@@ -220,19 +264,36 @@ fn generate_greedy_is_deterministic_and_consistent_with_logprobs() {
         let alone_in = dir.path().join("alone.jsonl");
         write_jsonl(&alone_in, &[json!({"input_ids": [72, 105]})]);
         let alone = lines(&ok(&[
-            "generate", "--model", s(&model), "--input", s(&alone_in), "--temperature", "0",
-            "--max-new-tokens", "6", "--ignore-eos",
+            "generate",
+            "--model",
+            s(&model),
+            "--input",
+            s(&alone_in),
+            "--temperature",
+            "0",
+            "--max-new-tokens",
+            "6",
+            "--ignore-eos",
         ]));
         assert_eq!(alone[0]["completion_ids"], out[1]["completion_ids"]);
         let mut full = vec![72u64, 105];
         full.extend(ids(&out[1]["completion_ids"]));
         let full_in = dir.path().join("full.jsonl");
         write_jsonl(&full_in, &[json!({ "input_ids": full })]);
-        let lp = lines(&ok(&["logprobs", "--model", s(&model), "--input", s(&full_in)]));
+        let lp = lines(&ok(&[
+            "logprobs",
+            "--model",
+            s(&model),
+            "--input",
+            s(&full_in),
+        ]));
         let lp = lp[0]["logprobs"].as_array().unwrap();
         for (g, l) in out[1]["logprobs"].as_array().unwrap().iter().zip(&lp[1..]) {
             let (g, l) = (g.as_f64().unwrap(), l.as_f64().unwrap());
-            assert!((g - l).abs() < 1e-3, "{family}: generate {g} vs logprobs {l}");
+            assert!(
+                (g - l).abs() < 1e-3,
+                "{family}: generate {g} vs logprobs {l}"
+            );
         }
     }
 }
@@ -245,19 +306,45 @@ fn sampling_is_seeded_and_chat_mode_wraps_text() {
     write_jsonl(&input, &[json!({"text": "hi"}), json!({"text": "yo"})]);
     let run = |seed: &str, batch: &str| {
         ok(&[
-            "generate", "--model", s(&model), "--input", s(&input), "--chat", "--seed", seed,
-            "--max-new-tokens", "8", "--temperature", "1.0", "--top-p", "0.9", "--top-k", "50",
-            "--batch-size", batch,
+            "generate",
+            "--model",
+            s(&model),
+            "--input",
+            s(&input),
+            "--chat",
+            "--seed",
+            seed,
+            "--max-new-tokens",
+            "8",
+            "--temperature",
+            "1.0",
+            "--top-p",
+            "0.9",
+            "--top-k",
+            "50",
+            "--batch-size",
+            batch,
         ])
     };
     let a = run("11", "2");
     let completions = |text: &str| -> Vec<Value> {
-        lines(text).iter().map(|r| r["completion_ids"].clone()).collect()
+        lines(text)
+            .iter()
+            .map(|r| r["completion_ids"].clone())
+            .collect()
     };
     // Same seed, any batch size: same samples (log-probs may differ in the last float bit).
-    assert_eq!(a, run("11", "2"), "same seed and batch size: identical output");
+    assert_eq!(
+        a,
+        run("11", "2"),
+        "same seed and batch size: identical output"
+    );
     assert_eq!(completions(&a), completions(&run("11", "1")));
-    assert_ne!(completions(&a), completions(&run("12", "2")), "another seed samples differently");
+    assert_ne!(
+        completions(&a),
+        completions(&run("12", "2")),
+        "another seed samples differently"
+    );
     let out = lines(&a);
     assert_eq!(
         out[0]["prompt"],
@@ -268,7 +355,10 @@ fn sampling_is_seeded_and_chat_mode_wraps_text() {
         assert!((1..=8).contains(&n));
         if rec["finish_reason"] == "stop" {
             let last = *ids(&rec["completion_ids"]).last().unwrap();
-            assert!(last == 256 || last == 259, "stopped on a stop id, got {last}");
+            assert!(
+                last == 256 || last == 259,
+                "stopped on a stop id, got {last}"
+            );
         }
     }
 }
@@ -294,7 +384,13 @@ fn score_gives_one_finite_score_per_line() {
         assert_ne!(scores[0], scores[1]);
         // Same line alone in a batch of one: same score.
         let one = lines(&ok(&[
-            "score", "--model", s(&model), "--input", s(&input), "--batch-size", "1",
+            "score",
+            "--model",
+            s(&model),
+            "--input",
+            s(&input),
+            "--batch-size",
+            "1",
         ]));
         for (a, b) in one.iter().zip(&out) {
             let (a, b) = (a["score"].as_f64().unwrap(), b["score"].as_f64().unwrap());
@@ -310,7 +406,13 @@ fn tokenize_round_trips_unicode() {
     let input = dir.path().join("in.jsonl");
     let text = "naïve café — 日本語 🦀\n\t<|im_end|>";
     write_jsonl(&input, &[json!({ "text": text })]);
-    let out = lines(&ok(&["tokenize", "--model", s(&model), "--input", s(&input)]));
+    let out = lines(&ok(&[
+        "tokenize",
+        "--model",
+        s(&model),
+        "--input",
+        s(&input),
+    ]));
     assert_eq!(out[0]["text"], text);
     let got = ids(&out[0]["input_ids"]);
     assert_eq!(*got.last().unwrap(), 259, "special tokens are single ids");

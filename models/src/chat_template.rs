@@ -587,7 +587,7 @@ fn string_method(s: &str, method: &str, args: &[Value]) -> Result<Value, Error> 
 
 fn map_method(state: &State, value: &Value, method: &str, args: &[Value]) -> Result<Value, Error> {
     match method {
-        "items" => state.apply_filter("items", &[value.clone()]),
+        "items" => state.apply_filter("items", std::slice::from_ref(value)),
         "keys" => Ok(Value::from(value.try_iter()?.collect::<Vec<_>>())),
         "values" => {
             let mut out = Vec::new();

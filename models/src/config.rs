@@ -485,7 +485,10 @@ impl ModelConfig {
                 return Err(err(key, "must be greater than 0".into()));
             }
         }
-        if !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
+        if !self
+            .num_attention_heads
+            .is_multiple_of(self.num_key_value_heads)
+        {
             return Err(err(
                 "num_key_value_heads",
                 format!(

@@ -1,6 +1,21 @@
 //! oxalign-models: HF-compatible decoder models (Llama, Qwen2, Mistral) with LM, value and
 //! reward heads; safetensors + `config.json` load/save; tokenizers and chat templates.
 //! It knows nothing about PPO or other training algorithms (see ../shared DESIGN.md).
+//!
+//! ```
+//! use candle_core::{Device, Tensor};
+//! use oxalign_models::{CausalLm, Family, GenerationRequest, ModelConfig, Preset};
+//!
+//! let mut cfg = ModelConfig::preset(Family::Llama, Preset::Tiny, 64);
+//! cfg.num_hidden_layers = 1;
+//! let model = CausalLm::init_random(&cfg, 0, &Device::Cpu)?;
+//! let ids = Tensor::new(&[[5u32, 6, 7]], &Device::Cpu)?;
+//! let logits = model.forward(&ids, None)?; // [1, 3, 64], differentiable
+//! assert_eq!(logits.dims(), &[1, 3, 64]);
+//! let out = model.generate(&[GenerationRequest::new(vec![5, 6, 7], 4)])?;
+//! assert_eq!(out[0].tokens.len(), out[0].logprobs.len());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod byte_tokenizer;
 pub mod chat_template;

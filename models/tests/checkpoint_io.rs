@@ -20,7 +20,10 @@ fn assert_bit_exact(a: &HashMap<String, Tensor>, b: &HashMap<String, Tensor>) {
         assert_eq!(ta.dims(), tb.dims(), "{name}");
         let va = ta.flatten_all().unwrap().to_vec1::<f32>().unwrap();
         let vb = tb.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        assert!(va.iter().zip(&vb).all(|(x, y)| x.to_bits() == y.to_bits()), "{name} differs");
+        assert!(
+            va.iter().zip(&vb).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{name} differs"
+        );
     }
 }
 
@@ -33,7 +36,8 @@ fn causal_lm_save_load_round_trip_is_bit_exact() {
         m.save(dir.path()).unwrap();
         assert!(dir.path().join("generation_config.json").is_file());
         let json: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.path().join(CONFIG_FILE)).unwrap()).unwrap();
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join(CONFIG_FILE)).unwrap())
+                .unwrap();
         assert_eq!(json["architectures"][0], family.architecture("ForCausalLM"));
         assert_eq!(json["model_type"], family.model_type());
         assert_eq!(json["torch_dtype"], "float32");
@@ -41,11 +45,17 @@ fn causal_lm_save_load_round_trip_is_bit_exact() {
         assert_eq!(back.config(), m.config());
         assert_bit_exact(&m.weights().unwrap(), &back.weights().unwrap());
         let x = batch(&[ids(1, 6, 64)]);
-        let (a, b) = (m.forward(&x, None).unwrap(), back.forward(&x, None).unwrap());
+        let (a, b) = (
+            m.forward(&x, None).unwrap(),
+            back.forward(&x, None).unwrap(),
+        );
         assert_eq!(common::max_abs_diff(&a, &b), 0.0);
         // Tied embeddings are saved once, like HF.
         let names: Vec<String> = back.vars().into_iter().map(|(n, _)| n).collect();
-        assert_eq!(names.contains(&"lm_head.weight".to_string()), !cfg.tie_word_embeddings);
+        assert_eq!(
+            names.contains(&"lm_head.weight".to_string()),
+            !cfg.tie_word_embeddings
+        );
         let mut sorted = names.clone();
         sorted.sort();
         assert_eq!(names, sorted, "vars() must be sorted by name");
@@ -75,7 +85,8 @@ fn heads_save_load_round_trip_is_bit_exact() {
     // A critic can start from a policy checkpoint (new head) and from a reward model.
     let policy = CausalLm::init_random(&cfg, 34, &Device::Cpu).unwrap();
     policy.save(&dir.path().join("policy")).unwrap();
-    let critic = ValueModel::load_with_new_head(&dir.path().join("policy"), 7, &Device::Cpu).unwrap();
+    let critic =
+        ValueModel::load_with_new_head(&dir.path().join("policy"), 7, &Device::Cpu).unwrap();
     let pw = policy.weights().unwrap();
     let cw = critic.weights().unwrap();
     let emb = "model.embed_tokens.weight";
@@ -83,7 +94,13 @@ fn heads_save_load_round_trip_is_bit_exact() {
     assert!(ValueModel::load(&dir.path().join("policy"), &Device::Cpu).is_err());
     let from_rm = ValueModel::load_with_new_head(&dir.path().join("rm"), 7, &Device::Cpu).unwrap();
     let rw = r.weights().unwrap();
-    assert_eq!(common::max_abs_diff(&rw["score.weight"], &from_rm.weights().unwrap()["score.weight"]), 0.0);
+    assert_eq!(
+        common::max_abs_diff(
+            &rw["score.weight"],
+            &from_rm.weights().unwrap()["score.weight"]
+        ),
+        0.0
+    );
 }
 
 #[test]
@@ -93,13 +110,27 @@ fn load_weights_from_refits_in_place() {
     let b = CausalLm::init_random(&cfg, 36, &Device::Cpu).unwrap();
     let b_clone = b.clone();
     let x = batch(&[ids(2, 5, 64)]);
-    assert!(common::max_abs_diff(&a.forward(&x, None).unwrap(), &b.forward(&x, None).unwrap()) > 1e-4);
+    assert!(
+        common::max_abs_diff(&a.forward(&x, None).unwrap(), &b.forward(&x, None).unwrap()) > 1e-4
+    );
     b.load_weights_from(&a.weights().unwrap()).unwrap();
-    assert_eq!(common::max_abs_diff(&a.forward(&x, None).unwrap(), &b_clone.forward(&x, None).unwrap()), 0.0);
+    assert_eq!(
+        common::max_abs_diff(
+            &a.forward(&x, None).unwrap(),
+            &b_clone.forward(&x, None).unwrap()
+        ),
+        0.0
+    );
     // Refit never aliases: changing `a` afterwards leaves `b` alone.
-    let (_, var) = a.vars().into_iter().find(|(n, _)| n == "model.norm.weight").unwrap();
+    let (_, var) = a
+        .vars()
+        .into_iter()
+        .find(|(n, _)| n == "model.norm.weight")
+        .unwrap();
     var.set(&(var.as_tensor() * 2.0).unwrap()).unwrap();
-    assert!(common::max_abs_diff(&a.forward(&x, None).unwrap(), &b.forward(&x, None).unwrap()) > 1e-6);
+    assert!(
+        common::max_abs_diff(&a.forward(&x, None).unwrap(), &b.forward(&x, None).unwrap()) > 1e-6
+    );
     // Missing tensor -> error naming it, nothing written.
     let mut partial = a.weights().unwrap();
     partial.remove("model.norm.weight");
@@ -115,7 +146,10 @@ fn write_sharded(dir: &Path, weights: &HashMap<String, Tensor>) {
     let mut map = serde_json::Map::new();
     for (i, chunk) in names.chunks(names.len().div_ceil(3)).enumerate() {
         let file = format!("model-{:05}-of-00003.safetensors", i + 1);
-        let tensors: Vec<(String, Tensor)> = chunk.iter().map(|n| ((*n).clone(), weights[*n].clone())).collect();
+        let tensors: Vec<(String, Tensor)> = chunk
+            .iter()
+            .map(|n| ((*n).clone(), weights[*n].clone()))
+            .collect();
         write_safetensors(&dir.join(&file), &tensors).unwrap();
         for n in chunk {
             map.insert((*n).clone(), file.clone().into());
@@ -153,14 +187,20 @@ fn load_errors_name_what_is_wrong() {
     // Missing folder.
     let missing = root.path().join("nope");
     let e = CausalLm::load(&missing, &dev).err().unwrap();
-    assert!(matches!(e, ModelError::MissingPath { ref path, .. } if path == &missing), "{e}");
+    assert!(
+        matches!(e, ModelError::MissingPath { ref path, .. } if path == &missing),
+        "{e}"
+    );
     assert!(e.to_string().contains("nope"));
 
     // Folder without config.json.
     let empty = root.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
     let e = CausalLm::load(&empty, &dev).err().unwrap();
-    assert!(matches!(e, ModelError::MissingPath { ref path, .. } if path.ends_with("config.json")), "{e}");
+    assert!(
+        matches!(e, ModelError::MissingPath { ref path, .. } if path.ends_with("config.json")),
+        "{e}"
+    );
 
     // Good model to corrupt.
     let good = root.path().join("good");
@@ -173,22 +213,38 @@ fn load_errors_name_what_is_wrong() {
     std::fs::create_dir(&no_w).unwrap();
     std::fs::write(no_w.join(CONFIG_FILE), &cfg_text).unwrap();
     let e = CausalLm::load(&no_w, &dev).err().unwrap();
-    assert!(matches!(e, ModelError::MissingPath { ref path, .. } if path.ends_with(WEIGHTS_FILE)), "{e}");
+    assert!(
+        matches!(e, ModelError::MissingPath { ref path, .. } if path.ends_with(WEIGHTS_FILE)),
+        "{e}"
+    );
 
     // Unknown model_type: names the file and the supported types.
     let gpt = root.path().join("gpt");
     std::fs::create_dir(&gpt).unwrap();
-    std::fs::write(gpt.join(CONFIG_FILE), cfg_text.replace("\"llama\"", "\"gpt2\"")).unwrap();
+    std::fs::write(
+        gpt.join(CONFIG_FILE),
+        cfg_text.replace("\"llama\"", "\"gpt2\""),
+    )
+    .unwrap();
     let e = CausalLm::load(&gpt, &dev).err().unwrap();
-    assert!(matches!(e, ModelError::UnsupportedModelType { ref model_type, .. } if model_type == "gpt2"), "{e}");
+    assert!(
+        matches!(e, ModelError::UnsupportedModelType { ref model_type, .. } if model_type == "gpt2"),
+        "{e}"
+    );
     let msg = e.to_string();
-    assert!(msg.contains("gpt/config.json") && msg.contains("llama, qwen2, mistral"), "{msg}");
+    assert!(
+        msg.contains("gpt/config.json") && msg.contains("llama, qwen2, mistral"),
+        "{msg}"
+    );
 
     // Broken JSON.
     let bad = root.path().join("bad_json");
     std::fs::create_dir(&bad).unwrap();
     std::fs::write(bad.join(CONFIG_FILE), "{ not json").unwrap();
-    assert!(matches!(CausalLm::load(&bad, &dev), Err(ModelError::Json { .. })));
+    assert!(matches!(
+        CausalLm::load(&bad, &dev),
+        Err(ModelError::Json { .. })
+    ));
 
     // Missing tensor.
     let mut w = m.weights().unwrap();
@@ -199,7 +255,10 @@ fn load_errors_name_what_is_wrong() {
     let list: Vec<(String, Tensor)> = w.into_iter().collect();
     write_safetensors(&miss.join(WEIGHTS_FILE), &list).unwrap();
     let e = CausalLm::load(&miss, &dev).err().unwrap();
-    assert!(matches!(e, ModelError::MissingTensor { ref name, .. } if name == "model.layers.1.mlp.up_proj.weight"), "{e}");
+    assert!(
+        matches!(e, ModelError::MissingTensor { ref name, .. } if name == "model.layers.1.mlp.up_proj.weight"),
+        "{e}"
+    );
     assert!(e.to_string().contains("missing_tensor"));
 
     // Shape mismatch: config says 3 layers' worth of width the file does not have.
@@ -213,9 +272,17 @@ fn load_errors_name_what_is_wrong() {
     std::fs::copy(good.join(WEIGHTS_FILE), shape.join(WEIGHTS_FILE)).unwrap();
     let e = CausalLm::load(&shape, &dev).err().unwrap();
     match &e {
-        ModelError::ShapeMismatch { name, expected, found, .. } => {
+        ModelError::ShapeMismatch {
+            name,
+            expected,
+            found,
+            ..
+        } => {
             assert!(name.contains("mlp"), "{name}");
-            assert!(expected.contains(&40) && found.contains(&48), "{expected:?} {found:?}");
+            assert!(
+                expected.contains(&40) && found.contains(&48),
+                "{expected:?} {found:?}"
+            );
         }
         other => panic!("expected ShapeMismatch, got {other}"),
     }
@@ -226,11 +293,17 @@ fn load_errors_name_what_is_wrong() {
     std::fs::create_dir(&corrupt).unwrap();
     std::fs::write(corrupt.join(CONFIG_FILE), &cfg_text).unwrap();
     std::fs::write(corrupt.join(WEIGHTS_FILE), b"garbage").unwrap();
-    assert!(matches!(CausalLm::load(&corrupt, &dev), Err(ModelError::Safetensors { .. })));
+    assert!(matches!(
+        CausalLm::load(&corrupt, &dev),
+        Err(ModelError::Safetensors { .. })
+    ));
 
     // Reward model from a causal LM folder: score.weight is missing.
     let e = RewardModel::load(&good, &dev).err().unwrap();
-    assert!(matches!(e, ModelError::MissingTensor { ref name, .. } if name == "score.weight"), "{e}");
+    assert!(
+        matches!(e, ModelError::MissingTensor { ref name, .. } if name == "score.weight"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -249,8 +322,17 @@ fn config_parses_hf_spellings() {
     assert_eq!(c.head_dim, 16);
     assert_eq!(c.eos_token_id, vec![2, 3]);
     assert_eq!(c.pad_token_id, None);
-    assert!(matches!(c.rope_scaling, Some(RopeScaling::Llama3 { original_max_position_embeddings: 8192, .. })));
-    assert_eq!(c.extra.get("initializer_range"), Some(&serde_json::json!(0.02)));
+    assert!(matches!(
+        c.rope_scaling,
+        Some(RopeScaling::Llama3 {
+            original_max_position_embeddings: 8192,
+            ..
+        })
+    ));
+    assert_eq!(
+        c.extra.get("initializer_range"),
+        Some(&serde_json::json!(0.02))
+    );
     // Round trip through to_hf_json.
     let again = ModelConfig::from_json_value(&c.to_hf_json("LlamaForCausalLM"), p).unwrap();
     assert_eq!(again, c);
@@ -275,37 +357,81 @@ fn config_parses_hf_spellings() {
     assert_eq!(c.layer_window(0), Some(8));
 
     // Bad values name the key.
-    let e = ModelConfig::from_json_str(&mistral.replace("\"num_key_value_heads\": 1", "\"num_key_value_heads\": 3"), p)
+    let e = ModelConfig::from_json_str(
+        &mistral.replace("\"num_key_value_heads\": 1", "\"num_key_value_heads\": 3"),
+        p,
+    )
+    .err()
+    .unwrap();
+    assert!(
+        matches!(e, ModelError::InvalidConfig { ref key, .. } if key == "num_key_value_heads"),
+        "{e}"
+    );
+    let e = ModelConfig::from_json_str(&mistral.replace("\"vocab_size\": 100,", ""), p)
         .err()
         .unwrap();
-    assert!(matches!(e, ModelError::InvalidConfig { ref key, .. } if key == "num_key_value_heads"), "{e}");
-    let e = ModelConfig::from_json_str(&mistral.replace("\"vocab_size\": 100,", ""), p).err().unwrap();
     assert!(e.to_string().contains("vocab_size"), "{e}");
-    let e = ModelConfig::from_json_str(&llama.replace("\"llama3\"", "\"yarn\""), p).err().unwrap();
+    let e = ModelConfig::from_json_str(&llama.replace("\"llama3\"", "\"yarn\""), p)
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("yarn"), "{e}");
-    let e = ModelConfig::from_json_str(&llama.replace("\"silu\"", "\"gelu\""), p).err().unwrap();
-    assert!(matches!(e, ModelError::InvalidConfig { ref key, .. } if key == "hidden_act"), "{e}");
+    let e = ModelConfig::from_json_str(&llama.replace("\"silu\"", "\"gelu\""), p)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(e, ModelError::InvalidConfig { ref key, .. } if key == "hidden_act"),
+        "{e}"
+    );
 }
 
 #[test]
 fn presets_have_the_documented_sizes() {
     let small = ModelConfig::preset(Family::Llama, Preset::Small, 32000);
     assert_eq!(
-        (small.vocab_size, small.hidden_size, small.intermediate_size, small.num_hidden_layers),
+        (
+            small.vocab_size,
+            small.hidden_size,
+            small.intermediate_size,
+            small.num_hidden_layers
+        ),
         (32000, 512, 1408, 8)
     );
-    assert_eq!((small.num_attention_heads, small.num_key_value_heads), (8, 4));
+    assert_eq!(
+        (small.num_attention_heads, small.num_key_value_heads),
+        (8, 4)
+    );
     let n = small.num_parameters();
-    assert!((55_000_000..58_000_000).contains(&n), "small llama has {n} parameters");
+    assert!(
+        (55_000_000..58_000_000).contains(&n),
+        "small llama has {n} parameters"
+    );
     let q = ModelConfig::preset(Family::Qwen2, Preset::Small, 32000);
     assert!(q.tie_word_embeddings && q.qkv_bias());
     let tiny = ModelConfig::preset(Family::Llama, Preset::Tiny, 300);
     let n = tiny.num_parameters();
-    assert!((500_000..1_500_000).contains(&n), "tiny llama has {n} parameters");
+    assert!(
+        (500_000..1_500_000).contains(&n),
+        "tiny llama has {n} parameters"
+    );
     // Seeded init is deterministic and f32.
     let a = CausalLm::init_random(&tiny, 1, &Device::Cpu).unwrap();
     let b = CausalLm::init_random(&tiny, 1, &Device::Cpu).unwrap();
     assert_eq!(a.dtype(), DType::F32);
     assert_bit_exact(&a.weights().unwrap(), &b.weights().unwrap());
     assert_eq!(a.params().num_parameters(), n);
+}
+
+#[test]
+fn models_can_move_between_threads() {
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+    assert_send_sync::<CausalLm>();
+    assert_send_sync::<ValueModel>();
+    assert_send_sync::<RewardModel>();
+    assert_send_sync::<oxalign_models::KvCache>();
+    assert_send_sync::<ModelError>();
+    let m = CausalLm::init_random(&tiny(Family::Qwen2), 39, &Device::Cpu).unwrap();
+    let x = batch(&[ids(3, 4, 64)]);
+    let here = m.forward(&x, None).unwrap();
+    let there = std::thread::spawn(move || m.forward(&x, None).unwrap()).join().unwrap();
+    assert_eq!(common::max_abs_diff(&here, &there), 0.0);
 }

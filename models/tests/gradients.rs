@@ -10,7 +10,10 @@ use oxalign_models::{CausalLm, Family, RewardModel, ValueModel};
 /// A fixed random weighting so the scalar loss touches every output.
 fn weights_like(t: &Tensor, seed: u64) -> Tensor {
     let n = t.elem_count();
-    let vals: Vec<f64> = ids(seed, n, 1000).iter().map(|&x| x as f64 / 500.0 - 1.0).collect();
+    let vals: Vec<f64> = ids(seed, n, 1000)
+        .iter()
+        .map(|&x| x as f64 / 500.0 - 1.0)
+        .collect();
     Tensor::from_vec(vals, t.dims(), t.device())
         .unwrap()
         .to_dtype(t.dtype())
@@ -23,7 +26,11 @@ fn inputs() -> (Tensor, Tensor) {
     r0[0] = 0;
     r0[1] = 0;
     let r1 = ids(2, 7, 64);
-    let mask = Tensor::new(&[[0u32, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1]], &Device::Cpu).unwrap();
+    let mask = Tensor::new(
+        &[[0u32, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1]],
+        &Device::Cpu,
+    )
+    .unwrap();
     (batch(&[r0, r1]), mask)
 }
 
@@ -43,7 +50,10 @@ fn assert_all_grads_nonzero(vars: &[(String, Var)], loss: &Tensor) {
             .unwrap()
             .to_scalar::<f64>()
             .unwrap();
-        assert!(norm.is_finite() && norm > 0.0, "gradient of {name} is zero or not finite: {norm}");
+        assert!(
+            norm.is_finite() && norm > 0.0,
+            "gradient of {name} is zero or not finite: {norm}"
+        );
     }
 }
 
@@ -54,7 +64,10 @@ fn every_causal_lm_parameter_gets_a_gradient() {
         let cfg = tiny(family);
         let m = CausalLm::init_random(&cfg, 3, &Device::Cpu).unwrap();
         let logits = m.forward(&ids, Some(&mask)).unwrap();
-        let loss = (logits.clone() * weights_like(&logits, 5)).unwrap().sum_all().unwrap();
+        let loss = (logits.clone() * weights_like(&logits, 5))
+            .unwrap()
+            .sum_all()
+            .unwrap();
         let vars = m.vars();
         let n_expected = oxalign_models::param_spec::causal_lm_specs(&cfg).len();
         assert_eq!(vars.len(), n_expected, "{family}");
@@ -70,7 +83,10 @@ fn every_value_and_reward_parameter_gets_a_gradient() {
         let v = ValueModel::init_random(&cfg, 4, &Device::Cpu).unwrap();
         let values = v.forward(&ids, Some(&mask)).unwrap();
         assert_eq!(values.dims(), &[2, 7]);
-        let loss = (values.clone() * weights_like(&values, 6)).unwrap().sum_all().unwrap();
+        let loss = (values.clone() * weights_like(&values, 6))
+            .unwrap()
+            .sum_all()
+            .unwrap();
         assert!(v.vars().iter().any(|(n, _)| n == "score.bias"));
         assert_all_grads_nonzero(&v.vars(), &loss);
 
@@ -131,8 +147,19 @@ fn finite_difference_check(family: Family) {
     let mut checked = 0;
     for name in &picked {
         let (_, var) = vars.iter().find(|(n, _)| n == name).unwrap();
-        let g = grads.get(var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
-        let base = var.as_tensor().flatten_all().unwrap().to_vec1::<f64>().unwrap();
+        let g = grads
+            .get(var.as_tensor())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f64>()
+            .unwrap();
+        let base = var
+            .as_tensor()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f64>()
+            .unwrap();
         let n = base.len();
         for k in 0..3u64 {
             let idx = ((k * 7919 + name.len() as u64 * 104729) % n as u64) as usize;

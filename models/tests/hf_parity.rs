@@ -6,13 +6,15 @@
 mod common;
 
 use candle_core::{Device, Tensor};
-use common::batch;
+use common::{batch, batch1};
 use oxalign_models::{CausalLm, GenerationRequest, RewardModel, SamplingParams, ValueModel};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 fn golden(dir: &Path, file: &str) -> Value {
@@ -23,7 +25,13 @@ fn u32_rows(v: &Value) -> Vec<Vec<u32>> {
     v.as_array()
         .unwrap()
         .iter()
-        .map(|r| r.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect())
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect()
+        })
         .collect()
 }
 
@@ -31,12 +39,21 @@ fn f64_rows(v: &Value) -> Vec<Vec<f64>> {
     v.as_array()
         .unwrap()
         .iter()
-        .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect()
+        })
         .collect()
 }
 
 fn logprobs_of(m: &CausalLm, ids: &Tensor, mask: Option<&Tensor>) -> Vec<Vec<f32>> {
-    m.next_token_logprobs(ids, mask).unwrap().to_vec2::<f32>().unwrap()
+    m.next_token_logprobs(ids, mask)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap()
 }
 
 fn greedy(m: &CausalLm, prompt: &[u32], n: usize) -> Vec<u32> {
@@ -55,21 +72,31 @@ fn check_causal_fixture(name: &str) {
     let g = golden(&dir, "golden.json");
     let m = CausalLm::load(&dir, &Device::Cpu).unwrap();
     let mut worst = 0f64;
-    for (row, expect) in u32_rows(&g["sequences"]).iter().zip(f64_rows(&g["logprobs"])) {
-        let got = &logprobs_of(&m, &batch(&[row.clone()]), None)[0];
+    for (row, expect) in u32_rows(&g["sequences"])
+        .iter()
+        .zip(f64_rows(&g["logprobs"]))
+    {
+        let got = &logprobs_of(&m, &batch1(row), None)[0];
         for (a, b) in got.iter().zip(&expect) {
             worst = worst.max((*a as f64 - b).abs());
         }
     }
     println!("{name}: unpadded log-prob max abs diff vs transformers {worst:.2e}");
-    assert!(worst <= 1e-4, "{name}: unpadded log-prob max abs diff {worst}");
+    assert!(
+        worst <= 1e-4,
+        "{name}: unpadded log-prob max abs diff {worst}"
+    );
 
     let ids = batch(&u32_rows(&g["padded_ids"]));
     let mask_rows = u32_rows(&g["padded_mask"]);
     let mask = batch(&mask_rows);
     let got = logprobs_of(&m, &ids, Some(&mask));
     let mut worst = 0f64;
-    for ((got, expect), mrow) in got.iter().zip(f64_rows(&g["padded_logprobs"])).zip(&mask_rows) {
+    for ((got, expect), mrow) in got
+        .iter()
+        .zip(f64_rows(&g["padded_logprobs"]))
+        .zip(&mask_rows)
+    {
         for t in 0..got.len() {
             if mrow[t] == 1 {
                 worst = worst.max((got[t] as f64 - expect[t]).abs());
@@ -77,12 +104,29 @@ fn check_causal_fixture(name: &str) {
         }
     }
     println!("{name}: left-padded log-prob max abs diff vs transformers {worst:.2e}");
-    assert!(worst <= 1e-4, "{name}: left-padded log-prob max abs diff {worst}");
+    assert!(
+        worst <= 1e-4,
+        "{name}: left-padded log-prob max abs diff {worst}"
+    );
 
-    let prompt: Vec<u32> = g["greedy_prompt"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
-    let expect: Vec<u32> = g["greedy_tokens"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+    let prompt: Vec<u32> = g["greedy_prompt"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
+    let expect: Vec<u32> = g["greedy_tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
     assert_eq!(expect.len(), 16);
-    assert_eq!(greedy(&m, &prompt, 16), expect, "{name}: greedy continuation");
+    assert_eq!(
+        greedy(&m, &prompt, 16),
+        expect,
+        "{name}: greedy continuation"
+    );
 }
 
 #[test]
@@ -105,14 +149,28 @@ fn reward_model_matches_transformers() {
     let dir = fixture("llama_rm_tiny");
     let g = golden(&dir, "golden.json");
     let rm = RewardModel::load(&dir, &Device::Cpu).unwrap();
-    for (row, expect) in u32_rows(&g["sequences"]).iter().zip(g["scores"].as_array().unwrap()) {
-        let got = rm.forward(&batch(&[row.clone()]), None).unwrap().to_vec1::<f32>().unwrap()[0];
+    for (row, expect) in u32_rows(&g["sequences"])
+        .iter()
+        .zip(g["scores"].as_array().unwrap())
+    {
+        let got = rm
+            .forward(&batch1(row), None)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()[0];
         let expect = expect.as_f64().unwrap();
-        assert!((got as f64 - expect).abs() <= 1e-4, "score {got} vs {expect}");
+        assert!(
+            (got as f64 - expect).abs() <= 1e-4,
+            "score {got} vs {expect}"
+        );
     }
     let ids = batch(&u32_rows(&g["padded_ids"]));
     let mask = batch(&u32_rows(&g["padded_mask"]));
-    let got = rm.forward(&ids, Some(&mask)).unwrap().to_vec1::<f32>().unwrap();
+    let got = rm
+        .forward(&ids, Some(&mask))
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
     for (a, b) in got.iter().zip(g["padded_scores"].as_array().unwrap()) {
         let b = b.as_f64().unwrap();
         assert!((*a as f64 - b).abs() <= 1e-4, "padded score {a} vs {b}");
@@ -140,7 +198,10 @@ fn oxalign_saved_models_load_in_transformers() {
             .status()
             .unwrap();
         assert!(status.success(), "hf_parity.py failed on {}", dir.display());
-        golden(out.parent().unwrap(), out.file_name().unwrap().to_str().unwrap())
+        golden(
+            out.parent().unwrap(),
+            out.file_name().unwrap().to_str().unwrap(),
+        )
     };
     for family in Family::ALL {
         let mut cfg = ModelConfig::preset(family, Preset::Tiny, 300);
@@ -168,41 +229,100 @@ fn oxalign_saved_models_load_in_transformers() {
         let dir = root.path().join(format!("{family}_lm"));
         m.save(&dir).unwrap();
         let g = run(&dir);
-        assert_eq!(g["num_parameters"].as_u64().unwrap() as usize, cfg.num_parameters());
+        assert_eq!(
+            g["num_parameters"].as_u64().unwrap() as usize,
+            cfg.num_parameters()
+        );
         let mut worst = 0f64;
-        for (row, expect) in u32_rows(&g["sequences"]).iter().zip(f64_rows(&g["logprobs"])) {
-            let got = &logprobs_of(&m, &batch(&[row.clone()]), None)[0];
+        for (row, expect) in u32_rows(&g["sequences"])
+            .iter()
+            .zip(f64_rows(&g["logprobs"]))
+        {
+            let got = &logprobs_of(&m, &batch1(row), None)[0];
             for (a, b) in got.iter().zip(&expect) {
                 worst = worst.max((*a as f64 - b).abs());
             }
         }
-        println!("{family}: oxalign-saved causal LM, transformers log-prob max abs diff {worst:.2e}");
+        println!(
+            "{family}: oxalign-saved causal LM, transformers log-prob max abs diff {worst:.2e}"
+        );
         assert!(worst <= 1e-4, "{family}: log-prob max abs diff {worst}");
-        let prompt: Vec<u32> = g["greedy_prompt"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
-        let expect: Vec<u32> = g["greedy_tokens"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
-        assert_eq!(greedy(&m, &prompt, 16), expect, "{family}: greedy continuation");
+        let prompt: Vec<u32> = g["greedy_prompt"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        let expect: Vec<u32> = g["greedy_tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(
+            greedy(&m, &prompt, 16),
+            expect,
+            "{family}: greedy continuation"
+        );
 
-        let v = ValueModel::from_backbone(cfg.clone(), &m.weights().unwrap(), 3, candle_core::DType::F32, &Device::Cpu).unwrap();
-        let (_, bias) = v.vars().into_iter().find(|(n, _)| n == "score.bias").unwrap();
-        bias.set(&Tensor::new(&[0.25f32], &Device::Cpu).unwrap()).unwrap();
+        let v = ValueModel::from_backbone(
+            cfg.clone(),
+            &m.weights().unwrap(),
+            3,
+            candle_core::DType::F32,
+            &Device::Cpu,
+        )
+        .unwrap();
+        let (_, bias) = v
+            .vars()
+            .into_iter()
+            .find(|(n, _)| n == "score.bias")
+            .unwrap();
+        bias.set(&Tensor::new(&[0.25f32], &Device::Cpu).unwrap())
+            .unwrap();
         let dir = root.path().join(format!("{family}_critic"));
         v.save(&dir).unwrap();
         let g = run(&dir);
         for (row, expect) in u32_rows(&g["sequences"]).iter().zip(f64_rows(&g["values"])) {
-            let got = v.forward(&batch(&[row.clone()]), None).unwrap().to_vec2::<f32>().unwrap().remove(0);
+            let got = v
+                .forward(&batch1(row), None)
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap()
+                .remove(0);
             for (a, b) in got.iter().zip(&expect) {
-                assert!((*a as f64 - b).abs() <= 1e-4, "{family} critic value {a} vs {b}");
+                assert!(
+                    (*a as f64 - b).abs() <= 1e-4,
+                    "{family} critic value {a} vs {b}"
+                );
             }
         }
 
-        let r = RewardModel::from_backbone(cfg.clone(), &m.weights().unwrap(), 4, candle_core::DType::F32, &Device::Cpu).unwrap();
+        let r = RewardModel::from_backbone(
+            cfg.clone(),
+            &m.weights().unwrap(),
+            4,
+            candle_core::DType::F32,
+            &Device::Cpu,
+        )
+        .unwrap();
         let dir = root.path().join(format!("{family}_rm"));
         r.save(&dir).unwrap();
         let g = run(&dir);
-        for (row, expect) in u32_rows(&g["sequences"]).iter().zip(g["scores"].as_array().unwrap()) {
-            let got = r.forward(&batch(&[row.clone()]), None).unwrap().to_vec1::<f32>().unwrap()[0];
+        for (row, expect) in u32_rows(&g["sequences"])
+            .iter()
+            .zip(g["scores"].as_array().unwrap())
+        {
+            let got = r
+                .forward(&batch1(row), None)
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()[0];
             let b = expect.as_f64().unwrap();
-            assert!((got as f64 - b).abs() <= 1e-4, "{family} reward {got} vs {b}");
+            assert!(
+                (got as f64 - b).abs() <= 1e-4,
+                "{family} reward {got} vs {b}"
+            );
         }
     }
 }

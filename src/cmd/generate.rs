@@ -125,7 +125,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 seed: args.seed.wrapping_add(i as u64),
                 ..sampling.clone()
             },
-            stop_token_ids: if args.ignore_eos { Vec::new() } else { stop_ids.clone() },
+            stop_token_ids: if args.ignore_eos {
+                Vec::new()
+            } else {
+                stop_ids.clone()
+            },
             ignore_eos: args.ignore_eos,
         });
     }
@@ -150,7 +154,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let c = c.expect("every request was generated");
         let (prompt, completion) = match &tokenizer {
             Some(t) => (
-                Some(t.decode(&req.prompt, false).user_err("cannot decode the prompt")?),
+                Some(
+                    t.decode(&req.prompt, false)
+                        .user_err("cannot decode the prompt")?,
+                ),
                 Some(
                     t.decode(&known_ids(t, &c.tokens), true)
                         .user_err("cannot decode the completion")?,

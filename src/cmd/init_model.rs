@@ -77,8 +77,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ));
     }
     let (source, tokenizer) = resolve_tokenizer(&args.tokenizer)?;
-    std::fs::create_dir_all(&args.out)
-        .user_err(format!("cannot create output folder {}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out).user_err(format!(
+        "cannot create output folder {}",
+        args.out.display()
+    ))?;
     write_tokenizer(&source, &args.out)?;
     let vocab_size = model_vocab_size(args.preset, tokenizer.vocab_len());
     let mut config = ModelConfig::preset(args.family, args.preset, vocab_size);
@@ -87,8 +89,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     config.pad_token_id = tokenizer.pad_token_id();
 
     let saved = match args.head {
-        Head::Lm => CausalLm::init_random(&config, args.seed, &Device::Cpu)
-            .and_then(|m| m.save(&args.out)),
+        Head::Lm => {
+            CausalLm::init_random(&config, args.seed, &Device::Cpu).and_then(|m| m.save(&args.out))
+        }
         Head::Reward => RewardModel::init_random(&config, args.seed, &Device::Cpu)
             .and_then(|m| m.save(&args.out)),
         Head::Value => ValueModel::init_random(&config, args.seed, &Device::Cpu)
@@ -152,7 +155,10 @@ fn resolve_tokenizer(spec: &str) -> anyhow::Result<(TokenizerSource, Tokenizer)>
         Tokenizer::from_dir(&src_dir)
     } else {
         let config = src_dir.join(TOKENIZER_CONFIG_FILE);
-        Tokenizer::from_files(&tokenizer_json, config.is_file().then_some(config.as_path()))
+        Tokenizer::from_files(
+            &tokenizer_json,
+            config.is_file().then_some(config.as_path()),
+        )
     }
     .user_err(format!("--tokenizer {spec}"))?;
     let mut files = vec![(tokenizer_json, TOKENIZER_FILE)];

@@ -122,8 +122,14 @@ pub fn batched_logprobs(
         let mut mask = Vec::with_capacity(b * t);
         for &i in batch {
             let s = &seqs[i];
-            ids.extend(s.iter().copied().chain(std::iter::repeat_n(pad, t - s.len())));
-            mask.extend(std::iter::repeat_n(1u32, s.len()).chain(std::iter::repeat_n(0, t - s.len())));
+            ids.extend(
+                s.iter()
+                    .copied()
+                    .chain(std::iter::repeat_n(pad, t - s.len())),
+            );
+            mask.extend(
+                std::iter::repeat_n(1u32, s.len()).chain(std::iter::repeat_n(0, t - s.len())),
+            );
         }
         let device = model.device();
         let ids = Tensor::from_vec(ids, (b, t), device)?;
@@ -139,4 +145,3 @@ pub fn batched_logprobs(
     }
     Ok(out)
 }
-

@@ -110,8 +110,14 @@ pub fn batched_scores(
         let mut mask = Vec::with_capacity(b * t);
         for &i in batch {
             let s = &seqs[i];
-            ids.extend(s.iter().copied().chain(std::iter::repeat_n(pad, t - s.len())));
-            mask.extend(std::iter::repeat_n(1u32, s.len()).chain(std::iter::repeat_n(0, t - s.len())));
+            ids.extend(
+                s.iter()
+                    .copied()
+                    .chain(std::iter::repeat_n(pad, t - s.len())),
+            );
+            mask.extend(
+                std::iter::repeat_n(1u32, s.len()).chain(std::iter::repeat_n(0, t - s.len())),
+            );
         }
         let device = model.device();
         let ids = Tensor::from_vec(ids, (b, t), device)?;

@@ -52,10 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     check_model_dir(&args.model)?;
     let records = read_records(&args.input)?;
     let Some(tokenizer) = load_tokenizer(&args.model)? else {
-        return user_error(format!(
-            "{} has no tokenizer.json",
-            args.model.display()
-        ));
+        return user_error(format!("{} has no tokenizer.json", args.model.display()));
     };
     let mode = EncodeMode {
         chat: args.chat,
@@ -63,10 +60,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let mut out = JsonlWriter::create(args.output.as_deref())?;
     for rec in &records {
-        let input_ids = record_ids(&args.input, rec, Some(&tokenizer), tokenizer.vocab_len(), mode)?;
-        let text = tokenizer
-            .decode(&input_ids, false)
-            .user_err(format!("{}:{}", args.input.display(), rec.line))?;
+        let input_ids = record_ids(
+            &args.input,
+            rec,
+            Some(&tokenizer),
+            tokenizer.vocab_len(),
+            mode,
+        )?;
+        let text = tokenizer.decode(&input_ids, false).user_err(format!(
+            "{}:{}",
+            args.input.display(),
+            rec.line
+        ))?;
         out.write(&Record { input_ids, text })?;
     }
     out.finish()

@@ -8,10 +8,10 @@ mod reference;
 mod reward;
 mod sequences;
 
-pub use critic::{Critic, CriticMsg, CriticWork};
-pub use policy::{Policy, PolicyMsg, PolicyWork, PolicyTrainSummary};
-pub use reference::{Reference, ReferenceMsg};
-pub use reward::{Reward, RewardMsg, Scorer};
+pub use critic::{Critic, CriticMsg, CriticState, CriticWork};
+pub use policy::{Policy, PolicyMsg, PolicyState, PolicyTrainSummary, PolicyWork};
+pub use reference::{Reference, ReferenceMsg, ReferenceState};
+pub use reward::{Reward, RewardMsg, RewardState, Scorer};
 pub use sequences::Sequences;
 
 use crate::monitor::{ActorUpdate, MonitorHandle};

@@ -98,7 +98,9 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0;
     const LO: f32 = -87.0;
     const HI: f32 = 88.0;
-    let xc = x.clamp(LO, HI);
+    // min/max and the selects below compile to SSE/AVX blends: no branches, so callers'
+    // loops vectorise.
+    let xc = x.max(LO).min(HI);
     let t = xc * LOG2E + MAGIC;
     let n = t - MAGIC;
     let r = xc - n * LN2_HI - n * LN2_LO;
@@ -112,12 +114,12 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     let ni = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
     let scale = f32::from_bits((ni.wrapping_add(127) as u32) << 23);
     let y = er * scale;
-    if x < LO {
-        0.0
-    } else if x > HI {
-        f32::INFINITY
+    let y = if x < LO { 0.0 } else { y };
+    let y = if x > HI { f32::INFINITY } else { y };
+    // `max` above turned a NaN into LO; give it back.
+    if x.is_nan() {
+        x
     } else {
-        // NaN inputs fall through here and stay NaN (`er` is NaN).
         y
     }
 }
@@ -300,5 +302,10 @@ mod tests {
         let d3: f64 = row.iter().map(|v| v * v * v).sum();
         assert!((row_dot3(&row, &row, &row) - d3).abs() < 1e-9);
         assert_eq!(row_max::<f32>(&[]), f32::NEG_INFINITY);
+        // A NaN anywhere in a row poisons its log-sum-exp instead of being skipped.
+        assert!(row_logsumexp(&[1.0f32, f32::NAN, 2.0]).is_nan());
+        // -inf logits (banned tokens) contribute exactly nothing.
+        let lse = row_logsumexp(&[0.0f32, f32::NEG_INFINITY]);
+        assert_eq!(lse, 0.0);
     }
 }

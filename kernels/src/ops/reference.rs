@@ -21,7 +21,7 @@ pub fn token_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
 
 /// Entropy of `softmax(logits)`: `[..., V]` -> `[...]` (nats), as `-sum p log p`.
 pub fn entropy(logits: &Tensor) -> Result<Tensor> {
-    let logp = candle_nn_free_log_softmax(logits)?;
+    let logp = log_softmax(logits)?;
     (logp.exp()? * &logp)?.sum(D::Minus1)?.neg()
 }
 
@@ -51,7 +51,7 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     x.broadcast_mul(&cos)? + rotated.broadcast_mul(&sin)?
 }
 
-fn candle_nn_free_log_softmax(logits: &Tensor) -> Result<Tensor> {
+fn log_softmax(logits: &Tensor) -> Result<Tensor> {
     let m = logits.max_keepdim(D::Minus1)?.detach();
     let shifted = logits.broadcast_sub(&m)?;
     let lse = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;

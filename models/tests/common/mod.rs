@@ -37,10 +37,14 @@ pub fn tiny(family: Family) -> ModelConfig {
 
 /// Deterministic pseudo-random token ids in `1..vocab` (never the pad id 0).
 pub fn ids(seed: u64, len: usize, vocab: usize) -> Vec<u32> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..len)
         .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             1 + ((x >> 33) % (vocab as u64 - 1)) as u32
         })
         .collect()
@@ -67,4 +71,9 @@ pub fn batch(rows: &[Vec<u32>]) -> Tensor {
     let len = rows[0].len();
     let flat: Vec<u32> = rows.iter().flatten().copied().collect();
     Tensor::from_vec(flat, (rows.len(), len), &Device::Cpu).unwrap()
+}
+
+/// `[1, len]` u32 tensor from one row.
+pub fn batch1(row: &[u32]) -> Tensor {
+    Tensor::from_vec(row.to_vec(), (1, row.len()), &Device::Cpu).unwrap()
 }

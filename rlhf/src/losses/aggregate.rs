@@ -3,7 +3,7 @@
 
 use candle_core::Tensor;
 
-use crate::error::{Result, RlhfError};
+use crate::error::Result;
 use crate::mask::{expect_2d, expect_float, expect_shape, predicate, zero_unmasked_out};
 
 /// How a `[batch, seq]` per-token loss becomes a scalar.

@@ -3,7 +3,7 @@
 
 use candle_core::Tensor;
 
-use crate::error::{Result, RlhfError};
+use crate::error::Result;
 use crate::losses::aggregate::{aggregate_loss, LossAgg};
 use crate::mask::{expect_2d, expect_float, expect_shape, scalar};
 

@@ -20,7 +20,8 @@ pub enum KlEstimator {
     K1,
     /// `½ d²` (biased, low variance, ≥ 0).
     K2,
-    /// `exp(−d) + d − 1 = exp(log π_ref − log π) − (log π_ref − log π) − 1` (unbiased, ≥ 0).
+    /// `exp(−d) + d − 1 = exp(log π_ref − log π) − (log π_ref − log π) − 1` (unbiased, ≥ 0;
+    /// clamped at 0 against f32 rounding).
     K3,
 }
 
@@ -67,7 +68,12 @@ pub fn kl_per_token(
     Ok(match estimator {
         KlEstimator::K1 => d,
         KlEstimator::K2 => d.sqr()?.affine(0.5, 0.0)?,
-        KlEstimator::K3 => ((d.neg()?.exp()? + &d)? - 1.0)?,
+        KlEstimator::K3 => {
+            // ≥ 0 mathematically; in f32 rounding can give −6e-8 near d = 0, so clamp there
+            // (the true gradient 1 − e^{−d} is ~1e-4 at such points).
+            let k3 = ((d.neg()?.exp()? + &d)? - 1.0)?;
+            k3.ge(0.0)?.where_cond(&k3, &k3.zeros_like()?)?
+        }
     })
 }
 
@@ -130,7 +136,7 @@ pub fn kl_shaped_rewards(
     let m = host_mask(mask)?;
     let s = host_f64(scores)?;
     let mut rewards = vec![0.0; b * t];
-    for row in 0..b {
+    for (row, score) in s.iter().enumerate() {
         let mut last = None;
         for col in 0..t {
             let i = row * t + col;
@@ -140,7 +146,7 @@ pub fn kl_shaped_rewards(
             }
         }
         match last {
-            Some(i) => rewards[i] += s[row],
+            Some(i) => rewards[i] += score,
             None => {
                 return Err(RlhfError::EmptyRow {
                     name: "mask".into(),

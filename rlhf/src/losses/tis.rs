@@ -5,7 +5,7 @@
 
 use candle_core::Tensor;
 
-use crate::error::{Result, RlhfError};
+use crate::error::Result;
 use crate::mask::{
     expect_2d, expect_float, expect_like, expect_shape, host_f64, host_mask, predicate,
     zero_unmasked_out,

@@ -3,7 +3,7 @@
 //! It does not average across data-parallel ranks (that is the collective's job).
 
 use candle_core::backprop::GradStore;
-use candle_core::{Tensor, Var};
+use candle_core::{DType, Tensor, Var};
 
 use crate::error::{Result, RlhfError};
 
@@ -28,15 +28,19 @@ impl GradAccumulator {
     }
 
     /// Adds `scale · grad` for every tracked parameter that has a gradient in `grads`
-    /// (typically `scale = 1 / micro_batches`, or a token-count weight). Detached, in the
-    /// gradient's dtype. `scale` must be finite.
+    /// (typically `scale = 1 / micro_batches`, or a token-count weight). Sums are detached and
+    /// kept in f32 (f64 for f64 gradients), also for bf16/f16 gradients. `scale` must be finite.
     pub fn add(&mut self, grads: &GradStore, scale: f64) -> Result<()> {
         if !scale.is_finite() {
             return Err(RlhfError::invalid("scale", scale, "must be finite"));
         }
         for (var, sum) in self.vars.iter().zip(self.sums.iter_mut()) {
             if let Some(g) = grads.get(var.as_tensor()) {
-                let g = g.detach().affine(scale, 0.0)?;
+                let acc_dtype = match g.dtype() {
+                    DType::F64 => DType::F64,
+                    _ => DType::F32,
+                };
+                let g = g.detach().to_dtype(acc_dtype)?.affine(scale, 0.0)?;
                 *sum = Some(match sum.take() {
                     Some(s) => (s + g)?.detach(),
                     None => g,

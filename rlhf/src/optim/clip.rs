@@ -5,7 +5,7 @@
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Var};
 
-use crate::error::{Result, RlhfError};
+use crate::error::Result;
 
 /// Added to the norm before dividing, as PyTorch does.
 pub const CLIP_EPS: f64 = 1e-6;

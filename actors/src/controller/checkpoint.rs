@@ -1,0 +1,164 @@
+//! Checkpoints of a run: policy and critic in HF layout with their optimizer states, and the
+//! loop's own state (step, data position, KL controller, results so far).
+//!
+//! A checkpoint is written into a temporary folder, fsynced, then renamed into place, so a
+//! crash mid-save leaves the previous checkpoint intact; a folder without `state.json`
+//! (written last) is never taken as a checkpoint.
+
+use oxalign_rlhf::KlController;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// File that marks a complete checkpoint (written last).
+pub const STATE_FILE: &str = "state.json";
+
+/// The loop's state at the end of a step.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LoopState {
+    /// RL steps completed.
+    pub step: u64,
+    /// Next training-stream position to read.
+    pub data_position: u64,
+    /// Policy version (updates applied since the start of RL).
+    pub policy_version: u64,
+    /// The KL controller (β and, if adaptive, its settings).
+    pub kl: KlController,
+    /// Held-out accuracy after SFT, if measured.
+    pub accuracy_sft: Option<f64>,
+    /// Held-out accuracy of the initial model, if measured.
+    pub accuracy_init: Option<f64>,
+    /// Wall seconds spent in this run before this checkpoint (across resumes).
+    pub wall_seconds: f64,
+}
+
+/// `<run>/checkpoints/step_<N>`.
+pub fn checkpoint_dir(run_dir: &Path, step: u64) -> PathBuf {
+    run_dir.join("checkpoints").join(format!("step_{step:06}"))
+}
+
+/// The newest complete checkpoint of a run, if any.
+pub fn latest_checkpoint(run_dir: &Path) -> Option<PathBuf> {
+    let mut best: Option<(u64, PathBuf)> = None;
+    for entry in std::fs::read_dir(run_dir.join("checkpoints")).ok()?.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let Some(n) = name.strip_prefix("step_").and_then(|s| s.parse::<u64>().ok()) else {
+            continue;
+        };
+        if entry.path().join(STATE_FILE).is_file() && best.as_ref().is_none_or(|(b, _)| n > *b) {
+            best = Some((n, entry.path()));
+        }
+    }
+    best.map(|(_, p)| p)
+}
+
+/// Reads a checkpoint's loop state.
+pub fn read_state(ckpt: &Path) -> Result<LoopState, String> {
+    let p = ckpt.join(STATE_FILE);
+    let text = std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+/// Writes `state.json` into the staged folder and fsyncs every file in it.
+pub fn seal(staged: &Path, state: &LoopState) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(state).map_err(std::io::Error::other)?;
+    std::fs::write(staged.join(STATE_FILE), text)?;
+    fsync_tree(staged)
+}
+
+/// Moves a sealed staging folder to its final name (replacing an older copy of the same
+/// step) and fsyncs the parent.
+pub fn publish(staged: &Path, final_dir: &Path) -> std::io::Result<()> {
+    if final_dir.exists() {
+        std::fs::remove_dir_all(final_dir)?;
+    }
+    std::fs::rename(staged, final_dir)?;
+    if let Some(parent) = final_dir.parent() {
+        std::fs::File::open(parent)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// A fresh staging folder next to the final one.
+pub fn staging_dir(final_dir: &Path) -> std::io::Result<PathBuf> {
+    let parent = final_dir.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent)?;
+    let name = final_dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let staged = parent.join(format!(".{name}.tmp-{}", std::process::id()));
+    if staged.exists() {
+        std::fs::remove_dir_all(&staged)?;
+    }
+    std::fs::create_dir_all(&staged)?;
+    Ok(staged)
+}
+
+/// Deletes all but the newest `keep` complete checkpoints, and stale staging folders.
+pub fn prune(run_dir: &Path, keep: usize) -> std::io::Result<()> {
+    let dir = run_dir.join("checkpoints");
+    let mut steps: Vec<(u64, PathBuf)> = Vec::new();
+    for entry in std::fs::read_dir(&dir)?.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name.starts_with('.') && name.contains(".tmp-") {
+            std::fs::remove_dir_all(entry.path())?;
+        } else if let Some(n) = name.strip_prefix("step_").and_then(|s| s.parse::<u64>().ok()) {
+            steps.push((n, entry.path()));
+        }
+    }
+    steps.sort();
+    let drop = steps.len().saturating_sub(keep.max(1));
+    for (_, p) in steps.into_iter().take(drop) {
+        std::fs::remove_dir_all(p)?;
+    }
+    Ok(())
+}
+
+fn fsync_tree(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            fsync_tree(&p)?;
+        } else {
+            std::fs::File::open(&p)?.sync_all()?;
+        }
+    }
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(step: u64) -> LoopState {
+        LoopState {
+            step,
+            data_position: step * 10,
+            policy_version: step,
+            kl: KlController::Fixed(oxalign_rlhf::FixedKl { beta: 0.1 }),
+            accuracy_sft: Some(0.5),
+            accuracy_init: None,
+            wall_seconds: 1.0,
+        }
+    }
+
+    #[test]
+    fn only_sealed_checkpoints_count_and_prune_keeps_newest() {
+        let run = tempfile::tempdir().unwrap();
+        for step in [1, 2, 3] {
+            let fin = checkpoint_dir(run.path(), step);
+            let staged = staging_dir(&fin).unwrap();
+            std::fs::write(staged.join("weights.bin"), b"w").unwrap();
+            seal(&staged, &state(step)).unwrap();
+            publish(&staged, &fin).unwrap();
+        }
+        // A crash mid-save: a staged folder without state.json, and an unsealed step folder.
+        let crashed = staging_dir(&checkpoint_dir(run.path(), 4)).unwrap();
+        std::fs::write(crashed.join("weights.bin"), b"partial").unwrap();
+        std::fs::create_dir_all(checkpoint_dir(run.path(), 5)).unwrap();
+        let latest = latest_checkpoint(run.path()).unwrap();
+        assert_eq!(read_state(&latest).unwrap(), state(3));
+        prune(run.path(), 2).unwrap();
+        assert!(!checkpoint_dir(run.path(), 1).exists());
+        assert!(checkpoint_dir(run.path(), 2).exists());
+        assert!(!crashed.exists());
+        assert_eq!(latest_checkpoint(run.path()).unwrap(), latest);
+    }
+}

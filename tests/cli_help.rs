@@ -1,0 +1,67 @@
+//! `oxalign --help` and every subcommand's `--help` print usage and exit 0.
+
+use std::process::Command;
+
+fn help(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_oxalign"))
+        .args(args)
+        .output()
+        .expect("the oxalign binary runs");
+    assert!(out.status.success(), "oxalign {args:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn top_level_help_lists_subcommands() {
+    let text = help(&["--help"]);
+    for sub in ["init-model", "logprobs", "generate", "score", "tokenize"] {
+        assert!(text.contains(sub), "--help lacks {sub}: {text}");
+    }
+}
+
+#[test]
+fn every_subcommand_has_help() {
+    let cases: [(&str, &[&str]); 5] = [
+        (
+            "init-model",
+            &[
+                "--family",
+                "--preset",
+                "--out",
+                "--tokenizer",
+                "--seed",
+                "--head",
+            ],
+        ),
+        ("logprobs", &["--model", "--input", "--output", "nats"]),
+        (
+            "generate",
+            &[
+                "--max-new-tokens",
+                "--temperature",
+                "--top-p",
+                "--top-k",
+                "--seed",
+                "--chat",
+            ],
+        ),
+        ("score", &["--model", "--input", "\"score\""]),
+        ("tokenize", &["--model", "--input", "--chat"]),
+    ];
+    for (sub, flags) in cases {
+        let text = help(&[sub, "--help"]);
+        assert!(text.contains("Usage: oxalign"), "{sub}: {text}");
+        for f in flags {
+            assert!(text.contains(f), "{sub} --help lacks {f}: {text}");
+        }
+    }
+}
+
+#[test]
+fn missing_subcommand_is_a_usage_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_oxalign"))
+        .output()
+        .expect("the oxalign binary runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Usage"));
+}

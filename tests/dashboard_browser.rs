@@ -1,0 +1,178 @@
+//! The dashboard in a real browser: headless Chromium loads the page from a server fed by a
+//! real `Monitor` (events sent the way the training loop sends them) and the rendered DOM
+//! must show every role actor with its status and the reward chart's points. Needs
+//! /usr/bin/chromium (install with .ci/install-browser.sh); fails with that hint without it.
+
+mod dashboard_support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dashboard_support::*;
+use oxalign::dashboard;
+use oxalign_actors::monitor::{unix_ms_now, ActorUpdate, Monitor, MonitorConfig};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMIUM_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn chromium() -> &'static str {
+    assert!(
+        Path::new(CHROMIUM).exists(),
+        "{CHROMIUM} is missing: the dashboard browser test needs Debian's chromium. \
+         Install it with `.ci/install-browser.sh` (CI runs it before the tests)."
+    );
+    CHROMIUM
+}
+
+/// Runs headless Chromium with `extra` arguments on `url`; returns stdout. Killed (and the
+/// test failed) if it runs past `CHROMIUM_TIMEOUT`.
+fn run_chromium(profile: &Path, extra: &[String], url: &str) -> String {
+    let mut cmd = Command::new(chromium());
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        "--virtual-time-budget=5000",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()))
+    .args(extra)
+    .arg(url)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let started = Instant::now();
+    let child = cmd.spawn().expect("start chromium");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(CHROMIUM_TIMEOUT) {
+        Ok(out) => {
+            let out = out.expect("wait for chromium");
+            eprintln!(
+                "chromium took {:.1}s, exit {:?}",
+                started.elapsed().as_secs_f64(),
+                out.status.code()
+            );
+            assert!(
+                out.status.success(),
+                "chromium failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+        Err(_) => {
+            // SIGKILL the browser we started (by its pid) so the test does not hang
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("chromium did not finish within {CHROMIUM_TIMEOUT:?}");
+        }
+    }
+}
+
+/// The start tag of the first element whose start tag contains `needle`.
+fn start_tag<'a>(dom: &'a str, needle: &str) -> Option<&'a str> {
+    let at = dom.find(needle)?;
+    let open = dom[..at].rfind('<')?;
+    let close = at + dom[at..].find('>')?;
+    Some(&dom[open..=close])
+}
+
+/// The value of attribute `name` in a start tag.
+fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let key = format!(" {name}=\"");
+    let from = tag.find(&key)? + key.len();
+    Some(&tag[from..from + tag[from..].find('"')?])
+}
+
+fn screenshot_path() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("dashboard-browser.png")
+}
+
+#[test]
+fn browser_shows_actors_statuses_and_reward_chart() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let run_dir = tempfile::tempdir().unwrap();
+    let profile = tempfile::tempdir().unwrap();
+
+    let (monitor, server) = rt.block_on(async {
+        let (monitor, _join) = Monitor::spawn(MonitorConfig::with_run_dir(run_dir.path()))
+            .await
+            .unwrap();
+        let t0 = unix_ms_now() - 8_000;
+        report_run_start(&monitor, "browser-test", t0);
+        for step in 0..5 {
+            report_step(&monitor, step, t0 + 1000 * step);
+        }
+        report_checkpoint(&monitor, run_dir.path(), 4, t0 + 5_000);
+        // final health as the loop would leave it mid-run
+        monitor.report(ActorUpdate::working("policy", "generate step 5").with_queue_depth(2));
+        monitor.report(ActorUpdate::restarting("critic"));
+        monitor.report(ActorUpdate::failed("reward", "reward model OOM"));
+        monitor.snapshot().await.unwrap(); // all of the above applied
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let server = dashboard::serve_live(addr, None, monitor.clone()).await.unwrap();
+        (monitor, server)
+    });
+    let url = server.url();
+
+    let dom = run_chromium(profile.path(), &["--dump-dom".to_string()], &url);
+    std::fs::write(screenshot_path().with_extension("html"), &dom).unwrap();
+
+    let expected = [
+        ("controller", "working"),
+        ("policy", "working"),
+        ("reference", "idle"),
+        ("reward", "failed"),
+        ("critic", "restarting"),
+    ];
+    for (actor, status) in expected {
+        let tag = start_tag(&dom, &format!("data-actor=\"{actor}\""))
+            .unwrap_or_else(|| panic!("no card for actor {actor} in the DOM:\n{dom}"));
+        assert_eq!(attr(tag, "data-status"), Some(status), "{actor}: {tag}");
+        assert_eq!(attr(tag, "data-role"), Some(actor), "{actor}: {tag}");
+    }
+    let chart = start_tag(&dom, "id=\"chart-reward\"").expect("a reward chart");
+    let points: usize = attr(chart, "data-points").unwrap().parse().unwrap();
+    assert_eq!(points, 5, "{chart}");
+    let timeline = start_tag(&dom, "id=\"timeline\"").expect("a timeline");
+    assert!(attr(timeline, "data-spans").unwrap().parse::<usize>().unwrap() >= 4 * 8);
+    assert!(dom.contains("reward model OOM"));
+    assert!(dom.contains("kl_coef"), "recipe shown");
+    let ckpt = start_tag(&dom, "id=\"checkpoints\"").unwrap();
+    assert_eq!(attr(ckpt, "data-count"), Some("1"));
+
+    let shot = screenshot_path();
+    let _ = std::fs::remove_file(&shot);
+    run_chromium(
+        profile.path(),
+        &[
+            format!("--screenshot={}", shot.display()),
+            "--window-size=1400,1000".to_string(),
+        ],
+        &url,
+    );
+    let png = std::fs::read(&shot).expect("chromium wrote the screenshot");
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "screenshot at {}", shot.display());
+    eprintln!("screenshot: {}", shot.display());
+
+    rt.block_on(async {
+        server.shutdown().await.unwrap();
+        monitor.shutdown().await.unwrap();
+    });
+}
