@@ -28,6 +28,7 @@ enum Command {
     Generate(cmd::generate::Args),
     Score(cmd::score::Args),
     Tokenize(cmd::tokenize::Args),
+    Train(cmd::train::Args),
 }
 
 impl Command {
@@ -38,6 +39,7 @@ impl Command {
             Command::Generate(args) => cmd::generate::run(args),
             Command::Score(args) => cmd::score::run(args),
             Command::Tokenize(args) => cmd::tokenize::run(args),
+            Command::Train(args) => cmd::train::run(args),
         }
     }
 }

@@ -244,11 +244,21 @@ async fn event_stream_sends_snapshot_then_live_events_then_end() {
     assert!(matches!(&parsed[1], MonitorEvent::ActorUpdate(u) if u.actor == "reward"));
     assert!(matches!(&parsed[2], MonitorEvent::Finished(f) if f.outcome == RunOutcome::Failed));
 
-    // once the monitor has stopped, the server still answers with the last state it saw
+    // once the monitor has stopped, the server still answers with its final state
     let state = get(addr, "/api/state", &[]).await;
     let v: serde_json::Value = serde_json::from_str(&state.body).unwrap();
     assert_eq!(v["monitor_running"], false);
-    assert_eq!(v["metrics"].as_array().unwrap().len(), 3);
+    assert_eq!(v["metrics"].as_array().unwrap().len(), 4);
+    assert_eq!(v["finished"]["outcome"], "failed");
+    assert_eq!(v["actors"][3]["status"], "failed");
+    // and a new page stream gets that state, then `end`
+    let events = tokio::task::spawn_blocking(move || {
+        let (_, mut sse) = SseReader::open(addr, "/api/events", &[]);
+        std::iter::from_fn(|| sse.next_event()).map(|e| e.event).collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    assert_eq!(events, ["snapshot", "end"]);
     server.shutdown().await.unwrap();
 }
 

@@ -181,6 +181,13 @@ def build_fixtures(out):
         print(f"wrote {d} ({size / 1024:.0f} KiB)")
 
 
+def load_f32(auto_cls, path):
+    """from_pretrained in float32 (`dtype=` since transformers 5, `torch_dtype=` before)."""
+    major = int(transformers.__version__.split(".")[0])
+    kwargs = {"dtype": torch.float32} if major >= 5 else {"torch_dtype": torch.float32}
+    return auto_cls.from_pretrained(path, **kwargs).eval()
+
+
 def check_dir(path, golden_out):
     with open(os.path.join(path, "config.json")) as f:
         cfg = json.load(f)
@@ -190,18 +197,18 @@ def check_dir(path, golden_out):
     rows = token_rows(99, [9, 13, 5], vocab, avoid)
     result = {"architecture": arch, "sequences": rows}
     if arch.endswith("ForCausalLM"):
-        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        model = load_f32(transformers.AutoModelForCausalLM, path)
         result["logprobs"] = [next_token_logprobs(model, torch.tensor([r]))[0].tolist() for r in rows]
         result["greedy_prompt"] = rows[0]
         result["greedy_tokens"] = greedy(model, rows[0], 16)
         summary = {"mean_logprob": sum(sum(x) for x in result["logprobs"]) / sum(len(x) for x in result["logprobs"])}
     elif arch.endswith("ForTokenClassification"):
-        model = transformers.AutoModelForTokenClassification.from_pretrained(path, dtype=torch.float32).eval()
+        model = load_f32(transformers.AutoModelForTokenClassification, path)
         with torch.no_grad():
             result["values"] = [model(input_ids=torch.tensor([r])).logits[0, :, 0].double().tolist() for r in rows]
         summary = {"first_values": [v[0] for v in result["values"]]}
     elif arch.endswith("ForSequenceClassification"):
-        model = transformers.AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
+        model = load_f32(transformers.AutoModelForSequenceClassification, path)
         result["scores"] = [float(seq_scores(model, torch.tensor([r]))[0]) for r in rows]
         summary = {"scores": result["scores"]}
     else:

@@ -17,7 +17,8 @@ use std::path::Path;
 /// A decoder-only language model with HF tensor names (`model.*`, `lm_head.weight`).
 ///
 /// Weights are trainable `Var`s in a `candle_nn::VarMap` ([`CausalLm::params`]); every forward
-/// is differentiable with respect to them.
+/// is differentiable with respect to them. `clone()` shares those weights (same `Var`s); use
+/// [`CausalLm::deep_clone`] for an independent copy (e.g. a frozen reference model).
 #[derive(Clone)]
 pub struct CausalLm {
     config: ModelConfig,
@@ -60,6 +61,16 @@ impl CausalLm {
             decoder,
             lm_head,
         })
+    }
+
+    /// An independent copy (own `Var`s, same values, same dtype and device).
+    pub fn deep_clone(&self) -> Result<CausalLm> {
+        Self::from_weights(
+            self.config.clone(),
+            &self.weights()?,
+            self.dtype(),
+            self.device(),
+        )
     }
 
     /// Random init with seed `seed` in f32: Normal(0, 0.02) for linear/embedding weights, ones

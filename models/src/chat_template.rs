@@ -3,6 +3,7 @@
 //! `raise_exception`, `strftime_now`, a Python-compatible `tojson` and common `str`/`dict` methods.
 //! It renders text only; turning the text into ids is [`crate::tokenizer::Tokenizer`]'s job.
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use minijinja::value::{Kwargs, Value, ValueKind};
@@ -73,9 +74,10 @@ pub struct TemplateTokens {
     pub unk_token: Option<String>,
 }
 
-/// A compiled chat template.
+/// A compiled chat template (cheap to clone: the compiled form is shared).
+#[derive(Clone)]
 pub struct ChatTemplate {
-    env: Environment<'static>,
+    env: Arc<Environment<'static>>,
     source: String,
 }
 
@@ -84,13 +86,6 @@ impl std::fmt::Debug for ChatTemplate {
         f.debug_struct("ChatTemplate")
             .field("source", &self.source)
             .finish()
-    }
-}
-
-impl Clone for ChatTemplate {
-    fn clone(&self) -> Self {
-        // The source compiled once already, so compiling it again cannot fail.
-        Self::new(&self.source).expect("a compiled chat template recompiles")
     }
 }
 
@@ -107,7 +102,7 @@ impl ChatTemplate {
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(|e| ChatTemplateError::Syntax(describe(&e)))?;
         Ok(Self {
-            env,
+            env: Arc::new(env),
             source: source.to_string(),
         })
     }

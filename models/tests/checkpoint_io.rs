@@ -131,6 +131,19 @@ fn load_weights_from_refits_in_place() {
     assert!(
         common::max_abs_diff(&a.forward(&x, None).unwrap(), &b.forward(&x, None).unwrap()) > 1e-6
     );
+    // deep_clone is independent of later updates.
+    let frozen = a.deep_clone().unwrap();
+    let before = frozen.forward(&x, None).unwrap();
+    let (_, var) = a
+        .vars()
+        .into_iter()
+        .find(|(n, _)| n == "model.embed_tokens.weight")
+        .unwrap();
+    var.set(&(var.as_tensor() * 3.0).unwrap()).unwrap();
+    assert_eq!(
+        common::max_abs_diff(&before, &frozen.forward(&x, None).unwrap()),
+        0.0
+    );
     // Missing tensor -> error naming it, nothing written.
     let mut partial = a.weights().unwrap();
     partial.remove("model.norm.weight");
@@ -432,6 +445,8 @@ fn models_can_move_between_threads() {
     let m = CausalLm::init_random(&tiny(Family::Qwen2), 39, &Device::Cpu).unwrap();
     let x = batch(&[ids(3, 4, 64)]);
     let here = m.forward(&x, None).unwrap();
-    let there = std::thread::spawn(move || m.forward(&x, None).unwrap()).join().unwrap();
+    let there = std::thread::spawn(move || m.forward(&x, None).unwrap())
+        .join()
+        .unwrap();
     assert_eq!(common::max_abs_diff(&here, &there), 0.0);
 }

@@ -99,7 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     saved.map_err(|e| model_error(e, &args.out))?;
     eprintln!(
-        "wrote {} {} model with {:?} head ({} decoder+embedding parameters, vocab_size {}) to {}",
+        "wrote {} {} model, {:?} head ({} parameters in decoder + LM head, vocab_size {}) to {}",
         args.family,
         args.preset,
         args.head,

@@ -6,3 +6,4 @@ pub mod init_model;
 pub mod logprobs;
 pub mod score;
 pub mod tokenize;
+pub mod train;

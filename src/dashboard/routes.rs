@@ -13,12 +13,12 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use futures::Stream;
-use oxalign_actors::monitor::{unix_ms_now, MonitorEvent};
+use oxalign_actors::monitor::MonitorEvent;
 use tokio::sync::{broadcast, watch};
 
 use super::page;
 use super::prometheus;
-use super::source::{Source, StateView};
+use super::source::{Relay, Source, StateView};
 
 /// Shared by every handler.
 #[derive(Clone)]
@@ -55,11 +55,11 @@ async fn index() -> Response {
 }
 
 async fn state(State(app): State<App>) -> Json<StateView> {
-    Json(app.source.state().await)
+    Json(app.source.state())
 }
 
 async fn metrics(State(app): State<App>) -> Response {
-    let view = app.source.state().await;
+    let view = app.source.state();
     let body = prometheus::render(&view.snapshot, view.now_unix_ms);
     ([(header::CONTENT_TYPE, prometheus::CONTENT_TYPE)], body).into_response()
 }
@@ -96,50 +96,61 @@ fn end_event(reason: &str) -> Event {
 /// Where one event stream is.
 enum Phase {
     /// Send this snapshot next, then follow the receiver (or end if there is none).
-    Start(Box<Event>, Option<broadcast::Receiver<MonitorEvent>>, &'static str),
-    Live(broadcast::Receiver<MonitorEvent>),
-    End(&'static str),
+    Start(Box<Event>, Option<broadcast::Receiver<Relay>>),
+    /// Follow the relay.
+    Live(broadcast::Receiver<Relay>),
+    /// Send this last event, then close.
+    Last(Box<Event>),
     Done,
 }
 
 /// `/api/events`: an SSE stream that opens with a `snapshot` event (same JSON as
 /// `/api/state`), then sends one `monitor` event per `MonitorEvent` (`{"type":..,"data":..}`).
-/// A subscriber that falls behind gets a fresh `snapshot`. When the monitor stops (or for a
-/// replayed run, right after the snapshot) an `end` event closes the stream.
+/// A stream that falls behind gets a fresh `snapshot`. When the monitor stops (or for a
+/// replayed run, right after the snapshot) an `end` event (data `monitor stopped` or
+/// `replay`) closes the stream.
 async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let (view, rx) = app.source.subscribe().await;
+    let (view, rx) = app.source.subscribe();
     let end_reason = if view.mode == "replay" {
         "replay"
     } else {
         "monitor stopped"
     };
-    let start = Phase::Start(Box::new(snapshot_event(&view)), rx, end_reason);
-    let stream = futures::stream::unfold((start, app), |(phase, mut app)| async move {
+    let start = Phase::Start(Box::new(snapshot_event(&view)), rx);
+    let stream = futures::stream::unfold((start, app), move |(phase, mut app)| async move {
         match phase {
             Phase::Done => None,
-            Phase::End(reason) => Some((Ok(end_event(reason)), (Phase::Done, app))),
-            Phase::Start(first, rx, reason) => {
-                let next = match rx {
-                    Some(rx) => Phase::Live(rx),
-                    None => Phase::End(reason),
-                };
-                Some((Ok(*first), (next, app)))
+            Phase::Start(first, Some(rx)) => Some((Ok(*first), (Phase::Live(rx), app))),
+            Phase::Start(first, None) => {
+                // nothing will follow: send the snapshot, then `end`
+                let end = Box::new(end_event(end_reason));
+                Some((Ok(*first), (Phase::Last(end), app)))
             }
+            Phase::Last(event) => Some((Ok(*event), (Phase::Done, app))),
             Phase::Live(mut rx) => {
                 if *app.shutdown.borrow() {
                     return None;
                 }
                 tokio::select! {
                     received = rx.recv() => match received {
-                        Ok(event) => Some((Ok(monitor_event(&event)), (Phase::Live(rx), app))),
-                        Err(broadcast::error::RecvError::Lagged(_)) => {
-                            let (view, rx) = app.source.subscribe().await;
-                            let first = Box::new(snapshot_event(&view));
-                            Some((Ok(Event::default().comment("lagged; resync")),
-                                  (Phase::Start(first, rx, "monitor stopped"), app)))
+                        Ok(Relay::Event(event)) => {
+                            Some((Ok(monitor_event(&event)), (Phase::Live(rx), app)))
                         }
-                        Err(broadcast::error::RecvError::Closed) => {
+                        Ok(Relay::Resync(view)) => {
+                            Some((Ok(snapshot_event(&view)), (Phase::Live(rx), app)))
+                        }
+                        Ok(Relay::Ended) | Err(broadcast::error::RecvError::Closed) => {
                             Some((Ok(end_event("monitor stopped")), (Phase::Done, app)))
+                        }
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            // this page fell behind: start it over from a fresh snapshot
+                            let (view, rx) = app.source.subscribe();
+                            let first = snapshot_event(&view);
+                            let next = match rx {
+                                Some(rx) => Phase::Live(rx),
+                                None => Phase::Last(Box::new(end_event("monitor stopped"))),
+                            };
+                            Some((Ok(first), (next, app)))
                         }
                     },
                     _ = app.shutdown.changed() => None,
@@ -147,9 +158,5 @@ async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, 
             }
         }
     });
-    Sse::new(stream).keep_alive(
-        KeepAlive::new()
-            .interval(Duration::from_secs(15))
-            .text(format!("keep-alive {}", unix_ms_now())),
-    )
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }

@@ -27,6 +27,9 @@ pub struct DashboardServer {
     token: Option<Arc<str>>,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<std::io::Result<()>>,
+    source: Arc<Source>,
+    /// Task mirroring a live monitor (ends by itself when the monitor stops).
+    mirror: Option<JoinHandle<()>>,
 }
 
 impl DashboardServer {
@@ -43,6 +46,12 @@ impl DashboardServer {
         }
     }
 
+    /// Number of page event streams (`/api/events`) open now; a browser showing a live
+    /// run holds one.
+    pub fn event_streams(&self) -> usize {
+        self.source.streams()
+    }
+
     /// Stops accepting requests, ends open event streams and waits for the server to stop.
     pub async fn shutdown(self) -> Result<(), DashboardError> {
         let _ = self.shutdown.send(true);
@@ -51,7 +60,11 @@ impl DashboardServer {
 
     /// Waits until the server stops (it only stops by itself on an I/O error).
     pub async fn wait(self) -> Result<(), DashboardError> {
-        finish(self.task.await)
+        let result = finish(self.task.await);
+        if let Some(mirror) = self.mirror {
+            mirror.abort();
+        }
+        result
     }
 }
 
@@ -88,18 +101,20 @@ pub async fn spawn(
     if token.is_none() && !addr.ip().is_loopback() {
         return Err(DashboardError::TokenRequired { addr });
     }
-    let source = Arc::new(Source::resolve(source)?);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| DashboardError::Bind { addr, source })?;
     let local = listener
         .local_addr()
         .map_err(|source| DashboardError::Bind { addr, source })?;
+    // after binding, so a failed bind leaves no mirroring task behind
+    let (source, mirror) = Source::resolve(source).await?;
+    let source = Arc::new(source);
 
     let token: Option<Arc<str>> = token.map(Arc::from);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let app = App {
-        source,
+        source: source.clone(),
         shutdown: shutdown_rx.clone(),
     };
     let router = routes::router(app)
@@ -125,6 +140,8 @@ pub async fn spawn(
         token,
         shutdown: shutdown_tx,
         task,
+        source,
+        mirror,
     })
 }
 
@@ -135,7 +152,10 @@ pub async fn serve(
     source: DashboardSource,
 ) -> Result<(), DashboardError> {
     let DashboardServer {
-        shutdown, mut task, ..
+        shutdown,
+        mut task,
+        mirror,
+        ..
     } = spawn(addr, token, source).await?;
     let finished = tokio::select! {
         _ = tokio::signal::ctrl_c() => {
@@ -144,6 +164,9 @@ pub async fn serve(
         }
         finished = &mut task => finished,
     };
+    if let Some(mirror) = mirror {
+        mirror.abort();
+    }
     finish(finished)
 }
 

@@ -95,7 +95,7 @@ fn critic_update(ctx: &crate::replicas::ReplicaCtx<'_>, t: &mut CriticTrainer, w
         let local = full.select_rows(&rows).map_err(e)?;
         let idx = Tensor::from_vec(rows.iter().map(|&r| r as u32).collect::<Vec<_>>(), rows.len(), &device)
             .map_err(|e| e.to_string())?;
-        let pick = |x: &Tensor| x.index_select(&idx, 0).map_err(|e| e.to_string());
+        let pick = |x: &Tensor| x.contiguous().and_then(|x| x.index_select(&idx, 0)).map_err(|e| e.to_string());
         let weight = ctx.world as f64 * local.response_tokens() as f64 / global.response_tokens().max(1) as f64;
         let (loss, _) = t
             .step(&local, &pick(&w.old_values)?, &pick(&w.returns)?, w.clip, LossAgg::TokenMean, w.lr, w.max_grad_norm, weight, ctx.collective)

@@ -159,7 +159,7 @@ fn ppo_update(ctx: &ReplicaCtx<'_>, t: &mut PolicyTrainer, w: &PolicyWork) -> Re
         let local = full.select_rows(&rows).map_err(e)?;
         let idx = Tensor::from_vec(rows.iter().map(|&r| r as u32).collect::<Vec<_>>(), rows.len(), &dev(t))
             .map_err(|e| e.to_string())?;
-        let pick = |x: &Tensor| x.index_select(&idx, 0).map_err(|e| e.to_string());
+        let pick = |x: &Tensor| x.contiguous().and_then(|x| x.index_select(&idx, 0)).map_err(|e| e.to_string());
         let weight = local_weight(ctx, w.cfg.ppo.agg, &local, global.response_tokens(), global.rows());
         let s = t
             .ppo_step(

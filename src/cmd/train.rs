@@ -1,0 +1,142 @@
+//! `oxalign train RECIPE`: validates a recipe, then runs it (SFT warm-up, RL, checkpoints),
+//! optionally with the live dashboard. `--check` stops after validation; `--resume RUN_DIR`
+//! continues from the run's newest checkpoint.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use oxalign_actors::controller::{self, latest_checkpoint, TrainOptions};
+use oxalign_actors::monitor::{Monitor, MonitorConfig};
+use oxalign_actors::recipe::{validate, Recipe};
+
+use crate::user_error::{user_error, IntoUserError};
+
+/// Arguments of `oxalign train`.
+#[derive(Debug, Parser)]
+#[command(
+    about = "Run a training recipe (SFT warm-up, then PPO/GRPO/RLOO/REINFORCE++)",
+    long_about = "Run a training recipe (a TOML file, see configs/). Outputs go to \
+<run.out_dir>/<run.name>/: the resolved recipe.toml, metrics.jsonl (one line per step), \
+timeline.jsonl, checkpoints/step_N/ (policy and critic in HF layout with optimizer states) \
+and summary.json at the end."
+)]
+pub struct Args {
+    /// The recipe file.
+    pub recipe: PathBuf,
+    /// Override a recipe key, e.g. `--set rl.lr=1e-5` (repeatable; value in TOML syntax).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+    /// Validate the recipe (keys, types, paths, devices) and exit.
+    #[arg(long)]
+    pub check: bool,
+    /// Continue the run in this folder from its newest checkpoint.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub resume: Option<PathBuf>,
+    /// Serve the live dashboard on this address, e.g. 127.0.0.1:8265.
+    #[arg(long, value_name = "ADDR")]
+    pub dashboard: Option<SocketAddr>,
+    /// Bearer token required by the dashboard (mandatory for non-loopback addresses).
+    #[arg(long)]
+    pub token: Option<String>,
+    /// No per-step table.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Runs `oxalign train`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let mut recipe = Recipe::load(&args.recipe, &args.overrides).user_err("")?;
+    if let Some(dir) = &args.resume {
+        if latest_checkpoint(dir).is_none() {
+            return user_error(format!(
+                "--resume {}: no complete checkpoint there (expected {}/checkpoints/step_N/state.json)",
+                dir.display(),
+                dir.display()
+            ));
+        }
+        // The run continues where it is, whatever out_dir/name the recipe says.
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        recipe.run.name = name;
+        recipe.run.out_dir = dir
+            .parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| ".".into());
+    }
+    validate(&recipe, &args.recipe).user_err("")?;
+    if args.check {
+        println!(
+            "{}: ok ({:?}, {} RL steps of {} prompts × {} samples, policy on {}, outputs in {})",
+            args.recipe.display(),
+            recipe.rl.algorithm,
+            recipe.run.steps,
+            recipe.rl.prompts_per_step,
+            recipe.rl.samples_per_prompt,
+            recipe.placement.policy,
+            recipe.run_dir().display()
+        );
+        return Ok(());
+    }
+    let run_dir = recipe.run_dir();
+    if args.resume.is_none() && latest_checkpoint(&run_dir).is_some() {
+        return user_error(format!(
+            "{} already holds a run with checkpoints; continue it with --resume {} or pick another run.name (--set run.name=...)",
+            run_dir.display(),
+            run_dir.display()
+        ));
+    }
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(async move {
+        let mut cfg = MonitorConfig::with_run_dir(&run_dir);
+        cfg.resume = args.resume.is_some();
+        let (monitor, _join) = Monitor::spawn(cfg).await.context("starting the monitor")?;
+        let server = match args.dashboard {
+            Some(addr) => {
+                let s = oxalign::dashboard::serve_live(addr, args.token.clone(), monitor.clone())
+                    .await
+                    .user_err("--dashboard")?;
+                eprintln!("dashboard: {}", s.url());
+                Some(s)
+            }
+            None => None,
+        };
+        let opts = TrainOptions { resume: args.resume.is_some(), quiet: args.quiet };
+        let result = controller::train(&recipe, &monitor, &opts).await;
+        let _ = monitor.shutdown().await;
+        if let Some(s) = server {
+            let _ = s.shutdown().await;
+        }
+        match result {
+            Ok(summary) => {
+                let pct = |x: Option<f64>| x.map(|a| format!("{:.1}%", 100.0 * a)).unwrap_or_else(|| "-".into());
+                println!(
+                    "\nrun {} finished: {} RL steps in {:.1}s\n  held-out accuracy: init {}, after SFT {}, after RL {}\n  outputs: {}/ (metrics.jsonl, summary.json, checkpoints/)",
+                    summary.name,
+                    summary.steps,
+                    summary.wall_seconds,
+                    pct(summary.accuracy_init),
+                    pct(summary.accuracy_sft),
+                    pct(summary.accuracy_final),
+                    summary.run_dir.display()
+                );
+                Ok(())
+            }
+            Err(e) => {
+                let hint = match latest_checkpoint(&run_dir) {
+                    Some(c) => format!(
+                        "\nthe newest checkpoint is {}; continue with: oxalign train {} --resume {}",
+                        c.display(),
+                        args.recipe.display(),
+                        run_dir.display()
+                    ),
+                    None => String::new(),
+                };
+                anyhow::bail!("training failed: {e}\nlogs: {}/metrics.jsonl{hint}", run_dir.display())
+            }
+        }
+    })
+}
