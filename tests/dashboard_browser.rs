@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use dashboard_support::*;
 use oxalign::dashboard;
-use oxalign_actors::monitor::{unix_ms_now, ActorUpdate, Monitor, MonitorConfig};
+use oxalign_actors::monitor::{
+    unix_ms_now, ActorUpdate, Monitor, MonitorConfig, RunFinished, RunOutcome,
+};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMIUM_TIMEOUT: Duration = Duration::from_secs(90);
@@ -100,8 +102,17 @@ fn screenshot_path() -> PathBuf {
     dir.join("dashboard-browser.png")
 }
 
+/// Waits until `done` holds, polling every 50 ms for up to `limit`.
+fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
-fn browser_shows_actors_statuses_and_reward_chart() {
+fn browser_shows_live_actors_statuses_and_reward_chart() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -109,21 +120,18 @@ fn browser_shows_actors_statuses_and_reward_chart() {
         .unwrap();
     let run_dir = tempfile::tempdir().unwrap();
     let profile = tempfile::tempdir().unwrap();
+    let t0 = unix_ms_now() - 8_000;
 
+    // a run in progress: 5 steps done before the browser opens the page
     let (monitor, server) = rt.block_on(async {
         let (monitor, _join) = Monitor::spawn(MonitorConfig::with_run_dir(run_dir.path()))
             .await
             .unwrap();
-        let t0 = unix_ms_now() - 8_000;
         report_run_start(&monitor, "browser-test", t0);
         for step in 0..5 {
             report_step(&monitor, step, t0 + 1000 * step);
         }
         report_checkpoint(&monitor, run_dir.path(), 4, t0 + 5_000);
-        // final health as the loop would leave it mid-run
-        monitor.report(ActorUpdate::working("policy", "generate step 5").with_queue_depth(2));
-        monitor.report(ActorUpdate::restarting("critic"));
-        monitor.report(ActorUpdate::failed("reward", "reward model OOM"));
         monitor.snapshot().await.unwrap(); // all of the above applied
         let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let server = dashboard::serve_live(addr, None, monitor.clone()).await.unwrap();
@@ -131,7 +139,35 @@ fn browser_shows_actors_statuses_and_reward_chart() {
     });
     let url = server.url();
 
-    let dom = run_chromium(profile.path(), &["--dump-dom".to_string()], &url);
+    // Chromium's virtual time stands still while a request is open, so --dump-dom returns
+    // only once the live event stream has closed: the page must show what arrived over it.
+    let browser = {
+        let profile = profile.path().to_path_buf();
+        let url = url.clone();
+        std::thread::spawn(move || run_chromium(&profile, &["--dump-dom".to_string()], &url))
+    };
+    wait_until(Duration::from_secs(60), "the page to open its event stream", || {
+        server.event_streams() >= 1 || browser.is_finished()
+    });
+    assert!(!browser.is_finished(), "chromium exited before opening the event stream");
+
+    // what the loop reports while the page is open: 3 more steps, a checkpoint, a
+    // failing reward model, a critic restart, and the end of the run
+    for step in 5..8 {
+        report_step(&monitor, step, t0 + 1000 * step);
+    }
+    report_checkpoint(&monitor, run_dir.path(), 7, t0 + 8_000);
+    monitor.report(ActorUpdate::working("policy", "generate step 8").with_queue_depth(2));
+    monitor.report(ActorUpdate::restarting("critic"));
+    monitor.report(ActorUpdate::failed("reward", "reward model OOM"));
+    monitor.report(RunFinished {
+        outcome: RunOutcome::Failed,
+        steps_completed: 8,
+        finished_unix_ms: unix_ms_now(),
+        message: Some("reward model OOM".into()),
+    });
+    rt.block_on(monitor.shutdown()).unwrap(); // closes the page's stream with `end`
+    let dom = browser.join().expect("chromium thread");
     std::fs::write(screenshot_path().with_extension("html"), &dom).unwrap();
 
     let expected = [
@@ -149,14 +185,20 @@ fn browser_shows_actors_statuses_and_reward_chart() {
     }
     let chart = start_tag(&dom, "id=\"chart-reward\"").expect("a reward chart");
     let points: usize = attr(chart, "data-points").unwrap().parse().unwrap();
-    assert_eq!(points, 5, "{chart}");
+    assert_eq!(points, 8, "5 steps from the snapshot + 3 from the live stream: {chart}");
     let timeline = start_tag(&dom, "id=\"timeline\"").expect("a timeline");
-    assert!(attr(timeline, "data-spans").unwrap().parse::<usize>().unwrap() >= 4 * 8);
-    assert!(dom.contains("reward model OOM"));
+    let spans: usize = attr(timeline, "data-spans").unwrap().parse().unwrap();
+    assert_eq!(spans, 4 * 8, "the last 4 steps, 8 spans each: {timeline}");
+    assert!(dom.contains("reward model OOM"), "failed actor's error shown");
     assert!(dom.contains("kl_coef"), "recipe shown");
     let ckpt = start_tag(&dom, "id=\"checkpoints\"").unwrap();
-    assert_eq!(attr(ckpt, "data-count"), Some("1"));
+    assert_eq!(attr(ckpt, "data-count"), Some("2"));
+    let status = start_tag(&dom, "id=\"run-status\"").unwrap();
+    assert_eq!(attr(status, "data-state"), Some("failed"), "{status}");
+    let conn = start_tag(&dom, "id=\"conn\"").unwrap();
+    assert_eq!(attr(conn, "data-state"), Some("ended"), "{conn}");
 
+    // the final state stays served after the monitor stopped: take a screenshot of it
     let shot = screenshot_path();
     let _ = std::fs::remove_file(&shot);
     run_chromium(
@@ -169,10 +211,17 @@ fn browser_shows_actors_statuses_and_reward_chart() {
     );
     let png = std::fs::read(&shot).expect("chromium wrote the screenshot");
     assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "screenshot at {}", shot.display());
-    eprintln!("screenshot: {}", shot.display());
+    // and the whole page, for a person to look at
+    let full = shot.with_file_name("dashboard-browser-full.png");
+    run_chromium(
+        profile.path(),
+        &[
+            format!("--screenshot={}", full.display()),
+            "--window-size=1400,2300".to_string(),
+        ],
+        &url,
+    );
+    eprintln!("screenshots: {} and {}", shot.display(), full.display());
 
-    rt.block_on(async {
-        server.shutdown().await.unwrap();
-        monitor.shutdown().await.unwrap();
-    });
+    rt.block_on(server.shutdown()).unwrap();
 }

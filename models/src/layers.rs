@@ -1,7 +1,8 @@
 //! The differentiable building blocks of the decoder — RMSNorm, RoPE application, softmax,
-//! linear, embedding — composed from candle ops that all have a backward pass. This is the one
-//! place to swap in fused kernels from `oxalign-kernels`; candle's fused `rms_norm`,
-//! `softmax_last_dim` and `rope*` (no backward) are deliberately not used.
+//! linear, embedding, token log-probs. RMSNorm, RoPE and token log-probs are the fused,
+//! differentiable kernels of `oxalign-kernels`; softmax, linear and embedding are composed
+//! candle ops with a backward pass. candle's fused `rms_norm`, `softmax_last_dim` and `rope*`
+//! (no backward) are deliberately not used.
 
 use candle_core::{DType, Result, Tensor, D};
 
@@ -10,15 +11,10 @@ use candle_core::{DType, Result, Tensor, D};
 /// `x`: `[..., D]`, `weight`: `[D]`. Half-precision inputs are normalised in f32 and cast back,
 /// as HF does.
 pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
-    let in_dtype = x.dtype();
-    let xf = match in_dtype {
-        DType::F32 | DType::F64 => x.clone(),
-        _ => x.to_dtype(DType::F32)?,
-    };
-    let var = xf.sqr()?.mean_keepdim(D::Minus1)?;
-    let inv = (var + eps)?.sqrt()?.recip()?;
-    let normed = xf.broadcast_mul(&inv)?.to_dtype(in_dtype)?;
-    normed.broadcast_mul(weight)
+    match x.dtype() {
+        DType::F32 | DType::F64 => oxalign_kernels::ops::rms_norm(x, &weight.to_dtype(x.dtype())?, eps),
+        dt => oxalign_kernels::ops::rms_norm(&x.to_dtype(DType::F32)?, &weight.to_dtype(DType::F32)?, eps)?.to_dtype(dt),
+    }
 }
 
 /// Applies rotary position embeddings in HF's `rotate_half` layout:
@@ -26,14 +22,7 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
 ///
 /// `x`: `[B, heads, T, Dh]`; `cos`, `sin`: `[B, T, Dh/2]` (per-row positions).
 pub fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-    let half = x.dim(D::Minus1)? / 2;
-    let cos = cos.unsqueeze(1)?;
-    let sin = sin.unsqueeze(1)?;
-    let x1 = x.narrow(D::Minus1, 0, half)?;
-    let x2 = x.narrow(D::Minus1, half, half)?;
-    let o1 = (x1.broadcast_mul(&cos)? - x2.broadcast_mul(&sin)?)?;
-    let o2 = (x2.broadcast_mul(&cos)? + x1.broadcast_mul(&sin)?)?;
-    Tensor::cat(&[o1, o2], D::Minus1)
+    oxalign_kernels::ops::rope(x, &cos.to_dtype(x.dtype())?, &sin.to_dtype(x.dtype())?)
 }
 
 /// Softmax over the last dim, composed (`exp(x - max) / sum`). The max is a constant shift
@@ -89,7 +78,5 @@ pub fn embedding(weight: &Tensor, ids: &Tensor) -> Result<Tensor> {
 /// Log-probability of each target under `logits`: `[B, T, V]`, `[B, T]` u32 -> `[B, T]` (nats).
 /// Differentiable w.r.t. `logits`.
 pub fn token_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    let lp = log_softmax_last_dim(logits)?;
-    lp.gather(&targets.unsqueeze(D::Minus1)?.contiguous()?, D::Minus1)?
-        .squeeze(D::Minus1)
+    oxalign_kernels::ops::token_logprobs(logits, targets)
 }

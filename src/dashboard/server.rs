@@ -58,6 +58,21 @@ impl DashboardServer {
         self.wait().await
     }
 
+    /// Serves until Ctrl-C (then shuts down gracefully) or until the server fails.
+    pub async fn run_until_ctrl_c(mut self) -> Result<(), DashboardError> {
+        let finished = tokio::select! {
+            _ = tokio::signal::ctrl_c() => {
+                let _ = self.shutdown.send(true);
+                (&mut self.task).await
+            }
+            finished = &mut self.task => finished,
+        };
+        if let Some(mirror) = self.mirror.take() {
+            mirror.abort();
+        }
+        finish(finished)
+    }
+
     /// Waits until the server stops (it only stops by itself on an I/O error).
     pub async fn wait(self) -> Result<(), DashboardError> {
         let result = finish(self.task.await);
@@ -151,23 +166,7 @@ pub async fn serve(
     token: Option<String>,
     source: DashboardSource,
 ) -> Result<(), DashboardError> {
-    let DashboardServer {
-        shutdown,
-        mut task,
-        mirror,
-        ..
-    } = spawn(addr, token, source).await?;
-    let finished = tokio::select! {
-        _ = tokio::signal::ctrl_c() => {
-            let _ = shutdown.send(true);
-            (&mut task).await
-        }
-        finished = &mut task => finished,
-    };
-    if let Some(mirror) = mirror {
-        mirror.abort();
-    }
-    finish(finished)
+    spawn(addr, token, source).await?.run_until_ctrl_c().await
 }
 
 fn finish(

@@ -141,6 +141,15 @@
     if (a >= 1e-3) return String(+v.toPrecision(4));
     return v.toExponential(2);
   }
+  // axis labels: as many decimals as the tick spacing needs
+  function fmtTick(v, step) {
+    if (Math.abs(v) < step * 1e-6) return '0';
+    var a = Math.abs(v), unit = '', scale = 1;
+    if (a >= 1e6) { unit = 'M'; scale = 1e6; } else if (a >= 1e4) { unit = 'k'; scale = 1e3; }
+    if (!unit && step < 1e-3) return v.toExponential(1);
+    var decimals = Math.max(0, -Math.floor(Math.log10(step / scale) + 1e-9));
+    return (v / scale).toFixed(decimals) + unit;
+  }
   function fmtDuration(ms) {
     if (!(ms >= 0)) return '–';
     var s = Math.floor(ms / 1000);
@@ -438,7 +447,7 @@
     for (var v = Math.ceil(y0 / ystep) * ystep; v <= y1 + 1e-12; v += ystep) {
       var yy = py(v);
       g.appendChild(svg('line', { x1: ML, x2: W - MR, y1: yy, y2: yy, 'class': 'grid' }));
-      g.appendChild(svg('text', { x: ML - 6, y: yy + 3, 'text-anchor': 'end', 'class': 'axis' }, fmt(Math.abs(v) < ystep * 1e-6 ? 0 : v)));
+      g.appendChild(svg('text', { x: ML - 6, y: yy + 3, 'text-anchor': 'end', 'class': 'axis' }, fmtTick(v, ystep)));
     }
     var xstep = Math.max(1, niceStep(x1 - x0, 6));
     for (var xv = Math.ceil(x0 / xstep) * xstep; xv <= x1; xv += xstep) {
