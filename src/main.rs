@@ -23,23 +23,27 @@ struct Cli {
 /// would override it). To add a subcommand: a file in `cmd/`, a variant here, an arm in `run`.
 #[derive(Debug, Subcommand)]
 enum Command {
+    Bench(cmd::bench::Args),
     InitModel(cmd::init_model::Args),
     Logprobs(cmd::logprobs::Args),
     Generate(cmd::generate::Args),
     Score(cmd::score::Args),
     Tokenize(cmd::tokenize::Args),
     Train(cmd::train::Args),
+    Dashboard(cmd::dashboard::Args),
 }
 
 impl Command {
     fn run(self) -> anyhow::Result<()> {
         match self {
+            Command::Bench(args) => cmd::bench::run(args),
             Command::InitModel(args) => cmd::init_model::run(args),
             Command::Logprobs(args) => cmd::logprobs::run(args),
             Command::Generate(args) => cmd::generate::run(args),
             Command::Score(args) => cmd::score::run(args),
             Command::Tokenize(args) => cmd::tokenize::run(args),
             Command::Train(args) => cmd::train::run(args),
+            Command::Dashboard(args) => cmd::dashboard::run(args),
         }
     }
 }

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dashboard_support::*;
-use oxalign::dashboard;
+use oxalign::dashboard::{self, DashboardSource};
 use oxalign_actors::monitor::{
     unix_ms_now, ActorUpdate, Monitor, MonitorConfig, RunFinished, RunOutcome,
 };
@@ -106,7 +106,10 @@ fn screenshot_path() -> PathBuf {
 fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -134,7 +137,9 @@ fn browser_shows_live_actors_statuses_and_reward_chart() {
         report_checkpoint(&monitor, run_dir.path(), 4, t0 + 5_000);
         monitor.snapshot().await.unwrap(); // all of the above applied
         let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let server = dashboard::serve_live(addr, None, monitor.clone()).await.unwrap();
+        let server = dashboard::serve_live(addr, None, monitor.clone())
+            .await
+            .unwrap();
         (monitor, server)
     });
     let url = server.url();
@@ -146,10 +151,15 @@ fn browser_shows_live_actors_statuses_and_reward_chart() {
         let url = url.clone();
         std::thread::spawn(move || run_chromium(&profile, &["--dump-dom".to_string()], &url))
     };
-    wait_until(Duration::from_secs(60), "the page to open its event stream", || {
-        server.event_streams() >= 1 || browser.is_finished()
-    });
-    assert!(!browser.is_finished(), "chromium exited before opening the event stream");
+    wait_until(
+        Duration::from_secs(60),
+        "the page to open its event stream",
+        || server.event_streams() >= 1 || browser.is_finished(),
+    );
+    assert!(
+        !browser.is_finished(),
+        "chromium exited before opening the event stream"
+    );
 
     // what the loop reports while the page is open: 3 more steps, a checkpoint, a
     // failing reward model, a critic restart, and the end of the run
@@ -185,11 +195,17 @@ fn browser_shows_live_actors_statuses_and_reward_chart() {
     }
     let chart = start_tag(&dom, "id=\"chart-reward\"").expect("a reward chart");
     let points: usize = attr(chart, "data-points").unwrap().parse().unwrap();
-    assert_eq!(points, 8, "5 steps from the snapshot + 3 from the live stream: {chart}");
+    assert_eq!(
+        points, 8,
+        "5 steps from the snapshot + 3 from the live stream: {chart}"
+    );
     let timeline = start_tag(&dom, "id=\"timeline\"").expect("a timeline");
     let spans: usize = attr(timeline, "data-spans").unwrap().parse().unwrap();
     assert_eq!(spans, 4 * 8, "the last 4 steps, 8 spans each: {timeline}");
-    assert!(dom.contains("reward model OOM"), "failed actor's error shown");
+    assert!(
+        dom.contains("reward model OOM"),
+        "failed actor's error shown"
+    );
     assert!(dom.contains("kl_coef"), "recipe shown");
     let ckpt = start_tag(&dom, "id=\"checkpoints\"").unwrap();
     assert_eq!(attr(ckpt, "data-count"), Some("2"));
@@ -210,7 +226,11 @@ fn browser_shows_live_actors_statuses_and_reward_chart() {
         &url,
     );
     let png = std::fs::read(&shot).expect("chromium wrote the screenshot");
-    assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "screenshot at {}", shot.display());
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "screenshot at {}",
+        shot.display()
+    );
     // and the whole page, for a person to look at
     let full = shot.with_file_name("dashboard-browser-full.png");
     run_chromium(
@@ -223,5 +243,68 @@ fn browser_shows_live_actors_statuses_and_reward_chart() {
     );
     eprintln!("screenshots: {} and {}", shot.display(), full.display());
 
+    rt.block_on(server.shutdown()).unwrap();
+}
+
+#[test]
+fn browser_needs_the_token_and_replays_a_finished_run() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let run_dir = tempfile::tempdir().unwrap();
+    let profile = tempfile::tempdir().unwrap();
+    let server = rt.block_on(async {
+        let (monitor, _join) = Monitor::spawn(MonitorConfig::with_run_dir(run_dir.path()))
+            .await
+            .unwrap();
+        let t0 = unix_ms_now() - 6_000;
+        report_run_start(&monitor, "replayed-run", t0);
+        for step in 0..6 {
+            report_step(&monitor, step, t0 + 1000 * step);
+        }
+        monitor.report(RunFinished {
+            outcome: RunOutcome::Completed,
+            steps_completed: 6,
+            finished_unix_ms: t0 + 6_000,
+            message: None,
+        });
+        monitor.shutdown().await.unwrap();
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let source = DashboardSource::Replay(run_dir.path().to_path_buf());
+        dashboard::spawn(addr, Some("browser-T0ken".into()), source)
+            .await
+            .unwrap()
+    });
+    let base = format!("http://{}/", server.local_addr());
+
+    // without the token the browser gets the 401 text, and no dashboard
+    let denied = run_chromium(profile.path(), &["--dump-dom".to_string()], &base);
+    assert!(denied.contains("401 Unauthorized"), "{denied}");
+    assert!(!denied.contains("data-actor"), "{denied}");
+
+    // with ?token= the page loads and passes the token on to the API
+    let dom = run_chromium(profile.path(), &["--dump-dom".to_string()], &server.url());
+    // the last-known actor table (actors.json) as the run left it
+    let expected = [
+        ("controller", "working"),
+        ("policy", "working"),
+        ("reference", "idle"),
+        ("reward", "idle"),
+        ("critic", "idle"),
+    ];
+    for (actor, status) in expected {
+        let tag = start_tag(&dom, &format!("data-actor=\"{actor}\""))
+            .unwrap_or_else(|| panic!("no card for {actor}:\n{dom}"));
+        assert_eq!(attr(tag, "data-status"), Some(status), "{tag}");
+    }
+    let chart = start_tag(&dom, "id=\"chart-reward\"").unwrap();
+    assert_eq!(attr(chart, "data-points"), Some("6"), "{chart}");
+    let conn = start_tag(&dom, "id=\"conn\"").unwrap();
+    assert_eq!(attr(conn, "data-state"), Some("replay"), "{conn}");
+    let status = start_tag(&dom, "id=\"run-status\"").unwrap();
+    assert_eq!(attr(status, "data-state"), Some("completed"), "{status}");
+    assert!(dom.contains("replayed-run"));
     rt.block_on(server.shutdown()).unwrap();
 }

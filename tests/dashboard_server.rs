@@ -24,7 +24,10 @@ async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Response
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     tokio::task::spawn_blocking(move || {
-        let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let h: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         http_get(addr, &path, &h)
     })
     .await
@@ -70,7 +73,10 @@ async fn state_metrics_healthz_and_page() {
         .iter()
         .map(|a| a["name"].as_str().unwrap())
         .collect();
-    assert_eq!(actors, ["controller", "policy", "reference", "reward", "critic"]);
+    assert_eq!(
+        actors,
+        ["controller", "policy", "reference", "reward", "critic"]
+    );
     assert_eq!(v["actors"][4]["status"], "restarting");
     assert_eq!(v["actors"][4]["restarts"], 1);
     assert_eq!(v["metrics"].as_array().unwrap().len(), 3);
@@ -105,10 +111,22 @@ async fn state_metrics_healthz_and_page() {
     assert_eq!(samples["oxalign_step"], 2.0);
     assert!((samples["oxalign_reward_mean"] - 0.4).abs() < 1e-12);
     assert!((samples["oxalign_kl"] - 0.02).abs() < 1e-12);
-    assert_eq!(samples["oxalign_actor_status{actor=\"policy\",status=\"working\"}"], 1.0);
-    assert_eq!(samples["oxalign_actor_status{actor=\"policy\",status=\"idle\"}"], 0.0);
-    assert_eq!(samples["oxalign_actor_status{actor=\"critic\",status=\"restarting\"}"], 1.0);
-    assert_eq!(samples["oxalign_actor_restarts_total{actor=\"critic\"}"], 1.0);
+    assert_eq!(
+        samples["oxalign_actor_status{actor=\"policy\",status=\"working\"}"],
+        1.0
+    );
+    assert_eq!(
+        samples["oxalign_actor_status{actor=\"policy\",status=\"idle\"}"],
+        0.0
+    );
+    assert_eq!(
+        samples["oxalign_actor_status{actor=\"critic\",status=\"restarting\"}"],
+        1.0
+    );
+    assert_eq!(
+        samples["oxalign_actor_restarts_total{actor=\"critic\"}"],
+        1.0
+    );
     assert_eq!(samples["oxalign_actor_queue_depth{actor=\"policy\"}"], 0.0);
     assert_eq!(samples["oxalign_checkpoints"], 1.0);
     assert_eq!(kind["oxalign_actor_restarts_total"], "counter");
@@ -156,7 +174,11 @@ async fn token_is_required_on_every_route() {
             let (status, _) = SseReader::open(addr, &format!("{path}?token={token}"), &[]);
             assert_eq!(status, 200);
         } else {
-            assert_eq!(get(addr, path, &[("Authorization", &bearer)]).await.status, 200, "{path}");
+            assert_eq!(
+                get(addr, path, &[("Authorization", &bearer)]).await.status,
+                200,
+                "{path}"
+            );
             let q = get(addr, &format!("{path}?token={token}"), &[]).await;
             assert_eq!(q.status, 200, "{path} with ?token=");
         }
@@ -191,7 +213,10 @@ async fn unsafe_binds_and_bad_tokens_are_refused() {
     )
     .await
     .unwrap_err();
-    assert!(missing.to_string().contains("/definitely/not/a/run"), "{missing}");
+    assert!(
+        missing.to_string().contains("/definitely/not/a/run"),
+        "{missing}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,7 +265,9 @@ async fn event_stream_sends_snapshot_then_live_events_then_end() {
         .iter()
         .map(|e| serde_json::from_str(&e.data).unwrap())
         .collect();
-    assert!(matches!(&parsed[0], MonitorEvent::Metrics(m) if m.step == 3 && m.get("kl") == Some(0.5)));
+    assert!(
+        matches!(&parsed[0], MonitorEvent::Metrics(m) if m.step == 3 && m.get("kl") == Some(0.5))
+    );
     assert!(matches!(&parsed[1], MonitorEvent::ActorUpdate(u) if u.actor == "reward"));
     assert!(matches!(&parsed[2], MonitorEvent::Finished(f) if f.outcome == RunOutcome::Failed));
 
@@ -254,7 +281,9 @@ async fn event_stream_sends_snapshot_then_live_events_then_end() {
     // and a new page stream gets that state, then `end`
     let events = tokio::task::spawn_blocking(move || {
         let (_, mut sse) = SseReader::open(addr, "/api/events", &[]);
-        std::iter::from_fn(|| sse.next_event()).map(|e| e.event).collect::<Vec<_>>()
+        std::iter::from_fn(|| sse.next_event())
+            .map(|e| e.event)
+            .collect::<Vec<_>>()
     })
     .await
     .unwrap();

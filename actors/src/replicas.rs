@@ -67,14 +67,20 @@ impl<T: Send + 'static> Replicas<T> {
     pub fn new(role: &str, specs: Vec<DeviceSpec>, states: Vec<T>, pool: ExecutorPool) -> Self {
         assert_eq!(specs.len(), states.len(), "one state per device");
         let collectives = if specs.len() > 1 {
-            ThreadCollective::group(specs.len()).into_iter().map(|c| Some(Arc::new(c))).collect()
+            ThreadCollective::group(specs.len())
+                .into_iter()
+                .map(|c| Some(Arc::new(c)))
+                .collect()
         } else {
             vec![None]
         };
         Self {
             role: role.to_string(),
             specs,
-            states: states.into_iter().map(|s| Arc::new(Mutex::new(s))).collect(),
+            states: states
+                .into_iter()
+                .map(|s| Arc::new(Mutex::new(s)))
+                .collect(),
             collectives,
             pool,
         }
@@ -127,8 +133,19 @@ impl<T: Send + 'static> Replicas<T> {
         for (rank, r) in results.into_iter().enumerate() {
             match r {
                 Ok(Ok(v)) => out.push(v),
-                Ok(Err(message)) => return Err(RoleError::Job { role: self.role.clone(), rank, message }),
-                Err(source) => return Err(RoleError::Executor { role: self.role.clone(), source }),
+                Ok(Err(message)) => {
+                    return Err(RoleError::Job {
+                        role: self.role.clone(),
+                        rank,
+                        message,
+                    })
+                }
+                Err(source) => {
+                    return Err(RoleError::Executor {
+                        role: self.role.clone(),
+                        source,
+                    })
+                }
             }
         }
         Ok(out)

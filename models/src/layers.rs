@@ -12,8 +12,15 @@ use candle_core::{DType, Result, Tensor, D};
 /// as HF does.
 pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
     match x.dtype() {
-        DType::F32 | DType::F64 => oxalign_kernels::ops::rms_norm(x, &weight.to_dtype(x.dtype())?, eps),
-        dt => oxalign_kernels::ops::rms_norm(&x.to_dtype(DType::F32)?, &weight.to_dtype(DType::F32)?, eps)?.to_dtype(dt),
+        DType::F32 | DType::F64 => {
+            oxalign_kernels::ops::rms_norm(x, &weight.to_dtype(x.dtype())?, eps)
+        }
+        dt => oxalign_kernels::ops::rms_norm(
+            &x.to_dtype(DType::F32)?,
+            &weight.to_dtype(DType::F32)?,
+            eps,
+        )?
+        .to_dtype(dt),
     }
 }
 

@@ -1,6 +1,10 @@
 //! One module per `oxalign` subcommand, each with an `Args` (clap) and a `run(Args)`.
 //! Shared plumbing (JSONL, model folders, input records) lives outside `cmd/`.
 
+pub mod bench;
+pub mod bench_matmul;
+pub mod bench_train;
+pub mod dashboard;
 pub mod generate;
 pub mod init_model;
 pub mod logprobs;

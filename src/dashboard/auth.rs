@@ -161,10 +161,21 @@ mod tests {
 
     #[test]
     fn loopback_hosts() {
-        for h in ["127.0.0.1:8265", "localhost:1", "[::1]:80", "LOCALHOST", "127.1.2.3"] {
+        for h in [
+            "127.0.0.1:8265",
+            "localhost:1",
+            "[::1]:80",
+            "LOCALHOST",
+            "127.1.2.3",
+        ] {
             assert!(host_is_loopback(&req("/", &[("host", h)])), "{h}");
         }
-        for h in ["evil.example:8265", "10.0.0.1", "[fe80::1]:1", "localhost.evil.example"] {
+        for h in [
+            "evil.example:8265",
+            "10.0.0.1",
+            "[fe80::1]:1",
+            "localhost.evil.example",
+        ] {
             assert!(!host_is_loopback(&req("/", &[("host", h)])), "{h}");
         }
         assert!(valid_token("abc-DEF_123"));

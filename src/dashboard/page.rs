@@ -25,7 +25,10 @@ mod tests {
         assert!(!page.contains("/*@"), "a placeholder was not filled");
         assert!(page.contains("id=\"actors\"") && page.contains("EventSource"));
         for needle in ["http://", "https://", "//cdn", "@import"] {
-            assert!(!page.contains(needle), "page references the network: {needle}");
+            assert!(
+                !page.contains(needle),
+                "page references the network: {needle}"
+            );
         }
     }
 }

@@ -89,7 +89,11 @@ impl Mirror {
         let (tx, _) = broadcast::channel(RELAY_CAPACITY);
         let first = handle.subscribe().await.ok();
         let (state, running, rx) = match first {
-            Some((snap, rx)) => (MonitorState::from_snapshot(&snap, snap.limits), true, Some(rx)),
+            Some((snap, rx)) => (
+                MonitorState::from_snapshot(&snap, snap.limits),
+                true,
+                Some(rx),
+            ),
             None => (MonitorState::new(MonitorLimits::default()), false, None),
         };
         let mirror = Arc::new(Mirror {

@@ -29,7 +29,8 @@ fn decode_chunked(mut raw: &[u8]) -> Vec<u8> {
             return out;
         };
         let size_text = std::str::from_utf8(&raw[..eol]).unwrap_or("0");
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).unwrap_or(0);
+        let size =
+            usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).unwrap_or(0);
         raw = &raw[eol + 2..];
         if size == 0 || raw.len() < size {
             out.extend_from_slice(&raw[..size.min(raw.len())]);
@@ -44,7 +45,9 @@ fn decode_chunked(mut raw: &[u8]) -> Vec<u8> {
 /// `spawn_blocking`, or from a plain thread) and reads the whole response.
 pub fn http_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Response {
     let mut stream = TcpStream::connect(addr).expect("connect to the dashboard");
-    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
     let mut req = format!("GET {path} HTTP/1.1\r\nConnection: close\r\n");
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
         req.push_str(&format!("Host: {addr}\r\n"));
@@ -104,8 +107,11 @@ impl SseReader {
     /// Opens `path` as an HTTP/1.0 request, so the body is close-delimited, not chunked.
     pub fn open(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, Self) {
         let mut stream = TcpStream::connect(addr).expect("connect to the dashboard");
-        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut req = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nAccept: text/event-stream\r\n");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let mut req =
+            format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nAccept: text/event-stream\r\n");
         for (k, v) in headers {
             req.push_str(&format!("{k}: {v}\r\n"));
         }
@@ -173,7 +179,8 @@ pub const ROLES: [(&str, &str); 5] = [
 ];
 
 /// Recipe text reported in `RunInfo`.
-pub const RECIPE: &str = "# resolved recipe\n[algo]\nname = \"ppo\"\nkl_coef = 0.05\n\n[rollout]\nbatch_size = 8\n";
+pub const RECIPE: &str =
+    "# resolved recipe\n[algo]\nname = \"ppo\"\nkl_coef = 0.05\n\n[rollout]\nbatch_size = 8\n";
 
 /// Reports a run start and registers the five actors, as the controller does at start-up.
 pub fn report_run_start(monitor: &MonitorHandle, name: &str, t0: u64) {
@@ -192,21 +199,45 @@ pub fn report_run_start(monitor: &MonitorHandle, name: &str, t0: u64) {
 pub fn report_step(monitor: &MonitorHandle, step: u64, t0: u64) {
     let s = step as f64;
     monitor.report(ActorUpdate::working("controller", format!("step {step}")));
-    monitor.report(ActorUpdate::working("policy", format!("generate step {step}")).with_queue_depth(1));
+    monitor.report(
+        ActorUpdate::working("policy", format!("generate step {step}")).with_queue_depth(1),
+    );
     monitor.report(Span::new("policy", phase::GENERATE, step, t0, t0 + 400));
     for (actor, ph, end) in [
         ("reference", phase::REFERENCE_LOGPROBS, 520),
         ("reward", phase::REWARD, 470),
         ("critic", phase::VALUES, 500),
     ] {
-        monitor.report(ActorUpdate::working(actor, format!("{ph} step {step}")).with_items_per_sec(64.0));
+        monitor.report(
+            ActorUpdate::working(actor, format!("{ph} step {step}")).with_items_per_sec(64.0),
+        );
         monitor.report(Span::new(actor, ph, step, t0 + 410, t0 + end));
         monitor.report(ActorUpdate::idle(actor));
     }
-    monitor.report(Span::new("controller", phase::ADVANTAGES, step, t0 + 520, t0 + 540));
-    monitor.report(ActorUpdate::working("policy", format!("policy_train step {step}")).with_queue_depth(0));
-    monitor.report(Span::new("policy", phase::POLICY_TRAIN, step, t0 + 540, t0 + 880));
-    monitor.report(Span::new("critic", phase::CRITIC_TRAIN, step, t0 + 540, t0 + 760));
+    monitor.report(Span::new(
+        "controller",
+        phase::ADVANTAGES,
+        step,
+        t0 + 520,
+        t0 + 540,
+    ));
+    monitor.report(
+        ActorUpdate::working("policy", format!("policy_train step {step}")).with_queue_depth(0),
+    );
+    monitor.report(Span::new(
+        "policy",
+        phase::POLICY_TRAIN,
+        step,
+        t0 + 540,
+        t0 + 880,
+    ));
+    monitor.report(Span::new(
+        "critic",
+        phase::CRITIC_TRAIN,
+        step,
+        t0 + 540,
+        t0 + 760,
+    ));
     monitor.report(Span::new("policy", phase::REFIT, step, t0 + 880, t0 + 950));
     monitor.report(
         StepMetrics::new(step)
@@ -229,7 +260,10 @@ pub fn report_step(monitor: &MonitorHandle, step: u64, t0: u64) {
 pub fn report_checkpoint(monitor: &MonitorHandle, dir: &std::path::Path, step: u64, at: u64) {
     monitor.report(CheckpointInfo {
         step,
-        path: dir.join(format!("checkpoints/step_{step}")).display().to_string(),
+        path: dir
+            .join(format!("checkpoints/step_{step}"))
+            .display()
+            .to_string(),
         unix_ms: at,
     });
 }

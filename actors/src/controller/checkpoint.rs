@@ -39,9 +39,15 @@ pub fn checkpoint_dir(run_dir: &Path, step: u64) -> PathBuf {
 /// The newest complete checkpoint of a run, if any.
 pub fn latest_checkpoint(run_dir: &Path) -> Option<PathBuf> {
     let mut best: Option<(u64, PathBuf)> = None;
-    for entry in std::fs::read_dir(run_dir.join("checkpoints")).ok()?.flatten() {
+    for entry in std::fs::read_dir(run_dir.join("checkpoints"))
+        .ok()?
+        .flatten()
+    {
         let name = entry.file_name().to_string_lossy().to_string();
-        let Some(n) = name.strip_prefix("step_").and_then(|s| s.parse::<u64>().ok()) else {
+        let Some(n) = name
+            .strip_prefix("step_")
+            .and_then(|s| s.parse::<u64>().ok())
+        else {
             continue;
         };
         if entry.path().join(STATE_FILE).is_file() && best.as_ref().is_none_or(|(b, _)| n > *b) {
@@ -54,7 +60,8 @@ pub fn latest_checkpoint(run_dir: &Path) -> Option<PathBuf> {
 /// Reads a checkpoint's loop state.
 pub fn read_state(ckpt: &Path) -> Result<LoopState, String> {
     let p = ckpt.join(STATE_FILE);
-    let text = std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+    let text =
+        std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))
 }
 
@@ -82,7 +89,10 @@ pub fn publish(staged: &Path, final_dir: &Path) -> std::io::Result<()> {
 pub fn staging_dir(final_dir: &Path) -> std::io::Result<PathBuf> {
     let parent = final_dir.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent)?;
-    let name = final_dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let name = final_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
     let staged = parent.join(format!(".{name}.tmp-{}", std::process::id()));
     if staged.exists() {
         std::fs::remove_dir_all(&staged)?;
@@ -99,7 +109,10 @@ pub fn prune(run_dir: &Path, keep: usize) -> std::io::Result<()> {
         let name = entry.file_name().to_string_lossy().to_string();
         if name.starts_with('.') && name.contains(".tmp-") {
             std::fs::remove_dir_all(entry.path())?;
-        } else if let Some(n) = name.strip_prefix("step_").and_then(|s| s.parse::<u64>().ok()) {
+        } else if let Some(n) = name
+            .strip_prefix("step_")
+            .and_then(|s| s.parse::<u64>().ok())
+        {
             steps.push((n, entry.path()));
         }
     }

@@ -15,7 +15,9 @@ pub use checkpoint::{latest_checkpoint, LoopState};
 pub use setup::{policy_dir, prompt_source};
 
 use crate::executor::ExecutorPool;
-use crate::monitor::{unix_ms_now, CheckpointInfo, MonitorHandle, RunFinished, RunInfo, RunOutcome};
+use crate::monitor::{
+    unix_ms_now, CheckpointInfo, MonitorHandle, RunFinished, RunInfo, RunOutcome,
+};
 use crate::recipe::Recipe;
 use crate::roles::{ask, CriticMsg, PolicyMsg};
 use oxalign_models::tokenizer::Tokenizer;
@@ -69,38 +71,74 @@ pub(crate) struct Ctx<'a> {
 
 fn kl_controller(recipe: &Recipe) -> Result<KlController, String> {
     Ok(match recipe.rl.kl_target {
-        Some(t) => KlController::Adaptive(AdaptiveKl::new(recipe.rl.kl_coef, t, recipe.rl.kl_horizon).map_err(|e| e.to_string())?),
-        None => KlController::Fixed(FixedKl { beta: recipe.rl.kl_coef }),
+        Some(t) => KlController::Adaptive(
+            AdaptiveKl::new(recipe.rl.kl_coef, t, recipe.rl.kl_horizon)
+                .map_err(|e| e.to_string())?,
+        ),
+        None => KlController::Fixed(FixedKl {
+            beta: recipe.rl.kl_coef,
+        }),
     })
 }
 
 /// Runs the recipe to the end. The monitor (already spawned, writing into the run folder)
 /// receives every actor status, span, metric and checkpoint.
-pub async fn train(recipe: &Recipe, monitor: &MonitorHandle, opts: &TrainOptions) -> Result<RunSummary, String> {
+pub async fn train(
+    recipe: &Recipe,
+    monitor: &MonitorHandle,
+    opts: &TrainOptions,
+) -> Result<RunSummary, String> {
     let started = Instant::now();
     let run_dir = recipe.run_dir();
-    std::fs::create_dir_all(&run_dir).map_err(|e| format!("cannot create run folder {}: {e}", run_dir.display()))?;
-    monitor.report(RunInfo { name: recipe.run.name.clone(), recipe_toml: recipe.to_toml(), started_unix_ms: unix_ms_now() });
+    std::fs::create_dir_all(&run_dir)
+        .map_err(|e| format!("cannot create run folder {}: {e}", run_dir.display()))?;
+    monitor.report(RunInfo {
+        name: recipe.run.name.clone(),
+        recipe_toml: recipe.to_toml(),
+        started_unix_ms: unix_ms_now(),
+    });
 
     let result = run(recipe, monitor, opts, &run_dir, started).await;
     let (outcome, message, steps) = match &result {
         Ok(s) => (RunOutcome::Completed, None, s.steps),
         Err(e) => (RunOutcome::Failed, Some(e.clone()), 0),
     };
-    monitor.report(RunFinished { outcome, steps_completed: steps, finished_unix_ms: unix_ms_now(), message });
+    monitor.report(RunFinished {
+        outcome,
+        steps_completed: steps,
+        finished_unix_ms: unix_ms_now(),
+        message,
+    });
     result
 }
 
-async fn run(recipe: &Recipe, monitor: &MonitorHandle, opts: &TrainOptions, run_dir: &Path, started: Instant) -> Result<RunSummary, String> {
+async fn run(
+    recipe: &Recipe,
+    monitor: &MonitorHandle,
+    opts: &TrainOptions,
+    run_dir: &Path,
+    started: Instant,
+) -> Result<RunSummary, String> {
     let pdir = setup::policy_dir(recipe, run_dir)?;
-    let tok = Tokenizer::from_dir(&pdir).map_err(|e| format!("tokenizer of {}: {e}", pdir.display()))?;
+    let tok =
+        Tokenizer::from_dir(&pdir).map_err(|e| format!("tokenizer of {}: {e}", pdir.display()))?;
     let pad_id = tok.pad_token_id().or(tok.eos_token_id()).unwrap_or(0);
     let data = setup::prompt_source(recipe)?;
-    let ctx = Ctx { recipe, tok: &tok, monitor, pad_id, quiet: opts.quiet };
+    let ctx = Ctx {
+        recipe,
+        tok: &tok,
+        monitor,
+        pad_id,
+        quiet: opts.quiet,
+    };
     let pool = ExecutorPool::new();
     let reference_dir = run_dir.join("reference");
 
-    let resume_from = if opts.resume { latest_checkpoint(run_dir) } else { None };
+    let resume_from = if opts.resume {
+        latest_checkpoint(run_dir)
+    } else {
+        None
+    };
     let (mut state, sources) = match &resume_from {
         Some(ckpt) => {
             let state = checkpoint::read_state(ckpt)?;
@@ -111,7 +149,12 @@ async fn run(recipe: &Recipe, monitor: &MonitorHandle, opts: &TrainOptions, run_
                 critic: critic.join("config.json").is_file().then_some(critic),
             };
             if !opts.quiet {
-                println!("resuming {} from {} (step {})", recipe.run.name, ckpt.display(), state.step);
+                println!(
+                    "resuming {} from {} (step {})",
+                    recipe.run.name,
+                    ckpt.display(),
+                    state.step
+                );
             }
             (state, sources)
         }
@@ -126,7 +169,14 @@ async fn run(recipe: &Recipe, monitor: &MonitorHandle, opts: &TrainOptions, run_
                 wall_seconds: 0.0,
             };
             let critic = recipe.model.critic_path.as_ref().map(PathBuf::from);
-            (state, setup::RoleSources { policy: pdir.clone(), reference: reference_dir.clone(), critic })
+            (
+                state,
+                setup::RoleSources {
+                    policy: pdir.clone(),
+                    reference: reference_dir.clone(),
+                    critic,
+                },
+            )
         }
     };
     let prior_wall = state.wall_seconds;
@@ -134,18 +184,29 @@ async fn run(recipe: &Recipe, monitor: &MonitorHandle, opts: &TrainOptions, run_
     let policy = setup::spawn_policy(recipe, &sources.policy, monitor, &pool).await?;
     if resume_from.is_none() {
         if recipe.sft.steps > 0 {
-            state.accuracy_init = Some(evaluate::accuracy(&ctx, &policy, data.eval_items(), "eval init").await?);
+            state.accuracy_init =
+                Some(evaluate::accuracy(&ctx, &policy, data.eval_items(), "eval init").await?);
             sft::run_sft(&ctx, &policy, data.as_ref(), &mut state).await?;
         }
-        state.accuracy_sft = Some(evaluate::accuracy(&ctx, &policy, data.eval_items(), "eval sft").await?);
+        state.accuracy_sft =
+            Some(evaluate::accuracy(&ctx, &policy, data.eval_items(), "eval sft").await?);
         // The frozen reference is the policy as RL starts.
-        ask("policy", &policy, |reply| PolicyMsg::Save { dir: reference_dir.clone(), optimizer: false, reply })
-            .await
-            .map_err(|e| e.to_string())?;
+        ask("policy", &policy, |reply| PolicyMsg::Save {
+            dir: reference_dir.clone(),
+            optimizer: false,
+            reply,
+        })
+        .await
+        .map_err(|e| e.to_string())?;
         copy_tokenizer(&pdir, &reference_dir)?;
     } else if let Some(ckpt) = &resume_from {
         let dir = ckpt.join("policy");
-        ask("policy", &policy, |reply| PolicyMsg::LoadOptimizer { dir, reply }).await.map_err(|e| e.to_string())?;
+        ask("policy", &policy, |reply| PolicyMsg::LoadOptimizer {
+            dir,
+            reply,
+        })
+        .await
+        .map_err(|e| e.to_string())?;
     }
     if !opts.quiet {
         if let Some(a) = state.accuracy_sft {
@@ -156,7 +217,12 @@ async fn run(recipe: &Recipe, monitor: &MonitorHandle, opts: &TrainOptions, run_
     if let (Some(ckpt), Some(critic)) = (&resume_from, &roles.critic) {
         let dir = ckpt.join("critic");
         if dir.join("optimizer").exists() {
-            ask("critic", critic, |reply| CriticMsg::LoadOptimizer { dir, reply }).await.map_err(|e| e.to_string())?;
+            ask("critic", critic, |reply| CriticMsg::LoadOptimizer {
+                dir,
+                reply,
+            })
+            .await
+            .map_err(|e| e.to_string())?;
         }
     }
 
@@ -176,7 +242,11 @@ async fn run(recipe: &Recipe, monitor: &MonitorHandle, opts: &TrainOptions, run_
         if (every > 0 && step % every == 0) || step == recipe.run.steps {
             state.wall_seconds = prior_wall + started.elapsed().as_secs_f64();
             let dir = save_checkpoint(&ctx, &roles, &state, run_dir).await?;
-            monitor.report(CheckpointInfo { step, path: dir.display().to_string(), unix_ms: unix_ms_now() });
+            monitor.report(CheckpointInfo {
+                step,
+                path: dir.display().to_string(),
+                unix_ms: unix_ms_now(),
+            });
             last_checkpoint = Some(dir);
         }
     }
@@ -199,36 +269,55 @@ async fn run(recipe: &Recipe, monitor: &MonitorHandle, opts: &TrainOptions, run_
         last_checkpoint,
     };
     let text = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
-    std::fs::write(run_dir.join("summary.json"), text).map_err(|e| format!("cannot write summary.json: {e}"))?;
+    std::fs::write(run_dir.join("summary.json"), text)
+        .map_err(|e| format!("cannot write summary.json: {e}"))?;
     Ok(summary)
 }
 
 fn copy_tokenizer(from: &Path, to: &Path) -> Result<(), String> {
-    for f in ["tokenizer.json", "tokenizer_config.json", "generation_config.json"] {
+    for f in [
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    ] {
         let src = from.join(f);
         if src.is_file() {
-            std::fs::copy(&src, to.join(f)).map_err(|e| format!("cannot copy {}: {e}", src.display()))?;
+            std::fs::copy(&src, to.join(f))
+                .map_err(|e| format!("cannot copy {}: {e}", src.display()))?;
         }
     }
     Ok(())
 }
 
-async fn save_checkpoint(ctx: &Ctx<'_>, roles: &setup::Roles, state: &LoopState, run_dir: &Path) -> Result<PathBuf, String> {
+async fn save_checkpoint(
+    ctx: &Ctx<'_>,
+    roles: &setup::Roles,
+    state: &LoopState,
+    run_dir: &Path,
+) -> Result<PathBuf, String> {
     let timer = ctx.monitor.time("controller", "checkpoint", state.step);
     let fin = checkpoint::checkpoint_dir(run_dir, state.step);
-    let staged = checkpoint::staging_dir(&fin).map_err(|e| format!("checkpoint {}: {e}", fin.display()))?;
+    let staged =
+        checkpoint::staging_dir(&fin).map_err(|e| format!("checkpoint {}: {e}", fin.display()))?;
     let pdir = staged.join("policy");
-    ask("policy", &roles.policy, |reply| PolicyMsg::Save { dir: pdir.clone(), optimizer: true, reply })
-        .await
-        .map_err(|e| e.to_string())?;
+    ask("policy", &roles.policy, |reply| PolicyMsg::Save {
+        dir: pdir.clone(),
+        optimizer: true,
+        reply,
+    })
+    .await
+    .map_err(|e| e.to_string())?;
     copy_tokenizer(&run_dir.join("reference"), &pdir)?;
     if let Some(c) = &roles.critic {
         let cdir = staged.join("critic");
-        ask("critic", c, |reply| CriticMsg::Save { dir: cdir, reply }).await.map_err(|e| e.to_string())?;
+        ask("critic", c, |reply| CriticMsg::Save { dir: cdir, reply })
+            .await
+            .map_err(|e| e.to_string())?;
     }
     checkpoint::seal(&staged, state).map_err(|e| format!("checkpoint {}: {e}", fin.display()))?;
     checkpoint::publish(&staged, &fin).map_err(|e| format!("checkpoint {}: {e}", fin.display()))?;
-    checkpoint::prune(run_dir, ctx.recipe.run.keep_checkpoints).map_err(|e| format!("pruning checkpoints: {e}"))?;
+    checkpoint::prune(run_dir, ctx.recipe.run.keep_checkpoints)
+        .map_err(|e| format!("pruning checkpoints: {e}"))?;
     timer.finish();
     Ok(fin)
 }

@@ -6,7 +6,9 @@ use super::setup::Roles;
 use super::{Ctx, LoopState};
 use crate::monitor::{metric, StepMetrics};
 use crate::recipe::{Algorithm, KlEstimatorName, KlModeName, LossAggName};
-use crate::roles::{ask, CriticMsg, CriticWork, PolicyMsg, PolicyWork, ReferenceMsg, RewardMsg, Sequences};
+use crate::roles::{
+    ask, CriticMsg, CriticWork, PolicyMsg, PolicyWork, ReferenceMsg, RewardMsg, Sequences,
+};
 use candle_core::{Device, Tensor};
 use oxalign_models::{GenerationRequest, SamplingParams};
 use oxalign_rlhf::advantages::GaeConfig;
@@ -24,7 +26,9 @@ pub(crate) struct StepRow {
 /// Per-sample sampling seed: a pure function of run seed, step and sample index, so a
 /// resumed run samples exactly what the uninterrupted run would have.
 fn sample_seed(seed: u64, step: u64, index: usize) -> u64 {
-    let mut x = seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (index as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    let mut x = seed
+        ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (index as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x ^= x >> 31;
     x.wrapping_mul(0x94D0_49BB_1331_11EB)
 }
@@ -53,8 +57,18 @@ pub(crate) fn print_header() {
 }
 
 /// `[B, T-1]` tensor holding each row's response values at its response positions.
-fn place_response_values(seqs: &Sequences, values: &[Vec<f32>], device: &Device) -> candle_core::Result<Tensor> {
-    let t = seqs.pairs.iter().map(|(p, r)| p.len() + r.len()).max().unwrap_or(2).max(2);
+fn place_response_values(
+    seqs: &Sequences,
+    values: &[Vec<f32>],
+    device: &Device,
+) -> candle_core::Result<Tensor> {
+    let t = seqs
+        .pairs
+        .iter()
+        .map(|(p, r)| p.len() + r.len())
+        .max()
+        .unwrap_or(2)
+        .max(2);
     let mut out = vec![0f32; seqs.len() * (t - 1)];
     for (row, ((p, _), v)) in seqs.pairs.iter().zip(values).enumerate() {
         for (j, x) in v.iter().enumerate() {
@@ -81,7 +95,9 @@ pub(crate) async fn run_step(
     let mut m = StepMetrics::new(step);
 
     // 1. Prompts and generation.
-    let items: Vec<_> = (0..rl.prompts_per_step as u64).map(|i| data.train_item(state.data_position + i)).collect();
+    let items: Vec<_> = (0..rl.prompts_per_step as u64)
+        .map(|i| data.train_item(state.data_position + i))
+        .collect();
     let mut requests = Vec::new();
     let mut answers = Vec::new();
     for it in &items {
@@ -110,10 +126,18 @@ pub(crate) async fn run_step(
     .map_err(err)?;
     let gen_secs = timer.finish();
     let seqs = Arc::new(Sequences {
-        pairs: requests.iter().zip(&completions).map(|(q, c)| (q.prompt.clone(), c.tokens.clone())).collect(),
+        pairs: requests
+            .iter()
+            .zip(&completions)
+            .map(|(q, c)| (q.prompt.clone(), c.tokens.clone()))
+            .collect(),
         pad_id: ctx.pad_id,
     });
-    let texts: Vec<String> = completions.iter().map(|c| ctx.tok.decode(&c.tokens, true)).collect::<Result<_, _>>().map_err(err)?;
+    let texts: Vec<String> = completions
+        .iter()
+        .map(|c| ctx.tok.decode(&c.tokens, true))
+        .collect::<Result<_, _>>()
+        .map_err(err)?;
     let gen_tokens: usize = completions.iter().map(|c| c.tokens.len()).sum();
 
     // 2. Reference log-probs, rewards, values and trainer log-probs, concurrently.
@@ -123,7 +147,13 @@ pub(crate) async fn run_step(
     let timed = |actor: &'static str, phase: &'static str| ctx.monitor.time(actor, phase, step);
     let ref_fut = async {
         let _t = timed("reference", "reference_logprobs");
-        ask("reference", &roles.reference, |reply| ReferenceMsg::Logprobs { seqs: seqs.clone(), reply }).await
+        ask("reference", &roles.reference, |reply| {
+            ReferenceMsg::Logprobs {
+                seqs: seqs.clone(),
+                reply,
+            }
+        })
+        .await
     };
     let reward_fut = async {
         let _t = timed("reward", "reward");
@@ -139,25 +169,49 @@ pub(crate) async fn run_step(
         match &roles.critic {
             Some(c) => {
                 let _t = timed("critic", "values");
-                ask("critic", c, |reply| CriticMsg::Values { seqs: seqs.clone(), reply }).await.map(Some)
+                ask("critic", c, |reply| CriticMsg::Values {
+                    seqs: seqs.clone(),
+                    reply,
+                })
+                .await
+                .map(Some)
             }
             None => Ok(None),
         }
     };
     let old_fut = async {
         let _t = timed("policy", "old_logprobs");
-        ask("policy", &roles.policy, |reply| PolicyMsg::Logprobs { seqs: seqs.clone(), reply }).await
+        ask("policy", &roles.policy, |reply| PolicyMsg::Logprobs {
+            seqs: seqs.clone(),
+            reply,
+        })
+        .await
     };
     let (ref_lp, scores, values, old_lp) = tokio::join!(ref_fut, reward_fut, values_fut, old_fut);
-    let (ref_lp, scores, values, old_lp) = (ref_lp.map_err(err)?, scores.map_err(err)?, values.map_err(err)?, old_lp.map_err(err)?);
+    let (ref_lp, scores, values, old_lp) = (
+        ref_lp.map_err(err)?,
+        scores.map_err(err)?,
+        values.map_err(err)?,
+        old_lp.map_err(err)?,
+    );
     let score_secs = t_score.elapsed().as_secs_f64();
     let device = old_lp.device().clone();
-    let rollout_lp = place_response_values(&seqs, &completions.iter().map(|c| c.logprobs.clone()).collect::<Vec<_>>(), &device)
-        .map_err(err)?;
+    let rollout_lp = place_response_values(
+        &seqs,
+        &completions
+            .iter()
+            .map(|c| c.logprobs.clone())
+            .collect::<Vec<_>>(),
+        &device,
+    )
+    .map_err(err)?;
 
     // 3. Experience (a little tensor math, off the async runtime).
     let kind = match rl.algorithm {
-        Algorithm::Ppo => AdvantageKind::Gae(GaeConfig { gamma: rl.gamma, lambda: rl.lam }),
+        Algorithm::Ppo => AdvantageKind::Gae(GaeConfig {
+            gamma: rl.gamma,
+            lambda: rl.lam,
+        }),
         Algorithm::Grpo => AdvantageKind::Grpo,
         Algorithm::DrGrpo => AdvantageKind::DrGrpo,
         Algorithm::Rloo => AdvantageKind::Rloo,
@@ -167,16 +221,27 @@ pub(crate) async fn run_step(
     let exp_cfg = ExperienceConfig {
         kind,
         group_size: rl.samples_per_prompt,
-        kl_coef: if rl.kl_mode == KlModeName::Reward { beta } else { 0.0 },
+        kl_coef: if rl.kl_mode == KlModeName::Reward {
+            beta
+        } else {
+            0.0
+        },
         kl_estimator: estimator(rl.kl_estimator),
         whiten: rl.whiten_advantages,
     };
     let exp = {
-        let (scores, old_lp, ref_lp, values, seqs) = (scores.clone(), old_lp.clone(), ref_lp.clone(), values.clone(), seqs.clone());
+        let (scores, old_lp, ref_lp, values, seqs) = (
+            scores.clone(),
+            old_lp.clone(),
+            ref_lp.clone(),
+            values.clone(),
+            seqs.clone(),
+        );
         tokio::task::spawn_blocking(move || {
             let mask = seqs.batch(&Device::Cpu)?.response_mask;
             let mask = mask.to_device(old_lp.device()).map_err(err)?;
-            build_experience(&scores, &old_lp, &ref_lp, values.as_ref(), &mask, &exp_cfg).map_err(err)
+            build_experience(&scores, &old_lp, &ref_lp, values.as_ref(), &mask, &exp_cfg)
+                .map_err(err)
         })
         .await
         .map_err(err)??
@@ -184,9 +249,21 @@ pub(crate) async fn run_step(
     let mismatch = {
         let mask = seqs.batch(&device)?.response_mask;
         let d = ((&old_lp - &rollout_lp).map_err(err)?.abs().map_err(err)? * &mask).map_err(err)?;
-        let total = mask.sum_all().and_then(|t| t.to_scalar::<f32>()).map_err(err)?.max(1.0);
-        let mean = d.sum_all().and_then(|t| t.to_scalar::<f32>()).map_err(err)? / total;
-        let max = d.flatten_all().and_then(|t| t.max(0)).and_then(|t| t.to_scalar::<f32>()).map_err(err)?;
+        let total = mask
+            .sum_all()
+            .and_then(|t| t.to_scalar::<f32>())
+            .map_err(err)?
+            .max(1.0);
+        let mean = d
+            .sum_all()
+            .and_then(|t| t.to_scalar::<f32>())
+            .map_err(err)?
+            / total;
+        let max = d
+            .flatten_all()
+            .and_then(|t| t.max(0))
+            .and_then(|t| t.to_scalar::<f32>())
+            .map_err(err)?;
         (mean as f64, max as f64)
     };
 
@@ -200,8 +277,17 @@ pub(crate) async fn run_step(
         ref_logprobs: ref_lp.clone(),
         rollout_logprobs: rollout_lp,
         cfg: PolicyLossConfig {
-            ppo: PpoConfig { clip_low: rl.clip_eps, clip_high: rl.clip_eps, dual_clip: rl.dual_clip, agg: agg(rl.loss_agg) },
-            kl_loss_coef: if rl.kl_mode == KlModeName::Loss { beta } else { 0.0 },
+            ppo: PpoConfig {
+                clip_low: rl.clip_eps,
+                clip_high: rl.clip_eps,
+                dual_clip: rl.dual_clip,
+                agg: agg(rl.loss_agg),
+            },
+            kl_loss_coef: if rl.kl_mode == KlModeName::Loss {
+                beta
+            } else {
+                0.0
+            },
             kl_estimator: estimator(rl.kl_estimator),
             entropy_coef: rl.entropy_coef,
             tis_cap: rl.tis_cap,
@@ -214,7 +300,11 @@ pub(crate) async fn run_step(
     });
     let policy_fut = async {
         let _t = timed("policy", "policy_train");
-        ask("policy", &roles.policy, |reply| PolicyMsg::Train { work: policy_work, reply }).await
+        ask("policy", &roles.policy, |reply| PolicyMsg::Train {
+            work: policy_work,
+            reply,
+        })
+        .await
     };
     let critic_fut = async {
         match (&roles.critic, &values, &exp.returns) {
@@ -231,7 +321,9 @@ pub(crate) async fn run_step(
                     minibatch_size: rl.minibatch_size,
                     shuffle_seed,
                 });
-                ask("critic", c, |reply| CriticMsg::Train { work, reply }).await.map(Some)
+                ask("critic", c, |reply| CriticMsg::Train { work, reply })
+                    .await
+                    .map(Some)
             }
             _ => Ok(None),
         }
@@ -252,7 +344,10 @@ pub(crate) async fn run_step(
     let correct = texts
         .iter()
         .zip(answers.iter())
-        .filter(|(t, a)| a.as_deref().is_some_and(|a| oxalign_rlhf::reward::ExactMatch::is_correct(t, a)))
+        .filter(|(t, a)| {
+            a.as_deref()
+                .is_some_and(|a| oxalign_rlhf::reward::ExactMatch::is_correct(t, a))
+        })
         .count();
     let step_secs = t0.elapsed().as_secs_f64();
     let all_tokens: usize = seqs.pairs.iter().map(|(p, r)| p.len() + r.len()).sum();
@@ -301,5 +396,7 @@ pub(crate) async fn run_step(
             step_secs
         );
     }
-    Ok(StepRow { reward_mean: s.score_mean })
+    Ok(StepRow {
+        reward_mean: s.score_mean,
+    })
 }

@@ -8,12 +8,14 @@ use crate::placement::DeviceGroup;
 use crate::recipe::{Recipe, RewardKind, TaskKind};
 use crate::replicas::Replicas;
 use crate::roles::{
-    Critic, CriticMsg, CriticState, Policy, PolicyMsg, PolicyState, Reference, ReferenceMsg, ReferenceState, Reward,
-    RewardMsg, RewardState, Scorer,
+    Critic, CriticMsg, CriticState, Policy, PolicyMsg, PolicyState, Reference, ReferenceMsg,
+    ReferenceState, Reward, RewardMsg, RewardState, Scorer,
 };
 use candle_core::{DType, Tensor};
 use oxalign_models::tokenizer::Tokenizer;
-use oxalign_models::{byte_tokenizer, CausalLm, Family, ModelConfig, Preset, RewardModel, ValueModel};
+use oxalign_models::{
+    byte_tokenizer, CausalLm, Family, ModelConfig, Preset, RewardModel, ValueModel,
+};
 use oxalign_rlhf::data::{ArithmeticTask, PromptFile, PromptSource};
 use oxalign_rlhf::reward::ExactMatch;
 use oxalign_rlhf::trainer::{CriticTrainer, PolicyTrainer};
@@ -56,8 +58,16 @@ pub fn policy_dir(recipe: &Recipe, run_dir: &Path) -> Result<PathBuf, String> {
     if dir.join("config.json").is_file() {
         return Ok(dir);
     }
-    let family: Family = recipe.model.init_family.parse().map_err(|e| format!("model.init_family: {e}"))?;
-    let preset: Preset = recipe.model.init_preset.parse().map_err(|e| format!("model.init_preset: {e}"))?;
+    let family: Family = recipe
+        .model
+        .init_family
+        .parse()
+        .map_err(|e| format!("model.init_family: {e}"))?;
+    let preset: Preset = recipe
+        .model
+        .init_preset
+        .parse()
+        .map_err(|e| format!("model.init_preset: {e}"))?;
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     byte_tokenizer::write(&dir).map_err(|e| e.to_string())?;
     let tok = Tokenizer::from_dir(&dir).map_err(|e| e.to_string())?;
@@ -69,7 +79,8 @@ pub fn policy_dir(recipe: &Recipe, run_dir: &Path) -> Result<PathBuf, String> {
     cfg.bos_token_id = tok.bos_token_id();
     cfg.eos_token_id = tok.stop_token_ids().to_vec();
     cfg.pad_token_id = tok.pad_token_id();
-    let model = CausalLm::init_random(&cfg, recipe.run.seed, &candle_core::Device::Cpu).map_err(|e| e.to_string())?;
+    let model = CausalLm::init_random(&cfg, recipe.run.seed, &candle_core::Device::Cpu)
+        .map_err(|e| e.to_string())?;
     model.save(&dir).map_err(|e| e.to_string())?;
     Ok(dir)
 }
@@ -77,12 +88,24 @@ pub fn policy_dir(recipe: &Recipe, run_dir: &Path) -> Result<PathBuf, String> {
 /// The prompt source of the recipe.
 pub fn prompt_source(recipe: &Recipe) -> Result<Arc<dyn PromptSource>, String> {
     Ok(match recipe.data.task {
-        TaskKind::Arithmetic => Arc::new(ArithmeticTask::new(recipe.run.seed, recipe.data.max_operand, recipe.data.eval_size)),
+        TaskKind::Arithmetic => Arc::new(ArithmeticTask::new(
+            recipe.run.seed,
+            recipe.data.max_operand,
+            recipe.data.eval_size,
+        )),
         TaskKind::Jsonl => {
-            let path = recipe.data.path.as_deref().ok_or("data.path is required for task = \"jsonl\"")?;
+            let path = recipe
+                .data
+                .path
+                .as_deref()
+                .ok_or("data.path is required for task = \"jsonl\"")?;
             Arc::new(
-                PromptFile::load(Path::new(path), recipe.data.eval_path.as_deref().map(Path::new), recipe.run.seed)
-                    .map_err(|e| e.to_string())?,
+                PromptFile::load(
+                    Path::new(path),
+                    recipe.data.eval_path.as_deref().map(Path::new),
+                    recipe.run.seed,
+                )
+                .map_err(|e| e.to_string())?,
             )
         }
     })
@@ -103,7 +126,12 @@ pub struct RoleSources {
 }
 
 /// Spawns the policy actor with one trainer replica per device of its group.
-pub async fn spawn_policy(recipe: &Recipe, weights: &Path, monitor: &MonitorHandle, pool: &ExecutorPool) -> Result<ActorRef<PolicyMsg>, String> {
+pub async fn spawn_policy(
+    recipe: &Recipe,
+    weights: &Path,
+    monitor: &MonitorHandle,
+    pool: &ExecutorPool,
+) -> Result<ActorRef<PolicyMsg>, String> {
     let pg = group(&recipe.placement.policy, "policy")?;
     let mut trainers = Vec::new();
     for dev in pg.devices().map_err(|e| e.to_string())? {
@@ -112,9 +140,13 @@ pub async fn spawn_policy(recipe: &Recipe, weights: &Path, monitor: &MonitorHand
     }
     let policy_replicas = Replicas::new("policy", pg.specs.clone(), trainers, pool.clone());
     monitor.report(ActorInfo::new("policy", "policy", pg.names()));
-    let (policy, _) = Actor::spawn(Some("policy".into()), Policy, PolicyState::new(policy_replicas, monitor.clone()))
-        .await
-        .map_err(|e| e.to_string())?;
+    let (policy, _) = Actor::spawn(
+        Some("policy".into()),
+        Policy,
+        PolicyState::new(policy_replicas, monitor.clone()),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     Ok(policy)
 }
 
@@ -128,12 +160,20 @@ pub async fn spawn_others(
 ) -> Result<Roles, String> {
     let e = |e: oxalign_models::ModelError| e.to_string();
     let rg = group(&recipe.placement.reference, "reference")?;
-    let refs = rg.devices().map_err(|e| e.to_string())?.iter().map(|d| CausalLm::load(&src.reference, d).map_err(e)).collect::<Result<Vec<_>, _>>()?;
+    let refs = rg
+        .devices()
+        .map_err(|e| e.to_string())?
+        .iter()
+        .map(|d| CausalLm::load(&src.reference, d).map_err(e))
+        .collect::<Result<Vec<_>, _>>()?;
     monitor.report(ActorInfo::new("reference", "reference", rg.names()));
     let (reference, _) = Actor::spawn(
         Some("reference".into()),
         Reference,
-        ReferenceState::new(Replicas::new("reference", rg.specs.clone(), refs, pool.clone()), monitor.clone()),
+        ReferenceState::new(
+            Replicas::new("reference", rg.specs.clone(), refs, pool.clone()),
+            monitor.clone(),
+        ),
     )
     .await
     .map_err(|e| e.to_string())?;
@@ -142,9 +182,16 @@ pub async fn spawn_others(
     let mut scorers = Vec::new();
     for dev in wg.devices().map_err(|e| e.to_string())? {
         scorers.push(match recipe.reward.kind {
-            RewardKind::ExactMatch => Scorer::ExactMatch(ExactMatch { correct: recipe.reward.correct, incorrect: recipe.reward.incorrect }),
+            RewardKind::ExactMatch => Scorer::ExactMatch(ExactMatch {
+                correct: recipe.reward.correct,
+                incorrect: recipe.reward.incorrect,
+            }),
             RewardKind::Model => {
-                let p = recipe.model.reward_path.as_deref().ok_or("model.reward_path is required for reward.kind = \"model\"")?;
+                let p = recipe
+                    .model
+                    .reward_path
+                    .as_deref()
+                    .ok_or("model.reward_path is required for reward.kind = \"model\"")?;
                 Scorer::Model(RewardModel::load(Path::new(p), &dev).map_err(e)?)
             }
         });
@@ -153,7 +200,10 @@ pub async fn spawn_others(
     let (reward, _) = Actor::spawn(
         Some("reward".into()),
         Reward,
-        RewardState::new(Replicas::new("reward", wg.specs.clone(), scorers, pool.clone()), monitor.clone()),
+        RewardState::new(
+            Replicas::new("reward", wg.specs.clone(), scorers, pool.clone()),
+            monitor.clone(),
+        ),
     )
     .await
     .map_err(|e| e.to_string())?;
@@ -167,18 +217,30 @@ pub async fn spawn_others(
                 None => {
                     let policy = CausalLm::load(&src.reference, &dev).map_err(e)?;
                     let w: HashMap<String, Tensor> = policy.weights().map_err(|e| e.to_string())?;
-                    let mut vm = ValueModel::from_backbone(policy.config().clone(), &w, recipe.run.seed ^ 0xC217, DType::F32, &dev).map_err(e)?;
+                    let mut vm = ValueModel::from_backbone(
+                        policy.config().clone(),
+                        &w,
+                        recipe.run.seed ^ 0xC217,
+                        DType::F32,
+                        &dev,
+                    )
+                    .map_err(e)?;
                     zero_value_head(&mut vm)?;
                     vm
                 }
             };
-            ts.push(CriticTrainer::new(model, recipe.rl.critic_lr, 0.0).map_err(|e| e.to_string())?);
+            ts.push(
+                CriticTrainer::new(model, recipe.rl.critic_lr, 0.0).map_err(|e| e.to_string())?,
+            );
         }
         monitor.report(ActorInfo::new("critic", "critic", cg.names()));
         let (c, _) = Actor::spawn(
             Some("critic".into()),
             Critic,
-            CriticState::new(Replicas::new("critic", cg.specs.clone(), ts, pool.clone()), monitor.clone()),
+            CriticState::new(
+                Replicas::new("critic", cg.specs.clone(), ts, pool.clone()),
+                monitor.clone(),
+            ),
         )
         .await
         .map_err(|e| e.to_string())?;
@@ -186,14 +248,20 @@ pub async fn spawn_others(
     } else {
         None
     };
-    Ok(Roles { policy, reference, reward, critic })
+    Ok(Roles {
+        policy,
+        reference,
+        reward,
+        critic,
+    })
 }
 
 /// A new critic starts predicting 0 everywhere, so its first advantages are the raw returns.
 fn zero_value_head(vm: &mut ValueModel) -> Result<(), String> {
     for (name, var) in vm.vars() {
         if name.starts_with("score.") {
-            var.set(&var.as_tensor().zeros_like().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+            var.set(&var.as_tensor().zeros_like().map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
         }
     }
     Ok(())

@@ -10,12 +10,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// `prompt ids, answer ids + eos` for each item (items without an answer are skipped).
-pub(crate) fn sft_pairs(ctx: &Ctx<'_>, items: &[oxalign_rlhf::data::PromptItem]) -> Result<Vec<(Vec<u32>, Vec<u32>)>, String> {
+pub(crate) fn sft_pairs(
+    ctx: &Ctx<'_>,
+    items: &[oxalign_rlhf::data::PromptItem],
+) -> Result<Vec<(Vec<u32>, Vec<u32>)>, String> {
     let eos = ctx.tok.eos_token_id();
     let mut out = Vec::new();
     for it in items {
         let Some(answer) = &it.answer else { continue };
-        let p = ctx.tok.encode(&it.prompt, true).map_err(|e| e.to_string())?;
+        let p = ctx
+            .tok
+            .encode(&it.prompt, true)
+            .map_err(|e| e.to_string())?;
         let mut a = ctx.tok.encode(answer, false).map_err(|e| e.to_string())?;
         a.extend(eos);
         out.push((p, a));
@@ -40,13 +46,18 @@ pub(crate) async fn run_sft(
     let started = Instant::now();
     let report_every = (s.steps / 10).max(1);
     for step in 0..s.steps {
-        let items: Vec<_> = (0..s.batch_size as u64).map(|i| data.train_item(state.data_position + i)).collect();
+        let items: Vec<_> = (0..s.batch_size as u64)
+            .map(|i| data.train_item(state.data_position + i))
+            .collect();
         state.data_position += s.batch_size as u64;
         let pairs = sft_pairs(ctx, &items)?;
         if pairs.is_empty() {
             return Err("SFT needs prompts with answers; this batch had none".into());
         }
-        let seqs = Arc::new(Sequences { pairs, pad_id: ctx.pad_id });
+        let seqs = Arc::new(Sequences {
+            pairs,
+            pad_id: ctx.pad_id,
+        });
         let lr = schedule.lr_at(step);
         let timer = ctx.monitor.time("policy", "sft", 0);
         let (nll, grad_norm) = ask("policy", policy, |reply| PolicyMsg::Sft {
@@ -59,7 +70,10 @@ pub(crate) async fn run_sft(
         .map_err(|e| e.to_string())?;
         drop(timer);
         if !nll.is_finite() {
-            return Err(format!("SFT step {}: the loss is {nll}; lower sft.lr", step + 1));
+            return Err(format!(
+                "SFT step {}: the loss is {nll}; lower sft.lr",
+                step + 1
+            ));
         }
         if !ctx.quiet && ((step + 1) % report_every == 0 || step + 1 == s.steps) {
             println!(

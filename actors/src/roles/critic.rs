@@ -83,22 +83,50 @@ impl CriticState {
     }
 }
 
-fn critic_update(ctx: &crate::replicas::ReplicaCtx<'_>, t: &mut CriticTrainer, w: &CriticWork) -> Result<f64, String> {
+fn critic_update(
+    ctx: &crate::replicas::ReplicaCtx<'_>,
+    t: &mut CriticTrainer,
+    w: &CriticWork,
+) -> Result<f64, String> {
     let e = |e: oxalign_rlhf::RlhfError| e.to_string();
     let device = t.model.device().clone();
     let full = w.seqs.batch(&device)?;
-    let order = super::policy::minibatch_order(full.rows(), w.minibatch_size, w.epochs, w.shuffle_seed ^ 0xC21);
+    let order = super::policy::minibatch_order(
+        full.rows(),
+        w.minibatch_size,
+        w.epochs,
+        w.shuffle_seed ^ 0xC21,
+    );
     let (mut total, mut n) = (0.0, 0usize);
     for mb in order {
         let global = full.select_rows(&mb).map_err(e)?;
         let rows: Vec<usize> = mb[shard_ranges(mb.len(), ctx.world)[ctx.rank].clone()].to_vec();
         let local = full.select_rows(&rows).map_err(e)?;
-        let idx = Tensor::from_vec(rows.iter().map(|&r| r as u32).collect::<Vec<_>>(), rows.len(), &device)
-            .map_err(|e| e.to_string())?;
-        let pick = |x: &Tensor| x.contiguous().and_then(|x| x.index_select(&idx, 0)).map_err(|e| e.to_string());
-        let weight = ctx.world as f64 * local.response_tokens() as f64 / global.response_tokens().max(1) as f64;
+        let idx = Tensor::from_vec(
+            rows.iter().map(|&r| r as u32).collect::<Vec<_>>(),
+            rows.len(),
+            &device,
+        )
+        .map_err(|e| e.to_string())?;
+        let pick = |x: &Tensor| {
+            x.contiguous()
+                .and_then(|x| x.index_select(&idx, 0))
+                .map_err(|e| e.to_string())
+        };
+        let weight = ctx.world as f64 * local.response_tokens() as f64
+            / global.response_tokens().max(1) as f64;
         let (loss, _) = t
-            .step(&local, &pick(&w.old_values)?, &pick(&w.returns)?, w.clip, LossAgg::TokenMean, w.lr, w.max_grad_norm, weight, ctx.collective)
+            .step(
+                &local,
+                &pick(&w.old_values)?,
+                &pick(&w.returns)?,
+                w.clip,
+                LossAgg::TokenMean,
+                w.lr,
+                w.max_grad_norm,
+                weight,
+                ctx.collective,
+            )
             .map_err(e)?;
         total += loss;
         n += 1;
@@ -111,11 +139,20 @@ impl Actor for Critic {
     type State = CriticState;
     type Arguments = CriticState;
 
-    async fn pre_start(&self, _me: ActorRef<Self::Msg>, a: CriticState) -> Result<CriticState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _me: ActorRef<Self::Msg>,
+        a: CriticState,
+    ) -> Result<CriticState, ActorProcessingErr> {
         Ok(a)
     }
 
-    async fn handle(&self, _me: ActorRef<Self::Msg>, msg: CriticMsg, st: &mut CriticState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _me: ActorRef<Self::Msg>,
+        msg: CriticMsg,
+        st: &mut CriticState,
+    ) -> Result<(), ActorProcessingErr> {
         let started = Instant::now();
         match msg {
             CriticMsg::Values { seqs, reply } => {
@@ -139,7 +176,11 @@ impl Actor for Critic {
             CriticMsg::Train { work, reply } => {
                 let busy = Busy::start(&st.monitor, "critic", "critic_train".into());
                 let n = work.seqs.len() * work.epochs;
-                let r = st.replicas.each(move |ctx, t| critic_update(ctx, t, &work)).await.map(|v| v[0]);
+                let r = st
+                    .replicas
+                    .each(move |ctx, t| critic_update(ctx, t, &work))
+                    .await
+                    .map(|v| v[0]);
                 busy.done(&r, n, started.elapsed().as_secs_f64());
                 let _ = reply.send(r);
             }
@@ -149,7 +190,9 @@ impl Actor for Critic {
                     .each(move |ctx, t| {
                         if ctx.rank == 0 {
                             t.model.save(&dir).map_err(|e| e.to_string())?;
-                            t.opt.save_state(&dir.join("optimizer")).map_err(|e| e.to_string())?;
+                            t.opt
+                                .save_state(&dir.join("optimizer"))
+                                .map_err(|e| e.to_string())?;
                         }
                         Ok(())
                     })
@@ -160,7 +203,11 @@ impl Actor for Critic {
             CriticMsg::LoadOptimizer { dir, reply } => {
                 let r = st
                     .replicas
-                    .each(move |_, t| t.opt.load_state(&dir.join("optimizer")).map_err(|e| e.to_string()))
+                    .each(move |_, t| {
+                        t.opt
+                            .load_state(&dir.join("optimizer"))
+                            .map_err(|e| e.to_string())
+                    })
                     .await
                     .map(|_| ());
                 let _ = reply.send(r);

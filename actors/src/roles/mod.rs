@@ -32,9 +32,18 @@ where
 {
     match actor.call(build, None).await {
         Ok(CallResult::Success(r)) => r,
-        Ok(CallResult::Timeout) => Err(RoleError::Actor { role: role.into(), message: "timed out".into() }),
-        Ok(CallResult::SenderError) => Err(RoleError::Actor { role: role.into(), message: "stopped before answering".into() }),
-        Err(e) => Err(RoleError::Actor { role: role.into(), message: e.to_string() }),
+        Ok(CallResult::Timeout) => Err(RoleError::Actor {
+            role: role.into(),
+            message: "timed out".into(),
+        }),
+        Ok(CallResult::SenderError) => Err(RoleError::Actor {
+            role: role.into(),
+            message: "stopped before answering".into(),
+        }),
+        Err(e) => Err(RoleError::Actor {
+            role: role.into(),
+            message: e.to_string(),
+        }),
     }
 }
 
@@ -54,10 +63,12 @@ impl<'a> Busy<'a> {
     /// Reports the outcome: idle with a throughput, or failed with the error.
     pub(crate) fn done<T>(self, r: &Result<T, RoleError>, items: usize, seconds: f64) {
         match r {
-            Ok(_) => self
+            Ok(_) => self.monitor.report(
+                ActorUpdate::idle(self.actor).with_items_per_sec(items as f64 / seconds.max(1e-9)),
+            ),
+            Err(e) => self
                 .monitor
-                .report(ActorUpdate::idle(self.actor).with_items_per_sec(items as f64 / seconds.max(1e-9))),
-            Err(e) => self.monitor.report(ActorUpdate::failed(self.actor, e.to_string())),
+                .report(ActorUpdate::failed(self.actor, e.to_string())),
         }
     }
 }

@@ -117,7 +117,11 @@ pub struct PolicyState {
 impl PolicyState {
     /// State over already-built replicas.
     pub fn new(replicas: Replicas<PolicyTrainer>, monitor: MonitorHandle) -> Self {
-        Self { replicas, monitor, name: "policy".into() }
+        Self {
+            replicas,
+            monitor,
+            name: "policy".into(),
+        }
     }
 }
 
@@ -125,7 +129,13 @@ fn dev(t: &PolicyTrainer) -> Device {
     t.model.device().clone()
 }
 
-fn local_weight(ctx: &ReplicaCtx<'_>, agg: LossAgg, local: &TokenBatch, global_tokens: usize, global_rows: usize) -> f64 {
+fn local_weight(
+    ctx: &ReplicaCtx<'_>,
+    agg: LossAgg,
+    local: &TokenBatch,
+    global_tokens: usize,
+    global_rows: usize,
+) -> f64 {
     let w = match agg {
         LossAgg::TokenMean => local.response_tokens() as f64 / global_tokens.max(1) as f64,
         _ => local.rows() as f64 / global_rows.max(1) as f64,
@@ -134,12 +144,18 @@ fn local_weight(ctx: &ReplicaCtx<'_>, agg: LossAgg, local: &TokenBatch, global_t
 }
 
 /// The minibatches of one PPO update: a seeded permutation per epoch, cut into chunks.
-pub(crate) fn minibatch_order(rows: usize, size: usize, epochs: usize, seed: u64) -> Vec<Vec<usize>> {
+pub(crate) fn minibatch_order(
+    rows: usize,
+    size: usize,
+    epochs: usize,
+    seed: u64,
+) -> Vec<Vec<usize>> {
     use rand::seq::SliceRandom;
     use rand::SeedableRng;
     let mut out = Vec::new();
     for epoch in 0..epochs {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (epoch as u64).wrapping_mul(0x9E37_79B9));
+        let mut rng =
+            rand::rngs::StdRng::seed_from_u64(seed ^ (epoch as u64).wrapping_mul(0x9E37_79B9));
         let mut order: Vec<usize> = (0..rows).collect();
         order.shuffle(&mut rng);
         out.extend(order.chunks(size.max(1)).map(|c| c.to_vec()));
@@ -147,7 +163,11 @@ pub(crate) fn minibatch_order(rows: usize, size: usize, epochs: usize, seed: u64
     out
 }
 
-fn ppo_update(ctx: &ReplicaCtx<'_>, t: &mut PolicyTrainer, w: &PolicyWork) -> Result<PolicyTrainSummary, String> {
+fn ppo_update(
+    ctx: &ReplicaCtx<'_>,
+    t: &mut PolicyTrainer,
+    w: &PolicyWork,
+) -> Result<PolicyTrainSummary, String> {
     let e = |e: oxalign_rlhf::RlhfError| e.to_string();
     let full = w.seqs.batch(&dev(t))?;
     let mut sum = PolicyStats::default();
@@ -157,10 +177,24 @@ fn ppo_update(ctx: &ReplicaCtx<'_>, t: &mut PolicyTrainer, w: &PolicyWork) -> Re
         let range = shard_ranges(mb.len(), ctx.world)[ctx.rank].clone();
         let rows: Vec<usize> = mb[range].to_vec();
         let local = full.select_rows(&rows).map_err(e)?;
-        let idx = Tensor::from_vec(rows.iter().map(|&r| r as u32).collect::<Vec<_>>(), rows.len(), &dev(t))
-            .map_err(|e| e.to_string())?;
-        let pick = |x: &Tensor| x.contiguous().and_then(|x| x.index_select(&idx, 0)).map_err(|e| e.to_string());
-        let weight = local_weight(ctx, w.cfg.ppo.agg, &local, global.response_tokens(), global.rows());
+        let idx = Tensor::from_vec(
+            rows.iter().map(|&r| r as u32).collect::<Vec<_>>(),
+            rows.len(),
+            &dev(t),
+        )
+        .map_err(|e| e.to_string())?;
+        let pick = |x: &Tensor| {
+            x.contiguous()
+                .and_then(|x| x.index_select(&idx, 0))
+                .map_err(|e| e.to_string())
+        };
+        let weight = local_weight(
+            ctx,
+            w.cfg.ppo.agg,
+            &local,
+            global.response_tokens(),
+            global.rows(),
+        );
         let s = t
             .ppo_step(
                 &local,
@@ -188,7 +222,11 @@ fn ppo_update(ctx: &ReplicaCtx<'_>, t: &mut PolicyTrainer, w: &PolicyWork) -> Re
     sum.approx_kl /= n;
     sum.entropy /= n;
     sum.step.grad_norm /= n;
-    Ok(PolicyTrainSummary { stats: sum, updates, skipped })
+    Ok(PolicyTrainSummary {
+        stats: sum,
+        updates,
+        skipped,
+    })
 }
 
 impl Actor for Policy {
@@ -196,14 +234,27 @@ impl Actor for Policy {
     type State = PolicyState;
     type Arguments = PolicyState;
 
-    async fn pre_start(&self, _me: ActorRef<Self::Msg>, args: PolicyState) -> Result<PolicyState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _me: ActorRef<Self::Msg>,
+        args: PolicyState,
+    ) -> Result<PolicyState, ActorProcessingErr> {
         Ok(args)
     }
 
-    async fn handle(&self, _me: ActorRef<Self::Msg>, msg: PolicyMsg, st: &mut PolicyState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _me: ActorRef<Self::Msg>,
+        msg: PolicyMsg,
+        st: &mut PolicyState,
+    ) -> Result<(), ActorProcessingErr> {
         let started = Instant::now();
         match msg {
-            PolicyMsg::Generate { requests, label, reply } => {
+            PolicyMsg::Generate {
+                requests,
+                label,
+                reply,
+            } => {
                 let busy = Busy::start(&st.monitor, &st.name, label);
                 let n = requests.len();
                 let r = st
@@ -213,7 +264,9 @@ impl Actor for Policy {
                         if range.is_empty() {
                             return Ok(Vec::new());
                         }
-                        t.model.generate(&requests[range]).map_err(|e| e.to_string())
+                        t.model
+                            .generate(&requests[range])
+                            .map_err(|e| e.to_string())
                     })
                     .await
                     .map(|parts| parts.into_iter().flatten().collect::<Vec<_>>());
@@ -238,7 +291,12 @@ impl Actor for Policy {
                 busy.done(&r, n, started.elapsed().as_secs_f64());
                 let _ = reply.send(r);
             }
-            PolicyMsg::Sft { seqs, lr, max_grad_norm, reply } => {
+            PolicyMsg::Sft {
+                seqs,
+                lr,
+                max_grad_norm,
+                reply,
+            } => {
                 let busy = Busy::start(&st.monitor, &st.name, "sft".into());
                 let n = seqs.len();
                 let r = st
@@ -247,7 +305,13 @@ impl Actor for Policy {
                         let full = seqs.batch(&dev(t))?;
                         let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
                         let local = seqs.batch_rows(range, &dev(t))?;
-                        let weight = local_weight(ctx, LossAgg::TokenMean, &local, full.response_tokens(), full.rows());
+                        let weight = local_weight(
+                            ctx,
+                            LossAgg::TokenMean,
+                            &local,
+                            full.response_tokens(),
+                            full.rows(),
+                        );
                         let (nll, step) = t
                             .sft_step(&local, lr, max_grad_norm, weight, ctx.collective)
                             .map_err(|e| e.to_string())?;
@@ -261,11 +325,19 @@ impl Actor for Policy {
             PolicyMsg::Train { work, reply } => {
                 let busy = Busy::start(&st.monitor, &st.name, "policy_train".into());
                 let n = work.seqs.len() * work.epochs;
-                let r = st.replicas.each(move |ctx, t| ppo_update(ctx, t, &work)).await.map(|v| v[0]);
+                let r = st
+                    .replicas
+                    .each(move |ctx, t| ppo_update(ctx, t, &work))
+                    .await
+                    .map(|v| v[0]);
                 busy.done(&r, n, started.elapsed().as_secs_f64());
                 let _ = reply.send(r);
             }
-            PolicyMsg::Save { dir, optimizer, reply } => {
+            PolicyMsg::Save {
+                dir,
+                optimizer,
+                reply,
+            } => {
                 let r = st
                     .replicas
                     .each(move |ctx, t| {
@@ -274,7 +346,9 @@ impl Actor for Policy {
                         }
                         t.model.save(&dir).map_err(|e| e.to_string())?;
                         if optimizer {
-                            t.opt.save_state(&dir.join("optimizer")).map_err(|e| e.to_string())?;
+                            t.opt
+                                .save_state(&dir.join("optimizer"))
+                                .map_err(|e| e.to_string())?;
                         }
                         Ok(())
                     })
@@ -285,7 +359,11 @@ impl Actor for Policy {
             PolicyMsg::LoadOptimizer { dir, reply } => {
                 let r = st
                     .replicas
-                    .each(move |_, t| t.opt.load_state(&dir.join("optimizer")).map_err(|e| e.to_string()))
+                    .each(move |_, t| {
+                        t.opt
+                            .load_state(&dir.join("optimizer"))
+                            .map_err(|e| e.to_string())
+                    })
                     .await
                     .map(|_| ());
                 let _ = reply.send(r);
@@ -298,5 +376,9 @@ impl Actor for Policy {
 /// Concatenates per-replica `[b_i, T-1]` results along rows (skipping empty shards).
 pub(crate) fn concat_rows(role: &str, parts: Vec<Option<Tensor>>) -> Result<Tensor, RoleError> {
     let parts: Vec<Tensor> = parts.into_iter().flatten().collect();
-    Tensor::cat(&parts, 0).map_err(|e| RoleError::Job { role: role.into(), rank: 0, message: e.to_string() })
+    Tensor::cat(&parts, 0).map_err(|e| RoleError::Job {
+        role: role.into(),
+        rank: 0,
+        message: e.to_string(),
+    })
 }

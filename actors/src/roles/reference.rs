@@ -42,11 +42,20 @@ impl Actor for Reference {
     type State = ReferenceState;
     type Arguments = ReferenceState;
 
-    async fn pre_start(&self, _me: ActorRef<Self::Msg>, a: ReferenceState) -> Result<ReferenceState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _me: ActorRef<Self::Msg>,
+        a: ReferenceState,
+    ) -> Result<ReferenceState, ActorProcessingErr> {
         Ok(a)
     }
 
-    async fn handle(&self, _me: ActorRef<Self::Msg>, msg: ReferenceMsg, st: &mut ReferenceState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _me: ActorRef<Self::Msg>,
+        msg: ReferenceMsg,
+        st: &mut ReferenceState,
+    ) -> Result<(), ActorProcessingErr> {
         let ReferenceMsg::Logprobs { seqs, reply } = msg;
         let started = Instant::now();
         let busy = Busy::start(&st.monitor, "reference", "reference_logprobs".into());
@@ -59,7 +68,9 @@ impl Actor for Reference {
                     return Ok(None);
                 }
                 let b = seqs.batch_rows(range, m.device())?;
-                let lp = m.next_token_logprobs(&b.ids, Some(&b.attention_mask)).map_err(|e| e.to_string())?;
+                let lp = m
+                    .next_token_logprobs(&b.ids, Some(&b.attention_mask))
+                    .map_err(|e| e.to_string())?;
                 Ok(Some(lp.detach()))
             })
             .await

@@ -54,12 +54,26 @@ impl Actor for Reward {
     type State = RewardState;
     type Arguments = RewardState;
 
-    async fn pre_start(&self, _me: ActorRef<Self::Msg>, a: RewardState) -> Result<RewardState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _me: ActorRef<Self::Msg>,
+        a: RewardState,
+    ) -> Result<RewardState, ActorProcessingErr> {
         Ok(a)
     }
 
-    async fn handle(&self, _me: ActorRef<Self::Msg>, msg: RewardMsg, st: &mut RewardState) -> Result<(), ActorProcessingErr> {
-        let RewardMsg::Score { seqs, texts, answers, reply } = msg;
+    async fn handle(
+        &self,
+        _me: ActorRef<Self::Msg>,
+        msg: RewardMsg,
+        st: &mut RewardState,
+    ) -> Result<(), ActorProcessingErr> {
+        let RewardMsg::Score {
+            seqs,
+            texts,
+            answers,
+            reply,
+        } = msg;
         let started = Instant::now();
         let busy = Busy::start(&st.monitor, "reward", "reward".into());
         let n = seqs.len();
@@ -76,10 +90,17 @@ impl Actor for Reward {
                             return Ok(Vec::new());
                         }
                         let b = seqs.batch_rows(range, m.device())?;
-                        let s = m.forward(&b.ids, Some(&b.attention_mask)).map_err(|e| e.to_string())?;
-                        let s: Vec<f32> = s.to_dtype(candle_core::DType::F32).and_then(|t| t.to_vec1()).map_err(|e| e.to_string())?;
+                        let s = m
+                            .forward(&b.ids, Some(&b.attention_mask))
+                            .map_err(|e| e.to_string())?;
+                        let s: Vec<f32> = s
+                            .to_dtype(candle_core::DType::F32)
+                            .and_then(|t| t.to_vec1())
+                            .map_err(|e| e.to_string())?;
                         if let Some(bad) = s.iter().position(|x| !x.is_finite()) {
-                            return Err(format!("reward model gave a non-finite score for row {bad}"));
+                            return Err(format!(
+                                "reward model gave a non-finite score for row {bad}"
+                            ));
                         }
                         Ok(s)
                     }

@@ -26,14 +26,24 @@ impl Sequences {
 
     /// Packs all rows on `device`.
     pub fn batch(&self, device: &candle_core::Device) -> Result<TokenBatch, String> {
-        let refs: Vec<(&[u32], &[u32])> = self.pairs.iter().map(|(p, r)| (p.as_slice(), r.as_slice())).collect();
+        let refs: Vec<(&[u32], &[u32])> = self
+            .pairs
+            .iter()
+            .map(|(p, r)| (p.as_slice(), r.as_slice()))
+            .collect();
         TokenBatch::new(&refs, self.pad_id, device).map_err(|e| e.to_string())
     }
 
     /// Packs rows `range` on `device` with the whole batch's length `T`, so the shards of
     /// one batch line up column for column.
-    pub fn batch_rows(&self, range: Range<usize>, device: &candle_core::Device) -> Result<TokenBatch, String> {
+    pub fn batch_rows(
+        &self,
+        range: Range<usize>,
+        device: &candle_core::Device,
+    ) -> Result<TokenBatch, String> {
         let rows: Vec<usize> = range.collect();
-        self.batch(device)?.select_rows(&rows).map_err(|e| e.to_string())
+        self.batch(device)?
+            .select_rows(&rows)
+            .map_err(|e| e.to_string())
     }
 }

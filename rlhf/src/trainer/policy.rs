@@ -7,8 +7,7 @@
 use super::grads::{apply_gradients, StepStats};
 use super::{scalar, TokenBatch};
 use crate::losses::{
-    entropy_bonus, kl_loss, ppo_policy_loss, sft_loss, truncated_is_weights, KlEstimator, LossAgg,
-    PpoConfig,
+    entropy_bonus, kl_loss, ppo_policy_loss, sft_loss, truncated_is_weights, KlEstimator, PpoConfig,
 };
 use crate::optim::{AdamW, AdamWConfig};
 use crate::Result;
@@ -171,7 +170,7 @@ impl PolicyTrainer {
             logits.detach()
         };
         let ent = entropy(&ent_input)?;
-        let (bonus, ent_stats) = entropy_bonus(&ent, mask, cfg.entropy_coef, LossAgg::TokenMean)?;
+        let (bonus, ent_stats) = entropy_bonus(&ent, mask, cfg.entropy_coef, cfg.ppo.agg)?;
         if cfg.entropy_coef > 0.0 {
             loss = (loss + bonus)?;
         }

@@ -1,0 +1,157 @@
+//! Data parallelism: one PPO update (and one SFT step) with the batch split over two CPU
+//! replicas leaves the same weights as one replica on the whole batch.
+
+use candle_core::{DType, Device, Tensor};
+use oxalign_actors::executor::ExecutorPool;
+use oxalign_actors::monitor::MonitorHandle;
+use oxalign_actors::replicas::Replicas;
+use oxalign_actors::roles::{ask, Policy, PolicyMsg, PolicyState, PolicyWork, Sequences};
+use oxalign_kernels::device::DeviceSpec;
+use oxalign_models::{CausalLm, Family, ModelConfig, Preset};
+use oxalign_rlhf::losses::{KlEstimator, LossAgg, PpoConfig};
+use oxalign_rlhf::trainer::{PolicyLossConfig, PolicyTrainer};
+use ractor::Actor;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+fn config() -> ModelConfig {
+    let mut c = ModelConfig::preset(Family::Llama, Preset::Tiny, 64);
+    c.num_hidden_layers = 2;
+    c
+}
+
+fn sequences() -> Sequences {
+    // Uneven prompt and response lengths, so replicas see different token counts.
+    let pairs = (0..8u32)
+        .map(|i| {
+            let p: Vec<u32> = (0..3 + i % 3).map(|j| (i * 7 + j * 3) % 60 + 1).collect();
+            let r: Vec<u32> = (0..1 + (i * 5) % 4)
+                .map(|j| (i * 11 + j * 13) % 60 + 1)
+                .collect();
+            (p, r)
+        })
+        .collect();
+    Sequences { pairs, pad_id: 0 }
+}
+
+async fn update_with(world: usize, agg: LossAgg) -> HashMap<String, Tensor> {
+    let specs: Vec<DeviceSpec> = (0..world).map(DeviceSpec::cpu).collect();
+    let trainers = (0..world)
+        .map(|_| {
+            PolicyTrainer::new(
+                CausalLm::init_random(&config(), 5, &Device::Cpu).unwrap(),
+                1e-3,
+                0.01,
+            )
+            .unwrap()
+        })
+        .collect();
+    let probe = CausalLm::init_random(&config(), 5, &Device::Cpu).unwrap();
+    let seqs = Arc::new(sequences());
+    let batch = seqs.batch(&Device::Cpu).unwrap();
+    let old = probe
+        .next_token_logprobs(&batch.ids, Some(&batch.attention_mask))
+        .unwrap()
+        .detach();
+    let (b, t) = old.dims2().unwrap();
+    let adv = seeded_normal(1, b, t, 1.0);
+    // Make the old log-probs differ from the current ones so clipping is exercised.
+    let old_shifted = (&old + seeded_normal(2, b, t, 0.3)).unwrap();
+    let replicas = Replicas::new("policy", specs, trainers, ExecutorPool::new());
+    let (policy, _) = Actor::spawn(
+        None,
+        Policy,
+        PolicyState::new(replicas, MonitorHandle::disabled()),
+    )
+    .await
+    .unwrap();
+    let work = Arc::new(PolicyWork {
+        seqs: seqs.clone(),
+        old_logprobs: old_shifted,
+        advantages: adv,
+        ref_logprobs: old.clone(),
+        rollout_logprobs: old.clone(),
+        cfg: PolicyLossConfig {
+            ppo: PpoConfig {
+                clip_low: 0.2,
+                clip_high: 0.2,
+                dual_clip: Some(3.0),
+                agg,
+            },
+            kl_loss_coef: 0.05,
+            kl_estimator: KlEstimator::K3,
+            entropy_coef: 0.01,
+            tis_cap: Some(2.0),
+            max_grad_norm: 1.0,
+        },
+        lr: 1e-3,
+        epochs: 2,
+        minibatch_size: 4,
+        shuffle_seed: 9,
+    });
+    let summary = ask("policy", &policy, |reply| PolicyMsg::Train { work, reply })
+        .await
+        .unwrap();
+    assert_eq!(summary.updates, 4);
+    assert_eq!(summary.skipped, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    ask("policy", &policy, |reply| PolicyMsg::Save {
+        dir: d,
+        optimizer: false,
+        reply,
+    })
+    .await
+    .unwrap();
+    policy.stop(None);
+    CausalLm::load(dir.path(), &Device::Cpu)
+        .unwrap()
+        .weights()
+        .unwrap()
+}
+
+fn seeded_normal(seed: u64, b: usize, t: usize, std: f32) -> Tensor {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let v: Vec<f32> = (0..b * t)
+        .map(|_| (rng.random::<f32>() - 0.5) * 3.46 * std)
+        .collect();
+    Tensor::from_vec(v, (b, t), &Device::Cpu).unwrap()
+}
+
+fn max_diff(a: &HashMap<String, Tensor>, b: &HashMap<String, Tensor>) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .map(|(k, x)| {
+            let y = &b[k];
+            (x - y)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .max(0)
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap()
+        })
+        .fold(0.0, f32::max)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_match_one_on_the_same_global_batch() {
+    for agg in [LossAgg::TokenMean, LossAgg::SeqMeanTokenMean] {
+        let one = update_with(1, agg).await;
+        let two = update_with(2, agg).await;
+        let init = CausalLm::init_random(&config(), 5, &Device::Cpu)
+            .unwrap()
+            .weights()
+            .unwrap();
+        let moved = max_diff(&one, &init);
+        assert!(moved > 1e-4, "the update must change the weights ({moved})");
+        let d = max_diff(&one, &two);
+        assert!(d < 1e-5, "{agg:?}: DP=2 differs from DP=1 by {d}");
+    }
+}

@@ -1,0 +1,274 @@
+//! The engine's own copy of the rollout weights: f32 or quantized (ggml Q8_0 / Q4_0 through
+//! candle's `QMatMul`) linear layers with q/k/v and gate/up fused, plus embedding and norms.
+//! Inference only (no gradients); it never aliases the trainer's `Var` storage.
+
+use crate::config::ModelConfig;
+use crate::engine::config::QuantMode;
+use crate::engine::error::{EngineError, EngineResult};
+use crate::error::ModelError;
+use crate::param_spec::causal_lm_specs;
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// One linear layer `x [T, in] -> [T, out]` in the engine's precision.
+#[derive(Clone, Debug)]
+pub(crate) enum Linear {
+    /// f32 weight `[out, in]`.
+    Dense(Tensor, Option<Tensor>),
+    /// Quantized weight `[out, in]`.
+    Quant(QMatMul, Option<Tensor>),
+}
+
+impl Linear {
+    fn new(w: Tensor, b: Option<Tensor>, quant: QuantMode) -> EngineResult<Linear> {
+        let dtype = match quant {
+            QuantMode::None => return Ok(Linear::Dense(w, b)),
+            QuantMode::Int8 => GgmlDType::Q8_0,
+            QuantMode::Q4 => GgmlDType::Q4_0,
+        };
+        let in_dim = w.dim(1)?;
+        if in_dim % dtype.block_size() != 0 {
+            return Err(EngineError::Config {
+                key: "quant",
+                message: format!(
+                    "{quant:?} needs every linear input size to be a multiple of {}, found {in_dim}",
+                    dtype.block_size()
+                ),
+            });
+        }
+        let q = QMatMul::from_qtensor(QTensor::quantize(&w, dtype)?)?;
+        Ok(Linear::Quant(q, b))
+    }
+
+    /// `x`: `[T, in]` f32 -> `[T, out]`.
+    pub(crate) fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Linear::Dense(w, b) => crate::layers::linear(x, w, b.as_ref()),
+            Linear::Quant(q, b) => {
+                let y = q.forward(x)?;
+                match b {
+                    Some(b) => y.broadcast_add(b),
+                    None => Ok(y),
+                }
+            }
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        let t = |t: &Option<Tensor>| t.as_ref().map_or(0, |t| t.elem_count() * 4);
+        match self {
+            Linear::Dense(w, b) => w.elem_count() * 4 + t(b),
+            Linear::Quant(QMatMul::QTensor(q), b) => q.storage_size_in_bytes() + t(b),
+            Linear::Quant(QMatMul::Tensor(w), b) | Linear::Quant(QMatMul::TensorF16(w), b) => {
+                w.elem_count() * w.dtype().size_in_bytes() + t(b)
+            }
+        }
+    }
+}
+
+/// Weights of one decoder layer.
+#[derive(Clone, Debug)]
+pub(crate) struct LayerWeights {
+    pub input_norm: Tensor,
+    /// Fused `[q; k; v]` projection: output `[T, (heads + 2 kv_heads) * head_dim]`.
+    pub qkv: Linear,
+    pub o: Linear,
+    pub post_norm: Tensor,
+    /// Fused `[gate; up]` projection: output `[T, 2 * intermediate]`.
+    pub gate_up: Linear,
+    pub down: Linear,
+    pub window: Option<usize>,
+}
+
+/// All weights the engine's forward needs.
+#[derive(Clone, Debug)]
+pub(crate) struct EngineWeights {
+    pub embed: Tensor,
+    pub layers: Vec<LayerWeights>,
+    pub norm: Tensor,
+    pub lm_head: Linear,
+    pub eps: f64,
+    pub intermediate: usize,
+}
+
+/// Checksum of one tensor: a 64-bit mix over its f32 bit patterns (row-major, contiguous
+/// order), so any changed element changes it with overwhelming probability. Not
+/// cryptographic.
+pub fn tensor_checksum(t: &Tensor) -> candle_core::Result<u64> {
+    let v = t
+        .to_dtype(DType::F32)?
+        .flatten_all()?
+        .to_device(&Device::Cpu)?
+        .to_vec1::<f32>()?;
+    Ok(checksum_f32(&v))
+}
+
+/// [`tensor_checksum`] of a host slice.
+pub fn checksum_f32(v: &[f32]) -> u64 {
+    let mut h: u64 = 0x9E37_79B9_7F4A_7C15 ^ (v.len() as u64);
+    for pair in v.chunks(2) {
+        let lo = pair[0].to_bits() as u64;
+        let hi = pair.get(1).map_or(0, |x| x.to_bits() as u64);
+        h ^= lo | (hi << 32);
+        h = h.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+        h ^= h >> 29;
+    }
+    h ^= h >> 33;
+    h.wrapping_mul(0xC4CE_B9FE_1A85_EC53) ^ (h >> 31)
+}
+
+impl EngineWeights {
+    /// Copies (and optionally quantizes) the weights of `cfg` from `tensors` (HF names; extra
+    /// entries ignored) onto `device`. Returns the weights and, per tensor, the checksum of
+    /// the engine's f32 copy.
+    pub(crate) fn build(
+        cfg: &ModelConfig,
+        tensors: &HashMap<String, Tensor>,
+        quant: QuantMode,
+        device: &Device,
+    ) -> EngineResult<(EngineWeights, HashMap<String, u64>)> {
+        let source = PathBuf::from("<engine weights map>");
+        let mut own: HashMap<String, Tensor> = HashMap::new();
+        let mut sums = HashMap::new();
+        for spec in causal_lm_specs(cfg) {
+            let t = tensors
+                .get(&spec.name)
+                .ok_or_else(|| ModelError::MissingTensor {
+                    name: spec.name.clone(),
+                    path: source.clone(),
+                })?;
+            if t.dims() != spec.shape.as_slice() {
+                return Err(ModelError::ShapeMismatch {
+                    name: spec.name.clone(),
+                    expected: spec.shape.clone(),
+                    found: t.dims().to_vec(),
+                    path: source.clone(),
+                }
+                .into());
+            }
+            // `copy` gives the engine its own storage: a later in-place optimizer update of
+            // the trainer's `Var` must not leak into the rollout weights without a refit.
+            let t = t
+                .detach()
+                .to_dtype(DType::F32)?
+                .to_device(device)?
+                .contiguous()?
+                .copy()?;
+            sums.insert(spec.name.clone(), tensor_checksum(&t)?);
+            own.insert(spec.name, t);
+        }
+        let get = |n: &str| -> EngineResult<Tensor> {
+            own.get(n).cloned().ok_or_else(|| {
+                ModelError::MissingTensor {
+                    name: n.to_string(),
+                    path: source.clone(),
+                }
+                .into()
+            })
+        };
+        let opt = |n: String, on: bool| -> EngineResult<Option<Tensor>> {
+            if on {
+                get(&n).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for i in 0..cfg.num_hidden_layers {
+            let p = format!("model.layers.{i}");
+            let a = format!("{p}.self_attn");
+            let m = format!("{p}.mlp");
+            let qkv_w = Tensor::cat(
+                &[
+                    get(&format!("{a}.q_proj.weight"))?,
+                    get(&format!("{a}.k_proj.weight"))?,
+                    get(&format!("{a}.v_proj.weight"))?,
+                ],
+                0,
+            )?;
+            let qkv_b = if cfg.qkv_bias() {
+                Some(Tensor::cat(
+                    &[
+                        get(&format!("{a}.q_proj.bias"))?,
+                        get(&format!("{a}.k_proj.bias"))?,
+                        get(&format!("{a}.v_proj.bias"))?,
+                    ],
+                    0,
+                )?)
+            } else {
+                None
+            };
+            let gu_w = Tensor::cat(
+                &[
+                    get(&format!("{m}.gate_proj.weight"))?,
+                    get(&format!("{m}.up_proj.weight"))?,
+                ],
+                0,
+            )?;
+            let gu_b = if cfg.mlp_bias() {
+                Some(Tensor::cat(
+                    &[
+                        get(&format!("{m}.gate_proj.bias"))?,
+                        get(&format!("{m}.up_proj.bias"))?,
+                    ],
+                    0,
+                )?)
+            } else {
+                None
+            };
+            layers.push(LayerWeights {
+                input_norm: get(&format!("{p}.input_layernorm.weight"))?,
+                qkv: Linear::new(qkv_w, qkv_b, quant)?,
+                o: Linear::new(
+                    get(&format!("{a}.o_proj.weight"))?,
+                    opt(format!("{a}.o_proj.bias"), cfg.o_bias())?,
+                    quant,
+                )?,
+                post_norm: get(&format!("{p}.post_attention_layernorm.weight"))?,
+                gate_up: Linear::new(gu_w, gu_b, quant)?,
+                down: Linear::new(
+                    get(&format!("{m}.down_proj.weight"))?,
+                    opt(format!("{m}.down_proj.bias"), cfg.mlp_bias())?,
+                    quant,
+                )?,
+                window: cfg.layer_window(i),
+            });
+        }
+        let embed = get("model.embed_tokens.weight")?;
+        let lm_w = if cfg.tie_word_embeddings {
+            embed.clone()
+        } else {
+            get("lm_head.weight")?
+        };
+        let weights = EngineWeights {
+            embed,
+            layers,
+            norm: get("model.norm.weight")?,
+            lm_head: Linear::new(lm_w, None, quant)?,
+            eps: cfg.rms_norm_eps,
+            intermediate: cfg.intermediate_size,
+        };
+        Ok((weights, sums))
+    }
+
+    /// Bytes of weights read by one decode step (all linear layers + norms; the embedding
+    /// lookup reads one row per token and is not counted).
+    pub(crate) fn linear_bytes(&self) -> usize {
+        let norms = (self.norm.elem_count()
+            + self
+                .layers
+                .iter()
+                .map(|l| l.input_norm.elem_count() + l.post_norm.elem_count())
+                .sum::<usize>())
+            * 4;
+        norms
+            + self.lm_head.bytes()
+            + self
+                .layers
+                .iter()
+                .map(|l| l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes())
+                .sum::<usize>()
+    }
+}

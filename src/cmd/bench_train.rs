@@ -1,0 +1,373 @@
+//! `oxalign bench train`: training throughput of a causal LM — forward, a next-token
+//! cross-entropy over every position, backward, global-norm clipping and an AdamW step on a
+//! seeded random `[batch, seq]` token batch — reported as one JSON line with tokens/s, the
+//! per-phase step times, peak RSS, model FLOPs and MFU. It trains on no real data and saves
+//! nothing.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use candle_core::{Tensor, Var};
+use clap::Parser;
+use oxalign_models::CausalLm;
+use oxalign_rlhf::optim::{clip_grad_norm, AdamW, AdamWConfig};
+use serde::Serialize;
+
+use super::bench_matmul::{measure_matmul_peak, MatmulPeak};
+use crate::model_dir::{check_model_dir, model_error, open_device};
+use crate::user_error::user_error;
+
+/// Arguments of `oxalign bench train`.
+#[derive(Debug, Parser)]
+#[command(
+    about = "Measure training throughput (forward + backward + AdamW) of a causal LM",
+    long_about = "Measure training throughput of a causal LM: on a seeded random [batch, seq] \
+token batch, --warmup untimed steps then --steps timed steps of forward, next-token \
+cross-entropy over all positions (mean over batch·(seq-1) targets), backward, global-norm \
+gradient clipping and AdamW. Prints one JSON line: tokens_per_sec (median over the timed \
+steps, with min and max), step_seconds and the forward / backward / optimizer split \
+(median, min, max), peak_rss_bytes (VmHWM), params, model FLOPs per step and MFU.\n\n\
+FLOPs per step = 6 · matmul_params · batch · seq + 12 · layers · heads · head_dim · seq² · \
+batch, where matmul_params counts every parameter except the input embedding table (a \
+lookup). MFU = (FLOPs per step / median step seconds) / the f32 matmul peak, measured in the \
+same process as `oxalign bench matmul` does unless --peak-gflops is given."
+)]
+pub struct Args {
+    /// Model folder (config.json, model.safetensors).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    pub batch: u64,
+    /// Tokens per sequence (at least 2: the loss predicts token t+1 from tokens ..=t).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(2..))]
+    pub seq: u64,
+    /// Timed steps.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub steps: u64,
+    /// Untimed warm-up steps before the timed ones.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: u64,
+    /// AdamW learning rate.
+    #[arg(long, default_value_t = 1e-4)]
+    pub lr: f64,
+    /// Global gradient-norm clip (L2).
+    #[arg(long, default_value_t = 1.0)]
+    pub max_grad_norm: f64,
+    /// Seed of the random token batch.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Device: cpu, cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Matmul peak in GFLOP/s for MFU; measured (2048³ f32 GEMM, median of 7) when omitted.
+    #[arg(long)]
+    pub peak_gflops: Option<f64>,
+}
+
+/// Median, min and max of a set of measurements (same unit as the inputs).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Spread {
+    /// Median (mean of the two middle values for an even count).
+    pub median: f64,
+    /// Smallest value.
+    pub min: f64,
+    /// Largest value.
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `values`; all zero when `values` is empty.
+    pub fn of(values: &[f64]) -> Spread {
+        if values.is_empty() {
+            return Spread {
+                median: 0.0,
+                min: 0.0,
+                max: 0.0,
+            };
+        }
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Spread {
+            median,
+            min: v[0],
+            max: v[n - 1],
+        }
+    }
+}
+
+/// The JSON line `oxalign bench train` prints.
+#[derive(Debug, Serialize)]
+struct Report {
+    bench: &'static str,
+    model: String,
+    /// Trainable parameters.
+    params: usize,
+    /// Parameters that take part in a matmul (all but the input embedding table).
+    matmul_params: usize,
+    layers: usize,
+    hidden: usize,
+    vocab: usize,
+    batch: usize,
+    seq: usize,
+    tokens_per_step: usize,
+    warmup: u64,
+    steps: u64,
+    /// Threads of candle's CPU backend.
+    threads: usize,
+    /// Median over timed steps of `batch·seq / step_seconds`.
+    tokens_per_sec: f64,
+    tokens_per_sec_min: f64,
+    tokens_per_sec_max: f64,
+    step_seconds: Spread,
+    forward_seconds: Spread,
+    backward_seconds: Spread,
+    optimizer_seconds: Spread,
+    /// Model FLOPs per step (formula in `--help`).
+    flops_per_step: f64,
+    /// `flops_per_step / step_seconds.median / 1e9`.
+    achieved_gflops: f64,
+    /// Matmul peak used for MFU, GFLOP/s.
+    peak_gflops: f64,
+    /// `measured` (this process) or `given` (`--peak-gflops`).
+    peak_source: &'static str,
+    /// The measurement behind `peak_gflops`, when measured.
+    matmul: Option<MatmulPeak>,
+    /// `achieved_gflops / peak_gflops`.
+    mfu: f64,
+    /// Loss (nats/token) of the first and the last step, warm-up included.
+    loss_first: f64,
+    loss_last: f64,
+    /// Peak resident set size of this process (VmHWM), bytes.
+    peak_rss_bytes: Option<u64>,
+}
+
+/// Runs `oxalign bench train`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(p) = args.peak_gflops {
+        if !(p.is_finite() && p > 0.0) {
+            return user_error(format!(
+                "--peak-gflops {p}: expected a positive number of GFLOP/s"
+            ));
+        }
+    }
+    if !(args.lr.is_finite() && args.lr >= 0.0) {
+        return user_error(format!("--lr {}: expected a number >= 0", args.lr));
+    }
+    if !(args.max_grad_norm.is_finite() && args.max_grad_norm > 0.0) {
+        return user_error(format!(
+            "--max-grad-norm {}: expected a positive number",
+            args.max_grad_norm
+        ));
+    }
+    check_model_dir(&args.model)?;
+    let device = open_device(&args.device)?;
+    let (batch, seq) = (args.batch as usize, args.seq as usize);
+
+    let (peak_gflops, peak_source, matmul) = match args.peak_gflops {
+        Some(p) => (p, "given", None),
+        None => {
+            let m = measure_matmul_peak(2048, 7)?;
+            (m.gflops_median, "measured", Some(m))
+        }
+    };
+
+    let model = CausalLm::load(&args.model, &device).map_err(|e| model_error(e, &args.model))?;
+    let cfg = model.config().clone();
+    if seq > cfg.max_position_embeddings {
+        return user_error(format!(
+            "--seq {seq} exceeds the model's max_position_embeddings ({}) in {}",
+            cfg.max_position_embeddings,
+            args.model.join("config.json").display()
+        ));
+    }
+    let named = model.vars();
+    let params: usize = named.iter().map(|(_, v)| v.elem_count()).sum();
+    let embed: usize = named
+        .iter()
+        .filter(|(n, _)| n.ends_with("embed_tokens.weight"))
+        .map(|(_, v)| v.elem_count())
+        .sum();
+    // A tied LM head multiplies by the embedding table, so it counts then.
+    let matmul_params = if cfg.tie_word_embeddings {
+        params
+    } else {
+        params - embed
+    };
+    let vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
+    let mut opt = AdamW::new(
+        named,
+        AdamWConfig {
+            lr: args.lr,
+            ..AdamWConfig::default()
+        },
+    )?;
+
+    let ids = random_tokens(batch, seq, cfg.vocab_size, args.seed);
+    let ids = Tensor::from_vec(ids, (batch, seq), &device)?;
+    let targets = ids.narrow(1, 1, seq - 1)?.contiguous()?;
+
+    let mut step_s = Vec::new();
+    let mut fwd_s = Vec::new();
+    let mut bwd_s = Vec::new();
+    let mut opt_s = Vec::new();
+    let mut losses = Vec::new();
+    for i in 0..args.warmup + args.steps {
+        let t0 = Instant::now();
+        let loss = next_token_loss(&model, &ids, &targets)?;
+        let loss_value = f64::from(loss.to_scalar::<f32>()?);
+        let t1 = Instant::now();
+        let mut grads = loss.backward()?;
+        let t2 = Instant::now();
+        clip_grad_norm(&mut grads, vars.iter(), args.max_grad_norm)?;
+        opt.step(&grads)?;
+        drop(grads);
+        let t3 = Instant::now();
+        losses.push(loss_value);
+        if i >= args.warmup {
+            fwd_s.push((t1 - t0).as_secs_f64());
+            bwd_s.push((t2 - t1).as_secs_f64());
+            opt_s.push((t3 - t2).as_secs_f64());
+            step_s.push((t3 - t0).as_secs_f64());
+        }
+    }
+
+    let tokens = batch * seq;
+    let tps: Vec<f64> = step_s.iter().map(|s| tokens as f64 / s).collect();
+    let tps = Spread::of(&tps);
+    let step = Spread::of(&step_s);
+    let attn_width = cfg.num_attention_heads * cfg.head_dim;
+    let flops_per_step =
+        model_flops_per_step(matmul_params, cfg.num_hidden_layers, attn_width, batch, seq);
+    let achieved_gflops = flops_per_step / step.median / 1e9;
+    let report = Report {
+        bench: "train",
+        model: args.model.display().to_string(),
+        params,
+        matmul_params,
+        layers: cfg.num_hidden_layers,
+        hidden: cfg.hidden_size,
+        vocab: cfg.vocab_size,
+        batch,
+        seq,
+        tokens_per_step: tokens,
+        warmup: args.warmup,
+        steps: args.steps,
+        threads: candle_core::utils::get_num_threads(),
+        tokens_per_sec: tps.median,
+        tokens_per_sec_min: tps.min,
+        tokens_per_sec_max: tps.max,
+        step_seconds: step,
+        forward_seconds: Spread::of(&fwd_s),
+        backward_seconds: Spread::of(&bwd_s),
+        optimizer_seconds: Spread::of(&opt_s),
+        flops_per_step,
+        achieved_gflops,
+        peak_gflops,
+        peak_source,
+        matmul,
+        mfu: achieved_gflops / peak_gflops,
+        loss_first: losses.first().copied().unwrap_or(f64::NAN),
+        loss_last: losses.last().copied().unwrap_or(f64::NAN),
+        peak_rss_bytes: peak_rss_bytes(Path::new("/proc/self/status")),
+    };
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
+}
+
+/// Mean next-token cross-entropy (nats) over all `[B, T-1]` targets: logits are computed for
+/// positions `0..T-1` only (the last position has no target), then fused log-softmax + gather.
+fn next_token_loss(model: &CausalLm, ids: &Tensor, targets: &Tensor) -> anyhow::Result<Tensor> {
+    let t = ids.dim(1)?;
+    let hidden = model.hidden(ids, None)?.narrow(1, 0, t - 1)?;
+    let logits = model.lm_logits(&hidden)?;
+    let logprobs = oxalign_kernels::ops::token_logprobs(&logits, targets)?;
+    Ok(logprobs.mean_all()?.neg()?)
+}
+
+/// Model FLOPs of one training step (forward + backward ≈ 3× forward):
+/// `6 · matmul_params · batch · seq` for the weight matmuls plus
+/// `12 · layers · attn_width · seq² · batch` for the attention scores and weighted sum
+/// (`QKᵀ` and `AV`, 2·seq²·attn_width each forward, full square: no causal halving).
+pub fn model_flops_per_step(
+    matmul_params: usize,
+    layers: usize,
+    attn_width: usize,
+    batch: usize,
+    seq: usize,
+) -> f64 {
+    let (n, l, h, b, t) = (
+        matmul_params as f64,
+        layers as f64,
+        attn_width as f64,
+        batch as f64,
+        seq as f64,
+    );
+    6.0 * n * b * t + 12.0 * l * h * t * t * b
+}
+
+/// `[batch · seq]` token ids uniform in `0..vocab`, from a SplitMix64 stream seeded by `seed`.
+fn random_tokens(batch: usize, seq: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut state = seed;
+    (0..batch * seq)
+        .map(|_| {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            (z % vocab as u64) as u32
+        })
+        .collect()
+}
+
+/// The `VmHWM` (peak resident set) line of a `/proc/<pid>/status` file, in bytes; `None` when
+/// the file or the line is missing (non-Linux systems).
+fn peak_rss_bytes(status: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(status).ok()?;
+    let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line
+        .trim_start_matches("VmHWM:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_of_odd_and_even_counts() {
+        let s = Spread::of(&[3.0, 1.0, 2.0]);
+        assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
+        let s = Spread::of(&[4.0, 1.0, 2.0, 3.0]);
+        assert_eq!((s.median, s.min, s.max), (2.5, 1.0, 4.0));
+    }
+
+    #[test]
+    fn flops_formula() {
+        // 6·N·B·T + 12·L·H·T²·B with N=10, L=2, H=4, B=3, T=5.
+        assert_eq!(
+            model_flops_per_step(10, 2, 4, 3, 5),
+            6.0 * 10.0 * 15.0 + 12.0 * 2.0 * 4.0 * 25.0 * 3.0
+        );
+    }
+
+    #[test]
+    fn random_tokens_are_seeded_and_in_range() {
+        let a = random_tokens(2, 7, 11, 5);
+        assert_eq!(a, random_tokens(2, 7, 11, 5));
+        assert_ne!(a, random_tokens(2, 7, 11, 6));
+        assert!(a.iter().all(|&t| t < 11));
+    }
+}

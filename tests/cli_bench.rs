@@ -1,0 +1,129 @@
+//! `oxalign bench train` and `oxalign bench matmul` on a tiny random model: each prints one
+//! JSON line whose measurements are positive and finite. No timing thresholds are asserted.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Runs `oxalign`, asserts success and returns stdout.
+fn ok(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_oxalign"))
+        .args(args)
+        .output()
+        .expect("the oxalign binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "oxalign {args:?} failed: {stderr}");
+    String::from_utf8(out.stdout).expect("stdout is UTF-8")
+}
+
+/// The single JSON line of a bench's stdout.
+fn one_json_line(stdout: &str) -> Value {
+    let lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected one JSON line, got: {stdout}");
+    serde_json::from_str(lines[0]).expect("the line is JSON")
+}
+
+fn positive(v: &Value, path: &str) -> f64 {
+    let x = v
+        .pointer(path)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("{path} missing or not a number in {v}"));
+    assert!(x.is_finite() && x > 0.0, "{path} = {x} in {v}");
+    x
+}
+
+fn tiny_model(dir: &Path) -> String {
+    let out = dir.join("tiny");
+    let out_s = out.to_str().expect("temp path is UTF-8").to_string();
+    ok(&[
+        "init-model",
+        "--family",
+        "llama",
+        "--preset",
+        "tiny",
+        "--out",
+        &out_s,
+    ]);
+    out_s
+}
+
+#[test]
+fn bench_train_prints_one_line_of_positive_measurements() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let v = one_json_line(&ok(&[
+        "bench",
+        "train",
+        "--model",
+        &model,
+        "--batch",
+        "2",
+        "--seq",
+        "16",
+        "--steps",
+        "1",
+        "--warmup",
+        "0",
+        "--peak-gflops",
+        "100",
+    ]));
+    assert_eq!(v["bench"], "train");
+    assert_eq!(v["batch"], 2);
+    assert_eq!(v["seq"], 16);
+    assert_eq!(v["tokens_per_step"], 32);
+    for p in [
+        "/tokens_per_sec",
+        "/step_seconds/median",
+        "/step_seconds/min",
+        "/step_seconds/max",
+        "/forward_seconds/median",
+        "/backward_seconds/median",
+        "/optimizer_seconds/median",
+        "/peak_rss_bytes",
+        "/params",
+        "/matmul_params",
+        "/threads",
+        "/flops_per_step",
+        "/achieved_gflops",
+        "/mfu",
+        "/loss_first",
+    ] {
+        positive(&v, p);
+    }
+    assert_eq!(v["peak_gflops"], 100.0);
+    assert_eq!(v["peak_source"], "given");
+    // With one step, min, median and max are the same measurement.
+    assert_eq!(v["step_seconds"]["min"], v["step_seconds"]["max"]);
+    // The loss of a random model on uniform tokens is about ln(vocab).
+    let vocab = positive(&v, "/vocab");
+    let loss = positive(&v, "/loss_first");
+    assert!(
+        (loss - vocab.ln()).abs() < 1.5,
+        "loss {loss}, ln V {}",
+        vocab.ln()
+    );
+    let params = positive(&v, "/params");
+    assert!(positive(&v, "/matmul_params") <= params);
+}
+
+#[test]
+fn bench_matmul_prints_positive_gflops() {
+    let v = one_json_line(&ok(&["bench", "matmul", "--size", "64", "--reps", "3"]));
+    assert_eq!(v["bench"], "matmul");
+    let median = positive(&v, "/gflops_median");
+    let min = positive(&v, "/gflops_min");
+    let max = positive(&v, "/gflops_max");
+    assert!(min <= median && median <= max, "{v}");
+}
+
+#[test]
+fn bench_train_rejects_a_missing_model_folder() {
+    let out = Command::new(env!("CARGO_BIN_EXE_oxalign"))
+        .args(["bench", "train", "--model", "/nonexistent/oxalign-model"])
+        .output()
+        .expect("the oxalign binary runs");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/nonexistent/oxalign-model"), "{stderr}");
+}

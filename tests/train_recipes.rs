@@ -1,0 +1,98 @@
+//! `oxalign train` with bad recipes: each mistake exits with code 2 and a message naming the
+//! file, the key and what was expected; nothing panics and no run folder is started.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn oxalign(args: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_oxalign"))
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("run oxalign")
+}
+
+fn check_fails(recipe: &str, extra: &[&str], wants: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.toml"), recipe).unwrap();
+    let mut args = vec!["train", "r.toml"];
+    args.extend_from_slice(extra);
+    let out = oxalign(&args, dir.path());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for w in wants {
+        assert!(err.contains(w), "expected {w:?} in: {err}");
+    }
+    assert!(
+        !dir.path().join("runs").exists(),
+        "a failed check must not start a run"
+    );
+}
+
+#[test]
+fn unknown_key_is_named_with_the_expected_keys() {
+    check_fails(
+        "[rl]\nlearning_rate = 1e-5\n",
+        &[],
+        &["r.toml", "learning_rate", "expected one of", "lr"],
+    );
+}
+
+#[test]
+fn wrong_type_is_named() {
+    check_fails(
+        "[run]\nsteps = \"ten\"\n",
+        &[],
+        &["r.toml", "run.steps", "u64"],
+    );
+}
+
+#[test]
+fn missing_model_folder_is_named() {
+    check_fails(
+        "[model]\npath = \"no/such/model\"\n",
+        &[],
+        &["model.path", "no/such/model", "config.json"],
+    );
+}
+
+#[test]
+fn cuda_placement_without_cuda_is_refused() {
+    check_fails(
+        "[placement]\npolicy = \"cuda:0\"\n",
+        &[],
+        &["placement.policy", "cuda:0", "cuda"],
+    );
+}
+
+#[test]
+fn bad_override_is_named() {
+    check_fails("", &["--set", "rl.clip=0.1"], &["clip"]);
+    check_fails("", &["--set", "rl.lr"], &["key.path=value"]);
+}
+
+#[test]
+fn missing_recipe_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = oxalign(&["train", "nope.toml"], dir.path());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("nope.toml"), "{err}");
+}
+
+#[test]
+fn check_accepts_the_shipped_recipes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for entry in std::fs::read_dir(root.join("configs")).unwrap() {
+        let path = entry.unwrap().path();
+        let out = oxalign(&["train", "--check", path.to_str().unwrap()], root);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+    }
+}
