@@ -10,7 +10,7 @@ const RECIPE: &str = r#"
 [run]
 name = "e2e"
 seed = 3
-steps = 12
+steps = 30
 checkpoint_every = 2
 keep_checkpoints = 10
 
@@ -23,18 +23,18 @@ max_operand = 9
 eval_size = 20
 
 [sft]
-steps = 40
+steps = 100
 batch_size = 32
 lr = 3e-3
 warmup_steps = 5
 
 [rl]
-prompts_per_step = 32
-minibatch_size = 16
-ppo_epochs = 2
-lr = 5e-4
+prompts_per_step = 64
+minibatch_size = 32
+ppo_epochs = 4
+lr = 3e-4
 critic_lr = 1e-3
-kl_coef = 0.01
+kl_coef = 0.02
 max_new_tokens = 3
 "#;
 
@@ -71,16 +71,16 @@ fn ppo_raises_reward_beyond_noise() {
     std::fs::write(dir.path().join("r.toml"), RECIPE).unwrap();
     train(dir.path(), &[]);
     let m = metrics(dir.path());
-    assert_eq!(m.len(), 12);
-    let n = 32.0;
-    let first: Vec<f64> = m[..3].iter().map(reward).collect();
-    let last: Vec<f64> = m[m.len() - 3..].iter().map(reward).collect();
+    assert_eq!(m.len(), 30);
+    let n = 64.0;
+    let first: Vec<f64> = m[..5].iter().map(reward).collect();
+    let last: Vec<f64> = m[m.len() - 5..].iter().map(reward).collect();
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let (p0, p1) = (mean(&first), mean(&last));
-    // Sampling noise of a mean of 3 batches of 32 Bernoulli rewards, for each window.
-    let se = ((p0 * (1.0 - p0) + p1 * (1.0 - p1)) / (3.0 * n))
+    // Sampling noise of a mean of 5 batches of 64 Bernoulli rewards, for each window.
+    let se = ((p0 * (1.0 - p0) + p1 * (1.0 - p1)) / (5.0 * n))
         .sqrt()
-        .max(1.0 / (3.0 * n));
+        .max(1.0 / (5.0 * n));
     assert!(
         p1 - p0 > 2.0 * se,
         "reward did not rise beyond noise: first {first:?} last {last:?} (2·se = {:.3})",
@@ -125,8 +125,8 @@ const EXACT: &[&str] = &[
 fn resumed_run_matches_uninterrupted_run() {
     let full = tempfile::tempdir().unwrap();
     let recipe = RECIPE
-        .replace("steps = 12", "steps = 4")
-        .replace("steps = 40", "steps = 10");
+        .replace("steps = 30", "steps = 4")
+        .replace("steps = 100", "steps = 10");
     std::fs::write(full.path().join("r.toml"), &recipe).unwrap();
     train(full.path(), &[]);
 

@@ -26,6 +26,7 @@ pub mod causal_lm;
 pub mod checkpoint;
 pub mod config;
 pub mod decoder;
+pub mod engine;
 pub mod decoder_layer;
 pub mod error;
 pub mod generate;

@@ -20,6 +20,7 @@ pub struct Args {
 pub enum BenchCommand {
     Train(super::bench_train::Args),
     Matmul(super::bench_matmul::Args),
+    Generate(super::bench_generate::Args),
 }
 
 /// Runs `oxalign bench <benchmark>`.
@@ -27,5 +28,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Train(a) => super::bench_train::run(a),
         BenchCommand::Matmul(a) => super::bench_matmul::run(a),
+        BenchCommand::Generate(a) => super::bench_generate::run(a),
     }
 }

@@ -2,6 +2,7 @@
 //! Shared plumbing (JSONL, model folders, input records) lives outside `cmd/`.
 
 pub mod bench;
+pub mod bench_generate;
 pub mod bench_matmul;
 pub mod bench_train;
 pub mod dashboard;

@@ -24,7 +24,9 @@ impl std::str::FromStr for QuantMode {
             "none" | "f32" => Ok(QuantMode::None),
             "int8" | "q8" | "q8_0" => Ok(QuantMode::Int8),
             "q4" | "int4" | "q4_0" => Ok(QuantMode::Q4),
-            _ => Err(format!("unknown quant mode {s:?}; expected none, int8 or q4")),
+            _ => Err(format!(
+                "unknown quant mode {s:?}; expected none, int8 or q4"
+            )),
         }
     }
 }

@@ -50,7 +50,10 @@ pub(crate) fn paged_forward(
     items: &[StepItem<'_>],
     device: &Device,
 ) -> Result<Option<Tensor>> {
-    let ids: Vec<u32> = items.iter().flat_map(|i| i.tokens.iter().copied()).collect();
+    let ids: Vec<u32> = items
+        .iter()
+        .flat_map(|i| i.tokens.iter().copied())
+        .collect();
     let total = ids.len();
     if total == 0 {
         return Ok(None);
@@ -89,7 +92,10 @@ pub(crate) fn paged_forward(
             .to_vec1::<f32>()?;
         // RoPE on q and k heads (HF rotate_half layout), then store k/v in the pool.
         for t in 0..total {
-            let (c, s) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
+            let (c, s) = (
+                &cos[t * half..(t + 1) * half],
+                &sin[t * half..(t + 1) * half],
+            );
             let r = &mut qkv[t * row..t * row + q_dim + kv_dim];
             for head in r.chunks_exact_mut(hd) {
                 let (x1, x2) = head.split_at_mut(half);

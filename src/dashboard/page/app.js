@@ -186,7 +186,14 @@
   function renderHeader() {
     var run = S.run, fin = S.finished;
     document.getElementById('run-name').textContent = run && run.name ? run.name : 'waiting for a run…';
-    document.getElementById('run-started').textContent = run && run.started_unix_ms ? 'started ' + fmtTime(run.started_unix_ms) : '';
+    var sub = run && run.started_unix_ms ? 'started ' + fmtTime(run.started_unix_ms) : '';
+    if (fin) {
+      sub += (sub ? ' · ' : '') + fin.outcome + ' after ' + fin.steps_completed + ' steps';
+      if (fin.message) sub += ': ' + fin.message.split('\n')[0];
+    }
+    var subEl = document.getElementById('run-started');
+    subEl.textContent = sub;
+    subEl.title = fin && fin.message ? fin.message : '';
     var state;
     if (fin) state = fin.outcome;
     else if (S.mode === 'replay' || (S.mode === 'live' && !S.monitorRunning)) state = run ? 'incomplete' : 'waiting';
@@ -576,7 +583,10 @@
       spans.forEach(function (s) { if (s.step === st) first = Math.min(first, s.start_unix_ms); });
       var x = tx(first);
       root.appendChild(svg('line', { x1: x, x2: x, y1: TOP - 4, y2: TOP + lanes.length * LANE, 'class': 'step-line' }));
-      root.appendChild(svg('text', { x: x + 3, y: TOP - 8, 'class': 'step-label' }, 'step ' + st));
+      // keep the label inside the chart when the step starts near the right edge
+      var nearEnd = x > TW - 70;
+      root.appendChild(svg('text', { x: nearEnd ? x - 3 : x + 3, y: TOP - 8, 'text-anchor': nearEnd ? 'end' : 'start',
+        'class': 'step-label' }, 'step ' + st));
     });
     var phases = [];
     spans.forEach(function (s) {

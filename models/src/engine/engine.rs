@@ -1,0 +1,505 @@
+//! `Engine`: the rollout engine — owns a copy of the policy weights (f32 or quantized) and a
+//! paged KV pool, generates with continuous batching, scores token sequences, and takes
+//! verified, versioned refits. It does not train and never shares storage with the trainer.
+
+use crate::causal_lm::CausalLm;
+use crate::config::ModelConfig;
+use crate::engine::block_pool::BlockPool;
+use crate::engine::config::EngineConfig;
+use crate::engine::error::{EngineError, EngineResult};
+use crate::engine::forward::{paged_forward, AttnDims, StepItem, WantLogits};
+use crate::engine::refit::{Probe, RefitReport, WeightUpdate};
+use crate::engine::request::{hits_stop_string, Detokenize, EngineRequest};
+use crate::engine::scheduler::{Planned, Scheduler, SeqState, Sequence};
+use crate::engine::stats::EngineStats;
+use crate::engine::weights::EngineWeights;
+use crate::generate::{Completion, FinishReason, GenerationRequest};
+use crate::rope::RotaryEmbedding;
+use crate::sampler::{log_softmax_at, Sampler};
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// The generation engine of one policy replica.
+pub struct Engine {
+    model: ModelConfig,
+    config: EngineConfig,
+    weights: EngineWeights,
+    inv_freq: Vec<f32>,
+    dims: AttnDims,
+    pool: BlockPool,
+    device: Device,
+    stats: EngineStats,
+}
+
+impl Engine {
+    /// An engine serving `weights` (HF names, every `CausalLm` parameter of `model`; copied,
+    /// converted to f32 and, with `config.quant`, quantized) on `device`, at version 0.
+    /// The KV pool has `config.num_blocks` blocks or as many as `config.kv_memory_bytes` hold.
+    pub fn new(
+        model: ModelConfig,
+        weights: &HashMap<String, Tensor>,
+        config: EngineConfig,
+        device: &Device,
+    ) -> EngineResult<Engine> {
+        model.validate()?;
+        let num_blocks = config.resolve_num_blocks(&model)?;
+        let (w, _) = EngineWeights::build(&model, weights, config.quant, device)?;
+        let pool = BlockPool::new(
+            model.num_hidden_layers,
+            num_blocks,
+            config.block_size,
+            model.num_key_value_heads,
+            model.head_dim,
+        );
+        let stats = EngineStats {
+            block_size: config.block_size,
+            num_blocks,
+            blocks_free: num_blocks,
+            block_bytes: config.block_bytes(&model),
+            weight_bytes: w.linear_bytes(),
+            ..EngineStats::default()
+        };
+        Ok(Engine {
+            inv_freq: RotaryEmbedding::new(&model).inv_freq().to_vec(),
+            dims: AttnDims {
+                heads: model.num_attention_heads,
+                kv_heads: model.num_key_value_heads,
+                head_dim: model.head_dim,
+            },
+            model,
+            config,
+            weights: w,
+            pool,
+            device: device.clone(),
+            stats,
+        })
+    }
+
+    /// An engine over the current weights of `model` (on the model's device).
+    pub fn from_model(model: &CausalLm, config: EngineConfig) -> EngineResult<Engine> {
+        Engine::new(
+            model.config().clone(),
+            &model.weights()?,
+            config,
+            model.device(),
+        )
+    }
+
+    /// The model config.
+    pub fn model_config(&self) -> &ModelConfig {
+        &self.model
+    }
+
+    /// The engine settings.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Weight version served (0 until the first refit).
+    pub fn version(&self) -> u64 {
+        self.stats.version
+    }
+
+    /// Counters for the monitor (pool occupancy, preemptions, sharing, tokens).
+    pub fn stats(&self) -> EngineStats {
+        let mut s = self.stats.clone();
+        s.blocks_used = self.pool.num_used();
+        s.blocks_free = self.pool.num_free();
+        s.peak_blocks_used = self.pool.peak_used();
+        s
+    }
+
+    /// Completes every request, like [`CausalLm::generate`] (same per-request seeded
+    /// sampling, stop tokens, `max_new_tokens`, and each token's log-prob in nats at
+    /// temperature 1), with continuous batching over the paged KV cache.
+    pub fn generate(&mut self, requests: &[GenerationRequest]) -> EngineResult<Vec<Completion>> {
+        let reqs: Vec<EngineRequest> = requests.iter().cloned().map(Into::into).collect();
+        self.generate_with_stops(&reqs, None)
+    }
+
+    /// [`Engine::generate`] with stop strings; `detokenize` turns completion ids into text
+    /// and is required when any request has stop strings.
+    pub fn generate_with_stops(
+        &mut self,
+        requests: &[EngineRequest],
+        detokenize: Option<Detokenize<'_>>,
+    ) -> EngineResult<Vec<Completion>> {
+        self.validate(requests, detokenize.is_some())?;
+        let mut out: Vec<Completion> = requests
+            .iter()
+            .map(|_| Completion {
+                tokens: vec![],
+                logprobs: vec![],
+                finish_reason: FinishReason::Length,
+            })
+            .collect();
+        let stops: Vec<Vec<u32>> = requests
+            .iter()
+            .map(|r| {
+                let mut s = r.request.stop_token_ids.clone();
+                if !r.request.ignore_eos {
+                    s.extend_from_slice(&self.model.eos_token_id);
+                }
+                s
+            })
+            .collect();
+        // One sequence per request; requests with an identical prompt follow the first one
+        // (prefix sharing) when enabled.
+        let mut leaders: HashMap<&[u32], usize> = HashMap::new();
+        let mut seqs = Vec::with_capacity(requests.len());
+        for (i, r) in requests.iter().enumerate() {
+            let req = &r.request;
+            let mut state = if req.max_new_tokens == 0 {
+                SeqState::Finished
+            } else {
+                SeqState::Waiting
+            };
+            if state == SeqState::Waiting && self.config.prefix_sharing {
+                match leaders.get(req.prompt.as_slice()) {
+                    Some(&l) => {
+                        state = SeqState::AwaitFork;
+                        let leader: &mut Sequence = &mut seqs[l];
+                        leader.followers.push(i);
+                    }
+                    None => {
+                        leaders.insert(req.prompt.as_slice(), i);
+                    }
+                }
+            }
+            seqs.push(Sequence {
+                req: i,
+                tokens: req.prompt.clone(),
+                prompt_len: req.prompt.len(),
+                computed: 0,
+                blocks: vec![],
+                sampler: Sampler::new(req.sampling.clone()),
+                followers: vec![],
+                state,
+            });
+        }
+        let mut sched = Scheduler::new(
+            seqs,
+            self.config.max_batched_tokens,
+            self.config.max_running,
+        );
+        let vocab = self.model.vocab_size;
+        while !sched.is_done() {
+            let plan = sched.schedule(&mut self.pool)?;
+            if plan.is_empty() {
+                return Err(EngineError::Stalled(
+                    "nothing could be scheduled although sequences are waiting".into(),
+                ));
+            }
+            let logits = self.run_plan(&sched, &plan)?;
+            let mut row = 0;
+            for p in &plan {
+                let s = &mut sched.seqs[p.seq];
+                let before = s.computed;
+                s.computed += p.chunk;
+                if before + 1 == s.tokens.len() && s.tokens.len() > s.prompt_len {
+                    self.stats.decode_tokens += 1;
+                } else {
+                    self.stats.prefill_tokens += p.chunk as u64;
+                }
+                if s.computed < s.tokens.len() {
+                    continue;
+                }
+                let logits_row = logits
+                    .get(row * vocab..(row + 1) * vocab)
+                    .ok_or_else(|| EngineError::Stalled("missing logits row".into()))?;
+                row += 1;
+                let mut samplers = vec![p.seq];
+                if !sched.seqs[p.seq].followers.is_empty() {
+                    let (forked, shared) = sched.fork_followers(p.seq, &mut self.pool);
+                    self.stats.forked_sequences += forked.len() as u64;
+                    self.stats.prefix_shared_blocks += shared;
+                    samplers.extend(forked);
+                }
+                for idx in samplers {
+                    let s = &mut sched.seqs[idx];
+                    let req = &requests[s.req];
+                    let (tok, lp) = s.sampler.sample(logits_row);
+                    s.tokens.push(tok);
+                    let c = &mut out[s.req];
+                    c.tokens.push(tok);
+                    c.logprobs.push(lp);
+                    let stop_tok = stops[s.req].contains(&tok);
+                    let stop_str = match detokenize {
+                        Some(d) => hits_stop_string(&req.stop_strings, &c.tokens, d),
+                        None => false,
+                    };
+                    if stop_tok || stop_str {
+                        c.finish_reason = FinishReason::Stop;
+                        sched.finish(idx, &mut self.pool);
+                    } else if c.tokens.len() >= req.request.max_new_tokens {
+                        sched.finish(idx, &mut self.pool);
+                    }
+                }
+            }
+            self.stats.steps += 1;
+        }
+        self.stats.preemptions += sched.preemptions;
+        self.stats.cow_copies += sched.cow_copies;
+        Ok(out)
+    }
+
+    /// Runs one scheduled step and returns the wanted logits, row-major `[rows * V]`.
+    fn run_plan(&mut self, sched: &Scheduler, plan: &[Planned]) -> EngineResult<Vec<f32>> {
+        let items: Vec<StepItem<'_>> = plan
+            .iter()
+            .map(|p| {
+                let s = &sched.seqs[p.seq];
+                let end = s.computed + p.chunk;
+                StepItem {
+                    table: &s.blocks,
+                    start: s.computed,
+                    tokens: &s.tokens[s.computed..end],
+                    want: if end == s.tokens.len() {
+                        WantLogits::Last
+                    } else {
+                        WantLogits::None
+                    },
+                }
+            })
+            .collect();
+        let logits = paged_forward(
+            &self.weights,
+            self.dims,
+            &self.inv_freq,
+            &mut self.pool,
+            &items,
+            &self.device,
+        )?;
+        Ok(match logits {
+            Some(l) => l
+                .to_dtype(DType::F32)?
+                .flatten_all()?
+                .to_device(&Device::Cpu)?
+                .to_vec1::<f32>()?,
+            None => vec![],
+        })
+    }
+
+    fn validate(&self, requests: &[EngineRequest], has_detok: bool) -> EngineResult<()> {
+        let vocab = self.model.vocab_size;
+        let bs = self.config.block_size;
+        for (index, r) in requests.iter().enumerate() {
+            let bad = |message: String| EngineError::InvalidRequest { index, message };
+            let req = &r.request;
+            if req.prompt.is_empty() {
+                return Err(bad("prompt is empty".into()));
+            }
+            if let Some(t) = req.prompt.iter().find(|&&t| t as usize >= vocab) {
+                return Err(bad(format!(
+                    "prompt token {t} is not below vocab_size {vocab}"
+                )));
+            }
+            req.sampling.validate().map_err(bad)?;
+            if !r.stop_strings.is_empty() && !has_detok {
+                return Err(bad(
+                    "stop strings need a detokenizer (generate_with_stops(.., Some(f)))".into(),
+                ));
+            }
+            let tokens = req.prompt.len() + req.max_new_tokens;
+            let needed = tokens.div_ceil(bs);
+            if needed > self.pool.num_blocks() {
+                return Err(EngineError::Capacity {
+                    index,
+                    tokens,
+                    needed,
+                    block_size: bs,
+                    num_blocks: self.pool.num_blocks(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Log-prob (nats) of each next token of each sequence under the served weights:
+    /// `seq[t+1]` given `seq[..=t]`, `len - 1` values per sequence (the same quantity as
+    /// [`CausalLm::next_token_logprobs`]). Sequences need at least 2 tokens.
+    pub fn score(&mut self, sequences: &[Vec<u32>]) -> EngineResult<Vec<Vec<f32>>> {
+        let w = self.weights.clone();
+        sequences
+            .iter()
+            .enumerate()
+            .map(|(i, s)| self.score_with(&w, i, s))
+            .collect()
+    }
+
+    fn score_with(
+        &mut self,
+        w: &EngineWeights,
+        index: usize,
+        seq: &[u32],
+    ) -> EngineResult<Vec<f32>> {
+        let vocab = self.model.vocab_size;
+        if seq.len() < 2 {
+            return Err(EngineError::InvalidRequest {
+                index,
+                message: format!("scoring needs at least 2 tokens, got {}", seq.len()),
+            });
+        }
+        if let Some(t) = seq.iter().find(|&&t| t as usize >= vocab) {
+            return Err(EngineError::InvalidRequest {
+                index,
+                message: format!("token {t} is not below vocab_size {vocab}"),
+            });
+        }
+        let bs = self.pool.block_size();
+        let needed = seq.len().div_ceil(bs);
+        if needed > self.pool.num_free() {
+            return Err(EngineError::Capacity {
+                index,
+                tokens: seq.len(),
+                needed,
+                block_size: bs,
+                num_blocks: self.pool.num_free(),
+            });
+        }
+        let mut table = Vec::with_capacity(needed);
+        for _ in 0..needed {
+            if let Some(b) = self.pool.allocate() {
+                table.push(b);
+            }
+        }
+        let result = (|| -> EngineResult<Vec<f32>> {
+            let mut lps = Vec::with_capacity(seq.len() - 1);
+            let mut start = 0;
+            while start < seq.len() - 1 {
+                let end = (start + self.config.max_batched_tokens).min(seq.len() - 1);
+                let item = StepItem {
+                    table: &table,
+                    start,
+                    tokens: &seq[start..end],
+                    want: WantLogits::All,
+                };
+                let logits = paged_forward(
+                    w,
+                    self.dims,
+                    &self.inv_freq,
+                    &mut self.pool,
+                    &[item],
+                    &self.device,
+                )?
+                .ok_or_else(|| EngineError::Stalled("scoring returned no logits".into()))?
+                .to_dtype(DType::F32)?
+                .to_device(&Device::Cpu)?
+                .flatten_all()?
+                .to_vec1::<f32>()?;
+                for (j, row) in logits.chunks_exact(vocab).enumerate() {
+                    lps.push(log_softmax_at(row, seq[start + j + 1] as usize));
+                }
+                start = end;
+            }
+            Ok(lps)
+        })();
+        for b in table {
+            self.pool.release(b);
+        }
+        result
+    }
+
+    /// Replaces the served weights with `update` after verifying them: every tensor's
+    /// checksum on the engine's copy must equal the sender's, and, with a `probe`, the
+    /// engine's log-probs on the probe must be within `probe.tolerance` of the trainer's.
+    /// On any failure the engine keeps its previous weights and version and returns
+    /// [`EngineError::RefitRejected`]. `update.version` must exceed the current version.
+    pub fn refit(
+        &mut self,
+        update: &WeightUpdate,
+        probe: Option<&Probe>,
+    ) -> EngineResult<RefitReport> {
+        let t0 = Instant::now();
+        let kept = self.stats.version;
+        let reject = |reason: String| EngineError::RefitRejected {
+            version: update.version,
+            kept,
+            reason,
+        };
+        if update.version <= kept {
+            return Err(reject(format!(
+                "version {} is not newer than the served version {kept}",
+                update.version
+            )));
+        }
+        let (staged, sums) = EngineWeights::build(
+            &self.model,
+            &update.tensors,
+            self.config.quant,
+            &self.device,
+        )?;
+        let tv = Instant::now();
+        let mut names: Vec<&String> = sums.keys().collect();
+        names.sort();
+        let mut bad = vec![];
+        for name in &names {
+            match update.checksums.get(*name) {
+                Some(expected) if *expected == sums[*name] => {}
+                Some(_) => bad.push(format!("{name} (checksum mismatch)")),
+                None => bad.push(format!("{name} (no checksum from the sender)")),
+            }
+        }
+        if !bad.is_empty() {
+            return Err(reject(format!(
+                "{} of {} tensors failed verification: {}",
+                bad.len(),
+                names.len(),
+                bad.join(", ")
+            )));
+        }
+        let (mut max_diff, mut mean_diff) = (None, None);
+        if let Some(p) = probe {
+            if p.tokens.len() < 2 || p.expected_logprobs.len() + 1 != p.tokens.len() {
+                return Err(reject(format!(
+                    "probe has {} tokens and {} expected log-probs (need n >= 2 and n - 1)",
+                    p.tokens.len(),
+                    p.expected_logprobs.len()
+                )));
+            }
+            let got = self.score_with(&staged, 0, &p.tokens)?;
+            let diffs: Vec<f32> = got
+                .iter()
+                .zip(&p.expected_logprobs)
+                .map(|(a, b)| (a - b).abs())
+                .collect();
+            let max = diffs.iter().copied().fold(0f32, f32::max);
+            let max = if diffs.iter().any(|d| d.is_nan()) {
+                f32::NAN
+            } else {
+                max
+            };
+            let mean = diffs.iter().sum::<f32>() / diffs.len() as f32;
+            if max.is_nan() || max > p.tolerance {
+                return Err(reject(format!(
+                    "probe log-probs differ from the trainer's by up to {max} nats \
+                     (tolerance {})",
+                    p.tolerance
+                )));
+            }
+            max_diff = Some(max);
+            mean_diff = Some(mean);
+        }
+        let verify_seconds = tv.elapsed().as_secs_f64();
+        self.stats.weight_bytes = staged.linear_bytes();
+        self.weights = staged;
+        self.stats.version = update.version;
+        let bytes = names
+            .iter()
+            .filter_map(|n| update.tensors.get(*n))
+            .map(|t| t.elem_count() * 4)
+            .sum();
+        Ok(RefitReport {
+            version: update.version,
+            previous_version: kept,
+            tensors: names.len(),
+            bytes,
+            checksums_ok: names.len(),
+            probe_max_abs_diff: max_diff,
+            probe_mean_abs_diff: mean_diff,
+            seconds: t0.elapsed().as_secs_f64(),
+            verify_seconds,
+        })
+    }
+}

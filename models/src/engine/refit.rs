@@ -1,0 +1,95 @@
+//! Refit messages and their verification results: a versioned weight update carrying the
+//! sender's per-tensor checksums, a fixed probe with the trainer's expected log-probs, and the
+//! report the engine returns. Applying a refit is `Engine::refit`; nothing here touches disk.
+
+use crate::causal_lm::CausalLm;
+use crate::engine::error::EngineResult;
+use crate::engine::weights::tensor_checksum;
+use candle_core::Tensor;
+use std::collections::HashMap;
+
+/// New weights for the engine, computed by the trainer, with the trainer-side checksum of
+/// every tensor (see [`crate::engine::tensor_checksum`]).
+#[derive(Clone, Debug)]
+pub struct WeightUpdate {
+    /// Policy version these weights are (must be above the engine's current version).
+    pub version: u64,
+    /// Weights by HF name (every `CausalLm` parameter; extra entries ignored).
+    pub tensors: HashMap<String, Tensor>,
+    /// Checksum of each tensor as the sender saw it.
+    pub checksums: HashMap<String, u64>,
+}
+
+impl WeightUpdate {
+    /// An update of `tensors`, checksummed here (on the sender's side).
+    pub fn new(version: u64, tensors: HashMap<String, Tensor>) -> EngineResult<WeightUpdate> {
+        let checksums = tensors
+            .iter()
+            .map(|(n, t)| Ok((n.clone(), tensor_checksum(t)?)))
+            .collect::<candle_core::Result<_>>()?;
+        Ok(WeightUpdate {
+            version,
+            tensors,
+            checksums,
+        })
+    }
+
+    /// An update from a trainer model's current weights (detached copies).
+    pub fn from_model(version: u64, model: &CausalLm) -> EngineResult<WeightUpdate> {
+        WeightUpdate::new(version, model.weights()?)
+    }
+}
+
+/// A fixed token sequence and the log-probs the trainer computes for it; after a refit the
+/// engine recomputes them and compares.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Probe {
+    /// Probe tokens (at least 2).
+    pub tokens: Vec<u32>,
+    /// `log p(tokens[t+1] | tokens[..=t])` in nats from the trainer, `tokens.len() - 1` values.
+    pub expected_logprobs: Vec<f32>,
+    /// Largest accepted absolute difference (nats); e.g. 1e-4 in f32, larger for quantized
+    /// engines, whose mismatch this measures.
+    pub tolerance: f32,
+}
+
+impl Probe {
+    /// A probe whose expected log-probs come from `model`'s training forward
+    /// ([`CausalLm::next_token_logprobs`]).
+    pub fn from_model(model: &CausalLm, tokens: Vec<u32>, tolerance: f32) -> EngineResult<Probe> {
+        let ids = Tensor::from_vec(tokens.clone(), (1, tokens.len()), model.device())?;
+        let expected_logprobs = model
+            .next_token_logprobs(&ids, None)?
+            .squeeze(0)?
+            .to_dtype(candle_core::DType::F32)?
+            .to_vec1::<f32>()?;
+        Ok(Probe {
+            tokens,
+            expected_logprobs,
+            tolerance,
+        })
+    }
+}
+
+/// What a successful refit did and measured (for the monitor).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RefitReport {
+    /// Version now served.
+    pub version: u64,
+    /// Version served before.
+    pub previous_version: u64,
+    /// Tensors copied and verified.
+    pub tensors: usize,
+    /// Bytes received (f32).
+    pub bytes: usize,
+    /// Tensors whose checksum matched the sender's (= `tensors` on success).
+    pub checksums_ok: usize,
+    /// Largest |engine - trainer| log-prob on the probe (nats), when a probe was given.
+    pub probe_max_abs_diff: Option<f32>,
+    /// Mean |engine - trainer| log-prob on the probe (nats), when a probe was given.
+    pub probe_mean_abs_diff: Option<f32>,
+    /// Wall time of the whole refit (copy, quantize, verify), seconds.
+    pub seconds: f64,
+    /// Of which verification (checksums + probe), seconds.
+    pub verify_seconds: f64,
+}

@@ -1,0 +1,110 @@
+//! Refit tests: after the trainer's weights change, a verified refit makes the engine produce
+//! what a fresh engine / model with the new weights produces; a tensor corrupted in transit is
+//! caught by its checksum, a wrong probe and a stale version are rejected, and a rejected refit
+//! leaves the served weights and version untouched. The engine never aliases trainer storage.
+
+mod common;
+
+use candle_core::Device;
+use common::{ids, tiny};
+use oxalign_models::engine::{Engine, EngineConfig, EngineError, Probe, WeightUpdate};
+use oxalign_models::{CausalLm, Family, GenerationRequest, SamplingParams};
+
+fn reqs() -> Vec<GenerationRequest> {
+    (0..3)
+        .map(|i| {
+            let mut r = GenerationRequest::new(ids(500 + i, 4 + i as usize, 64), 7);
+            r.ignore_eos = true;
+            r.sampling = SamplingParams {
+                seed: i,
+                ..SamplingParams::default()
+            };
+            r
+        })
+        .collect()
+}
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        block_size: 4,
+        num_blocks: Some(128),
+        ..EngineConfig::default()
+    }
+}
+
+#[test]
+fn refit_serves_new_weights_and_rejects_bad_updates() {
+    let cfg = tiny(Family::Llama);
+    let trainer = CausalLm::init_random(&cfg, 1, &Device::Cpu).unwrap();
+    let mut engine = Engine::from_model(&trainer, config()).unwrap();
+    let before = engine.generate(&reqs()).unwrap();
+    assert_eq!(engine.version(), 0);
+
+    // "Training step": the trainer's weights change in place.
+    let new = CausalLm::init_random(&cfg, 2, &Device::Cpu).unwrap();
+    trainer.load_weights_from(&new.weights().unwrap()).unwrap();
+    // Without a refit the engine still serves the old weights (no aliasing).
+    assert_eq!(engine.generate(&reqs()).unwrap(), before);
+
+    let probe_tokens = ids(9, 12, 64);
+    let probe = Probe::from_model(&trainer, probe_tokens.clone(), 1e-5).unwrap();
+    let update = WeightUpdate::from_model(1, &trainer).unwrap();
+    let report = engine.refit(&update, Some(&probe)).unwrap();
+    assert_eq!((report.version, report.previous_version), (1, 0));
+    assert_eq!(report.tensors, report.checksums_ok);
+    assert_eq!(report.tensors, trainer.vars().len());
+    assert!(report.probe_max_abs_diff.unwrap() <= 1e-5);
+    assert!(report.seconds >= report.verify_seconds);
+    assert_eq!(engine.stats().version, 1);
+
+    let after = engine.generate(&reqs()).unwrap();
+    let mut fresh = Engine::from_model(&new, config()).unwrap();
+    assert_eq!(after, fresh.generate(&reqs()).unwrap());
+    let reference = new.generate(&reqs()).unwrap();
+    for (a, b) in after.iter().zip(&reference) {
+        assert_eq!(a.tokens, b.tokens);
+    }
+    assert_ne!(after, before);
+
+    // A tensor corrupted after the sender checksummed it: rejected, nothing changes.
+    let third = CausalLm::init_random(&cfg, 3, &Device::Cpu).unwrap();
+    let mut bad = WeightUpdate::from_model(2, &third).unwrap();
+    let name = "model.layers.1.mlp.down_proj.weight".to_string();
+    let t = bad.tensors[&name].clone();
+    let flipped = (t.clone() + t.ones_like().unwrap().affine(0.0, 1e-6).unwrap()).unwrap();
+    bad.tensors.insert(name.clone(), flipped);
+    match engine.refit(&bad, None) {
+        Err(EngineError::RefitRejected {
+            version,
+            kept,
+            reason,
+        }) => {
+            assert_eq!((version, kept), (2, 1));
+            assert!(reason.contains(&name), "{reason}");
+            assert!(reason.contains("1 of"), "{reason}");
+        }
+        other => panic!("corrupted tensor not detected: {other:?}"),
+    }
+    assert_eq!(engine.version(), 1);
+    assert_eq!(engine.generate(&reqs()).unwrap(), after);
+
+    // A probe from other weights (stale trainer log-probs) is rejected.
+    let good = WeightUpdate::from_model(2, &third).unwrap();
+    let err = engine.refit(&good, Some(&probe)).unwrap_err();
+    assert!(err.to_string().contains("probe"), "{err}");
+    assert_eq!(engine.version(), 1);
+
+    // A stale version is rejected; the right probe passes.
+    let stale = WeightUpdate::from_model(1, &third).unwrap();
+    assert!(engine.refit(&stale, None).is_err());
+    let probe3 = Probe::from_model(&third, probe_tokens, 1e-5).unwrap();
+    assert_eq!(engine.refit(&good, Some(&probe3)).unwrap().version, 2);
+    assert_eq!(engine.version(), 2);
+
+    // Missing tensors are a clear error too.
+    let mut missing = WeightUpdate::from_model(3, &third).unwrap();
+    missing.tensors.remove("model.norm.weight");
+    let err = engine.refit(&missing, None).unwrap_err();
+    assert!(err.to_string().contains("model.norm.weight"), "{err}");
+    assert_eq!(engine.version(), 2);
+}

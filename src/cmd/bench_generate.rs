@@ -1,0 +1,302 @@
+//! `oxalign bench generate`: generation throughput of a causal LM on seeded random prompts,
+//! greedy, through the paged engine, the contiguous-cache `CausalLm::generate` or a naive
+//! no-cache loop, printed as one JSON line (tokens/s, time to first token, peak RSS).
+//! It loads no tokenizer and writes no completions.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use candle_core::{Tensor, D};
+use clap::{Parser, ValueEnum};
+use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
+use oxalign_models::{CausalLm, GenerationRequest, SamplingParams};
+use serde::Serialize;
+
+use crate::model_dir::{check_model_dir, model_error, open_device};
+use crate::user_error::user_error;
+
+/// Which generation path to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// The rollout engine (paged KV cache, continuous batching).
+    Paged,
+    /// `CausalLm::generate` (contiguous KV cache, left padding).
+    Contiguous,
+    /// Full forward over the whole sequence for every new token (no cache).
+    Naive,
+}
+
+/// Arguments of `oxalign bench generate`.
+#[derive(Debug, Parser)]
+#[command(
+    about = "Measure generation throughput (tokens/s, time to first token, peak RSS)",
+    long_about = "Measure generation throughput of a causal LM: --batch seeded random prompts of \
+--prompt-len tokens, --new-tokens greedy tokens each (eos ignored). --warmup untimed runs, then \
+--runs timed runs. Prints one JSON line: tokens_per_sec (generated tokens / wall seconds of a \
+run: median, min, max over the runs), ttft_seconds (wall time of a run with one new token: \
+prefill + first sample, median/min/max), peak_rss_bytes (VmHWM of this process) and, for the \
+paged engine, the KV pool and decode-step memory traffic (weight bytes + KV bytes read by the \
+last decode step).\n\n--engine paged (default) is the rollout engine, contiguous is \
+CausalLm::generate, naive recomputes the full forward for every token. --quant applies to \
+the paged engine only."
+)]
+pub struct Args {
+    /// Model folder (config.json, model.safetensors).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Prompts generated together.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..))]
+    pub batch: u64,
+    /// Tokens per prompt.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..))]
+    pub prompt_len: u64,
+    /// Tokens generated per prompt.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
+    pub new_tokens: u64,
+    /// Generation path.
+    #[arg(long, value_enum, default_value_t = EngineKind::Paged)]
+    pub engine: EngineKind,
+    /// Rollout weight precision of the paged engine: none, int8, q4.
+    #[arg(long, default_value = "none")]
+    pub quant: String,
+    /// Timed runs.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+    pub runs: u64,
+    /// Untimed warm-up runs (with one new token) before the timed ones.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: u64,
+    /// KV block size of the paged engine (tokens).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
+    pub block_size: u64,
+    /// KV pool budget of the paged engine, MiB.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..))]
+    pub kv_memory_mib: u64,
+    /// Token budget per engine step.
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_batched_tokens: u64,
+    /// Seed of the random prompts.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Device: cpu, cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+}
+
+/// median / min / max of a measurement.
+#[derive(Debug, Serialize)]
+struct Spread {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Spread {
+    fn of(values: &[f64]) -> Spread {
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Spread {
+            median,
+            min: v[0],
+            max: v[n - 1],
+        }
+    }
+}
+
+/// The JSON line.
+#[derive(Debug, Serialize)]
+struct Report {
+    bench: &'static str,
+    engine: EngineKind,
+    quant: String,
+    batch: u64,
+    prompt_len: u64,
+    new_tokens: u64,
+    runs: u64,
+    generated_tokens: u64,
+    tokens_per_sec: Spread,
+    run_seconds: Spread,
+    ttft_seconds: Spread,
+    peak_rss_bytes: Option<u64>,
+    threads: usize,
+    /// Paged engine: bytes of weights read per decode step.
+    weight_bytes_per_step: Option<usize>,
+    /// Paged engine: K/V bytes read by the last decode step (all sequences, all layers).
+    kv_bytes_last_step: Option<usize>,
+    /// Paged engine: most KV blocks in use, and the pool size.
+    kv_blocks_peak: Option<usize>,
+    kv_blocks_total: Option<usize>,
+}
+
+/// Runs `oxalign bench generate`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    check_model_dir(&args.model)?;
+    let quant: QuantMode = match args.quant.parse() {
+        Ok(q) => q,
+        Err(e) => return user_error(format!("--quant: {e}")),
+    };
+    if quant != QuantMode::None && args.engine != EngineKind::Paged {
+        return user_error("--quant needs --engine paged");
+    }
+    let device = open_device(&args.device)?;
+    let model = CausalLm::load(&args.model, &device).map_err(|e| model_error(e, &args.model))?;
+    let cfg = model.config().clone();
+    let prompts = random_prompts(args.seed, args.batch, args.prompt_len, cfg.vocab_size);
+    let requests = |n: u64| -> Vec<GenerationRequest> {
+        prompts
+            .iter()
+            .map(|p| {
+                let mut r = GenerationRequest::new(p.clone(), n as usize);
+                r.sampling = SamplingParams::greedy();
+                r.ignore_eos = true;
+                r
+            })
+            .collect()
+    };
+    let mut engine = match args.engine {
+        EngineKind::Paged => {
+            let ec = EngineConfig {
+                block_size: args.block_size as usize,
+                kv_memory_bytes: (args.kv_memory_mib as usize) << 20,
+                max_batched_tokens: args.max_batched_tokens as usize,
+                max_running: args.batch as usize,
+                quant,
+                ..EngineConfig::default()
+            };
+            match Engine::from_model(&model, ec) {
+                Ok(e) => Some(e),
+                Err(e) => return user_error(format!("cannot build the engine: {e}")),
+            }
+        }
+        _ => None,
+    };
+    // One generation of `n` tokens per prompt; returns the generated token count.
+    let mut generate = |n: u64| -> anyhow::Result<u64> {
+        let reqs = requests(n);
+        let out = match args.engine {
+            EngineKind::Paged => match engine.as_mut() {
+                Some(e) => e.generate(&reqs)?,
+                None => anyhow::bail!("paged engine missing"),
+            },
+            EngineKind::Contiguous => model.generate(&reqs)?,
+            EngineKind::Naive => naive_greedy(&model, &prompts, n as usize)?,
+        };
+        Ok(out.iter().map(|c| c.tokens.len() as u64).sum())
+    };
+    for _ in 0..args.warmup {
+        generate(1)?;
+    }
+    let mut ttft = vec![];
+    for _ in 0..args.runs {
+        let t = Instant::now();
+        generate(1)?;
+        ttft.push(t.elapsed().as_secs_f64());
+    }
+    let mut secs = vec![];
+    let mut rates = vec![];
+    let mut generated = 0;
+    for _ in 0..args.runs {
+        let t = Instant::now();
+        generated = generate(args.new_tokens)?;
+        let s = t.elapsed().as_secs_f64();
+        secs.push(s);
+        rates.push(generated as f64 / s);
+    }
+    let stats = engine.as_ref().map(|e| e.stats());
+    // Last decode step: every sequence reads its whole cache (prompt + new - 1 positions).
+    let kv_last = stats.as_ref().map(|s| {
+        let per_token = s.block_bytes / s.block_size;
+        (args.batch * (args.prompt_len + args.new_tokens - 1)) as usize * per_token
+    });
+    let report = Report {
+        bench: "generate",
+        engine: args.engine,
+        quant: args.quant.clone(),
+        batch: args.batch,
+        prompt_len: args.prompt_len,
+        new_tokens: args.new_tokens,
+        runs: args.runs,
+        generated_tokens: generated,
+        tokens_per_sec: Spread::of(&rates),
+        run_seconds: Spread::of(&secs),
+        ttft_seconds: Spread::of(&ttft),
+        peak_rss_bytes: peak_rss_bytes(Path::new("/proc/self/status")),
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        weight_bytes_per_step: stats.as_ref().map(|s| s.weight_bytes),
+        kv_bytes_last_step: kv_last,
+        kv_blocks_peak: stats.as_ref().map(|s| s.peak_blocks_used),
+        kv_blocks_total: stats.as_ref().map(|s| s.num_blocks),
+    };
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
+}
+
+/// `batch` prompts of `len` token ids drawn from `1..vocab` by a fixed LCG of `seed`.
+fn random_prompts(seed: u64, batch: u64, len: u64, vocab: usize) -> Vec<Vec<u32>> {
+    let mut x = seed ^ 0x2545_F491_4F6C_DD1D;
+    (0..batch)
+        .map(|_| {
+            (0..len)
+                .map(|_| {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    1 + ((x >> 33) % (vocab as u64 - 1).max(1)) as u32
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Greedy generation by recomputing the full forward over `[batch, len]` for every token.
+fn naive_greedy(
+    model: &CausalLm,
+    prompts: &[Vec<u32>],
+    n: usize,
+) -> anyhow::Result<Vec<oxalign_models::Completion>> {
+    let b = prompts.len();
+    let mut seqs: Vec<Vec<u32>> = prompts.to_vec();
+    for _ in 0..n {
+        let len = seqs[0].len();
+        let flat: Vec<u32> = seqs.iter().flatten().copied().collect();
+        let ids = Tensor::from_vec(flat, (b, len), model.device())?;
+        let h = model.hidden(&ids, None)?.narrow(1, len - 1, 1)?.detach();
+        let next = model
+            .lm_logits(&h)?
+            .argmax(D::Minus1)?
+            .flatten_all()?
+            .to_vec1::<u32>()?;
+        for (s, t) in seqs.iter_mut().zip(next) {
+            s.push(t);
+        }
+    }
+    Ok(seqs
+        .into_iter()
+        .zip(prompts)
+        .map(|(s, p)| oxalign_models::Completion {
+            tokens: s[p.len()..].to_vec(),
+            logprobs: vec![],
+            finish_reason: oxalign_models::FinishReason::Length,
+        })
+        .collect())
+}
+
+/// The `VmHWM` (peak resident set) of a `/proc/<pid>/status` file, in bytes.
+fn peak_rss_bytes(status: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(status).ok()?;
+    let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line
+        .trim_start_matches("VmHWM:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
