@@ -103,8 +103,9 @@ def main():
     ids = torch.randint(0, cfg.vocab_size, (b, t), generator=g)
     targets = ids[:, 1:].reshape(-1)
 
-    step_s, fwd_s, bwd_s, opt_s, losses = [], [], [], [], []
+    step_s, fwd_s, bwd_s, opt_s, cpu_s, losses = [], [], [], [], [], []
     for i in range(args.warmup + args.steps):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         hidden = model.model(input_ids=ids).last_hidden_state[:, :-1]
         logits = model.lm_head(hidden)
@@ -117,6 +118,7 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
         t3 = time.perf_counter()
+        c1 = time.process_time()
         del hidden, logits, loss
         losses.append(loss_value)
         if i >= args.warmup:
@@ -124,6 +126,7 @@ def main():
             bwd_s.append(t2 - t1)
             opt_s.append(t3 - t2)
             step_s.append(t3 - t0)
+            cpu_s.append(c1 - c0)
 
     tokens = b * t
     tps = [tokens / s for s in step_s]
@@ -156,6 +159,7 @@ def main():
                 "forward_seconds": spread(fwd_s),
                 "backward_seconds": spread(bwd_s),
                 "optimizer_seconds": spread(opt_s),
+                "step_cpu_seconds": spread(cpu_s),
                 "flops_per_step": flops,
                 "achieved_gflops": achieved,
                 "peak_gflops": peak,

@@ -139,7 +139,7 @@ fn stop_tokens_and_stop_strings_end_completions() {
         stop_strings: vec![target.clone()],
     };
     let out = engine
-        .generate_with_stops(&[req.clone()], Some(&detok))
+        .generate_with_stops(std::slice::from_ref(&req), Some(&detok))
         .unwrap()
         .remove(0);
     assert_eq!(out.finish_reason, FinishReason::Stop);

@@ -37,7 +37,8 @@ pub enum EngineKind {
 run: median, min, max over the runs), ttft_seconds (wall time of a run with one new token: \
 prefill + first sample, median/min/max), peak_rss_bytes (VmHWM of this process) and, for the \
 paged engine, the KV pool and decode-step memory traffic (weight bytes + KV bytes read by the \
-last decode step).\n\n--engine paged (default) is the rollout engine, contiguous is \
+last decode step) and logprob_mismatch_vs_f32 (max/mean |engine - f32 trainer forward| \
+log-prob over the first completion: ~1e-6 in f32, the quantization error with --quant).\n\n--engine paged (default) is the rollout engine, contiguous is \
 CausalLm::generate, naive recomputes the full forward for every token. --quant applies to \
 the paged engine only."
 )]
@@ -132,6 +133,50 @@ struct Report {
     /// Paged engine: most KV blocks in use, and the pool size.
     kv_blocks_peak: Option<usize>,
     kv_blocks_total: Option<usize>,
+    /// Paged engine: |engine - f32 trainer forward| log-prob (nats) over the first
+    /// completion's tokens (max and mean).
+    logprob_mismatch_vs_f32: Option<Mismatch>,
+}
+
+/// Max and mean absolute log-prob difference, nats.
+#[derive(Debug, Serialize)]
+struct Mismatch {
+    max: f32,
+    mean: f32,
+}
+
+/// Scores `prompt + completion` with the engine and with the f32 trainer forward and compares
+/// the log-probs of the completion tokens.
+fn logprob_mismatch(
+    engine: &mut Engine,
+    model: &CausalLm,
+    prompt: &[u32],
+    completion: &[u32],
+) -> anyhow::Result<Mismatch> {
+    let mut seq = prompt.to_vec();
+    seq.extend_from_slice(completion);
+    if seq.len() < 2 || completion.is_empty() {
+        return Ok(Mismatch {
+            max: 0.0,
+            mean: 0.0,
+        });
+    }
+    let got = engine.score(std::slice::from_ref(&seq))?.remove(0);
+    let ids = Tensor::from_vec(seq.clone(), (1, seq.len()), model.device())?;
+    let want = model
+        .next_token_logprobs(&ids, None)?
+        .squeeze(0)?
+        .to_vec1::<f32>()?;
+    let from = prompt.len() - 1;
+    let diffs: Vec<f32> = got[from..]
+        .iter()
+        .zip(&want[from..])
+        .map(|(a, b)| (a - b).abs())
+        .collect();
+    Ok(Mismatch {
+        max: diffs.iter().copied().fold(0.0, f32::max),
+        mean: diffs.iter().sum::<f32>() / diffs.len() as f32,
+    })
 }
 
 /// Runs `oxalign bench generate`.
@@ -176,8 +221,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    // One generation of `n` tokens per prompt; returns the generated token count.
-    let mut generate = |n: u64| -> anyhow::Result<u64> {
+    // One generation of `n` tokens per prompt; returns the generated token count and the
+    // first completion.
+    let mut generate = |n: u64| -> anyhow::Result<(u64, Vec<u32>)> {
         let reqs = requests(n);
         let out = match args.engine {
             EngineKind::Paged => match engine.as_mut() {
@@ -187,7 +233,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             EngineKind::Contiguous => model.generate(&reqs)?,
             EngineKind::Naive => naive_greedy(&model, &prompts, n as usize)?,
         };
-        Ok(out.iter().map(|c| c.tokens.len() as u64).sum())
+        let first = out.first().map(|c| c.tokens.clone()).unwrap_or_default();
+        Ok((out.iter().map(|c| c.tokens.len() as u64).sum(), first))
     };
     for _ in 0..args.warmup {
         generate(1)?;
@@ -201,13 +248,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut secs = vec![];
     let mut rates = vec![];
     let mut generated = 0;
+    let mut first = vec![];
     for _ in 0..args.runs {
         let t = Instant::now();
-        generated = generate(args.new_tokens)?;
+        (generated, first) = generate(args.new_tokens)?;
         let s = t.elapsed().as_secs_f64();
         secs.push(s);
         rates.push(generated as f64 / s);
     }
+    let mismatch = match engine.as_mut() {
+        Some(e) => Some(logprob_mismatch(e, &model, &prompts[0], &first)?),
+        None => None,
+    };
     let stats = engine.as_ref().map(|e| e.stats());
     // Last decode step: every sequence reads its whole cache (prompt + new - 1 positions).
     let kv_last = stats.as_ref().map(|s| {
@@ -232,6 +284,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         kv_bytes_last_step: kv_last,
         kv_blocks_peak: stats.as_ref().map(|s| s.peak_blocks_used),
         kv_blocks_total: stats.as_ref().map(|s| s.num_blocks),
+        logprob_mismatch_vs_f32: mismatch,
     };
     println!("{}", serde_json::to_string(&report)?);
     Ok(())

@@ -129,6 +129,9 @@ struct Report {
     forward_seconds: Spread,
     backward_seconds: Spread,
     optimizer_seconds: Spread,
+    /// CPU time (user + system, all threads) of this process per timed step, seconds; on a
+    /// shared machine `step_seconds` grows with others' load, this much less. `None` off Linux.
+    step_cpu_seconds: Option<Spread>,
     /// Model FLOPs per step (formula in `--help`).
     flops_per_step: f64,
     /// `flops_per_step / step_seconds.median / 1e9`.
@@ -217,8 +220,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut fwd_s = Vec::new();
     let mut bwd_s = Vec::new();
     let mut opt_s = Vec::new();
+    let mut cpu_s = Vec::new();
     let mut losses = Vec::new();
     for i in 0..args.warmup + args.steps {
+        let cpu0 = process_cpu_seconds(Path::new("/proc/self/stat"));
         let t0 = Instant::now();
         let loss = next_token_loss(&model, &ids, &targets)?;
         let loss_value = f64::from(loss.to_scalar::<f32>()?);
@@ -229,12 +234,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         opt.step(&grads)?;
         drop(grads);
         let t3 = Instant::now();
+        let cpu1 = process_cpu_seconds(Path::new("/proc/self/stat"));
         losses.push(loss_value);
         if i >= args.warmup {
             fwd_s.push((t1 - t0).as_secs_f64());
             bwd_s.push((t2 - t1).as_secs_f64());
             opt_s.push((t3 - t2).as_secs_f64());
             step_s.push((t3 - t0).as_secs_f64());
+            if let (Some(a), Some(b)) = (cpu0, cpu1) {
+                cpu_s.push(b - a);
+            }
         }
     }
 
@@ -267,6 +276,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         forward_seconds: Spread::of(&fwd_s),
         backward_seconds: Spread::of(&bwd_s),
         optimizer_seconds: Spread::of(&opt_s),
+        step_cpu_seconds: (cpu_s.len() == step_s.len()).then(|| Spread::of(&cpu_s)),
         flops_per_step,
         achieved_gflops,
         peak_gflops,
@@ -325,6 +335,20 @@ fn random_tokens(batch: usize, seq: usize, vocab: usize, seed: u64) -> Vec<u32> 
             (z % vocab as u64) as u32
         })
         .collect()
+}
+
+/// User + system CPU time of this process (all threads) from a `/proc/<pid>/stat` file, in
+/// seconds (fields 14 and 15, in USER_HZ = 100 ticks per second on Linux); `None` when the
+/// file is missing or malformed.
+fn process_cpu_seconds(stat: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(stat).ok()?;
+    // The command name (field 2) may hold spaces; fields after its closing ')' are plain.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state), so utime (14) and stime (15) are at 11 and 12.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
 }
 
 /// The `VmHWM` (peak resident set) line of a `/proc/<pid>/status` file, in bytes; `None` when

@@ -16,7 +16,8 @@ pub use setup::{policy_dir, prompt_source};
 
 use crate::executor::ExecutorPool;
 use crate::monitor::{
-    unix_ms_now, CheckpointInfo, MonitorHandle, RunFinished, RunInfo, RunOutcome,
+    unix_ms_now, ActorInfo, ActorUpdate, CheckpointInfo, MonitorHandle, RunFinished, RunInfo,
+    RunOutcome,
 };
 use crate::recipe::Recipe;
 use crate::roles::{ask, CriticMsg, PolicyMsg};
@@ -181,7 +182,9 @@ async fn run(
     };
     let prior_wall = state.wall_seconds;
 
-    let policy = setup::spawn_policy(recipe, &sources.policy, monitor, &pool).await?;
+    monitor.report(ActorInfo::new("controller", "controller", vec!["cpu".into()]));
+    monitor.report(ActorUpdate::working("controller", "setup"));
+    let mut policy = setup::spawn_policy(recipe, &sources.policy, monitor, &pool).await?;
     if resume_from.is_none() {
         if recipe.sft.steps > 0 {
             state.accuracy_init =
@@ -199,6 +202,11 @@ async fn run(
         .await
         .map_err(|e| e.to_string())?;
         copy_tokenizer(&pdir, &reference_dir)?;
+        if recipe.sft.steps > 0 {
+            // RL starts from the SFT weights with a fresh optimizer (no SFT moments).
+            policy.stop_and_wait(None, None).await.map_err(|e| e.to_string())?;
+            policy = setup::spawn_policy(recipe, &reference_dir, monitor, &pool).await?;
+        }
     } else if let Some(ckpt) = &resume_from {
         let dir = ckpt.join("policy");
         ask("policy", &policy, |reply| PolicyMsg::LoadOptimizer {
@@ -234,6 +242,7 @@ async fn run(
     }
     while state.step < recipe.run.steps {
         let step = state.step + 1;
+        monitor.report(ActorUpdate::working("controller", format!("step {step}")));
         let row = rl_step::run_step(&ctx, &roles, data.as_ref(), &mut state, step).await?;
         reward_first.get_or_insert(row.reward_mean);
         reward_last = Some(row.reward_mean);
@@ -256,6 +265,7 @@ async fn run(
         Some(evaluate::accuracy(&ctx, &roles.policy, data.eval_items(), "eval final").await?)
     };
     roles.stop();
+    monitor.report(ActorUpdate::idle("controller"));
     let summary = RunSummary {
         name: recipe.run.name.clone(),
         run_dir: run_dir.to_path_buf(),
