@@ -182,7 +182,11 @@ async fn run(
     };
     let prior_wall = state.wall_seconds;
 
-    monitor.report(ActorInfo::new("controller", "controller", vec!["cpu".into()]));
+    monitor.report(ActorInfo::new(
+        "controller",
+        "controller",
+        vec!["cpu".into()],
+    ));
     monitor.report(ActorUpdate::working("controller", "setup"));
     let mut policy = setup::spawn_policy(recipe, &sources.policy, monitor, &pool).await?;
     if resume_from.is_none() {
@@ -204,7 +208,10 @@ async fn run(
         copy_tokenizer(&pdir, &reference_dir)?;
         if recipe.sft.steps > 0 {
             // RL starts from the SFT weights with a fresh optimizer (no SFT moments).
-            policy.stop_and_wait(None, None).await.map_err(|e| e.to_string())?;
+            policy
+                .stop_and_wait(None, None)
+                .await
+                .map_err(|e| e.to_string())?;
             policy = setup::spawn_policy(recipe, &reference_dir, monitor, &pool).await?;
         }
     } else if let Some(ckpt) = &resume_from {

@@ -192,7 +192,7 @@ pub async fn spawn_others(
                     .reward_path
                     .as_deref()
                     .ok_or("model.reward_path is required for reward.kind = \"model\"")?;
-                Scorer::Model(RewardModel::load(Path::new(p), &dev).map_err(e)?)
+                Scorer::Model(Box::new(RewardModel::load(Path::new(p), &dev).map_err(e)?))
             }
         });
     }

@@ -9,11 +9,14 @@ use ractor::ActorRef;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Prompt ids and target ids of one SFT example.
+pub(crate) type TokenPair = (Vec<u32>, Vec<u32>);
+
 /// `prompt ids, answer ids + eos` for each item (items without an answer are skipped).
 pub(crate) fn sft_pairs(
     ctx: &Ctx<'_>,
     items: &[oxalign_rlhf::data::PromptItem],
-) -> Result<Vec<(Vec<u32>, Vec<u32>)>, String> {
+) -> Result<Vec<TokenPair>, String> {
     let eos = ctx.tok.eos_token_id();
     let mut out = Vec::new();
     for it in items {

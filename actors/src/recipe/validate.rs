@@ -85,7 +85,7 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
         positive("sft.lr", r.sft.lr, &bad)?;
     }
     let batch = r.rl.prompts_per_step * r.rl.samples_per_prompt;
-    if batch % r.rl.minibatch_size != 0 {
+    if !batch.is_multiple_of(r.rl.minibatch_size) {
         return Err(bad(
             "rl.minibatch_size",
             format!(

@@ -15,7 +15,7 @@ pub enum Scorer {
     /// Exact match of the response text with the reference answer.
     ExactMatch(ExactMatch),
     /// A reward model's score at the last token of prompt + response.
-    Model(RewardModel),
+    Model(Box<RewardModel>),
 }
 
 /// Messages the reward actor understands.
