@@ -101,7 +101,8 @@ pub fn staging_dir(final_dir: &Path) -> std::io::Result<PathBuf> {
     Ok(staged)
 }
 
-/// Deletes all but the newest `keep` complete checkpoints, and stale staging folders.
+/// Deletes all but the newest `keep` complete checkpoints, stale staging folders and step
+/// folders that were never sealed.
 pub fn prune(run_dir: &Path, keep: usize) -> std::io::Result<()> {
     let dir = run_dir.join("checkpoints");
     let mut steps: Vec<(u64, PathBuf)> = Vec::new();
@@ -113,7 +114,12 @@ pub fn prune(run_dir: &Path, keep: usize) -> std::io::Result<()> {
             .strip_prefix("step_")
             .and_then(|s| s.parse::<u64>().ok())
         {
-            steps.push((n, entry.path()));
+            if entry.path().join(STATE_FILE).is_file() {
+                steps.push((n, entry.path()));
+            } else {
+                // Never sealed: not a checkpoint, and never resumed from.
+                std::fs::remove_dir_all(entry.path())?;
+            }
         }
     }
     steps.sort();
@@ -172,6 +178,7 @@ mod tests {
         assert!(!checkpoint_dir(run.path(), 1).exists());
         assert!(checkpoint_dir(run.path(), 2).exists());
         assert!(!crashed.exists());
+        assert!(!checkpoint_dir(run.path(), 5).exists());
         assert_eq!(latest_checkpoint(run.path()).unwrap(), latest);
     }
 }
