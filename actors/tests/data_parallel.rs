@@ -5,8 +5,11 @@ use candle_core::{DType, Device, Tensor};
 use oxalign_actors::executor::ExecutorPool;
 use oxalign_actors::monitor::MonitorHandle;
 use oxalign_actors::replicas::Replicas;
-use oxalign_actors::roles::{ask, Policy, PolicyMsg, PolicyState, PolicyWork, Sequences};
+use oxalign_actors::roles::{
+    ask, Policy, PolicyMsg, PolicyReplica, PolicyState, PolicyWork, Sequences,
+};
 use oxalign_kernels::device::DeviceSpec;
+use oxalign_models::engine::EngineConfig;
 use oxalign_models::{CausalLm, Family, ModelConfig, Preset};
 use oxalign_rlhf::losses::{KlEstimator, LossAgg, PpoConfig};
 use oxalign_rlhf::trainer::{PolicyLossConfig, PolicyTrainer};
@@ -38,12 +41,13 @@ async fn update_with(world: usize, agg: LossAgg) -> HashMap<String, Tensor> {
     let specs: Vec<DeviceSpec> = (0..world).map(DeviceSpec::cpu).collect();
     let trainers = (0..world)
         .map(|_| {
-            PolicyTrainer::new(
+            let trainer = PolicyTrainer::new(
                 CausalLm::init_random(&config(), 5, &Device::Cpu).unwrap(),
                 1e-3,
                 0.01,
             )
-            .unwrap()
+            .unwrap();
+            PolicyReplica::new(trainer, EngineConfig::default(), 1e-4).unwrap()
         })
         .collect();
     let probe = CausalLm::init_random(&config(), 5, &Device::Cpu).unwrap();
@@ -94,6 +98,16 @@ async fn update_with(world: usize, agg: LossAgg) -> HashMap<String, Tensor> {
         .unwrap();
     assert_eq!(summary.updates, 4);
     assert_eq!(summary.skipped, 0);
+    // The engine refits to the updated weights, verified by checksums and the probe.
+    let report = ask("policy", &policy, |reply| PolicyMsg::Refit {
+        version: 1,
+        reply,
+    })
+    .await
+    .unwrap();
+    assert_eq!(report.version, 1);
+    assert_eq!(report.checksums_ok, report.tensors);
+    assert!(report.probe_max_abs_diff.unwrap() < 1e-4);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_path_buf();
     ask("policy", &policy, |reply| PolicyMsg::Save {

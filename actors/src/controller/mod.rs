@@ -195,8 +195,6 @@ async fn run(
                 Some(evaluate::accuracy(&ctx, &policy, data.eval_items(), "eval init").await?);
             sft::run_sft(&ctx, &policy, data.as_ref(), &mut state).await?;
         }
-        state.accuracy_sft =
-            Some(evaluate::accuracy(&ctx, &policy, data.eval_items(), "eval sft").await?);
         // The frozen reference is the policy as RL starts.
         ask("policy", &policy, |reply| PolicyMsg::Save {
             dir: reference_dir.clone(),
@@ -214,6 +212,9 @@ async fn run(
                 .map_err(|e| e.to_string())?;
             policy = setup::spawn_policy(recipe, &reference_dir, monitor, &pool).await?;
         }
+        // Evaluated through the engine that RL starts with.
+        state.accuracy_sft =
+            Some(evaluate::accuracy(&ctx, &policy, data.eval_items(), "eval sft").await?);
     } else if let Some(ckpt) = &resume_from {
         let dir = ckpt.join("policy");
         ask("policy", &policy, |reply| PolicyMsg::LoadOptimizer {

@@ -337,6 +337,16 @@ pub(crate) async fn run_step(
         ));
     }
     state.policy_version += 1;
+    // The engine takes the new weights in memory, verified before the next rollout.
+    let timer = ctx.monitor.time("policy", "refit", step);
+    let version = state.policy_version;
+    let refit = ask("policy", &roles.policy, |reply| PolicyMsg::Refit {
+        version,
+        reply,
+    })
+    .await
+    .map_err(err)?;
+    timer.finish();
     state.data_position += rl.prompts_per_step as u64;
     state.kl.update(exp.stats.kl, n as u64).map_err(err)?;
 
@@ -376,6 +386,13 @@ pub(crate) async fn run_step(
         ("time_generate", gen_secs),
         ("time_score", score_secs),
         ("time_train", train_secs),
+        ("refit_seconds", refit.seconds),
+        ("refit_verify_seconds", refit.verify_seconds),
+        ("refit_tensors_verified", refit.checksums_ok as f64),
+        (
+            "refit_probe_max_abs_diff",
+            refit.probe_max_abs_diff.unwrap_or(f32::NAN) as f64,
+        ),
     ] {
         m.values.insert(k.to_string(), v);
     }

@@ -5,13 +5,14 @@
 use crate::executor::ExecutorPool;
 use crate::monitor::{ActorInfo, MonitorHandle};
 use crate::placement::DeviceGroup;
-use crate::recipe::{Recipe, RewardKind, TaskKind};
+use crate::recipe::{EngineQuant, Recipe, RewardKind, TaskKind};
 use crate::replicas::Replicas;
 use crate::roles::{
-    Critic, CriticMsg, CriticState, Policy, PolicyMsg, PolicyState, Reference, ReferenceMsg,
-    ReferenceState, Reward, RewardMsg, RewardState, Scorer,
+    Critic, CriticMsg, CriticState, Policy, PolicyMsg, PolicyReplica, PolicyState, Reference,
+    ReferenceMsg, ReferenceState, Reward, RewardMsg, RewardState, Scorer,
 };
 use candle_core::{DType, Tensor};
+use oxalign_models::engine::{EngineConfig, QuantMode};
 use oxalign_models::tokenizer::Tokenizer;
 use oxalign_models::{
     byte_tokenizer, CausalLm, Family, ModelConfig, Preset, RewardModel, ValueModel,
@@ -125,6 +126,24 @@ pub struct RoleSources {
     pub critic: Option<PathBuf>,
 }
 
+/// The engine settings of the recipe's `[engine]` section.
+pub fn engine_config(recipe: &Recipe) -> EngineConfig {
+    let e = &recipe.engine;
+    EngineConfig {
+        block_size: e.block_size,
+        num_blocks: None,
+        kv_memory_bytes: e.kv_memory_mb << 20,
+        max_batched_tokens: e.max_batched_tokens,
+        max_running: e.max_running,
+        prefix_sharing: true,
+        quant: match e.quant {
+            EngineQuant::None => QuantMode::None,
+            EngineQuant::Int8 => QuantMode::Int8,
+            EngineQuant::Q4 => QuantMode::Q4,
+        },
+    }
+}
+
 /// Spawns the policy actor with one trainer replica per device of its group.
 pub async fn spawn_policy(
     recipe: &Recipe,
@@ -136,7 +155,12 @@ pub async fn spawn_policy(
     let mut trainers = Vec::new();
     for dev in pg.devices().map_err(|e| e.to_string())? {
         let m = CausalLm::load(weights, &dev).map_err(|e| e.to_string())?;
-        trainers.push(PolicyTrainer::new(m, recipe.rl.lr, 0.0).map_err(|e| e.to_string())?);
+        let trainer = PolicyTrainer::new(m, recipe.rl.lr, 0.0).map_err(|e| e.to_string())?;
+        trainers.push(PolicyReplica::new(
+            trainer,
+            engine_config(recipe),
+            recipe.engine.refit_tolerance as f32,
+        )?);
     }
     let policy_replicas = Replicas::new("policy", pg.specs.clone(), trainers, pool.clone());
     monitor.report(ActorInfo::new("policy", "policy", pg.names()));

@@ -33,6 +33,8 @@ pub struct Recipe {
     pub rl: RlSection,
     /// `[reward]`: scoring.
     pub reward: RewardSection,
+    /// `[engine]`: the policy's generation engine.
+    pub engine: EngineSection,
     /// `[placement]`: device groups per role.
     pub placement: PlacementSection,
 }

@@ -342,3 +342,47 @@ impl Default for PlacementSection {
         }
     }
 }
+
+/// Weight precision of the rollout engine's linear layers.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineQuant {
+    /// The trainer's f32 weights (log-probs match the trainer's).
+    None,
+    /// 8-bit blocks (Q8_0); the mismatch is reported and corrected with `rl.tis_cap`.
+    Int8,
+    /// 4-bit blocks (Q4_0); coarse, use with `rl.tis_cap`.
+    Q4,
+}
+
+/// `[engine]`: the policy's generation engine (paged KV cache, continuous batching).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineSection {
+    /// Tokens per KV block. Default `16`.
+    pub block_size: usize,
+    /// KV cache budget per policy replica, in MiB. Default `256`.
+    pub kv_memory_mb: usize,
+    /// Most tokens (prefill chunks + decode) per engine step. Default `2048`.
+    pub max_batched_tokens: usize,
+    /// Most sequences running at once. Default `256`.
+    pub max_running: usize,
+    /// Weight precision for rollouts: `none`, `int8` or `q4`. Default `"none"`.
+    pub quant: EngineQuant,
+    /// Largest allowed max |Δ log-prob| between engine and trainer on the refit probe
+    /// (nats). Default `1e-4` (f32); raise it for quantized engines.
+    pub refit_tolerance: f64,
+}
+
+impl Default for EngineSection {
+    fn default() -> Self {
+        Self {
+            block_size: 16,
+            kv_memory_mb: 256,
+            max_batched_tokens: 2048,
+            max_running: 256,
+            quant: EngineQuant::None,
+            refit_tolerance: 1e-4,
+        }
+    }
+}

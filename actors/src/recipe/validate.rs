@@ -124,6 +124,15 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
             ));
         }
     }
+    positive("engine.block_size", r.engine.block_size as f64, &bad)?;
+    positive("engine.kv_memory_mb", r.engine.kv_memory_mb as f64, &bad)?;
+    positive(
+        "engine.max_batched_tokens",
+        r.engine.max_batched_tokens as f64,
+        &bad,
+    )?;
+    positive("engine.max_running", r.engine.max_running as f64, &bad)?;
+    positive("engine.refit_tolerance", r.engine.refit_tolerance, &bad)?;
     for (key, spec) in [
         ("placement.policy", &r.placement.policy),
         ("placement.reference", &r.placement.reference),

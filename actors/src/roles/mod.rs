@@ -9,7 +9,7 @@ mod reward;
 mod sequences;
 
 pub use critic::{Critic, CriticMsg, CriticState, CriticWork};
-pub use policy::{Policy, PolicyMsg, PolicyState, PolicyTrainSummary, PolicyWork};
+pub use policy::{Policy, PolicyMsg, PolicyReplica, PolicyState, PolicyTrainSummary, PolicyWork};
 pub use reference::{Reference, ReferenceMsg, ReferenceState};
 pub use reward::{Reward, RewardMsg, RewardState, Scorer};
 pub use sequences::Sequences;

@@ -1,11 +1,12 @@
-//! The policy actor: generates rollouts, reports trainer log-probs, and trains (SFT and PPO)
-//! with data-parallel replicas. Generation uses the trainer's own weights, so every update
-//! is visible to the next rollout without a copy.
+//! The policy actor: generates rollouts with its engine (paged KV cache, continuous
+//! batching), reports trainer log-probs, trains (SFT and PPO) with data-parallel replicas,
+//! and refits the engine from the trainer after each update, verified and versioned.
 
 use super::{Busy, Sequences};
 use crate::monitor::MonitorHandle;
 use crate::replicas::{shard_ranges, ReplicaCtx, Replicas, RoleError};
 use candle_core::{Device, Tensor};
+use oxalign_models::engine::{Engine, EngineConfig, Probe, RefitReport, WeightUpdate};
 use oxalign_models::{Completion, GenerationRequest};
 use oxalign_rlhf::losses::LossAgg;
 use oxalign_rlhf::trainer::{PolicyLossConfig, PolicyStats, PolicyTrainer, TokenBatch};
@@ -50,6 +51,47 @@ pub struct PolicyTrainSummary {
     pub skipped: usize,
 }
 
+/// One replica of the policy: the trainer and the engine that generates its rollouts.
+///
+/// The engine holds its own copy of the weights; a training step reaches it only through
+/// [`PolicyMsg::Refit`].
+pub struct PolicyReplica {
+    /// Model + optimizer.
+    pub trainer: PolicyTrainer,
+    /// Generation engine.
+    pub engine: Engine,
+    refit_tolerance: f32,
+}
+
+impl PolicyReplica {
+    /// A replica whose engine starts from the trainer's current weights.
+    pub fn new(
+        trainer: PolicyTrainer,
+        engine: EngineConfig,
+        refit_tolerance: f32,
+    ) -> Result<Self, String> {
+        let engine = Engine::from_model(&trainer.model, engine).map_err(|e| e.to_string())?;
+        Ok(Self {
+            trainer,
+            engine,
+            refit_tolerance,
+        })
+    }
+
+    fn refit(&mut self, version: u64) -> Result<RefitReport, String> {
+        let model = &self.trainer.model;
+        let vocab = model.config().vocab_size as u32;
+        // A fixed probe sequence: the engine's log-probs on it must match the trainer's.
+        let probe_tokens: Vec<u32> = (0..16u32).map(|i| (i * 37 + 11) % vocab.max(1)).collect();
+        let probe = Probe::from_model(model, probe_tokens, self.refit_tolerance)
+            .map_err(|e| e.to_string())?;
+        let update = WeightUpdate::from_model(version, model).map_err(|e| e.to_string())?;
+        self.engine
+            .refit(&update, Some(&probe))
+            .map_err(|e| e.to_string())
+    }
+}
+
 /// Messages the policy understands.
 pub enum PolicyMsg {
     /// Complete each request; results in request order.
@@ -86,6 +128,14 @@ pub enum PolicyMsg {
         /// Summary.
         reply: RpcReplyPort<Result<PolicyTrainSummary, RoleError>>,
     },
+    /// Copies the trainer's weights into the engine as `version`, verified by per-tensor
+    /// checksums and a log-prob probe. Replies with rank 0's report.
+    Refit {
+        /// New weight version (must increase).
+        version: u64,
+        /// The report.
+        reply: RpcReplyPort<Result<RefitReport, RoleError>>,
+    },
     /// Saves rank 0's weights (HF layout) and, with `optimizer`, its AdamW state into `dir`.
     Save {
         /// Target folder.
@@ -109,14 +159,14 @@ pub struct Policy;
 
 /// The policy's state: its replicas and its monitor.
 pub struct PolicyState {
-    replicas: Replicas<PolicyTrainer>,
+    replicas: Replicas<PolicyReplica>,
     monitor: MonitorHandle,
     name: String,
 }
 
 impl PolicyState {
     /// State over already-built replicas.
-    pub fn new(replicas: Replicas<PolicyTrainer>, monitor: MonitorHandle) -> Self {
+    pub fn new(replicas: Replicas<PolicyReplica>, monitor: MonitorHandle) -> Self {
         Self {
             replicas,
             monitor,
@@ -259,12 +309,12 @@ impl Actor for Policy {
                 let n = requests.len();
                 let r = st
                     .replicas
-                    .each(move |ctx, t| {
+                    .each(move |ctx, rep| {
                         let range = shard_ranges(requests.len(), ctx.world)[ctx.rank].clone();
                         if range.is_empty() {
                             return Ok(Vec::new());
                         }
-                        t.model
+                        rep.engine
                             .generate(&requests[range])
                             .map_err(|e| e.to_string())
                     })
@@ -278,7 +328,8 @@ impl Actor for Policy {
                 let n = seqs.len();
                 let r = st
                     .replicas
-                    .each(move |ctx, t| {
+                    .each(move |ctx, rep| {
+                        let t = &mut rep.trainer;
                         let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
                         if range.is_empty() {
                             return Ok(None);
@@ -301,7 +352,8 @@ impl Actor for Policy {
                 let n = seqs.len();
                 let r = st
                     .replicas
-                    .each(move |ctx, t| {
+                    .each(move |ctx, rep| {
+                        let t = &mut rep.trainer;
                         let full = seqs.batch(&dev(t))?;
                         let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
                         let local = seqs.batch_rows(range, &dev(t))?;
@@ -327,10 +379,20 @@ impl Actor for Policy {
                 let n = work.seqs.len() * work.epochs;
                 let r = st
                     .replicas
-                    .each(move |ctx, t| ppo_update(ctx, t, &work))
+                    .each(move |ctx, rep| ppo_update(ctx, &mut rep.trainer, &work))
                     .await
                     .map(|v| v[0]);
                 busy.done(&r, n, started.elapsed().as_secs_f64());
+                let _ = reply.send(r);
+            }
+            PolicyMsg::Refit { version, reply } => {
+                let busy = Busy::start(&st.monitor, &st.name, format!("refit v{version}"));
+                let r = st
+                    .replicas
+                    .each(move |_, rep| rep.refit(version))
+                    .await
+                    .map(|mut v| v.swap_remove(0));
+                busy.done(&r, 1, started.elapsed().as_secs_f64());
                 let _ = reply.send(r);
             }
             PolicyMsg::Save {
@@ -340,7 +402,8 @@ impl Actor for Policy {
             } => {
                 let r = st
                     .replicas
-                    .each(move |ctx, t| {
+                    .each(move |ctx, rep| {
+                        let t = &mut rep.trainer;
                         if ctx.rank != 0 {
                             return Ok(());
                         }
@@ -359,7 +422,8 @@ impl Actor for Policy {
             PolicyMsg::LoadOptimizer { dir, reply } => {
                 let r = st
                     .replicas
-                    .each(move |_, t| {
+                    .each(move |_, rep| {
+                        let t = &mut rep.trainer;
                         t.opt
                             .load_state(&dir.join("optimizer"))
                             .map_err(|e| e.to_string())
