@@ -49,6 +49,14 @@ impl Command {
 }
 
 fn main() {
+    // Logs go to stderr, filtered by RUST_LOG (default: warnings only).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let cli = Cli::parse();
     if let Err(err) = cli.command.run() {
         eprintln!("error: {err:#}");

@@ -308,3 +308,56 @@ fn browser_needs_the_token_and_replays_a_finished_run() {
     assert!(dom.contains("replayed-run"));
     rt.block_on(server.shutdown()).unwrap();
 }
+
+/// A real `oxalign train --dashboard` run: Chromium connects while it trains and the DOM,
+/// dumped when the run ends and the event stream closes, shows every actor of the run and
+/// the reward points of its steps.
+#[test]
+fn browser_follows_a_live_training_run() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("r.toml"),
+        "[run]\nname = \"live\"\nsteps = 8\n[data]\nmax_operand = 9\neval_size = 10\n\
+         [sft]\nsteps = 10\nbatch_size = 16\n[rl]\nprompts_per_step = 16\nminibatch_size = 16\nmax_new_tokens = 3\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_oxalign"))
+        .args(["train", "r.toml", "--quiet", "--dashboard", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start oxalign train");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("oxalign train ended before printing the dashboard address")
+            .unwrap();
+        if let Some(u) = line.strip_prefix("dashboard: ") {
+            break u.trim().to_string();
+        }
+    };
+    // Keep draining stderr so the child never blocks on a full pipe.
+    let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let profile = tempfile::tempdir().unwrap();
+    let dom = run_chromium(profile.path(), &["--dump-dom".to_string()], &url);
+    let status = child.wait().unwrap();
+    let log = drain.join().unwrap().join("\n");
+    assert!(status.success(), "oxalign train failed:\n{log}");
+    std::fs::write(screenshot_path().with_file_name("dashboard-live-run.html"), &dom).unwrap();
+
+    for actor in ["controller", "policy", "reference", "reward", "critic"] {
+        let tag = start_tag(&dom, &format!("data-actor=\"{actor}\""))
+            .unwrap_or_else(|| panic!("no card for actor {actor} in the DOM:\n{dom}"));
+        let status = attr(tag, "data-status").unwrap_or("");
+        assert!(
+            ["idle", "working", "failed", "restarting"].contains(&status),
+            "{actor}: {tag}"
+        );
+    }
+    let chart = start_tag(&dom, "id=\"chart-reward\"").expect("a reward chart");
+    let points: usize = attr(chart, "data-points").unwrap().parse().unwrap();
+    assert!(points >= 1, "no reward point on the chart: {chart}");
+}

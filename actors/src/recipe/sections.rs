@@ -254,7 +254,8 @@ pub struct RlSection {
     pub top_p: f64,
     /// Top-k sampling (0 = off). Default `0`.
     pub top_k: usize,
-    /// How many policy versions a rollout batch may lag the trainer (0 = on-policy). Default `0`.
+    /// How many policy versions a rollout batch may lag the trainer. Only `0` (on-policy) is
+    /// implemented; other values are refused by validation. Default `0`.
     pub max_staleness: u64,
 }
 

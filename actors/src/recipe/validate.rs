@@ -116,6 +116,12 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
             "temperature must be >= 0 and top_p in (0, 1]".into(),
         ));
     }
+    if r.rl.max_staleness > 0 {
+        return Err(bad("rl.max_staleness", format!(
+            "{}: asynchronous (off-policy) rollouts are not implemented yet; expected 0 (on-policy)",
+            r.rl.max_staleness
+        )));
+    }
     if let Some(c) = r.rl.dual_clip {
         if c <= 1.0 {
             return Err(bad(
