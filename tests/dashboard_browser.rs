@@ -346,7 +346,11 @@ fn browser_follows_a_live_training_run() {
     let status = child.wait().unwrap();
     let log = drain.join().unwrap().join("\n");
     assert!(status.success(), "oxalign train failed:\n{log}");
-    std::fs::write(screenshot_path().with_file_name("dashboard-live-run.html"), &dom).unwrap();
+    std::fs::write(
+        screenshot_path().with_file_name("dashboard-live-run.html"),
+        &dom,
+    )
+    .unwrap();
 
     for actor in ["controller", "policy", "reference", "reward", "critic"] {
         let tag = start_tag(&dom, &format!("data-actor=\"{actor}\""))
