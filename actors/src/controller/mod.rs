@@ -7,6 +7,7 @@
 
 pub mod checkpoint;
 mod evaluate;
+mod progress;
 mod rl_step;
 mod setup;
 mod sft;
@@ -245,13 +246,16 @@ async fn run(
     let mut reward_first = None;
     let mut reward_last = None;
     let mut last_checkpoint = resume_from.clone();
-    if !opts.quiet && state.step < recipe.run.steps {
-        rl_step::print_header();
+    let progress = progress::Progress::new(recipe.run.steps, state.step, opts.quiet);
+    if state.step < recipe.run.steps {
+        progress.line(&rl_step::header());
     }
     while state.step < recipe.run.steps {
         let step = state.step + 1;
         monitor.report(ActorUpdate::working("controller", format!("step {step}")));
         let row = rl_step::run_step(&ctx, &roles, data.as_ref(), &mut state, step).await?;
+        progress.line(&row.line);
+        progress.step(row.brief);
         reward_first.get_or_insert(row.reward_mean);
         reward_last = Some(row.reward_mean);
         state.step = step;
@@ -267,6 +271,7 @@ async fn run(
             last_checkpoint = Some(dir);
         }
     }
+    progress.finish();
     let accuracy_final = if data.eval_items().is_empty() {
         None
     } else {

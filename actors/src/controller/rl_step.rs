@@ -21,6 +21,10 @@ use std::time::Instant;
 /// The numbers of one step shown in the table.
 pub(crate) struct StepRow {
     pub reward_mean: f64,
+    /// The step's line of the live table.
+    pub line: String,
+    /// Key metrics for the progress bar.
+    pub brief: String,
 }
 
 /// Per-sample sampling seed: a pure function of run seed, step and sample index, so a
@@ -49,11 +53,12 @@ fn agg(a: LossAggName) -> LossAgg {
     }
 }
 
-pub(crate) fn print_header() {
-    println!(
+/// The header of the live table.
+pub(crate) fn header() -> String {
+    format!(
         "{:>5} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>7}",
         "step", "reward", "acc", "kl", "pg_loss", "v_loss", "tok/s", "sec"
-    );
+    )
 }
 
 /// `[B, T-1]` tensor holding each row's response values at its response positions.
@@ -400,20 +405,26 @@ pub(crate) async fn run_step(
         m.values.insert(metric::VALUE_LOSS.to_string(), v);
     }
     ctx.monitor.report(m);
-    if !ctx.quiet {
-        println!(
-            "{:>5} {:>8.3} {:>7.1}% {:>8.4} {:>9.4} {:>9} {:>8.0} {:>7.2}",
-            step,
-            s.score_mean,
-            100.0 * correct as f64 / n as f64,
-            s.kl,
-            ps.stats.policy_loss,
-            vl.map(|v| format!("{v:.4}")).unwrap_or_else(|| "-".into()),
-            all_tokens as f64 / step_secs,
-            step_secs
-        );
-    }
+    let line = format!(
+        "{:>5} {:>8.3} {:>7.1}% {:>8.4} {:>9.4} {:>9} {:>8.0} {:>7.2}",
+        step,
+        s.score_mean,
+        100.0 * correct as f64 / n as f64,
+        s.kl,
+        ps.stats.policy_loss,
+        vl.map(|v| format!("{v:.4}")).unwrap_or_else(|| "-".into()),
+        all_tokens as f64 / step_secs,
+        step_secs
+    );
+    let brief = format!(
+        "reward {:.3}  kl {:.3}  {:.0} tok/s",
+        s.score_mean,
+        s.kl,
+        all_tokens as f64 / step_secs
+    );
     Ok(StepRow {
         reward_mean: s.score_mean,
+        line,
+        brief,
     })
 }
