@@ -43,7 +43,7 @@ async fn update_with(world: usize, agg: LossAgg) -> HashMap<String, Tensor> {
         .map(|_| {
             let trainer = PolicyTrainer::new(
                 CausalLm::init_random(&config(), 5, &Device::Cpu).unwrap(),
-                1e-3,
+                1e-4,
                 0.01,
             )
             .unwrap();
@@ -88,7 +88,7 @@ async fn update_with(world: usize, agg: LossAgg) -> HashMap<String, Tensor> {
             tis_cap: Some(2.0),
             max_grad_norm: 1.0,
         },
-        lr: 1e-3,
+        lr: 1e-4,
         epochs: 2,
         minibatch_size: 4,
         shuffle_seed: 9,
@@ -164,8 +164,12 @@ async fn two_replicas_match_one_on_the_same_global_batch() {
             .weights()
             .unwrap();
         let moved = max_diff(&one, &init);
-        assert!(moved > 1e-4, "the update must change the weights ({moved})");
+        assert!(moved > 5e-5, "the update must change the weights ({moved})");
+        // Float reassociation (different matmul shapes per replica) leaves ~1e-8 relative
+        // noise in the gradients; AdamW's normalisation turns noise on near-zero gradients
+        // into steps of up to lr, hence a realistic PPO lr (1e-4) for this comparison.
         let d = max_diff(&one, &two);
+        eprintln!("{agg:?}: weights moved up to {moved:e}; max |DP2 - DP1| = {d:e}");
         assert!(d < 1e-5, "{agg:?}: DP=2 differs from DP=1 by {d}");
     }
 }
