@@ -114,13 +114,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Ok(summary) => {
                 let pct = |x: Option<f64>| x.map(|a| format!("{:.1}%", 100.0 * a)).unwrap_or_else(|| "-".into());
                 println!(
-                    "\nrun {} finished: {} RL steps in {:.1}s\n  held-out accuracy: init {}, after SFT {}, after RL {}\n  outputs: {}/ (metrics.jsonl, summary.json, checkpoints/)",
+                    "\nrun {} finished: {} RL steps in {:.1}s\n  held-out accuracy (greedy): init {}, after SFT {}, after RL {}\n  held-out accuracy (8 samples per prompt): after SFT {}, after RL {}\n  outputs: {}/ (metrics.jsonl, summary.json, checkpoints/)",
                     summary.name,
                     summary.steps,
                     summary.wall_seconds,
                     pct(summary.accuracy_init),
                     pct(summary.accuracy_sft),
                     pct(summary.accuracy_final),
+                    pct(summary.sampled_accuracy_sft),
+                    pct(summary.sampled_accuracy_final),
                     summary.run_dir.display()
                 );
                 Ok(())

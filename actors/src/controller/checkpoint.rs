@@ -25,6 +25,9 @@ pub struct LoopState {
     pub kl: KlController,
     /// Held-out accuracy after SFT, if measured.
     pub accuracy_sft: Option<f64>,
+    /// Held-out sampled accuracy after SFT, if measured.
+    #[serde(default)]
+    pub sampled_accuracy_sft: Option<f64>,
     /// Held-out accuracy of the initial model, if measured.
     pub accuracy_init: Option<f64>,
     /// Wall seconds spent in this run before this checkpoint (across resumes).
@@ -153,6 +156,7 @@ mod tests {
             policy_version: step,
             kl: KlController::Fixed(oxalign_rlhf::FixedKl { beta: 0.1 }),
             accuracy_sft: Some(0.5),
+            sampled_accuracy_sft: Some(0.4),
             accuracy_init: None,
             wall_seconds: 1.0,
         }

@@ -1,5 +1,6 @@
-//! Held-out accuracy: greedy completions of the evaluation prompts, judged by exact match
-//! with their reference answers.
+//! Held-out accuracy of the policy, judged by exact match with the reference answers:
+//! greedy (the policy's single best answer) and sampled (the mean over several samples at
+//! the rollout temperature, the quantity RL optimises).
 
 use super::Ctx;
 use crate::roles::{ask, PolicyMsg};
@@ -9,25 +10,49 @@ use oxalign_rlhf::reward::ExactMatch;
 use ractor::ActorRef;
 use std::sync::Arc;
 
-/// Fraction of `items` whose greedy completion matches the answer (0 when there are none).
+/// Samples per prompt for the sampled accuracy.
+const SAMPLES: usize = 8;
+
+/// Held-out accuracies in `[0, 1]`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Accuracy {
+    /// Fraction of prompts whose greedy completion is correct.
+    pub greedy: f64,
+    /// Fraction of correct completions among `SAMPLES` seeded samples per prompt.
+    pub sampled: f64,
+}
+
+/// Greedy and sampled accuracy on `items` (zeros when there are none). Seeds are fixed,
+/// so the same weights give the same numbers.
 pub(crate) async fn accuracy(
     ctx: &Ctx<'_>,
     policy: &ActorRef<PolicyMsg>,
     items: &[PromptItem],
     label: &str,
-) -> Result<f64, String> {
+) -> Result<Accuracy, String> {
     if items.is_empty() {
-        return Ok(0.0);
+        return Ok(Accuracy::default());
     }
-    let mut requests = Vec::with_capacity(items.len());
-    for it in items {
+    let rl = &ctx.recipe.rl;
+    let mut requests = Vec::with_capacity(items.len() * (1 + SAMPLES));
+    for (i, it) in items.iter().enumerate() {
         let prompt = ctx
             .tok
             .encode(&it.prompt, true)
             .map_err(|e| e.to_string())?;
-        let mut r = GenerationRequest::new(prompt, ctx.recipe.rl.max_new_tokens);
+        let mut r = GenerationRequest::new(prompt, rl.max_new_tokens);
         r.sampling = SamplingParams::greedy();
-        requests.push(r);
+        requests.push(r.clone());
+        for k in 0..SAMPLES {
+            r.sampling = SamplingParams {
+                temperature: rl.temperature as f32,
+                top_k: rl.top_k,
+                top_p: rl.top_p as f32,
+                seed: ctx.recipe.run.seed
+                    ^ ((i * SAMPLES + k) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            };
+            requests.push(r.clone());
+        }
     }
     let requests = Arc::new(requests);
     let out = ask("policy", policy, |reply| PolicyMsg::Generate {
@@ -37,16 +62,27 @@ pub(crate) async fn accuracy(
     })
     .await
     .map_err(|e| e.to_string())?;
-    let mut correct = 0usize;
-    for (it, c) in items.iter().zip(&out) {
-        let text = ctx.tok.decode(&c.tokens, true).map_err(|e| e.to_string())?;
-        if it
-            .answer
-            .as_deref()
-            .is_some_and(|a| ExactMatch::is_correct(&text, a))
+    let (mut greedy, mut sampled) = (0usize, 0usize);
+    for (i, it) in items.iter().enumerate() {
+        for (k, c) in out[i * (1 + SAMPLES)..(i + 1) * (1 + SAMPLES)]
+            .iter()
+            .enumerate()
         {
-            correct += 1;
+            let text = ctx.tok.decode(&c.tokens, true).map_err(|e| e.to_string())?;
+            let ok = it
+                .answer
+                .as_deref()
+                .is_some_and(|a| ExactMatch::is_correct(&text, a));
+            match (k, ok) {
+                (0, true) => greedy += 1,
+                (_, true) => sampled += 1,
+                _ => {}
+            }
         }
     }
-    Ok(correct as f64 / items.len() as f64)
+    let n = items.len() as f64;
+    Ok(Accuracy {
+        greedy: greedy as f64 / n,
+        sampled: sampled as f64 / (n * SAMPLES as f64),
+    })
 }

@@ -52,6 +52,10 @@ pub struct RunSummary {
     pub accuracy_sft: Option<f64>,
     /// Held-out accuracy after RL.
     pub accuracy_final: Option<f64>,
+    /// Held-out sampled accuracy (8 samples per prompt at the rollout temperature) after SFT.
+    pub sampled_accuracy_sft: Option<f64>,
+    /// Held-out sampled accuracy after RL.
+    pub sampled_accuracy_final: Option<f64>,
     /// Mean reward of the first RL step of this process and of the last.
     pub reward_first: Option<f64>,
     /// Mean reward of the last RL step.
@@ -167,6 +171,7 @@ async fn run(
                 policy_version: 0,
                 kl: kl_controller(recipe)?,
                 accuracy_sft: None,
+                sampled_accuracy_sft: None,
                 accuracy_init: None,
                 wall_seconds: 0.0,
             };
@@ -192,8 +197,8 @@ async fn run(
     let mut policy = setup::spawn_policy(recipe, &sources.policy, monitor, &pool).await?;
     if resume_from.is_none() {
         if recipe.sft.steps > 0 {
-            state.accuracy_init =
-                Some(evaluate::accuracy(&ctx, &policy, data.eval_items(), "eval init").await?);
+            let a = evaluate::accuracy(&ctx, &policy, data.eval_items(), "eval init").await?;
+            state.accuracy_init = Some(a.greedy);
             sft::run_sft(&ctx, &policy, data.as_ref(), &mut state).await?;
         }
         // The frozen reference is the policy as RL starts.
@@ -214,8 +219,9 @@ async fn run(
             policy = setup::spawn_policy(recipe, &reference_dir, monitor, &pool).await?;
         }
         // Evaluated through the engine that RL starts with.
-        state.accuracy_sft =
-            Some(evaluate::accuracy(&ctx, &policy, data.eval_items(), "eval sft").await?);
+        let a = evaluate::accuracy(&ctx, &policy, data.eval_items(), "eval sft").await?;
+        state.accuracy_sft = Some(a.greedy);
+        state.sampled_accuracy_sft = Some(a.sampled);
     } else if let Some(ckpt) = &resume_from {
         let dir = ckpt.join("policy");
         ask("policy", &policy, |reply| PolicyMsg::LoadOptimizer {
@@ -272,7 +278,7 @@ async fn run(
         }
     }
     progress.finish();
-    let accuracy_final = if data.eval_items().is_empty() {
+    let final_acc = if data.eval_items().is_empty() {
         None
     } else {
         Some(evaluate::accuracy(&ctx, &roles.policy, data.eval_items(), "eval final").await?)
@@ -285,7 +291,9 @@ async fn run(
         steps: state.step,
         accuracy_init: state.accuracy_init,
         accuracy_sft: state.accuracy_sft,
-        accuracy_final,
+        accuracy_final: final_acc.map(|a| a.greedy),
+        sampled_accuracy_sft: state.sampled_accuracy_sft,
+        sampled_accuracy_final: final_acc.map(|a| a.sampled),
         reward_first,
         reward_last,
         wall_seconds: prior_wall + started.elapsed().as_secs_f64(),
