@@ -1,10 +1,10 @@
 //! The critic's trainer: per-token values for rollouts and clipped value-loss updates on a
 //! `ValueModel`. It does not compute returns; `experience.rs` does.
 
-use super::grads::{apply_gradients, StepStats};
+use super::grads::{adamw_over, apply_gradients, StepStats};
 use super::TokenBatch;
 use crate::losses::{value_loss, LossAgg};
-use crate::optim::{AdamW, AdamWConfig};
+use crate::optim::AdamW;
 use crate::Result;
 use candle_core::{Tensor, Var};
 use oxalign_kernels::collective::Collective;
@@ -22,16 +22,7 @@ pub struct CriticTrainer {
 impl CriticTrainer {
     /// Wraps `model` with AdamW (default parameter groups).
     pub fn new(model: ValueModel, lr: f64, weight_decay: f64) -> Result<Self> {
-        let named = model.vars();
-        let vars = named.iter().map(|(_, v)| v.clone()).collect();
-        let opt = AdamW::new(
-            named,
-            AdamWConfig {
-                lr,
-                weight_decay,
-                ..AdamWConfig::default()
-            },
-        )?;
+        let (opt, vars) = adamw_over(model.vars(), lr, weight_decay)?;
         Ok(Self { model, opt, vars })
     }
 

@@ -4,7 +4,7 @@
 //! A step whose gradient norm is not finite is skipped (weights untouched) and reported,
 //! so a NaN in a loss never reaches the weights or a checkpoint.
 
-use crate::optim::{clip_grad_norm, AdamW};
+use crate::optim::{clip_grad_norm, AdamW, AdamWConfig};
 use crate::{Result, RlhfError};
 use candle_core::{Tensor, Var};
 use oxalign_kernels::collective::Collective;
@@ -58,4 +58,20 @@ pub fn apply_gradients(
         grad_norm,
         skipped: false,
     })
+}
+
+/// AdamW (default parameter groups, torch's betas and eps) over a model's named
+/// parameters, and the bare `Var`s in the same order for [`apply_gradients`].
+pub fn adamw_over(
+    named: Vec<(String, Var)>,
+    lr: f64,
+    weight_decay: f64,
+) -> Result<(AdamW, Vec<Var>)> {
+    let vars = named.iter().map(|(_, v)| v.clone()).collect();
+    let config = AdamWConfig {
+        lr,
+        weight_decay,
+        ..AdamWConfig::default()
+    };
+    Ok((AdamW::new(named, config)?, vars))
 }

@@ -4,12 +4,12 @@
 //! It computes; it does not schedule. Which minibatch, which learning rate and which replica
 //! are the caller's decisions.
 
-use super::grads::{apply_gradients, StepStats};
+use super::grads::{adamw_over, apply_gradients, StepStats};
 use super::{scalar, TokenBatch};
 use crate::losses::{
     entropy_bonus, kl_loss, ppo_policy_loss, sft_loss, truncated_is_weights, KlEstimator, PpoConfig,
 };
-use crate::optim::{AdamW, AdamWConfig};
+use crate::optim::AdamW;
 use crate::Result;
 use candle_core::{Tensor, Var};
 use oxalign_kernels::collective::Collective;
@@ -60,16 +60,7 @@ pub struct PolicyTrainer {
 impl PolicyTrainer {
     /// Wraps `model` with AdamW (default parameter groups: no decay on norms, biases, embeddings).
     pub fn new(model: CausalLm, lr: f64, weight_decay: f64) -> Result<Self> {
-        let named = model.vars();
-        let vars = named.iter().map(|(_, v)| v.clone()).collect();
-        let opt = AdamW::new(
-            named,
-            AdamWConfig {
-                lr,
-                weight_decay,
-                ..AdamWConfig::default()
-            },
-        )?;
+        let (opt, vars) = adamw_over(model.vars(), lr, weight_decay)?;
         Ok(Self { model, opt, vars })
     }
 
