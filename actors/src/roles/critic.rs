@@ -1,6 +1,7 @@
 //! The critic actor: per-token values for rollouts and clipped value-loss updates, with
 //! data-parallel replicas like the policy.
 
+use super::minibatch::{minibatch_order, Shard};
 use super::policy::concat_rows;
 use super::{Busy, Sequences};
 use crate::monitor::MonitorHandle;
@@ -91,7 +92,7 @@ fn critic_update(
     let e = |e: oxalign_rlhf::RlhfError| e.to_string();
     let device = t.model.device().clone();
     let full = w.seqs.batch(&device)?;
-    let order = super::policy::minibatch_order(
+    let order = minibatch_order(
         full.rows(),
         w.minibatch_size,
         w.epochs,
@@ -99,27 +100,13 @@ fn critic_update(
     );
     let (mut total, mut n) = (0.0, 0usize);
     for mb in order {
-        let global = full.select_rows(&mb).map_err(e)?;
-        let rows: Vec<usize> = mb[shard_ranges(mb.len(), ctx.world)[ctx.rank].clone()].to_vec();
-        let local = full.select_rows(&rows).map_err(e)?;
-        let idx = Tensor::from_vec(
-            rows.iter().map(|&r| r as u32).collect::<Vec<_>>(),
-            rows.len(),
-            &device,
-        )
-        .map_err(|e| e.to_string())?;
-        let pick = |x: &Tensor| {
-            x.contiguous()
-                .and_then(|x| x.index_select(&idx, 0))
-                .map_err(|e| e.to_string())
-        };
-        let weight = ctx.world as f64 * local.response_tokens() as f64
-            / global.response_tokens().max(1) as f64;
+        let shard = Shard::new(ctx, &full, &mb)?;
+        let weight = shard.weight(ctx, LossAgg::TokenMean);
         let (loss, _) = t
             .step(
-                &local,
-                &pick(&w.old_values)?,
-                &pick(&w.returns)?,
+                &shard.local,
+                &shard.pick(&w.old_values)?,
+                &shard.pick(&w.returns)?,
                 w.clip,
                 LossAgg::TokenMean,
                 w.lr,

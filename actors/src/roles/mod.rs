@@ -3,6 +3,7 @@
 //! `oxalign-rlhf` and `oxalign-models`.
 
 mod critic;
+mod minibatch;
 mod policy;
 mod reference;
 mod reward;

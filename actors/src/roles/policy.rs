@@ -2,6 +2,7 @@
 //! batching), reports trainer log-probs, trains (SFT and PPO) with data-parallel replicas,
 //! and refits the engine from the trainer after each update, verified and versioned.
 
+use super::minibatch::{local_weight, minibatch_order, Shard};
 use super::{Busy, Sequences};
 use crate::monitor::MonitorHandle;
 use crate::replicas::{shard_ranges, ReplicaCtx, Replicas, RoleError};
@@ -9,7 +10,7 @@ use candle_core::{Device, Tensor};
 use oxalign_models::engine::{Engine, EngineConfig, Probe, RefitReport, WeightUpdate};
 use oxalign_models::{Completion, GenerationRequest};
 use oxalign_rlhf::losses::LossAgg;
-use oxalign_rlhf::trainer::{PolicyLossConfig, PolicyStats, PolicyTrainer, TokenBatch};
+use oxalign_rlhf::trainer::{PolicyLossConfig, PolicyStats, PolicyTrainer};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -179,40 +180,6 @@ fn dev(t: &PolicyTrainer) -> Device {
     t.model.device().clone()
 }
 
-fn local_weight(
-    ctx: &ReplicaCtx<'_>,
-    agg: LossAgg,
-    local: &TokenBatch,
-    global_tokens: usize,
-    global_rows: usize,
-) -> f64 {
-    let w = match agg {
-        LossAgg::TokenMean => local.response_tokens() as f64 / global_tokens.max(1) as f64,
-        _ => local.rows() as f64 / global_rows.max(1) as f64,
-    };
-    w * ctx.world as f64
-}
-
-/// The minibatches of one PPO update: a seeded permutation per epoch, cut into chunks.
-pub(crate) fn minibatch_order(
-    rows: usize,
-    size: usize,
-    epochs: usize,
-    seed: u64,
-) -> Vec<Vec<usize>> {
-    use rand::seq::SliceRandom;
-    use rand::SeedableRng;
-    let mut out = Vec::new();
-    for epoch in 0..epochs {
-        let mut rng =
-            rand::rngs::StdRng::seed_from_u64(seed ^ (epoch as u64).wrapping_mul(0x9E37_79B9));
-        let mut order: Vec<usize> = (0..rows).collect();
-        order.shuffle(&mut rng);
-        out.extend(order.chunks(size.max(1)).map(|c| c.to_vec()));
-    }
-    out
-}
-
 fn ppo_update(
     ctx: &ReplicaCtx<'_>,
     t: &mut PolicyTrainer,
@@ -223,35 +190,15 @@ fn ppo_update(
     let mut sum = PolicyStats::default();
     let (mut updates, mut skipped) = (0, 0);
     for mb in minibatch_order(full.rows(), w.minibatch_size, w.epochs, w.shuffle_seed) {
-        let global = full.select_rows(&mb).map_err(e)?;
-        let range = shard_ranges(mb.len(), ctx.world)[ctx.rank].clone();
-        let rows: Vec<usize> = mb[range].to_vec();
-        let local = full.select_rows(&rows).map_err(e)?;
-        let idx = Tensor::from_vec(
-            rows.iter().map(|&r| r as u32).collect::<Vec<_>>(),
-            rows.len(),
-            &dev(t),
-        )
-        .map_err(|e| e.to_string())?;
-        let pick = |x: &Tensor| {
-            x.contiguous()
-                .and_then(|x| x.index_select(&idx, 0))
-                .map_err(|e| e.to_string())
-        };
-        let weight = local_weight(
-            ctx,
-            w.cfg.ppo.agg,
-            &local,
-            global.response_tokens(),
-            global.rows(),
-        );
+        let shard = Shard::new(ctx, &full, &mb)?;
+        let weight = shard.weight(ctx, w.cfg.ppo.agg);
         let s = t
             .ppo_step(
-                &local,
-                &pick(&w.old_logprobs)?,
-                &pick(&w.advantages)?,
-                Some(&pick(&w.ref_logprobs)?),
-                Some(&pick(&w.rollout_logprobs)?),
+                &shard.local,
+                &shard.pick(&w.old_logprobs)?,
+                &shard.pick(&w.advantages)?,
+                Some(&shard.pick(&w.ref_logprobs)?),
+                Some(&shard.pick(&w.rollout_logprobs)?),
                 &w.cfg,
                 w.lr,
                 weight,
