@@ -4,6 +4,7 @@
 pub mod collective;
 pub mod device;
 pub mod ops;
+pub mod linear;
 
 pub use collective::{Collective, CollectiveError, ThreadCollective};
 pub use device::{parse_device, DeviceError, DeviceKind, DeviceSpec};

@@ -1,9 +1,12 @@
 //! Token sampling from one row of logits: greedy (temperature 0), temperature, top-k, top-p,
 //! with a seeded RNG per sequence. It also reports the sampled token's log-prob under the
-//! *unmodified* policy (temperature 1, no truncation). No batching or stopping logic here.
+//! *unmodified* policy (temperature 1, no truncation). One O(V) pass per row, no sort of
+//! the vocabulary. No batching or stopping logic here.
 
+use oxalign_kernels::ops::rows;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use std::cell::RefCell;
 
 /// Sampling settings of one request.
 #[derive(Clone, Debug, PartialEq)]
@@ -62,6 +65,11 @@ pub struct Sampler {
     rng: StdRng,
 }
 
+thread_local! {
+    /// Per-thread `[V]` scratch for the tempered weights of the row being sampled.
+    static WEIGHTS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
 impl Sampler {
     /// A sampler whose RNG is seeded with `params.seed`.
     pub fn new(params: SamplingParams) -> Sampler {
@@ -76,81 +84,124 @@ impl Sampler {
 
     /// Picks a token from `logits` (one row, length V) and returns it with its log-prob in
     /// nats under the temperature-1, untruncated softmax of `logits` (the value a trainer
-    /// recomputes). Non-finite logits are never chosen unless all are.
+    /// recomputes, with the trainer kernel's own arithmetic). Non-finite logits are never
+    /// chosen unless all are.
+    ///
+    /// Cost: O(V) with no allocation and no sort of the vocabulary; top-k selects in O(V)
+    /// and sorts only the k survivors, top-p sorts lazily, only as far as the nucleus
+    /// reaches.
+    #[inline]
     pub fn sample(&mut self, logits: &[f32]) -> (u32, f32) {
         let token = if self.params.temperature == 0.0 {
             argmax(logits)
         } else {
-            self.sample_stochastic(logits)
+            WEIGHTS.with(|w| {
+                let mut w = w.borrow_mut();
+                w.resize(logits.len(), 0.0);
+                self.sample_stochastic(logits, &mut w)
+            })
         };
-        (token as u32, log_softmax_at(logits, token))
+        (token as u32, rows::token_logprob(logits, token))
     }
 
-    fn sample_stochastic(&mut self, logits: &[f32]) -> usize {
-        let inv_t = 1.0 / self.params.temperature as f64;
-        // Candidates sorted by logit, descending (stable: lower id first on ties).
-        let mut order: Vec<usize> = (0..logits.len()).filter(|&i| !logits[i].is_nan()).collect();
-        if order.is_empty() {
-            return 0;
+    #[inline]
+    fn sample_stochastic(&mut self, logits: &[f32], weights: &mut [f32]) -> usize {
+        let max = rows::max(logits);
+        if max == f32::NEG_INFINITY {
+            // All NaN or -inf: nothing can be sampled; fall back to the first maximum.
+            return argmax(logits);
         }
-        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
-        if self.params.top_k > 0 && self.params.top_k < order.len() {
-            let kth = logits[order[self.params.top_k - 1]];
-            order.retain(|&i| logits[i] >= kth);
-        }
-        let max = logits[order[0]] as f64;
-        let mut probs: Vec<f64> = order
-            .iter()
-            .map(|&i| ((logits[i] as f64 - max) * inv_t).exp())
-            .collect();
-        let total: f64 = probs.iter().sum();
-        probs.iter_mut().for_each(|p| *p /= total);
-        if self.params.top_p < 1.0 {
-            let mut cum = 0.0;
-            let mut keep = probs.len();
-            for (n, p) in probs.iter().enumerate() {
-                cum += p;
-                if cum >= self.params.top_p as f64 {
-                    keep = n + 1;
-                    break;
+        let inv_t = 1.0 / self.params.temperature;
+        let total = rows::tempered_weights(logits, max, inv_t, weights);
+        let (top_k, top_p) = (self.params.top_k, self.params.top_p);
+        let truncated = (top_k > 0 && top_k < logits.len()) || top_p < 1.0;
+        if !truncated {
+            // Inverse CDF in vocabulary order: the same distribution as any other order.
+            let mut u = self.rng.random::<f64>() * total;
+            let mut last = 0;
+            for (i, &w) in weights.iter().enumerate() {
+                if w > 0.0 {
+                    if u < w as f64 {
+                        return i;
+                    }
+                    u -= w as f64;
+                    last = i;
                 }
             }
-            order.truncate(keep);
-            probs.truncate(keep);
+            return last;
         }
-        let total: f64 = probs.iter().sum();
-        let mut u = self.rng.random::<f64>() * total;
-        for (n, p) in probs.iter().enumerate() {
-            if u < *p {
-                return order[n];
+        let kept = truncate(logits, weights, total, top_k, top_p);
+        let kept_total: f64 = kept.iter().map(|&i| weights[i] as f64).sum();
+        let mut u = self.rng.random::<f64>() * kept_total;
+        for &i in &kept {
+            let w = weights[i] as f64;
+            if u < w {
+                return i;
             }
-            u -= p;
+            u -= w;
         }
-        order[order.len() - 1]
+        kept[kept.len() - 1]
     }
 }
 
-/// Index of the first maximum (NaN ignored).
+/// The tokens that survive top-k (ties with the k-th logit kept) and then top-p (the
+/// smallest most-likely prefix whose probability, renormalised after top-k, reaches
+/// `top_p`), in descending logit order (lower id first on ties).
+fn truncate(logits: &[f32], weights: &[f32], total: f64, top_k: usize, top_p: f32) -> Vec<usize> {
+    let desc = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
+    let mut cand: Vec<usize> = (0..logits.len()).filter(|&i| weights[i] > 0.0).collect();
+    if cand.is_empty() {
+        return vec![argmax(logits)];
+    }
+    let mut mass = total;
+    if top_k > 0 && top_k < cand.len() {
+        cand.select_nth_unstable_by(top_k - 1, desc);
+        let kth = logits[cand[top_k - 1]];
+        cand.retain(|&i| logits[i] >= kth);
+        mass = cand.iter().map(|&i| weights[i] as f64).sum();
+    }
+    if top_p >= 1.0 {
+        cand.sort_unstable_by(desc);
+        return cand;
+    }
+    // Nucleus: sort lazily in growing chunks until the kept mass reaches top_p.
+    let target = top_p as f64 * mass;
+    let (mut sorted, mut cum, mut chunk) = (0, 0.0f64, 64usize);
+    loop {
+        let end = (sorted + chunk).min(cand.len());
+        let rest = &mut cand[sorted..];
+        if end - sorted < rest.len() {
+            rest.select_nth_unstable_by(end - sorted - 1, desc);
+        }
+        rest[..end - sorted].sort_unstable_by(desc);
+        for n in sorted..end {
+            cum += weights[cand[n]] as f64;
+            if cum >= target {
+                cand.truncate(n + 1);
+                return cand;
+            }
+        }
+        if end == cand.len() {
+            return cand;
+        }
+        sorted = end;
+        chunk *= 4;
+    }
+}
+
+/// Index of the first maximum (NaN ignored; 0 when every value is NaN or `-inf`).
+#[inline]
 pub fn argmax(logits: &[f32]) -> usize {
-    let mut best = 0;
-    let mut best_v = f32::NEG_INFINITY;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > best_v {
-            best = i;
-            best_v = v;
-        }
+    // A vectorised maximum, then the first position holding it.
+    let max = rows::max(logits);
+    if max == f32::NEG_INFINITY {
+        return 0;
     }
-    best
+    logits.iter().position(|&v| v == max).unwrap_or(0)
 }
 
-/// `log_softmax(logits)[index]` in nats, computed in f64.
+/// `log_softmax(logits)[index]` in nats, with the arithmetic of the trainer's
+/// `token_logprobs` kernel (f32, stable around the maximum).
 pub fn log_softmax_at(logits: &[f32], index: usize) -> f32 {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let lse = logits
-        .iter()
-        .map(|&x| (x as f64 - max).exp())
-        .sum::<f64>()
-        .ln()
-        + max;
-    (logits[index] as f64 - lse) as f32
+    rows::token_logprob(logits, index)
 }

@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 /// Arguments of `oxalign bench`.
 #[derive(Debug, Parser)]
 #[command(
-    about = "Benchmarks (training throughput, matmul peak); each prints one JSON line",
+    about = "Benchmarks (training throughput, matmul peak, generation, RL steps); each prints one JSON line",
     long_about = "Benchmarks. Each subcommand prints one JSON line with its measurements."
 )]
 pub struct Args {
@@ -21,6 +21,7 @@ pub enum BenchCommand {
     Train(super::bench_train::Args),
     Matmul(super::bench_matmul::Args),
     Generate(super::bench_generate::Args),
+    RlStep(super::bench_rl_step::Args),
 }
 
 /// Runs `oxalign bench <benchmark>`.
@@ -29,5 +30,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         BenchCommand::Train(a) => super::bench_train::run(a),
         BenchCommand::Matmul(a) => super::bench_matmul::run(a),
         BenchCommand::Generate(a) => super::bench_generate::run(a),
+        BenchCommand::RlStep(a) => super::bench_rl_step::run(a),
     }
 }

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod bench_generate;
 pub mod bench_matmul;
+pub mod bench_rl_step;
 pub mod bench_train;
 pub mod dashboard;
 pub mod generate;

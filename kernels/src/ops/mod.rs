@@ -9,6 +9,7 @@ mod entropy;
 pub mod reference;
 mod rms_norm;
 mod rope;
+pub mod rows;
 #[cfg(test)]
 mod testing;
 mod token_logprobs;

@@ -2,8 +2,10 @@
 //! free list and reference counts (prefix sharing, copy-on-write copies). It knows nothing
 //! about sequences or scheduling; block tables are held by the scheduler's sequences.
 
-/// Pool of KV blocks. Layout of each layer's K (and V) buffer:
-/// `[num_blocks, kv_heads, block_size, head_dim]` f32 (keys after RoPE).
+/// Pool of KV blocks. Layout of each layer's buffers (f32, keys after RoPE):
+/// keys `[num_blocks, kv_heads, head_dim, block_size]` (a block's positions are contiguous
+/// for each channel, so attention scores a whole block with vertical multiply-adds) and
+/// values `[num_blocks, kv_heads, block_size, head_dim]` (a position's channels contiguous).
 #[derive(Debug)]
 pub struct BlockPool {
     block_size: usize,
@@ -116,10 +118,11 @@ impl BlockPool {
         self.block_size * self.kv_heads * self.head_dim
     }
 
-    /// Offset of `(block, kv_head, slot)` in a layer buffer.
+    /// Start of `(block, kv_head)` in a layer buffer (keys and values alike); the span is
+    /// `block_size * head_dim` long.
     #[inline]
-    pub fn offset(&self, block: usize, kv_head: usize, slot: usize) -> usize {
-        ((block * self.kv_heads + kv_head) * self.block_size + slot) * self.head_dim
+    fn head_start(&self, block: usize, kv_head: usize) -> usize {
+        (block * self.kv_heads + kv_head) * self.block_size * self.head_dim
     }
 
     /// Writes one token's keys and values (`[kv_heads * head_dim]` each) of `layer` at
@@ -127,16 +130,29 @@ impl BlockPool {
     pub fn write(&mut self, layer: usize, table: &[usize], pos: usize, k: &[f32], v: &[f32]) {
         let block = table[pos / self.block_size];
         let slot = pos % self.block_size;
-        let hd = self.head_dim;
+        let (hd, bs) = (self.head_dim, self.block_size);
         for h in 0..self.kv_heads {
-            let o = self.offset(block, h, slot);
-            self.keys[layer][o..o + hd].copy_from_slice(&k[h * hd..(h + 1) * hd]);
+            let o = self.head_start(block, h);
+            let keys = &mut self.keys[layer][o..o + bs * hd];
+            for (d, &x) in k[h * hd..(h + 1) * hd].iter().enumerate() {
+                keys[d * bs + slot] = x;
+            }
+            let o = o + slot * hd;
             self.values[layer][o..o + hd].copy_from_slice(&v[h * hd..(h + 1) * hd]);
         }
     }
 
-    /// The key and value buffers of `layer`.
-    pub fn layer(&self, layer: usize) -> (&[f32], &[f32]) {
-        (&self.keys[layer], &self.values[layer])
+    /// Keys of `(block, kv_head)` in `layer`: `[head_dim, block_size]` (channel-major).
+    #[inline]
+    pub fn key_block(&self, layer: usize, block: usize, kv_head: usize) -> &[f32] {
+        let o = self.head_start(block, kv_head);
+        &self.keys[layer][o..o + self.block_size * self.head_dim]
+    }
+
+    /// Values of `(block, kv_head)` in `layer`: `[block_size, head_dim]` (position-major).
+    #[inline]
+    pub fn value_block(&self, layer: usize, block: usize, kv_head: usize) -> &[f32] {
+        let o = self.head_start(block, kv_head);
+        &self.values[layer][o..o + self.block_size * self.head_dim]
     }
 }

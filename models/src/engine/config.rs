@@ -11,7 +11,8 @@ pub enum QuantMode {
     /// f32, the trainer's precision: log-probs match the trainer's within 1e-5.
     #[default]
     None,
-    /// 8-bit blocks of 32 (ggml `Q8_0`) through candle's quantized matmul.
+    /// W8A8 int8: per-output-channel int8 weights, per-row int8 activations, exact integer
+    /// products (AVX-512 VNNI where the CPU has it) on the CPU; ggml `Q8_0` on other devices.
     Int8,
     /// 4-bit blocks of 32 (ggml `Q4_0`) through candle's quantized matmul.
     Q4,

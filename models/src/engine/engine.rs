@@ -16,7 +16,8 @@ use crate::engine::weights::EngineWeights;
 use crate::generate::{Completion, FinishReason, GenerationRequest};
 use crate::rope::RotaryEmbedding;
 use crate::sampler::{log_softmax_at, Sampler};
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -192,6 +193,9 @@ impl Engine {
                 ));
             }
             let logits = self.run_plan(&sched, &plan)?;
+            // Which sequences sample from which logits row (followers fork from their leader
+            // and sample from the leader's row).
+            let mut draws: Vec<(usize, usize)> = Vec::new();
             let mut row = 0;
             for p in &plan {
                 let s = &mut sched.seqs[p.seq];
@@ -205,36 +209,36 @@ impl Engine {
                 if s.computed < s.tokens.len() {
                     continue;
                 }
-                let logits_row = logits
-                    .get(row * vocab..(row + 1) * vocab)
-                    .ok_or_else(|| EngineError::Stalled("missing logits row".into()))?;
-                row += 1;
-                let mut samplers = vec![p.seq];
+                draws.push((p.seq, row));
                 if !sched.seqs[p.seq].followers.is_empty() {
                     let (forked, shared) = sched.fork_followers(p.seq, &mut self.pool);
                     self.stats.forked_sequences += forked.len() as u64;
                     self.stats.prefix_shared_blocks += shared;
-                    samplers.extend(forked);
+                    draws.extend(forked.into_iter().map(|f| (f, row)));
                 }
-                for idx in samplers {
-                    let s = &mut sched.seqs[idx];
-                    let req = &requests[s.req];
-                    let (tok, lp) = s.sampler.sample(logits_row);
-                    s.tokens.push(tok);
-                    let c = &mut out[s.req];
-                    c.tokens.push(tok);
-                    c.logprobs.push(lp);
-                    let stop_tok = stops[s.req].contains(&tok);
-                    let stop_str = match detokenize {
-                        Some(d) => hits_stop_string(&req.stop_strings, &c.tokens, d),
-                        None => false,
-                    };
-                    if stop_tok || stop_str {
-                        c.finish_reason = FinishReason::Stop;
-                        sched.finish(idx, &mut self.pool);
-                    } else if c.tokens.len() >= req.request.max_new_tokens {
-                        sched.finish(idx, &mut self.pool);
-                    }
+                row += 1;
+            }
+            if logits.len() < row * vocab {
+                return Err(EngineError::Stalled("missing logits row".into()));
+            }
+            let sampled = sample_rows(&mut sched.seqs, &draws, &logits, vocab);
+            for (idx, tok, lp) in sampled {
+                let s = &mut sched.seqs[idx];
+                let req = &requests[s.req];
+                s.tokens.push(tok);
+                let c = &mut out[s.req];
+                c.tokens.push(tok);
+                c.logprobs.push(lp);
+                let stop_tok = stops[s.req].contains(&tok);
+                let stop_str = match detokenize {
+                    Some(d) => hits_stop_string(&req.stop_strings, &c.tokens, d),
+                    None => false,
+                };
+                if stop_tok || stop_str {
+                    c.finish_reason = FinishReason::Stop;
+                    sched.finish(idx, &mut self.pool);
+                } else if c.tokens.len() >= req.request.max_new_tokens {
+                    sched.finish(idx, &mut self.pool);
                 }
             }
             self.stats.steps += 1;
@@ -269,16 +273,8 @@ impl Engine {
             &self.inv_freq,
             &mut self.pool,
             &items,
-            &self.device,
         )?;
-        Ok(match logits {
-            Some(l) => l
-                .to_dtype(DType::F32)?
-                .flatten_all()?
-                .to_device(&Device::Cpu)?
-                .to_vec1::<f32>()?,
-            None => vec![],
-        })
+        Ok(logits.unwrap_or_default())
     }
 
     fn validate(&self, requests: &[EngineRequest], has_detok: bool) -> EngineResult<()> {
@@ -375,19 +371,9 @@ impl Engine {
                     tokens: &seq[start..end],
                     want: WantLogits::All,
                 };
-                let logits = paged_forward(
-                    w,
-                    self.dims,
-                    &self.inv_freq,
-                    &mut self.pool,
-                    &[item],
-                    &self.device,
-                )?
-                .ok_or_else(|| EngineError::Stalled("scoring returned no logits".into()))?
-                .to_dtype(DType::F32)?
-                .to_device(&Device::Cpu)?
-                .flatten_all()?
-                .to_vec1::<f32>()?;
+                let logits =
+                    paged_forward(w, self.dims, &self.inv_freq, &mut self.pool, &[item])?
+                        .ok_or_else(|| EngineError::Stalled("scoring returned no logits".into()))?;
                 for (j, row) in logits.chunks_exact(vocab).enumerate() {
                     lps.push(log_softmax_at(row, seq[start + j + 1] as usize));
                 }
@@ -502,4 +488,71 @@ impl Engine {
             verify_seconds,
         })
     }
+}
+
+/// Samples the next token of each `(sequence, logits row)` in `draws`, in parallel over the
+/// draws (each sequence has its own seeded RNG, so the result does not depend on the order).
+/// Returns `(sequence, token, log-prob)` in `draws` order.
+fn sample_rows(
+    seqs: &mut [Sequence],
+    draws: &[(usize, usize)],
+    logits: &[f32],
+    vocab: usize,
+) -> Vec<(usize, u32, f32)> {
+    let mut row_of = vec![usize::MAX; seqs.len()];
+    for &(seq, row) in draws {
+        row_of[seq] = row;
+    }
+    let mut work: Vec<(usize, &mut Sequence)> = seqs
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| row_of[*i] != usize::MAX)
+        .collect();
+    let wide = wide_simd();
+    let picked: Vec<(usize, u32, f32)> = work
+        .par_iter_mut()
+        .map(|(idx, s)| {
+            let row = &logits[row_of[*idx] * vocab..(row_of[*idx] + 1) * vocab];
+            let (tok, lp) = if wide {
+                // SAFETY: `wide_simd` checked the CPU features.
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    sample_avx2(&mut s.sampler, row)
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                s.sampler.sample(row)
+            } else {
+                s.sampler.sample(row)
+            };
+            (*idx, tok, lp)
+        })
+        .collect();
+    // Back into draws order (the order the loop applied them in before).
+    let mut by_seq = vec![None; seqs.len()];
+    for p in picked {
+        by_seq[p.0] = Some(p);
+    }
+    draws.iter().filter_map(|&(seq, _)| by_seq[seq]).collect()
+}
+
+/// Whether the AVX2+FMA builds of the hot loops can run on this CPU.
+pub(crate) fn wide_simd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// [`Sampler::sample`] compiled for AVX2+FMA (the same code, wider vectors).
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn sample_avx2(sampler: &mut Sampler, row: &[f32]) -> (u32, f32) {
+    sampler.sample(row)
 }

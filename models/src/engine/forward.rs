@@ -1,12 +1,15 @@
 //! One forward step of the engine over a ragged batch: every item is a run of new tokens of
 //! one sequence (a prefill chunk or a single decode token) whose earlier keys/values sit in
-//! the paged pool. Projections and the MLP are batched over all tokens; RoPE and attention
-//! run on the host over each sequence's block table. No scheduling decisions are made here.
+//! the paged pool. It runs on host buffers: projections and the MLP are a few large matmuls
+//! over all tokens of the step, attention is one parallel pass over every token's block
+//! table ([`paged_attention`]). No scheduling decisions are made here.
 
 use crate::engine::block_pool::BlockPool;
+use crate::engine::paged_attention::paged_attention;
 use crate::engine::weights::EngineWeights;
-use crate::layers::{embedding, rms_norm};
-use candle_core::{Device, Result, Tensor};
+use candle_core::Result;
+use oxalign_kernels::ops::rows;
+use rayon::prelude::*;
 
 /// Which logits an item wants back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,16 +43,19 @@ pub(crate) struct AttnDims {
 }
 
 /// Runs all `items` through the model, writing their keys/values into `pool`, and returns
-/// the requested logits `[rows, V]` f32 (rows in item order, positions ascending), or `None`
-/// when no item asked for any.
+/// the requested logits `[rows, V]` f32 row-major (rows in item order, positions
+/// ascending), or `None` when no item asked for any.
+///
+/// Everything runs on host buffers: per layer, RMSNorm, the fused q/k/v projection, RoPE,
+/// the KV write, one attention pass, the output projection, RMSNorm, the fused gate/up
+/// projection, SwiGLU and the down projection, with no tensor allocations in between.
 pub(crate) fn paged_forward(
     w: &EngineWeights,
     dims: AttnDims,
     inv_freq: &[f32],
     pool: &mut BlockPool,
     items: &[StepItem<'_>],
-    device: &Device,
-) -> Result<Option<Tensor>> {
+) -> Result<Option<Vec<f32>>> {
     let ids: Vec<u32> = items
         .iter()
         .flat_map(|i| i.tokens.iter().copied())
@@ -58,137 +64,104 @@ pub(crate) fn paged_forward(
     if total == 0 {
         return Ok(None);
     }
-    let positions: Vec<usize> = items
-        .iter()
-        .flat_map(|i| i.start..i.start + i.tokens.len())
-        .collect();
-    // RoPE tables [T, head_dim/2], exactly as `RotaryEmbedding::cos_sin` builds them.
-    let half = inv_freq.len();
-    let mut cos = Vec::with_capacity(total * half);
-    let mut sin = Vec::with_capacity(total * half);
-    for &p in &positions {
+    let (cos, sin) = rope_tables(items, inv_freq);
+    let hidden = w.hidden;
+    let mut x = vec![0f32; total * hidden];
+    for (row, &id) in x.chunks_mut(hidden).zip(&ids) {
+        let id = id as usize;
+        row.copy_from_slice(&w.embed[id * hidden..(id + 1) * hidden]);
+    }
+    let q_dim = dims.heads * dims.head_dim;
+    let mut h = vec![0f32; total * hidden];
+    let mut attn_out = vec![0f32; total * q_dim];
+    let mut act = vec![0f32; total * w.intermediate];
+    for (li, layer) in w.layers.iter().enumerate() {
+        rows::rms_norm_rows(&x, &layer.input_norm, w.eps, &mut h);
+        let mut qkv = layer.qkv.forward_host(&h, total)?;
+        apply_rope_and_store(&mut qkv, &cos, &sin, dims, pool, li, items);
+        paged_attention(pool, li, items, &qkv, dims, layer.window, &mut attn_out);
+        add_into(&mut x, &layer.o.forward_host(&attn_out, total)?);
+        rows::rms_norm_rows(&x, &layer.post_norm, w.eps, &mut h);
+        let gu = layer.gate_up.forward_host(&h, total)?;
+        let inter = w.intermediate;
+        act.par_chunks_mut(inter * 8)
+            .zip(gu.par_chunks(2 * inter * 8))
+            .for_each(|(a, g)| rows::silu_mul_rows(g, inter, a));
+        add_into(&mut x, &layer.down.forward_host(&act, total)?);
+    }
+    // Final norm and LM head only on the rows whose logits are wanted.
+    let rows_wanted = wanted_rows(items);
+    if rows_wanted.is_empty() {
+        return Ok(None);
+    }
+    let mut picked = vec![0f32; rows_wanted.len() * hidden];
+    for (dst, &r) in picked.chunks_mut(hidden).zip(&rows_wanted) {
+        let r = r as usize;
+        dst.copy_from_slice(&x[r * hidden..(r + 1) * hidden]);
+    }
+    let mut normed = vec![0f32; picked.len()];
+    rows::rms_norm_rows(&picked, &w.norm, w.eps, &mut normed);
+    Ok(Some(w.lm_head.forward_host(&normed, rows_wanted.len())?))
+}
+
+/// RoPE tables `[tokens, head_dim/2]` of every new token's position, exactly as
+/// `RotaryEmbedding::cos_sin` builds them.
+fn rope_tables(items: &[StepItem<'_>], inv_freq: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let n: usize = items.iter().map(|i| i.tokens.len()).sum();
+    let mut cos = Vec::with_capacity(n * inv_freq.len());
+    let mut sin = Vec::with_capacity(n * inv_freq.len());
+    for p in items.iter().flat_map(|i| i.start..i.start + i.tokens.len()) {
         for &f in inv_freq {
             let angle = p as u32 as f32 * f;
             cos.push(angle.cos());
             sin.push(angle.sin());
         }
     }
-    let (nh, nkv, hd) = (dims.heads, dims.kv_heads, dims.head_dim);
-    let q_dim = nh * hd;
-    let kv_dim = nkv * hd;
+    (cos, sin)
+}
+
+/// RoPE on the q and k heads of every token (HF rotate_half layout), then the token's keys
+/// and values into the pool.
+fn apply_rope_and_store(
+    qkv: &mut [f32],
+    cos: &[f32],
+    sin: &[f32],
+    dims: AttnDims,
+    pool: &mut BlockPool,
+    layer: usize,
+    items: &[StepItem<'_>],
+) {
+    let (hd, half) = (dims.head_dim, dims.head_dim / 2);
+    let q_dim = dims.heads * hd;
+    let kv_dim = dims.kv_heads * hd;
     let row = q_dim + 2 * kv_dim;
-    let ids_t = Tensor::from_vec(ids, (1, total), device)?;
-    let hidden = w.embed.dim(1)?;
-    let mut x = embedding(&w.embed, &ids_t)?.reshape((total, hidden))?;
-    let mut attn_out = vec![0f32; total * q_dim];
-    let mut scores: Vec<f32> = Vec::new();
-    for (li, layer) in w.layers.iter().enumerate() {
-        let h = rms_norm(&x, &layer.input_norm, w.eps)?;
-        let mut qkv = layer
-            .qkv
-            .forward(&h)?
-            .flatten_all()?
-            .to_device(&Device::Cpu)?
-            .to_vec1::<f32>()?;
-        // RoPE on q and k heads (HF rotate_half layout), then store k/v in the pool.
-        for t in 0..total {
-            let (c, s) = (
-                &cos[t * half..(t + 1) * half],
-                &sin[t * half..(t + 1) * half],
-            );
-            let r = &mut qkv[t * row..t * row + q_dim + kv_dim];
-            for head in r.chunks_exact_mut(hd) {
-                let (x1, x2) = head.split_at_mut(half);
-                for i in 0..half {
-                    let (a, b) = (x1[i], x2[i]);
-                    x1[i] = a * c[i] - b * s[i];
-                    x2[i] = b * c[i] + a * s[i];
-                }
+    for (t, r) in qkv.chunks_mut(row).enumerate() {
+        let (c, s) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
+        for head in r[..q_dim + kv_dim].chunks_exact_mut(hd) {
+            let (x1, x2) = head.split_at_mut(half);
+            for i in 0..half {
+                let (a, b) = (x1[i], x2[i]);
+                x1[i] = a * c[i] - b * s[i];
+                x2[i] = b * c[i] + a * s[i];
             }
         }
-        let mut t0 = 0;
-        for item in items {
-            for j in 0..item.tokens.len() {
-                let r = &qkv[(t0 + j) * row..(t0 + j + 1) * row];
-                pool.write(
-                    li,
-                    item.table,
-                    item.start + j,
-                    &r[q_dim..q_dim + kv_dim],
-                    &r[q_dim + kv_dim..],
-                );
-            }
-            t0 += item.tokens.len();
-        }
-        // Attention of every new token over its sequence's cached keys.
-        let scale = (hd as f64).powf(-0.5) as f32;
-        let n_rep = nh / nkv;
-        let (kbuf, vbuf) = pool.layer(li);
-        let bs = pool.block_size();
-        let mut t0 = 0;
-        for item in items {
-            for j in 0..item.tokens.len() {
-                let t = t0 + j;
-                let p = item.start + j;
-                let lo = layer.window.map_or(0, |win| (p + 1).saturating_sub(win));
-                let n = p + 1 - lo;
-                for qh in 0..nh {
-                    let g = qh / n_rep;
-                    let q = &qkv[t * row + qh * hd..t * row + (qh + 1) * hd];
-                    scores.clear();
-                    let mut max = f32::NEG_INFINITY;
-                    for pos in lo..=p {
-                        let o = pool.offset(item.table[pos / bs], g, pos % bs);
-                        let k = &kbuf[o..o + hd];
-                        let mut dot = 0f32;
-                        for d in 0..hd {
-                            dot += q[d] * k[d];
-                        }
-                        let sc = dot * scale;
-                        max = max.max(sc);
-                        scores.push(sc);
-                    }
-                    let mut sum = 0f32;
-                    for sc in scores.iter_mut() {
-                        *sc = (*sc - max).exp();
-                        sum += *sc;
-                    }
-                    let out = &mut attn_out[t * q_dim + qh * hd..t * q_dim + (qh + 1) * hd];
-                    out.fill(0.0);
-                    for (i, pos) in (lo..=p).enumerate() {
-                        let pr = scores[i] / sum;
-                        let o = pool.offset(item.table[pos / bs], g, pos % bs);
-                        let v = &vbuf[o..o + hd];
-                        for d in 0..hd {
-                            out[d] += pr * v[d];
-                        }
-                    }
-                    debug_assert_eq!(scores.len(), n);
-                }
-            }
-            t0 += item.tokens.len();
-        }
-        let a = Tensor::from_slice(&attn_out, (total, q_dim), device)?;
-        x = (x + layer.o.forward(&a)?)?;
-        let h = rms_norm(&x, &layer.post_norm, w.eps)?;
-        let gu = layer.gate_up.forward(&h)?;
-        let gate = gu.narrow(1, 0, w.intermediate)?.silu()?;
-        let up = gu.narrow(1, w.intermediate, w.intermediate)?;
-        x = (x + layer.down.forward(&(gate * up)?)?)?;
     }
-    // Final norm and LM head only on the rows whose logits are wanted.
-    let rows = wanted_rows(items);
-    if rows.is_empty() {
-        return Ok(None);
+    let mut t = 0;
+    for item in items {
+        for j in 0..item.tokens.len() {
+            let r = &qkv[t * row..(t + 1) * row];
+            let (k, v) = r[q_dim..].split_at(kv_dim);
+            pool.write(layer, item.table, item.start + j, k, v);
+            t += 1;
+        }
     }
-    let x = if rows.len() == total {
-        x
-    } else {
-        let n = rows.len();
-        x.index_select(&Tensor::from_vec(rows, n, device)?, 0)?
-    };
-    let h = rms_norm(&x, &w.norm, w.eps)?;
-    Ok(Some(w.lm_head.forward(&h)?))
+}
+
+/// `x += y` elementwise (the residual connections).
+fn add_into(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
 }
 
 /// Flat token indices of the rows whose logits the items want.

@@ -10,21 +10,42 @@ use crate::param_spec::causal_lm_specs;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use std::collections::HashMap;
+use oxalign_kernels::linear::{Int8Weight, PackedF32Weight};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// One linear layer `x [T, in] -> [T, out]` in the engine's precision.
 #[derive(Clone, Debug)]
 pub(crate) enum Linear {
-    /// f32 weight `[out, in]`.
+    /// f32 weight `[out, in]` (candle matmul; devices other than the CPU).
     Dense(Tensor, Option<Tensor>),
-    /// Quantized weight `[out, in]`.
+    /// f32 weight packed for decode batches (host kernel), with an f32 bias `[out]`.
+    Packed(Arc<PackedF32Weight>, Option<Vec<f32>>),
+    /// Quantized weight `[out, in]` (candle's ggml kernels: Q4_0, and Q8_0 off the CPU).
     Quant(QMatMul, Option<Tensor>),
+    /// W8A8 int8 weight `[out, in]` with per-channel scales (host integer kernel), and an
+    /// f32 bias `[out]`.
+    Int8(Arc<Int8Weight>, Option<Vec<f32>>),
 }
 
 impl Linear {
     fn new(w: Tensor, b: Option<Tensor>, quant: QuantMode) -> EngineResult<Linear> {
         let dtype = match quant {
+            QuantMode::None if w.device().is_cpu() => {
+                let (out_dim, in_dim) = w.dims2()?;
+                let host = w.flatten_all()?.to_vec1::<f32>()?;
+                let bias = b.map(|b| b.to_vec1::<f32>()).transpose()?;
+                let p = PackedF32Weight::pack(&host, out_dim, in_dim);
+                return Ok(Linear::Packed(Arc::new(p), bias));
+            }
             QuantMode::None => return Ok(Linear::Dense(w, b)),
+            QuantMode::Int8 if w.device().is_cpu() => {
+                let (out_dim, in_dim) = w.dims2()?;
+                let host = w.flatten_all()?.to_vec1::<f32>()?;
+                let bias = b.map(|b| b.to_vec1::<f32>()).transpose()?;
+                let q = Int8Weight::quantize(&host, out_dim, in_dim);
+                return Ok(Linear::Int8(Arc::new(q), bias));
+            }
             QuantMode::Int8 => GgmlDType::Q8_0,
             QuantMode::Q4 => GgmlDType::Q4_0,
         };
@@ -53,6 +74,45 @@ impl Linear {
                     None => Ok(y),
                 }
             }
+            Linear::Packed(p, b) => {
+                let (rows, _) = x.dims2()?;
+                let host = x.flatten_all()?.to_vec1::<f32>()?;
+                let mut out = vec![0f32; rows * p.out_dim()];
+                p.matmul(&host, rows, b.as_deref(), &mut out);
+                Tensor::from_vec(out, (rows, p.out_dim()), x.device())
+            }
+            Linear::Int8(q, b) => {
+                let (rows, _) = x.dims2()?;
+                let host = x.flatten_all()?.to_vec1::<f32>()?;
+                let mut out = vec![0f32; rows * q.out_dim()];
+                q.matmul(&host, rows, b.as_deref(), &mut out);
+                Tensor::from_vec(out, (rows, q.out_dim()), x.device())
+            }
+        }
+    }
+
+    /// `x`: host `[rows, in]` f32 -> host `[rows, out]`. The packed and int8 weights run
+    /// their host kernels directly; tensor weights go through candle on their device.
+    pub(crate) fn forward_host(&self, x: &[f32], rows: usize) -> candle_core::Result<Vec<f32>> {
+        match self {
+            Linear::Packed(p, b) => {
+                let mut out = vec![0f32; rows * p.out_dim()];
+                p.matmul(x, rows, b.as_deref(), &mut out);
+                Ok(out)
+            }
+            Linear::Int8(q, b) => {
+                let mut out = vec![0f32; rows * q.out_dim()];
+                q.matmul(x, rows, b.as_deref(), &mut out);
+                Ok(out)
+            }
+            Linear::Dense(w, _) | Linear::Quant(QMatMul::Tensor(w), _) => {
+                let xt = Tensor::from_slice(x, (rows, x.len() / rows.max(1)), w.device())?;
+                self.forward(&xt)?.flatten_all()?.to_device(&Device::Cpu)?.to_vec1::<f32>()
+            }
+            Linear::Quant(_, _) => {
+                let xt = Tensor::from_slice(x, (rows, x.len() / rows.max(1)), &Device::Cpu)?;
+                self.forward(&xt)?.flatten_all()?.to_vec1::<f32>()
+            }
         }
     }
 
@@ -64,18 +124,20 @@ impl Linear {
             Linear::Quant(QMatMul::Tensor(w), b) | Linear::Quant(QMatMul::TensorF16(w), b) => {
                 w.elem_count() * w.dtype().size_in_bytes() + t(b)
             }
+            Linear::Packed(p, b) => p.bytes() + b.as_ref().map_or(0, |b| b.len() * 4),
+            Linear::Int8(q, b) => q.bytes() + b.as_ref().map_or(0, |b| b.len() * 4),
         }
     }
 }
 
-/// Weights of one decoder layer.
+/// Weights of one decoder layer (norm weights on the host).
 #[derive(Clone, Debug)]
 pub(crate) struct LayerWeights {
-    pub input_norm: Tensor,
+    pub input_norm: Vec<f32>,
     /// Fused `[q; k; v]` projection: output `[T, (heads + 2 kv_heads) * head_dim]`.
     pub qkv: Linear,
     pub o: Linear,
-    pub post_norm: Tensor,
+    pub post_norm: Vec<f32>,
     /// Fused `[gate; up]` projection: output `[T, 2 * intermediate]`.
     pub gate_up: Linear,
     pub down: Linear,
@@ -85,12 +147,22 @@ pub(crate) struct LayerWeights {
 /// All weights the engine's forward needs.
 #[derive(Clone, Debug)]
 pub(crate) struct EngineWeights {
-    pub embed: Tensor,
+    /// Token embeddings `[vocab, hidden]`, host, row-major.
+    pub embed: Arc<Vec<f32>>,
+    pub hidden: usize,
     pub layers: Vec<LayerWeights>,
-    pub norm: Tensor,
+    pub norm: Vec<f32>,
     pub lm_head: Linear,
     pub eps: f64,
     pub intermediate: usize,
+}
+
+/// A tensor's values as a host f32 vector (row-major).
+fn host(t: &Tensor) -> candle_core::Result<Vec<f32>> {
+    t.to_dtype(DType::F32)?
+        .flatten_all()?
+        .to_device(&Device::Cpu)?
+        .to_vec1::<f32>()
 }
 
 /// Checksum of one tensor: a 64-bit mix over its f32 bit patterns (row-major, contiguous
@@ -219,14 +291,14 @@ impl EngineWeights {
                 None
             };
             layers.push(LayerWeights {
-                input_norm: get(&format!("{p}.input_layernorm.weight"))?,
+                input_norm: host(&get(&format!("{p}.input_layernorm.weight"))?)?,
                 qkv: Linear::new(qkv_w, qkv_b, quant)?,
                 o: Linear::new(
                     get(&format!("{a}.o_proj.weight"))?,
                     opt(format!("{a}.o_proj.bias"), cfg.o_bias())?,
                     quant,
                 )?,
-                post_norm: get(&format!("{p}.post_attention_layernorm.weight"))?,
+                post_norm: host(&get(&format!("{p}.post_attention_layernorm.weight"))?)?,
                 gate_up: Linear::new(gu_w, gu_b, quant)?,
                 down: Linear::new(
                     get(&format!("{m}.down_proj.weight"))?,
@@ -243,9 +315,10 @@ impl EngineWeights {
             get("lm_head.weight")?
         };
         let weights = EngineWeights {
-            embed,
+            embed: Arc::new(host(&embed)?),
+            hidden: cfg.hidden_size,
             layers,
-            norm: get("model.norm.weight")?,
+            norm: host(&get("model.norm.weight")?)?,
             lm_head: Linear::new(lm_w, None, quant)?,
             eps: cfg.rms_norm_eps,
             intermediate: cfg.intermediate_size,
@@ -256,11 +329,11 @@ impl EngineWeights {
     /// Bytes of weights read by one decode step (all linear layers + norms; the embedding
     /// lookup reads one row per token and is not counted).
     pub(crate) fn linear_bytes(&self) -> usize {
-        let norms = (self.norm.elem_count()
+        let norms = (self.norm.len()
             + self
                 .layers
                 .iter()
-                .map(|l| l.input_norm.elem_count() + l.post_norm.elem_count())
+                .map(|l| l.input_norm.len() + l.post_norm.len())
                 .sum::<usize>())
             * 4;
         norms

@@ -1,0 +1,187 @@
+//! f32 inference linear layer `y = x · Wᵀ (+ b)` with the weight packed once for the
+//! engine's decode shapes (few rows, many output channels).
+//!
+//! A general GEMM re-packs a transposed weight on every call; at decode batch sizes that
+//! packing costs more than the arithmetic. Here the weight is packed once (at load or refit)
+//! into panels of 32 output channels × all inputs (`[out/32][in][32]`), and each call streams
+//! every panel once per block of 64 input rows while the block stays in L2. The register
+//! kernels are AVX-512F (8 rows × 32 channels) and AVX2+FMA (4 rows × 16 channels); other
+//! CPUs run a portable loop. Inference only: no gradients, no tensors.
+
+use rayon::prelude::*;
+
+/// Output channels per packed panel.
+pub(crate) const PANEL: usize = 32;
+/// Input rows per cache block (the block of `x` that every panel is multiplied with).
+const ROW_BLOCK: usize = 64;
+
+/// An f32 weight `[out, in]` packed as `[out/32][in][32]` (output channels zero-padded).
+#[derive(Clone, Debug)]
+pub struct PackedF32Weight {
+    out_dim: usize,
+    in_dim: usize,
+    packed: Vec<f32>,
+}
+
+/// Which register kernel runs on this CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum F32Kernel {
+    Avx512,
+    Avx2,
+    Portable,
+}
+
+impl F32Kernel {
+    pub(crate) fn detect() -> F32Kernel {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return F32Kernel::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return F32Kernel::Avx2;
+            }
+        }
+        F32Kernel::Portable
+    }
+}
+
+impl PackedF32Weight {
+    /// Packs a row-major f32 weight `[out_dim, in_dim]`.
+    ///
+    /// # Panics
+    /// When `w.len() != out_dim * in_dim`.
+    pub fn pack(w: &[f32], out_dim: usize, in_dim: usize) -> PackedF32Weight {
+        assert_eq!(w.len(), out_dim * in_dim, "weight length must be out * in");
+        let panels = out_dim.div_ceil(PANEL);
+        let mut packed = vec![0f32; panels * in_dim * PANEL];
+        packed
+            .par_chunks_mut(in_dim * PANEL)
+            .enumerate()
+            .for_each(|(p, panel)| {
+                for lane in 0..PANEL.min(out_dim - p * PANEL) {
+                    let row = &w[(p * PANEL + lane) * in_dim..(p * PANEL + lane + 1) * in_dim];
+                    for (k, &v) in row.iter().enumerate() {
+                        panel[k * PANEL + lane] = v;
+                    }
+                }
+            });
+        PackedF32Weight {
+            out_dim,
+            in_dim,
+            packed,
+        }
+    }
+
+    /// Output size.
+    pub fn out_dim(&self) -> usize {
+        self.out_dim
+    }
+
+    /// Input size.
+    pub fn in_dim(&self) -> usize {
+        self.in_dim
+    }
+
+    /// Bytes held by the packed weight.
+    pub fn bytes(&self) -> usize {
+        self.packed.len() * 4
+    }
+
+    /// `out[m, n] = Σ_k x[m, k] · w[n, k] (+ bias[n])` for row-major `x: [rows, in]` into
+    /// `out: [rows, out]`, parallel over panels (rayon).
+    ///
+    /// # Panics
+    /// When the slice lengths do not match `rows` and the weight's shape.
+    pub fn matmul(&self, x: &[f32], rows: usize, bias: Option<&[f32]>, out: &mut [f32]) {
+        self.matmul_with(F32Kernel::detect(), x, rows, bias, out);
+    }
+
+    pub(crate) fn matmul_with(
+        &self,
+        kernel: F32Kernel,
+        x: &[f32],
+        rows: usize,
+        bias: Option<&[f32]>,
+        out: &mut [f32],
+    ) {
+        assert_eq!(x.len(), rows * self.in_dim, "input must be [rows, in]");
+        assert_eq!(out.len(), rows * self.out_dim, "output must be [rows, out]");
+        if let Some(b) = bias {
+            assert_eq!(b.len(), self.out_dim, "bias must be [out]");
+        }
+        let (k, n) = (self.in_dim, self.out_dim);
+        let out_ptr = SendPtr(out.as_mut_ptr());
+        for m0 in (0..rows).step_by(ROW_BLOCK) {
+            let mr = ROW_BLOCK.min(rows - m0);
+            let xb = &x[m0 * k..(m0 + mr) * k];
+            self.packed
+                .par_chunks(k * PANEL)
+                .enumerate()
+                .for_each(|(p, panel)| {
+                    let mut tile = [0f32; ROW_BLOCK * PANEL];
+                    panel_product(kernel, xb, mr, k, panel, &mut tile);
+                    let cols = PANEL.min(n - p * PANEL);
+                    for r in 0..mr {
+                        // SAFETY: each task writes only columns p*32..p*32+cols of its rows;
+                        // tasks cover disjoint column ranges and `out` outlives the loop.
+                        let dst = unsafe {
+                            std::slice::from_raw_parts_mut(
+                                out_ptr.get().add((m0 + r) * n + p * PANEL),
+                                cols,
+                            )
+                        };
+                        let src = &tile[r * PANEL..r * PANEL + cols];
+                        match bias {
+                            Some(b) => {
+                                for ((d, s), bb) in dst.iter_mut().zip(src).zip(&b[p * PANEL..]) {
+                                    *d = s + bb;
+                                }
+                            }
+                            None => dst.copy_from_slice(src),
+                        }
+                    }
+                });
+        }
+    }
+}
+
+/// A raw output pointer shared by the panel tasks (each writes disjoint columns).
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: only used for disjoint writes, see `matmul_with`.
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+impl SendPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// `tile[r][c] = Σ_k x[r, k] · panel[k][c]` for `rows ≤ 64` rows of `x` (`[rows, k]`).
+fn panel_product(kernel: F32Kernel, x: &[f32], rows: usize, k: usize, panel: &[f32], tile: &mut [f32]) {
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        F32Kernel::Avx512 => super::f32_x86::panel_avx512(x, rows, k, panel, tile),
+        #[cfg(target_arch = "x86_64")]
+        F32Kernel::Avx2 => super::f32_x86::panel_avx2(x, rows, k, panel, tile),
+        _ => panel_portable(x, rows, k, panel, tile),
+    }
+}
+
+/// The portable kernel (sequential sum over `k`, no fused multiply-add).
+pub(crate) fn panel_portable(x: &[f32], rows: usize, k: usize, panel: &[f32], tile: &mut [f32]) {
+    for r in 0..rows {
+        let mut acc = [0f32; PANEL];
+        for kk in 0..k {
+            let xv = x[r * k + kk];
+            let w = &panel[kk * PANEL..(kk + 1) * PANEL];
+            for c in 0..PANEL {
+                acc[c] += xv * w[c];
+            }
+        }
+        tile[r * PANEL..(r + 1) * PANEL].copy_from_slice(&acc);
+    }
+}

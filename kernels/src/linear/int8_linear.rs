@@ -1,0 +1,201 @@
+//! W8A8 integer linear layer for inference: `y = x · Wᵀ (+ b)` with the weight quantized once
+//! per output channel to int8 and each input row quantized per step to int8, multiplied in
+//! exact 32-bit integer arithmetic and rescaled to f32 once per output element.
+//!
+//! The weight is packed for AVX-512 VNNI (`vpdpbusd`: 64 u8·i8 products per instruction) in
+//! panels of 16 output channels × 4 inputs. Where VNNI is missing, a portable kernel runs the
+//! same integer math, so results are bit-identical on every CPU. Inference only: no
+//! gradients, no tensors.
+
+use rayon::prelude::*;
+
+/// Output channels per packed panel (one 512-bit register of i32 accumulators).
+pub(crate) const PANEL: usize = 16;
+/// Inputs per packed group (`vpdpbusd` sums 4 adjacent u8·i8 products per lane).
+pub(crate) const GROUP: usize = 4;
+/// The offset that turns a signed activation in `[-127, 127]` into the unsigned byte VNNI
+/// expects; removed again with the weight's column sums.
+pub(crate) const ACT_OFFSET: i32 = 128;
+
+/// An int8 weight `[out, in]`, packed `[out/16][in/4][16][4]` (zero-padded), with one f32
+/// scale per output channel (`w ≈ scale · q`, `|q| ≤ 127`).
+#[derive(Clone, Debug)]
+pub struct Int8Weight {
+    out_dim: usize,
+    in_dim: usize,
+    /// `in_dim` rounded up to a multiple of [`GROUP`].
+    in_pad: usize,
+    packed: Vec<i8>,
+    scales: Vec<f32>,
+    /// `ACT_OFFSET · Σ_k q[n, k]` per output channel.
+    offset_terms: Vec<i32>,
+}
+
+/// Activations of one call, quantized per row: `x ≈ scale · (u − 128)`.
+pub(crate) struct QuantRows {
+    pub bytes: Vec<u8>,
+    pub scales: Vec<f32>,
+    pub in_pad: usize,
+}
+
+impl Int8Weight {
+    /// Quantizes a row-major f32 weight `[out_dim, in_dim]` per output channel (symmetric,
+    /// round to nearest).
+    ///
+    /// # Panics
+    /// When `w.len() != out_dim * in_dim`.
+    pub fn quantize(w: &[f32], out_dim: usize, in_dim: usize) -> Int8Weight {
+        assert_eq!(w.len(), out_dim * in_dim, "weight length must be out * in");
+        let in_pad = in_dim.div_ceil(GROUP) * GROUP;
+        let panels = out_dim.div_ceil(PANEL);
+        let mut packed = vec![0i8; panels * PANEL * in_pad];
+        let mut scales = vec![0f32; out_dim];
+        let mut offset_terms = vec![0i32; out_dim];
+        for n in 0..out_dim {
+            let row = &w[n * in_dim..(n + 1) * in_dim];
+            let amax = row.iter().fold(0f32, |a, &x| a.max(x.abs()));
+            let scale = if amax > 0.0 { amax / 127.0 } else { 1.0 };
+            scales[n] = scale;
+            let (p, lane) = (n / PANEL, n % PANEL);
+            let mut sum = 0i32;
+            for (k, &x) in row.iter().enumerate() {
+                let q = (x / scale).round().clamp(-127.0, 127.0) as i8;
+                sum += q as i32;
+                let (g, j) = (k / GROUP, k % GROUP);
+                packed[((p * (in_pad / GROUP) + g) * PANEL + lane) * GROUP + j] = q;
+            }
+            offset_terms[n] = ACT_OFFSET * sum;
+        }
+        Int8Weight {
+            out_dim,
+            in_dim,
+            in_pad,
+            packed,
+            scales,
+            offset_terms,
+        }
+    }
+
+    /// Output size.
+    pub fn out_dim(&self) -> usize {
+        self.out_dim
+    }
+
+    /// Input size.
+    pub fn in_dim(&self) -> usize {
+        self.in_dim
+    }
+
+    /// Bytes held (packed weight, scales and offset terms).
+    pub fn bytes(&self) -> usize {
+        self.packed.len() + 4 * (self.scales.len() + self.offset_terms.len())
+    }
+
+    /// The f32 weight this int8 weight stands for, row-major `[out, in]`.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut w = vec![0f32; self.out_dim * self.in_dim];
+        for n in 0..self.out_dim {
+            for k in 0..self.in_dim {
+                w[n * self.in_dim + k] = self.scales[n] * self.packed[self.index(n, k)] as f32;
+            }
+        }
+        w
+    }
+
+    #[cfg(test)]
+    pub(crate) fn packed_for_tests(&self) -> &[i8] {
+        &self.packed
+    }
+
+    fn index(&self, n: usize, k: usize) -> usize {
+        let (p, lane, g, j) = (n / PANEL, n % PANEL, k / GROUP, k % GROUP);
+        ((p * (self.in_pad / GROUP) + g) * PANEL + lane) * GROUP + j
+    }
+
+    /// `out[m, n] = Σ_k x[m, k] · w[n, k] (+ bias[n])` for row-major `x: [rows, in]`, into
+    /// `out: [rows, out]`. Uses AVX-512 VNNI when the CPU has it, else the portable kernel;
+    /// both give the same bits.
+    ///
+    /// # Panics
+    /// When the slice lengths do not match `rows` and the weight's shape.
+    pub fn matmul(&self, x: &[f32], rows: usize, bias: Option<&[f32]>, out: &mut [f32]) {
+        assert_eq!(x.len(), rows * self.in_dim, "input must be [rows, in]");
+        assert_eq!(out.len(), rows * self.out_dim, "output must be [rows, out]");
+        if let Some(b) = bias {
+            assert_eq!(b.len(), self.out_dim, "bias must be [out]");
+        }
+        if rows == 0 {
+            return;
+        }
+        let xq = quantize_rows(x, rows, self.in_dim, self.in_pad);
+        let panels = self.out_dim.div_ceil(PANEL);
+        // i32 accumulators [panels][rows][16], then one rescale pass.
+        let mut acc = vec![0i32; panels * rows * PANEL];
+        let panel_len = (self.in_pad / GROUP) * PANEL * GROUP;
+        let use_vnni = super::int8_vnni::available();
+        acc.par_chunks_mut(rows * PANEL)
+            .enumerate()
+            .for_each(|(p, acc_p)| {
+                let w = &self.packed[p * panel_len..(p + 1) * panel_len];
+                if use_vnni {
+                    super::int8_vnni::panel(&xq, rows, w, acc_p);
+                } else {
+                    panel_portable(&xq, rows, w, acc_p);
+                }
+            });
+        self.rescale(&acc, &xq.scales, rows, bias, out);
+    }
+
+    fn rescale(&self, acc: &[i32], x_scales: &[f32], rows: usize, b: Option<&[f32]>, out: &mut [f32]) {
+        let n_out = self.out_dim;
+        out.par_chunks_mut(n_out).enumerate().for_each(|(m, o)| {
+            for (n, y) in o.iter_mut().enumerate() {
+                let (p, lane) = (n / PANEL, n % PANEL);
+                let a = acc[(p * rows + m) * PANEL + lane] - self.offset_terms[n];
+                *y = a as f32 * (x_scales[m] * self.scales[n]) + b.map_or(0.0, |b| b[n]);
+            }
+        });
+    }
+}
+
+/// Quantizes each row of `x: [rows, in]` symmetrically to `[-127, 127]`, stored offset by
+/// [`ACT_OFFSET`] as bytes, zero-padded to `in_pad` (padding holds the offset, i.e. zero).
+pub(crate) fn quantize_rows(x: &[f32], rows: usize, in_dim: usize, in_pad: usize) -> QuantRows {
+    let mut bytes = vec![ACT_OFFSET as u8; rows * in_pad];
+    let mut scales = vec![0f32; rows];
+    for m in 0..rows {
+        let r = &x[m * in_dim..(m + 1) * in_dim];
+        let amax = r.iter().fold(0f32, |a, &v| a.max(v.abs()));
+        let scale = if amax > 0.0 && amax.is_finite() { amax / 127.0 } else { 1.0 };
+        scales[m] = scale;
+        let inv = 1.0 / scale;
+        for (b, &v) in bytes[m * in_pad..m * in_pad + in_dim].iter_mut().zip(r) {
+            *b = ((v * inv).round().clamp(-127.0, 127.0) as i32 + ACT_OFFSET) as u8;
+        }
+    }
+    QuantRows {
+        bytes,
+        scales,
+        in_pad,
+    }
+}
+
+/// Portable kernel: `acc[m][lane] = Σ_k u[m, k] · w[lane, k]` for one panel (exact i32).
+pub(crate) fn panel_portable(xq: &QuantRows, rows: usize, w: &[i8], acc: &mut [i32]) {
+    let groups = xq.in_pad / GROUP;
+    for m in 0..rows {
+        let x = &xq.bytes[m * xq.in_pad..(m + 1) * xq.in_pad];
+        let a = &mut acc[m * PANEL..(m + 1) * PANEL];
+        let mut lanes = [0i32; PANEL];
+        for g in 0..groups {
+            let xg = &x[g * GROUP..(g + 1) * GROUP];
+            let wg = &w[g * PANEL * GROUP..(g + 1) * PANEL * GROUP];
+            for (lane, l) in lanes.iter_mut().enumerate() {
+                for j in 0..GROUP {
+                    *l += xg[j] as i32 * wg[lane * GROUP + j] as i32;
+                }
+            }
+        }
+        a.copy_from_slice(&lanes);
+    }
+}

@@ -1,0 +1,149 @@
+//! Int8 linear: exactness of the integer path, bit-identity of the two kernels, and the
+//! quantization error against the f32 product.
+
+use super::int8_linear::{panel_portable, quantize_rows, GROUP, PANEL};
+use super::*;
+
+pub(super) fn lcg(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// The same product from the dequantized weight and activations, in f64.
+fn reference(w: &Int8Weight, x: &[f32], rows: usize) -> Vec<f64> {
+    let wd = w.dequantize();
+    let (k, n) = (w.in_dim(), w.out_dim());
+    let pad = k.div_ceil(GROUP) * GROUP;
+    let xq = quantize_rows(x, rows, k, pad);
+    let mut out = vec![0f64; rows * n];
+    for m in 0..rows {
+        for j in 0..n {
+            let mut s = 0f64;
+            for i in 0..k {
+                let xv = (xq.bytes[m * pad + i] as i32 - 128) as f64 * xq.scales[m] as f64;
+                s += xv * wd[j * k + i] as f64;
+            }
+            out[m * n + j] = s;
+        }
+    }
+    out
+}
+
+#[test]
+fn matmul_equals_dequantized_product() {
+    for &(rows, k, n) in &[(1, 64, 16), (3, 70, 37), (9, 128, 48), (17, 36, 5)] {
+        let w = Int8Weight::quantize(&lcg(n * k, 1), n, k);
+        let x = lcg(rows * k, 2);
+        let bias = lcg(n, 3);
+        let mut out = vec![0f32; rows * n];
+        w.matmul(&x, rows, Some(&bias), &mut out);
+        let want = reference(&w, &x, rows);
+        for i in 0..rows * n {
+            let expect = want[i] + bias[i % n] as f64;
+            assert!((out[i] as f64 - expect).abs() < 1e-4, "({rows},{k},{n}) at {i}: {} vs {expect}", out[i]);
+        }
+    }
+}
+
+#[test]
+fn vnni_and_portable_kernels_agree_bit_for_bit() {
+    if !int8_uses_vnni() {
+        eprintln!("skipped: this CPU has no AVX-512 VNNI");
+        return;
+    }
+    let (rows, k, n) = (13, 260, 16);
+    let w = Int8Weight::quantize(&lcg(n * k, 4), n, k);
+    let pad = k.div_ceil(GROUP) * GROUP;
+    let xq = quantize_rows(&lcg(rows * k, 5), rows, k, pad);
+    // One panel (16 channels): compare the raw i32 accumulators of both kernels.
+    let panel_len = pad / GROUP * PANEL * GROUP;
+    let wp = w.packed_for_tests()[..panel_len].to_vec();
+    let mut a = vec![0i32; rows * PANEL];
+    let mut b = vec![0i32; rows * PANEL];
+    panel_portable(&xq, rows, &wp, &mut a);
+    super::int8_vnni::panel(&xq, rows, &wp, &mut b);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn quantization_error_is_small_against_f32() {
+    let (rows, k, n) = (8, 512, 64);
+    let wf = lcg(n * k, 6);
+    let x = lcg(rows * k, 7);
+    let w = Int8Weight::quantize(&wf, n, k);
+    let mut out = vec![0f32; rows * n];
+    w.matmul(&x, rows, None, &mut out);
+    let mut err = 0f64;
+    let mut norm = 0f64;
+    for m in 0..rows {
+        for j in 0..n {
+            let exact: f64 = (0..k).map(|i| x[m * k + i] as f64 * wf[j * k + i] as f64).sum();
+            err += (out[m * n + j] as f64 - exact).powi(2);
+            norm += exact * exact;
+        }
+    }
+    let rel = (err / norm).sqrt();
+    assert!(rel < 0.02, "relative error {rel}");
+}
+
+#[test]
+fn zero_rows_and_zero_weight() {
+    let w = Int8Weight::quantize(&vec![0.0; 16 * 8], 16, 8);
+    let mut out = vec![1f32; 2 * 16];
+    w.matmul(&[0.0; 16], 2, None, &mut out);
+    assert!(out.iter().all(|&v| v == 0.0));
+    w.matmul(&[], 0, None, &mut []);
+}
+
+mod f32_packed {
+    use super::super::f32_packed::F32Kernel;
+    use super::super::PackedF32Weight;
+    use super::lcg;
+
+    fn exact(w: &[f32], x: &[f32], rows: usize, k: usize, n: usize) -> Vec<f64> {
+        let mut out = vec![0f64; rows * n];
+        for m in 0..rows {
+            for j in 0..n {
+                out[m * n + j] = (0..k).map(|i| x[m * k + i] as f64 * w[j * k + i] as f64).sum();
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_kernel_matches_the_f64_product() {
+        let mut kernels = vec![F32Kernel::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                kernels.push(F32Kernel::Avx512);
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                kernels.push(F32Kernel::Avx2);
+            }
+        }
+        eprintln!("kernels tested: {kernels:?}");
+        // Rows beyond one 64-row block, channels not a multiple of 32, odd inner sizes.
+        for &(rows, k, n) in &[(1, 7, 3), (9, 64, 40), (70, 33, 65), (13, 512, 96)] {
+            let w = lcg(n * k, 11);
+            let x = lcg(rows * k, 12);
+            let bias = lcg(n, 13);
+            let packed = PackedF32Weight::pack(&w, n, k);
+            let want = exact(&w, &x, rows, k, n);
+            for &kernel in &kernels {
+                let mut out = vec![f32::NAN; rows * n];
+                packed.matmul_with(kernel, &x, rows, Some(&bias), &mut out);
+                for i in 0..rows * n {
+                    let e = want[i] + bias[i % n] as f64;
+                    let tol = 1e-5 * (1.0 + e.abs()) * (k as f64).sqrt();
+                    assert!((out[i] as f64 - e).abs() < tol, "{kernel:?} ({rows},{k},{n}) at {i}: {} vs {e}", out[i]);
+                }
+            }
+        }
+    }
+}
