@@ -44,6 +44,7 @@ pub(crate) fn paged_attention(
     debug_assert_eq!(qkv.len(), tokens.len() * row);
     debug_assert_eq!(out.len(), tokens.len() * q_dim);
     let wide = crate::engine::engine::wide_simd();
+    let widest = wide && avx512_available();
     out.par_chunks_mut(q_dim)
         .zip(qkv.par_chunks(row))
         .zip(tokens.par_iter())
@@ -57,7 +58,13 @@ pub(crate) fn paged_attention(
                 q: &r[..q_dim],
                 dims,
             };
-            if wide {
+            if widest {
+                // SAFETY: `avx512_available` checked the CPU features.
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    attend_token_avx512(&job, scores, o)
+                };
+            } else if wide {
                 // SAFETY: `wide_simd` checked the CPU features.
                 #[cfg(target_arch = "x86_64")]
                 unsafe {
@@ -79,6 +86,28 @@ struct TokenJob<'a> {
     /// The token's rotated query heads `[heads * head_dim]`.
     q: &'a [f32],
     dims: AttnDims,
+}
+
+/// Whether the AVX-512F build of [`attend_token`] can run here.
+fn avx512_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// [`attend_token`] compiled for AVX-512F (16-lane accumulators fill one register).
+///
+/// # Safety
+/// The CPU supports AVX-512F, AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn attend_token_avx512(job: &TokenJob<'_>, scores: &mut Vec<f32>, out: &mut [f32]) {
+    attend_token(job, scores, out)
 }
 
 /// [`attend_token`] compiled for AVX2+FMA (the same code, wider vectors).
