@@ -31,11 +31,13 @@ pub struct Int8Weight {
     offset_terms: Vec<i32>,
 }
 
+/// Input rows per cache block.
+const ROW_BLOCK: usize = 64;
+
 /// Activations of one call, quantized per row: `x ≈ scale · (u − 128)`.
 pub(crate) struct QuantRows {
     pub bytes: Vec<u8>,
     pub scales: Vec<f32>,
-    pub in_pad: usize,
 }
 
 impl Int8Weight {
@@ -59,7 +61,7 @@ impl Int8Weight {
             let (p, lane) = (n / PANEL, n % PANEL);
             let mut sum = 0i32;
             for (k, &x) in row.iter().enumerate() {
-                let q = (x / scale).round().clamp(-127.0, 127.0) as i8;
+                let q = round_small((x / scale).clamp(-127.0, 127.0)) as i8;
                 sum += q as i32;
                 let (g, j) = (k / GROUP, k % GROUP);
                 packed[((p * (in_pad / GROUP) + g) * PANEL + lane) * GROUP + j] = q;
@@ -128,34 +130,68 @@ impl Int8Weight {
             return;
         }
         let xq = quantize_rows(x, rows, self.in_dim, self.in_pad);
-        let panels = self.out_dim.div_ceil(PANEL);
-        // i32 accumulators [panels][rows][16], then one rescale pass.
-        let mut acc = vec![0i32; panels * rows * PANEL];
         let panel_len = (self.in_pad / GROUP) * PANEL * GROUP;
         let use_vnni = super::int8_vnni::available();
-        acc.par_chunks_mut(rows * PANEL)
-            .enumerate()
-            .for_each(|(p, acc_p)| {
-                let w = &self.packed[p * panel_len..(p + 1) * panel_len];
-                if use_vnni {
-                    super::int8_vnni::panel(&xq, rows, w, acc_p);
-                } else {
-                    panel_portable(&xq, rows, w, acc_p);
-                }
-            });
-        self.rescale(&acc, &xq.scales, rows, bias, out);
+        let out_ptr = SendPtr(out.as_mut_ptr());
+        for m0 in (0..rows).step_by(ROW_BLOCK) {
+            let mr = ROW_BLOCK.min(rows - m0);
+            let xb = &xq.bytes[m0 * self.in_pad..(m0 + mr) * self.in_pad];
+            self.packed
+                .par_chunks(panel_len)
+                .enumerate()
+                .for_each(|(p, w)| {
+                    let mut tile = [0i32; ROW_BLOCK * PANEL];
+                    if use_vnni {
+                        super::int8_vnni::panel(xb, mr, self.in_pad, w, &mut tile);
+                    } else {
+                        panel_portable(xb, mr, self.in_pad, w, &mut tile);
+                    }
+                    self.rescale_tile(&tile, p, m0, mr, &xq.scales, bias, &out_ptr);
+                });
+        }
     }
 
-    fn rescale(&self, acc: &[i32], x_scales: &[f32], rows: usize, b: Option<&[f32]>, out: &mut [f32]) {
-        let n_out = self.out_dim;
-        out.par_chunks_mut(n_out).enumerate().for_each(|(m, o)| {
-            for (n, y) in o.iter_mut().enumerate() {
-                let (p, lane) = (n / PANEL, n % PANEL);
-                let a = acc[(p * rows + m) * PANEL + lane] - self.offset_terms[n];
-                *y = a as f32 * (x_scales[m] * self.scales[n]) + b.map_or(0.0, |b| b[n]);
+    /// Writes one panel's columns of rows `m0..m0 + mr`: `(acc − offset) · s_x · s_w + b`.
+    #[allow(clippy::too_many_arguments)]
+    fn rescale_tile(
+        &self,
+        tile: &[i32],
+        p: usize,
+        m0: usize,
+        mr: usize,
+        x_scales: &[f32],
+        bias: Option<&[f32]>,
+        out: &SendPtr,
+    ) {
+        let cols = PANEL.min(self.out_dim - p * PANEL);
+        let scales = &self.scales[p * PANEL..p * PANEL + cols];
+        let offsets = &self.offset_terms[p * PANEL..p * PANEL + cols];
+        for r in 0..mr {
+            // SAFETY: each panel task writes only its own columns of rows m0..m0+mr;
+            // panels are disjoint and `out` outlives the parallel loop.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(out.0.add((m0 + r) * self.out_dim + p * PANEL), cols)
+            };
+            let sx = x_scales[m0 + r];
+            for c in 0..cols {
+                let a = (tile[r * PANEL + c] - offsets[c]) as f32;
+                dst[c] = a * (sx * scales[c]) + bias.map_or(0.0, |b| b[p * PANEL + c]);
             }
-        });
+        }
     }
+}
+
+/// A raw output pointer shared by the panel tasks (each writes disjoint columns).
+struct SendPtr(*mut f32);
+// SAFETY: only used for disjoint writes, see `Int8Weight::rescale_tile`.
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+/// Round to nearest (ties to even) for `|x| < 2^22`, branch-free so loops vectorise.
+#[inline(always)]
+fn round_small(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
+    (x + MAGIC) - MAGIC
 }
 
 /// Quantizes each row of `x: [rows, in]` symmetrically to `[-127, 127]`, stored offset by
@@ -170,21 +206,18 @@ pub(crate) fn quantize_rows(x: &[f32], rows: usize, in_dim: usize, in_pad: usize
         scales[m] = scale;
         let inv = 1.0 / scale;
         for (b, &v) in bytes[m * in_pad..m * in_pad + in_dim].iter_mut().zip(r) {
-            *b = ((v * inv).round().clamp(-127.0, 127.0) as i32 + ACT_OFFSET) as u8;
+            *b = (round_small((v * inv).clamp(-127.0, 127.0)) as i32 + ACT_OFFSET) as u8;
         }
     }
-    QuantRows {
-        bytes,
-        scales,
-        in_pad,
-    }
+    QuantRows { bytes, scales }
 }
 
 /// Portable kernel: `acc[m][lane] = Σ_k u[m, k] · w[lane, k]` for one panel (exact i32).
-pub(crate) fn panel_portable(xq: &QuantRows, rows: usize, w: &[i8], acc: &mut [i32]) {
-    let groups = xq.in_pad / GROUP;
+/// `x`: `rows` quantized rows of `in_pad` bytes.
+pub(crate) fn panel_portable(x: &[u8], rows: usize, in_pad: usize, w: &[i8], acc: &mut [i32]) {
+    let groups = in_pad / GROUP;
     for m in 0..rows {
-        let x = &xq.bytes[m * xq.in_pad..(m + 1) * xq.in_pad];
+        let x = &x[m * in_pad..(m + 1) * in_pad];
         let a = &mut acc[m * PANEL..(m + 1) * PANEL];
         let mut lanes = [0i32; PANEL];
         for g in 0..groups {

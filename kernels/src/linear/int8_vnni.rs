@@ -3,7 +3,7 @@
 //! each step one 64-byte weight load, 8 broadcasts of 4 activation bytes and 8 `vpdpbusd`.
 //! Integer arithmetic only, so it matches the portable kernel bit for bit.
 
-use super::int8_linear::{QuantRows, GROUP, PANEL};
+use super::int8_linear::{GROUP, PANEL};
 
 /// Rows per register block.
 const MR: usize = 8;
@@ -22,52 +22,58 @@ pub(crate) fn available() -> bool {
     }
 }
 
-/// `acc[m][lane] = Σ_k u[m, k] · w[lane, k]` for one panel `w` (`[in/4][16][4]` i8) and all
-/// `rows` of `xq`. Callers check [`available`] first.
-pub(crate) fn panel(xq: &QuantRows, rows: usize, w: &[i8], acc: &mut [i32]) {
+/// `acc[m][lane] = Σ_k u[m, k] · w[lane, k]` for one panel `w` (`[in/4][16][4]` i8) and
+/// `rows` quantized rows `x` of `in_pad` bytes. Callers check [`available`] first.
+pub(crate) fn panel(x: &[u8], rows: usize, in_pad: usize, w: &[i8], acc: &mut [i32]) {
     #[cfg(target_arch = "x86_64")]
     {
         assert!(available(), "int8 VNNI kernel called on a CPU without AVX-512 VNNI");
-        assert_eq!(w.len(), xq.in_pad / GROUP * PANEL * GROUP);
-        assert!(acc.len() >= rows * PANEL && xq.bytes.len() >= rows * xq.in_pad);
+        assert_eq!(w.len(), in_pad / GROUP * PANEL * GROUP);
+        assert!(acc.len() >= rows * PANEL && x.len() >= rows * in_pad);
         let mut m = 0;
         while m + MR <= rows {
             // SAFETY: the CPU features were checked above; the asserts bound every access.
-            unsafe { x86::block::<MR>(xq, m, w, acc) };
+            unsafe { x86::block::<MR>(x, in_pad, m, w, acc) };
             m += MR;
         }
         while m < rows {
-            unsafe { x86::block::<1>(xq, m, w, acc) };
+            unsafe { x86::block::<1>(x, in_pad, m, w, acc) };
             m += 1;
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (xq, rows, w, acc);
+        let _ = (x, rows, in_pad, w, acc);
         unreachable!("VNNI kernel on a non-x86 CPU");
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{QuantRows, GROUP, PANEL};
+    use super::{GROUP, PANEL};
     use std::arch::x86_64::*;
 
     /// Rows `m0..m0 + R` of one panel.
     ///
     /// # Safety
-    /// The CPU has AVX-512F/BW/VNNI; `xq` holds rows `m0..m0+R` of `in_pad` bytes; `w` holds
+    /// The CPU has AVX-512F/BW/VNNI; `x` holds rows `m0..m0+R` of `in_pad` bytes; `w` holds
     /// `in_pad / 4` groups of 64 bytes; `acc` holds `(m0 + R) * 16` lanes.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) unsafe fn block<const R: usize>(xq: &QuantRows, m0: usize, w: &[i8], acc: &mut [i32]) {
-        let groups = xq.in_pad / GROUP;
+    pub(super) unsafe fn block<const R: usize>(
+        x: &[u8],
+        in_pad: usize,
+        m0: usize,
+        w: &[i8],
+        acc: &mut [i32],
+    ) {
+        let groups = in_pad / GROUP;
         let mut sums = [_mm512_setzero_si512(); R];
-        let x = xq.bytes.as_ptr().add(m0 * xq.in_pad);
+        let x = x.as_ptr().add(m0 * in_pad);
         let wp = w.as_ptr();
         for g in 0..groups {
             let wv = _mm512_loadu_si512(wp.add(g * PANEL * GROUP) as *const _);
             for (r, s) in sums.iter_mut().enumerate() {
-                let four = (x.add(r * xq.in_pad + g * GROUP) as *const i32).read_unaligned();
+                let four = (x.add(r * in_pad + g * GROUP) as *const i32).read_unaligned();
                 *s = _mm512_dpbusd_epi32(*s, _mm512_set1_epi32(four), wv);
             }
         }

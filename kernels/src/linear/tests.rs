@@ -36,7 +36,7 @@ fn reference(w: &Int8Weight, x: &[f32], rows: usize) -> Vec<f64> {
 
 #[test]
 fn matmul_equals_dequantized_product() {
-    for &(rows, k, n) in &[(1, 64, 16), (3, 70, 37), (9, 128, 48), (17, 36, 5)] {
+    for &(rows, k, n) in &[(1, 64, 16), (3, 70, 37), (9, 128, 48), (17, 36, 5), (70, 36, 20)] {
         let w = Int8Weight::quantize(&lcg(n * k, 1), n, k);
         let x = lcg(rows * k, 2);
         let bias = lcg(n, 3);
@@ -65,8 +65,8 @@ fn vnni_and_portable_kernels_agree_bit_for_bit() {
     let wp = w.packed_for_tests()[..panel_len].to_vec();
     let mut a = vec![0i32; rows * PANEL];
     let mut b = vec![0i32; rows * PANEL];
-    panel_portable(&xq, rows, &wp, &mut a);
-    super::int8_vnni::panel(&xq, rows, &wp, &mut b);
+    panel_portable(&xq.bytes, rows, pad, &wp, &mut a);
+    super::int8_vnni::panel(&xq.bytes, rows, pad, &wp, &mut b);
     assert_eq!(a, b);
 }
 
