@@ -320,6 +320,22 @@ impl Tokenizer {
             .map_err(|e| TokenizerError::Encode(e.to_string()))
     }
 
+    /// Text of model-generated ids: like [`Tokenizer::decode`], but ids beyond the
+    /// tokenizer's vocabulary (a model's padded embedding rows, e.g. `vocab_size` 32000 over a
+    /// 260-token tokenizer) decode to nothing, as in transformers, instead of failing.
+    pub fn decode_generated(
+        &self,
+        ids: &[u32],
+        skip_special_tokens: bool,
+    ) -> Result<String, TokenizerError> {
+        let known: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|&id| (id as usize) < self.vocab_len)
+            .collect();
+        self.decode(&known, skip_special_tokens)
+    }
+
     /// Ids to text; `skip_special_tokens` drops special tokens (EOS, pad, ...).
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, TokenizerError> {
         if let Some(bad) = ids.iter().find(|&&id| id as usize >= self.vocab_len) {

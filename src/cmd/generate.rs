@@ -159,7 +159,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         .user_err("cannot decode the prompt")?,
                 ),
                 Some(
-                    t.decode(&known_ids(t, &c.tokens), true)
+                    t.decode_generated(&c.tokens, true)
                         .user_err("cannot decode the completion")?,
                 ),
             ),
@@ -180,12 +180,3 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     out.finish()
 }
 
-/// `ids` without those the tokenizer has no token for (a model's vocab may be padded past the
-/// tokenizer's size, and a random model can sample there); like transformers, they decode to
-/// nothing.
-fn known_ids(tokenizer: &oxalign_models::tokenizer::Tokenizer, ids: &[u32]) -> Vec<u32> {
-    ids.iter()
-        .copied()
-        .filter(|&id| (id as usize) < tokenizer.vocab_len())
-        .collect()
-}

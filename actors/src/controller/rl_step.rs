@@ -140,7 +140,7 @@ pub(crate) async fn run_step(
     });
     let texts: Vec<String> = completions
         .iter()
-        .map(|c| ctx.tok.decode(&c.tokens, true))
+        .map(|c| ctx.tok.decode_generated(&c.tokens, true))
         .collect::<Result<_, _>>()
         .map_err(err)?;
     let gen_tokens: usize = completions.iter().map(|c| c.tokens.len()).sum();

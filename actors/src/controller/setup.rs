@@ -12,7 +12,7 @@ use crate::roles::{
     ReferenceMsg, ReferenceState, Reward, RewardMsg, RewardState, Scorer,
 };
 use candle_core::{DType, Tensor};
-use oxalign_models::engine::{EngineConfig, QuantMode};
+use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
 use oxalign_models::tokenizer::Tokenizer;
 use oxalign_models::{
     byte_tokenizer, CausalLm, Family, ModelConfig, Preset, RewardModel, ValueModel,
@@ -144,6 +144,16 @@ pub fn engine_config(recipe: &Recipe) -> EngineConfig {
     }
 }
 
+/// The engine settings of a role that only scores (the reference): the recipe's KV budget
+/// and token budget, always f32 (reference log-probs are exact, never quantized).
+pub fn scoring_engine_config(recipe: &Recipe) -> EngineConfig {
+    EngineConfig {
+        quant: QuantMode::None,
+        prefix_sharing: false,
+        ..engine_config(recipe)
+    }
+}
+
 /// Spawns the policy actor with one trainer replica per device of its group.
 pub async fn spawn_policy(
     recipe: &Recipe,
@@ -188,7 +198,10 @@ pub async fn spawn_others(
         .devices()
         .map_err(|e| e.to_string())?
         .iter()
-        .map(|d| CausalLm::load(&src.reference, d).map_err(e))
+        .map(|d| {
+            let model = CausalLm::load(&src.reference, d).map_err(e)?;
+            Engine::from_model(&model, scoring_engine_config(recipe)).map_err(|e| e.to_string())
+        })
         .collect::<Result<Vec<_>, _>>()?;
     monitor.report(ActorInfo::new("reference", "reference", rg.names()));
     let (reference, _) = Actor::spawn(

@@ -7,7 +7,7 @@ use super::{Busy, Sequences};
 use crate::monitor::MonitorHandle;
 use crate::replicas::{shard_ranges, ReplicaCtx, Replicas, RoleError};
 use candle_core::{Device, Tensor};
-use oxalign_models::engine::{Engine, EngineConfig, Probe, RefitReport, WeightUpdate};
+use oxalign_models::engine::{Engine, EngineConfig, Probe, QuantMode, RefitReport, WeightUpdate};
 use oxalign_models::{Completion, GenerationRequest};
 use oxalign_rlhf::losses::LossAgg;
 use oxalign_rlhf::trainer::{PolicyLossConfig, PolicyStats, PolicyTrainer};
@@ -77,6 +77,20 @@ impl PolicyReplica {
             engine,
             refit_tolerance,
         })
+    }
+
+    /// Log-probs `[rows, T-1]` of rows `range` under the current weights. An f32 engine
+    /// serves the trainer's exact weights in the trainer's precision (every refit is
+    /// verified against the trainer by checksums and a log-prob probe), so it scores with
+    /// batched prefill forwards and no `[B, T, V]` logits; a quantized engine does not, and
+    /// the trainer's own forward scores instead.
+    fn logprobs(&mut self, seqs: &Sequences, range: std::ops::Range<usize>) -> Result<Tensor, String> {
+        let device = dev(&self.trainer);
+        if self.engine.config().quant == QuantMode::None {
+            return seqs.engine_logprobs(&mut self.engine, range, &device);
+        }
+        let b = seqs.batch_rows(range, &device)?;
+        self.trainer.logprobs(&b).map_err(|e| e.to_string())
     }
 
     fn refit(&mut self, version: u64) -> Result<RefitReport, String> {
@@ -276,13 +290,11 @@ impl Actor for Policy {
                 let r = st
                     .replicas
                     .each(move |ctx, rep| {
-                        let t = &mut rep.trainer;
                         let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
                         if range.is_empty() {
                             return Ok(None);
                         }
-                        let b = seqs.batch_rows(range, &dev(t))?;
-                        t.logprobs(&b).map(Some).map_err(|e| e.to_string())
+                        rep.logprobs(&seqs, range).map(Some)
                     })
                     .await
                     .and_then(|parts| concat_rows("policy", parts));

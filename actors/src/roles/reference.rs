@@ -1,11 +1,13 @@
 //! The reference actor: a frozen copy of the initial policy that reports log-probs for KL.
+//! Each replica scores with its own f32 engine (batched prefill forwards, the exact f32 math
+//! of the trainer), since the reference never trains.
 
 use super::policy::concat_rows;
 use super::{Busy, Sequences};
 use crate::monitor::MonitorHandle;
 use crate::replicas::{shard_ranges, Replicas, RoleError};
 use candle_core::Tensor;
-use oxalign_models::CausalLm;
+use oxalign_models::engine::Engine;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,13 +28,13 @@ pub struct Reference;
 
 /// Its replicas and monitor.
 pub struct ReferenceState {
-    replicas: Replicas<CausalLm>,
+    replicas: Replicas<Engine>,
     monitor: MonitorHandle,
 }
 
 impl ReferenceState {
     /// State over built replicas.
-    pub fn new(replicas: Replicas<CausalLm>, monitor: MonitorHandle) -> Self {
+    pub fn new(replicas: Replicas<Engine>, monitor: MonitorHandle) -> Self {
         Self { replicas, monitor }
     }
 }
@@ -67,11 +69,8 @@ impl Actor for Reference {
                 if range.is_empty() {
                     return Ok(None);
                 }
-                let b = seqs.batch_rows(range, m.device())?;
-                let lp = m
-                    .next_token_logprobs(&b.ids, Some(&b.attention_mask))
-                    .map_err(|e| e.to_string())?;
-                Ok(Some(lp.detach()))
+                let device = m.device().clone();
+                seqs.engine_logprobs(m, range, &device).map(Some)
             })
             .await
             .and_then(|parts| concat_rows("reference", parts));

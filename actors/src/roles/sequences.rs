@@ -1,6 +1,7 @@
 //! A rollout's token sequences as they travel between roles: prompt and response ids per
 //! row, plus the pad id. Each role packs them into tensors on its own device.
 
+use oxalign_models::engine::Engine;
 use oxalign_rlhf::trainer::TokenBatch;
 use std::ops::Range;
 
@@ -45,5 +46,34 @@ impl Sequences {
         self.batch(device)?
             .select_rows(&rows)
             .map_err(|e| e.to_string())
+    }
+
+    /// Next-token log-probs `[rows, T-1]` of rows `range`, scored by `engine` (batched
+    /// prefill forwards, no `[B, T, V]` logits), laid out like the trainer's
+    /// `next_token_logprobs` of [`Sequences::batch_rows`]: `T` is the whole batch's longest
+    /// sequence, row `b` holds its `len_b - 1` values first and zeros after (padding).
+    pub fn engine_logprobs(
+        &self,
+        engine: &mut Engine,
+        range: Range<usize>,
+        device: &candle_core::Device,
+    ) -> Result<candle_core::Tensor, String> {
+        let t = self
+            .pairs
+            .iter()
+            .map(|(p, r)| p.len() + r.len())
+            .max()
+            .unwrap_or(0)
+            .max(2);
+        let seqs: Vec<Vec<u32>> = self.pairs[range]
+            .iter()
+            .map(|(p, r)| p.iter().chain(r).copied().collect())
+            .collect();
+        let scores = engine.score(&seqs).map_err(|e| e.to_string())?;
+        let mut out = vec![0f32; seqs.len() * (t - 1)];
+        for (row, lp) in out.chunks_mut(t - 1).zip(&scores) {
+            row[..lp.len()].copy_from_slice(lp);
+        }
+        candle_core::Tensor::from_vec(out, (seqs.len(), t - 1), device).map_err(|e| e.to_string())
     }
 }

@@ -7,7 +7,8 @@ use crate::config::ModelConfig;
 use crate::engine::block_pool::BlockPool;
 use crate::engine::config::EngineConfig;
 use crate::engine::error::{EngineError, EngineResult};
-use crate::engine::forward::{paged_forward, AttnDims, StepItem, WantLogits};
+use crate::engine::forward::{paged_forward, AttnDims, Head, StepItem, WantLogits};
+use crate::engine::score::Scorer;
 use crate::engine::refit::{Probe, RefitReport, WeightUpdate};
 use crate::engine::request::{hits_stop_string, Detokenize, EngineRequest};
 use crate::engine::scheduler::{Planned, Scheduler, SeqState, Sequence};
@@ -15,7 +16,7 @@ use crate::engine::stats::EngineStats;
 use crate::engine::weights::EngineWeights;
 use crate::generate::{Completion, FinishReason, GenerationRequest};
 use crate::rope::RotaryEmbedding;
-use crate::sampler::{log_softmax_at, Sampler};
+use crate::sampler::Sampler;
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -90,6 +91,11 @@ impl Engine {
     /// The model config.
     pub fn model_config(&self) -> &ModelConfig {
         &self.model
+    }
+
+    /// The device the engine's weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
     }
 
     /// The engine settings.
@@ -273,6 +279,7 @@ impl Engine {
             &self.inv_freq,
             &mut self.pool,
             &items,
+            Head::Logits,
         )?;
         Ok(logits.unwrap_or_default())
     }
@@ -316,75 +323,14 @@ impl Engine {
     /// `seq[t+1]` given `seq[..=t]`, `len - 1` values per sequence (the same quantity as
     /// [`CausalLm::next_token_logprobs`]). Sequences need at least 2 tokens.
     pub fn score(&mut self, sequences: &[Vec<u32>]) -> EngineResult<Vec<Vec<f32>>> {
-        let w = self.weights.clone();
-        sequences
-            .iter()
-            .enumerate()
-            .map(|(i, s)| self.score_with(&w, i, s))
-            .collect()
-    }
-
-    fn score_with(
-        &mut self,
-        w: &EngineWeights,
-        index: usize,
-        seq: &[u32],
-    ) -> EngineResult<Vec<f32>> {
-        let vocab = self.model.vocab_size;
-        if seq.len() < 2 {
-            return Err(EngineError::InvalidRequest {
-                index,
-                message: format!("scoring needs at least 2 tokens, got {}", seq.len()),
-            });
-        }
-        if let Some(t) = seq.iter().find(|&&t| t as usize >= vocab) {
-            return Err(EngineError::InvalidRequest {
-                index,
-                message: format!("token {t} is not below vocab_size {vocab}"),
-            });
-        }
-        let bs = self.pool.block_size();
-        let needed = seq.len().div_ceil(bs);
-        if needed > self.pool.num_free() {
-            return Err(EngineError::Capacity {
-                index,
-                tokens: seq.len(),
-                needed,
-                block_size: bs,
-                num_blocks: self.pool.num_free(),
-            });
-        }
-        let mut table = Vec::with_capacity(needed);
-        for _ in 0..needed {
-            if let Some(b) = self.pool.allocate() {
-                table.push(b);
-            }
-        }
-        let result = (|| -> EngineResult<Vec<f32>> {
-            let mut lps = Vec::with_capacity(seq.len() - 1);
-            let mut start = 0;
-            while start < seq.len() - 1 {
-                let end = (start + self.config.max_batched_tokens).min(seq.len() - 1);
-                let item = StepItem {
-                    table: &table,
-                    start,
-                    tokens: &seq[start..end],
-                    want: WantLogits::All,
-                };
-                let logits =
-                    paged_forward(w, self.dims, &self.inv_freq, &mut self.pool, &[item])?
-                        .ok_or_else(|| EngineError::Stalled("scoring returned no logits".into()))?;
-                for (j, row) in logits.chunks_exact(vocab).enumerate() {
-                    lps.push(log_softmax_at(row, seq[start + j + 1] as usize));
-                }
-                start = end;
-            }
-            Ok(lps)
-        })();
-        for b in table {
-            self.pool.release(b);
-        }
-        result
+        let scorer = Scorer {
+            weights: &self.weights,
+            dims: self.dims,
+            inv_freq: &self.inv_freq,
+            vocab: self.model.vocab_size,
+            max_batched_tokens: self.config.max_batched_tokens,
+        };
+        scorer.score(&mut self.pool, sequences)
     }
 
     /// Replaces the served weights with `update` after verifying them: every tensor's
@@ -444,7 +390,17 @@ impl Engine {
                     p.expected_logprobs.len()
                 )));
             }
-            let got = self.score_with(&staged, 0, &p.tokens)?;
+            let scorer = Scorer {
+                weights: &staged,
+                dims: self.dims,
+                inv_freq: &self.inv_freq,
+                vocab: self.model.vocab_size,
+                max_batched_tokens: self.config.max_batched_tokens,
+            };
+            let got = scorer
+                .score(&mut self.pool, std::slice::from_ref(&p.tokens))?
+                .pop()
+                .unwrap_or_default();
             let diffs: Vec<f32> = got
                 .iter()
                 .zip(&p.expected_logprobs)

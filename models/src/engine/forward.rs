@@ -34,6 +34,19 @@ pub(crate) struct StepItem<'a> {
     pub want: WantLogits,
 }
 
+/// What the LM head returns for the wanted rows.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Head<'a> {
+    /// Full logits `[rows, V]` (the sampler needs them).
+    Logits,
+    /// One log-prob per wanted row, of the target token given for that row (scoring). The
+    /// logits are computed [`HEAD_CHUNK`] rows at a time and never held for the whole batch.
+    TargetLogprobs(&'a [u32]),
+}
+
+/// Rows of logits alive at once when the head returns target log-probs.
+const HEAD_CHUNK: usize = 64;
+
 /// Attention shape of the model.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct AttnDims {
@@ -55,6 +68,7 @@ pub(crate) fn paged_forward(
     inv_freq: &[f32],
     pool: &mut BlockPool,
     items: &[StepItem<'_>],
+    head: Head<'_>,
 ) -> Result<Option<Vec<f32>>> {
     let ids: Vec<u32> = items
         .iter()
@@ -101,7 +115,41 @@ pub(crate) fn paged_forward(
     }
     let mut normed = vec![0f32; picked.len()];
     rows::rms_norm_rows(&picked, &w.norm, w.eps, &mut normed);
-    Ok(Some(w.lm_head.forward_host(&normed, rows_wanted.len())?))
+    match head {
+        Head::Logits => Ok(Some(w.lm_head.forward_host(&normed, rows_wanted.len())?)),
+        Head::TargetLogprobs(targets) => {
+            if targets.len() != rows_wanted.len() {
+                candle_core::bail!(
+                    "{} scoring targets for {} wanted rows",
+                    targets.len(),
+                    rows_wanted.len()
+                );
+            }
+            head_logprobs(w, &normed, targets).map(Some)
+        }
+    }
+}
+
+/// `log_softmax(lm_head(h_r))[target_r]` for every row of `normed` (`[rows, hidden]`),
+/// [`HEAD_CHUNK`] rows of logits at a time (the `[rows, V]` logits are never held at once).
+fn head_logprobs(w: &EngineWeights, normed: &[f32], targets: &[u32]) -> Result<Vec<f32>> {
+    let hidden = w.hidden;
+    let mut out = Vec::with_capacity(targets.len());
+    for (chunk, tg) in normed.chunks(HEAD_CHUNK * hidden).zip(targets.chunks(HEAD_CHUNK)) {
+        let n = tg.len();
+        let logits = w.lm_head.forward_host(chunk, n)?;
+        let vocab = logits.len() / n;
+        if let Some(&bad) = tg.iter().find(|&&t| t as usize >= vocab) {
+            candle_core::bail!("scoring target {bad} is not below the vocabulary size {vocab}");
+        }
+        let lps: Vec<f32> = logits
+            .par_chunks(vocab)
+            .zip(tg.par_iter())
+            .map(|(row, &t)| rows::token_logprob(row, t as usize))
+            .collect();
+        out.extend(lps);
+    }
+    Ok(out)
 }
 
 /// RoPE tables `[tokens, head_dim/2]` of every new token's position, exactly as

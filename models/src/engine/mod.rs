@@ -34,6 +34,7 @@ mod paged_attention;
 mod refit;
 mod request;
 mod scheduler;
+mod score;
 mod stats;
 mod weights;
 

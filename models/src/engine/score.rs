@@ -1,0 +1,189 @@
+//! Batched scoring: the log-prob of every next token of many sequences, as prefill-style
+//! forwards over the paged pool. Sequences are packed into steps of up to
+//! `max_batched_tokens` tokens (one item per sequence), and the LM head returns only the
+//! target tokens' log-probs, a few rows of logits at a time, so `[tokens, V]` logits never
+//! exist at once. A sequence longer than the budget is scored alone in chunks.
+
+use crate::engine::block_pool::BlockPool;
+use crate::engine::error::{EngineError, EngineResult};
+use crate::engine::forward::{paged_forward, AttnDims, Head, StepItem, WantLogits};
+use crate::engine::weights::EngineWeights;
+
+/// What scoring needs from the engine.
+pub(crate) struct Scorer<'a> {
+    pub weights: &'a EngineWeights,
+    pub dims: AttnDims,
+    pub inv_freq: &'a [f32],
+    pub vocab: usize,
+    pub max_batched_tokens: usize,
+}
+
+impl Scorer<'_> {
+    /// `len - 1` log-probs per sequence (`seq[t+1]` given `seq[..=t]`), in input order.
+    pub(crate) fn score(
+        &self,
+        pool: &mut BlockPool,
+        sequences: &[Vec<u32>],
+    ) -> EngineResult<Vec<Vec<f32>>> {
+        self.validate(pool, sequences)?;
+        let bs = pool.block_size();
+        let mut out: Vec<Vec<f32>> = Vec::with_capacity(sequences.len());
+        let mut batch: Vec<usize> = Vec::new();
+        let (mut tokens, mut blocks) = (0, 0);
+        for (i, seq) in sequences.iter().enumerate() {
+            let (t, b) = (seq.len() - 1, seq.len().div_ceil(bs));
+            if t > self.max_batched_tokens {
+                out.extend(self.run_batch(pool, sequences, &batch)?);
+                batch.clear();
+                (tokens, blocks) = (0, 0);
+                out.push(self.score_long(pool, seq)?);
+                continue;
+            }
+            if !batch.is_empty() && (tokens + t > self.max_batched_tokens || blocks + b > pool.num_free()) {
+                out.extend(self.run_batch(pool, sequences, &batch)?);
+                batch.clear();
+                (tokens, blocks) = (0, 0);
+            }
+            batch.push(i);
+            tokens += t;
+            blocks += b;
+        }
+        out.extend(self.run_batch(pool, sequences, &batch)?);
+        Ok(out)
+    }
+
+    fn validate(&self, pool: &BlockPool, sequences: &[Vec<u32>]) -> EngineResult<()> {
+        let bs = pool.block_size();
+        for (index, seq) in sequences.iter().enumerate() {
+            let bad = |message: String| EngineError::InvalidRequest { index, message };
+            if seq.len() < 2 {
+                return Err(bad(format!("scoring needs at least 2 tokens, got {}", seq.len())));
+            }
+            if let Some(t) = seq.iter().find(|&&t| t as usize >= self.vocab) {
+                return Err(bad(format!("token {t} is not below vocab_size {}", self.vocab)));
+            }
+            let needed = seq.len().div_ceil(bs);
+            if needed > pool.num_free() {
+                return Err(EngineError::Capacity {
+                    index,
+                    tokens: seq.len(),
+                    needed,
+                    block_size: bs,
+                    num_blocks: pool.num_free(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// One forward over whole sequences `batch` (all fit the token budget and the pool).
+    fn run_batch(
+        &self,
+        pool: &mut BlockPool,
+        sequences: &[Vec<u32>],
+        batch: &[usize],
+    ) -> EngineResult<Vec<Vec<f32>>> {
+        if batch.is_empty() {
+            return Ok(vec![]);
+        }
+        let tables = allocate(pool, batch.iter().map(|&i| sequences[i].len()))?;
+        let items: Vec<StepItem<'_>> = batch
+            .iter()
+            .zip(&tables)
+            .map(|(&i, table)| StepItem {
+                table,
+                start: 0,
+                tokens: &sequences[i][..sequences[i].len() - 1],
+                want: WantLogits::All,
+            })
+            .collect();
+        let targets: Vec<u32> = batch
+            .iter()
+            .flat_map(|&i| sequences[i][1..].iter().copied())
+            .collect();
+        let result = self.forward(pool, &items, &targets);
+        release(pool, tables);
+        let flat = result?;
+        let mut at = 0;
+        Ok(batch
+            .iter()
+            .map(|&i| {
+                let n = sequences[i].len() - 1;
+                at += n;
+                flat[at - n..at].to_vec()
+            })
+            .collect())
+    }
+
+    /// A sequence longer than the token budget, in chunks over its own blocks.
+    fn score_long(&self, pool: &mut BlockPool, seq: &[u32]) -> EngineResult<Vec<f32>> {
+        let mut tables = allocate(pool, std::iter::once(seq.len()))?;
+        let table = tables.pop().unwrap_or_default();
+        let mut lps = Vec::with_capacity(seq.len() - 1);
+        let mut start = 0;
+        let mut result = Ok(());
+        while start < seq.len() - 1 {
+            let end = (start + self.max_batched_tokens).min(seq.len() - 1);
+            let item = StepItem {
+                table: &table,
+                start,
+                tokens: &seq[start..end],
+                want: WantLogits::All,
+            };
+            match self.forward(pool, &[item], &seq[start + 1..end + 1]) {
+                Ok(v) => lps.extend(v),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+            start = end;
+        }
+        release(pool, vec![table]);
+        result.map(|()| lps)
+    }
+
+    fn forward(
+        &self,
+        pool: &mut BlockPool,
+        items: &[StepItem<'_>],
+        targets: &[u32],
+    ) -> EngineResult<Vec<f32>> {
+        paged_forward(
+            self.weights,
+            self.dims,
+            self.inv_freq,
+            pool,
+            items,
+            Head::TargetLogprobs(targets),
+        )?
+        .ok_or_else(|| EngineError::Stalled("scoring returned no log-probs".into()))
+    }
+}
+
+/// Block tables for sequences of the given lengths (all or nothing).
+fn allocate(pool: &mut BlockPool, lens: impl Iterator<Item = usize>) -> EngineResult<Vec<Vec<usize>>> {
+    let bs = pool.block_size();
+    let mut tables: Vec<Vec<usize>> = Vec::new();
+    for len in lens {
+        let mut table = Vec::with_capacity(len.div_ceil(bs));
+        for _ in 0..len.div_ceil(bs) {
+            match pool.allocate() {
+                Some(b) => table.push(b),
+                None => {
+                    tables.push(table);
+                    release(pool, tables);
+                    return Err(EngineError::Stalled("the KV pool ran out while scoring".into()));
+                }
+            }
+        }
+        tables.push(table);
+    }
+    Ok(tables)
+}
+
+fn release(pool: &mut BlockPool, tables: Vec<Vec<usize>>) {
+    for b in tables.into_iter().flatten() {
+        pool.release(b);
+    }
+}
