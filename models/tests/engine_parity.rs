@@ -194,3 +194,36 @@ fn engine_score_equals_trainer_and_bad_requests_are_errors() {
         .unwrap_err();
     assert!(err.to_string().contains("request 0 needs"), "{err}");
 }
+
+#[test]
+fn batched_scoring_equals_trainer_for_mixed_lengths_and_frees_the_pool() {
+    let m = CausalLm::init_random(&tiny(Family::Llama), 76, &Device::Cpu).unwrap();
+    // 12 blocks of 4 and a 7-token budget: batches flush on tokens and on blocks, and the
+    // 19-token sequence is longer than the budget (scored alone, in chunks).
+    let cfg = EngineConfig {
+        num_blocks: Some(12),
+        ..engine_config()
+    };
+    let mut engine = Engine::from_model(&m, cfg).unwrap();
+    let seqs: Vec<Vec<u32>> = [2usize, 5, 19, 6, 3, 4, 8]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| ids(200 + i as u64, n, 64))
+        .collect();
+    let got = engine.score(&seqs).unwrap();
+    assert_eq!(got.len(), seqs.len());
+    for (seq, lp) in seqs.iter().zip(&got) {
+        let want = m
+            .next_token_logprobs(&batch1(seq), None)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert_eq!(lp.len(), seq.len() - 1);
+        for (a, b) in lp.iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-5, "len {}: {a} vs {b}", seq.len());
+        }
+    }
+    assert_eq!(engine.stats().blocks_used, 0, "scoring must release its blocks");
+}

@@ -130,7 +130,7 @@ mod tests {
         let total = tempered_weights(&row, m, 0.5, &mut w);
         let want: Vec<f64> = [1.0f64, 2.0, f64::NEG_INFINITY, 0.5]
             .iter()
-            .map(|x| ((x - 2.0) * 2.0).exp())
+            .map(|x| ((x - 2.0) * 0.5).exp())
             .collect();
         for (a, b) in w.iter().zip(&want) {
             assert!((*a as f64 - b).abs() < 1e-6, "{a} vs {b}");
