@@ -3,8 +3,8 @@
 
 pub mod collective;
 pub mod device;
-pub mod ops;
 pub mod linear;
+pub mod ops;
 
 pub use collective::{Collective, CollectiveError, ThreadCollective};
 pub use device::{parse_device, DeviceError, DeviceKind, DeviceSpec};

@@ -225,5 +225,9 @@ fn batched_scoring_equals_trainer_for_mixed_lengths_and_frees_the_pool() {
             assert!((a - b).abs() <= 1e-5, "len {}: {a} vs {b}", seq.len());
         }
     }
-    assert_eq!(engine.stats().blocks_used, 0, "scoring must release its blocks");
+    assert_eq!(
+        engine.stats().blocks_used,
+        0,
+        "scoring must release its blocks"
+    );
 }

@@ -185,7 +185,11 @@ fn report(a: &Args, metrics: &str) -> anyhow::Result<Report> {
         .context("parsing metrics.jsonl")?;
     let timed: Vec<&serde_json::Value> = rows
         .iter()
-        .filter(|r| r.get("step").and_then(|s| s.as_u64()).is_some_and(|s| s > a.warmup))
+        .filter(|r| {
+            r.get("step")
+                .and_then(|s| s.as_u64())
+                .is_some_and(|s| s > a.warmup)
+        })
         .filter(|r| r.get("time_generate").is_some())
         .collect();
     if timed.is_empty() {

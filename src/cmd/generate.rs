@@ -179,4 +179,3 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     out.finish()
 }
-

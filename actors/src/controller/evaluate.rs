@@ -68,7 +68,10 @@ pub(crate) async fn accuracy(
             .iter()
             .enumerate()
         {
-            let text = ctx.tok.decode_generated(&c.tokens, true).map_err(|e| e.to_string())?;
+            let text = ctx
+                .tok
+                .decode_generated(&c.tokens, true)
+                .map_err(|e| e.to_string())?;
             let ok = it
                 .answer
                 .as_deref()

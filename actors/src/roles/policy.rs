@@ -84,7 +84,11 @@ impl PolicyReplica {
     /// verified against the trainer by checksums and a log-prob probe), so it scores with
     /// batched prefill forwards and no `[B, T, V]` logits; a quantized engine does not, and
     /// the trainer's own forward scores instead.
-    fn logprobs(&mut self, seqs: &Sequences, range: std::ops::Range<usize>) -> Result<Tensor, String> {
+    fn logprobs(
+        &mut self,
+        seqs: &Sequences,
+        range: std::ops::Range<usize>,
+    ) -> Result<Tensor, String> {
         let device = dev(&self.trainer);
         if self.engine.config().quant == QuantMode::None {
             return seqs.engine_logprobs(&mut self.engine, range, &device);

@@ -161,7 +161,14 @@ impl SendPtr {
 }
 
 /// `tile[r][c] = Σ_k x[r, k] · panel[k][c]` for `rows ≤ 64` rows of `x` (`[rows, k]`).
-fn panel_product(kernel: F32Kernel, x: &[f32], rows: usize, k: usize, panel: &[f32], tile: &mut [f32]) {
+fn panel_product(
+    kernel: F32Kernel,
+    x: &[f32],
+    rows: usize,
+    k: usize,
+    panel: &[f32],
+    tile: &mut [f32],
+) {
     match kernel {
         #[cfg(target_arch = "x86_64")]
         F32Kernel::Avx512 => super::f32_x86::panel_avx512(x, rows, k, panel, tile),

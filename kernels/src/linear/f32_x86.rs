@@ -14,11 +14,21 @@ pub(crate) fn panel_avx512(x: &[f32], rows: usize, k: usize, panel: &[f32], tile
     // SAFETY: features checked above; the asserts bound every pointer below.
     unsafe {
         while r + 8 <= rows {
-            block512::<8>(x.as_ptr().add(r * k), k, panel.as_ptr(), tile.as_mut_ptr().add(r * PANEL));
+            block512::<8>(
+                x.as_ptr().add(r * k),
+                k,
+                panel.as_ptr(),
+                tile.as_mut_ptr().add(r * PANEL),
+            );
             r += 8;
         }
         while r < rows {
-            block512::<1>(x.as_ptr().add(r * k), k, panel.as_ptr(), tile.as_mut_ptr().add(r * PANEL));
+            block512::<1>(
+                x.as_ptr().add(r * k),
+                k,
+                panel.as_ptr(),
+                tile.as_mut_ptr().add(r * PANEL),
+            );
             r += 1;
         }
     }
@@ -48,17 +58,29 @@ unsafe fn block512<const R: usize>(x: *const f32, k: usize, w: *const f32, t: *m
 /// AVX2+FMA kernel. Callers check the CPU first (`F32Kernel::detect`).
 pub(crate) fn panel_avx2(x: &[f32], rows: usize, k: usize, panel: &[f32], tile: &mut [f32]) {
     assert!(x.len() >= rows * k && panel.len() >= k * PANEL && tile.len() >= rows * PANEL);
-    assert!(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"));
+    assert!(
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    );
     for half in [0, 16] {
         let mut r = 0;
         // SAFETY: features checked above; the asserts bound every pointer below.
         unsafe {
             while r + 4 <= rows {
-                block256::<4>(x.as_ptr().add(r * k), k, panel.as_ptr().add(half), tile.as_mut_ptr().add(r * PANEL + half));
+                block256::<4>(
+                    x.as_ptr().add(r * k),
+                    k,
+                    panel.as_ptr().add(half),
+                    tile.as_mut_ptr().add(r * PANEL + half),
+                );
                 r += 4;
             }
             while r < rows {
-                block256::<1>(x.as_ptr().add(r * k), k, panel.as_ptr().add(half), tile.as_mut_ptr().add(r * PANEL + half));
+                block256::<1>(
+                    x.as_ptr().add(r * k),
+                    k,
+                    panel.as_ptr().add(half),
+                    tile.as_mut_ptr().add(r * PANEL + half),
+                );
                 r += 1;
             }
         }

@@ -202,7 +202,11 @@ pub(crate) fn quantize_rows(x: &[f32], rows: usize, in_dim: usize, in_pad: usize
     for m in 0..rows {
         let r = &x[m * in_dim..(m + 1) * in_dim];
         let amax = r.iter().fold(0f32, |a, &v| a.max(v.abs()));
-        let scale = if amax > 0.0 && amax.is_finite() { amax / 127.0 } else { 1.0 };
+        let scale = if amax > 0.0 && amax.is_finite() {
+            amax / 127.0
+        } else {
+            1.0
+        };
         scales[m] = scale;
         let inv = 1.0 / scale;
         for (b, &v) in bytes[m * in_pad..m * in_pad + in_dim].iter_mut().zip(r) {

@@ -27,7 +27,10 @@ pub(crate) fn available() -> bool {
 pub(crate) fn panel(x: &[u8], rows: usize, in_pad: usize, w: &[i8], acc: &mut [i32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        assert!(available(), "int8 VNNI kernel called on a CPU without AVX-512 VNNI");
+        assert!(
+            available(),
+            "int8 VNNI kernel called on a CPU without AVX-512 VNNI"
+        );
         assert_eq!(w.len(), in_pad / GROUP * PANEL * GROUP);
         assert!(acc.len() >= rows * PANEL && x.len() >= rows * in_pad);
         let mut m = 0;

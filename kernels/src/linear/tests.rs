@@ -8,7 +8,9 @@ pub(super) fn lcg(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
@@ -36,7 +38,13 @@ fn reference(w: &Int8Weight, x: &[f32], rows: usize) -> Vec<f64> {
 
 #[test]
 fn matmul_equals_dequantized_product() {
-    for &(rows, k, n) in &[(1, 64, 16), (3, 70, 37), (9, 128, 48), (17, 36, 5), (70, 36, 20)] {
+    for &(rows, k, n) in &[
+        (1, 64, 16),
+        (3, 70, 37),
+        (9, 128, 48),
+        (17, 36, 5),
+        (70, 36, 20),
+    ] {
         let w = Int8Weight::quantize(&lcg(n * k, 1), n, k);
         let x = lcg(rows * k, 2);
         let bias = lcg(n, 3);
@@ -45,7 +53,11 @@ fn matmul_equals_dequantized_product() {
         let want = reference(&w, &x, rows);
         for i in 0..rows * n {
             let expect = want[i] + bias[i % n] as f64;
-            assert!((out[i] as f64 - expect).abs() < 1e-4, "({rows},{k},{n}) at {i}: {} vs {expect}", out[i]);
+            assert!(
+                (out[i] as f64 - expect).abs() < 1e-4,
+                "({rows},{k},{n}) at {i}: {} vs {expect}",
+                out[i]
+            );
         }
     }
 }
@@ -82,7 +94,9 @@ fn quantization_error_is_small_against_f32() {
     let mut norm = 0f64;
     for m in 0..rows {
         for j in 0..n {
-            let exact: f64 = (0..k).map(|i| x[m * k + i] as f64 * wf[j * k + i] as f64).sum();
+            let exact: f64 = (0..k)
+                .map(|i| x[m * k + i] as f64 * wf[j * k + i] as f64)
+                .sum();
             err += (out[m * n + j] as f64 - exact).powi(2);
             norm += exact * exact;
         }
@@ -109,7 +123,9 @@ mod f32_packed {
         let mut out = vec![0f64; rows * n];
         for m in 0..rows {
             for j in 0..n {
-                out[m * n + j] = (0..k).map(|i| x[m * k + i] as f64 * w[j * k + i] as f64).sum();
+                out[m * n + j] = (0..k)
+                    .map(|i| x[m * k + i] as f64 * w[j * k + i] as f64)
+                    .sum();
             }
         }
         out
@@ -123,7 +139,9 @@ mod f32_packed {
             if std::arch::is_x86_feature_detected!("avx512f") {
                 kernels.push(F32Kernel::Avx512);
             }
-            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
                 kernels.push(F32Kernel::Avx2);
             }
         }
@@ -141,7 +159,11 @@ mod f32_packed {
                 for i in 0..rows * n {
                     let e = want[i] + bias[i % n] as f64;
                     let tol = 1e-5 * (1.0 + e.abs()) * (k as f64).sqrt();
-                    assert!((out[i] as f64 - e).abs() < tol, "{kernel:?} ({rows},{k},{n}) at {i}: {} vs {e}", out[i]);
+                    assert!(
+                        (out[i] as f64 - e).abs() < tol,
+                        "{kernel:?} ({rows},{k},{n}) at {i}: {} vs {e}",
+                        out[i]
+                    );
                 }
             }
         }

@@ -81,7 +81,10 @@ pub fn exp_shifted_in_place(xs: &mut [f32], shift: f32) -> f32 {
 /// When `x.len() != out.len()` or `x.len()` is not a multiple of `w.len()`.
 pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f64, out: &mut [f32]) {
     let d = w.len();
-    assert!(x.len() == out.len() && d > 0 && x.len() % d == 0, "rms_norm_rows: bad shapes");
+    assert!(
+        x.len() == out.len() && d > 0 && x.len().is_multiple_of(d),
+        "rms_norm_rows: bad shapes"
+    );
     let eps = eps as f32;
     for (o, row) in out.chunks_mut(d).zip(x.chunks(d)) {
         let r = 1.0 / (row_sum_sq(row) / d as f32 + eps).sqrt();
@@ -97,7 +100,10 @@ pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f64, out: &mut [f32]) {
 /// # Panics
 /// When the lengths do not match.
 pub fn silu_mul_rows(gu: &[f32], inter: usize, out: &mut [f32]) {
-    assert!(inter > 0 && gu.len() == 2 * out.len() && out.len() % inter == 0, "silu_mul_rows: bad shapes");
+    assert!(
+        inter > 0 && gu.len() == 2 * out.len() && out.len().is_multiple_of(inter),
+        "silu_mul_rows: bad shapes"
+    );
     for (o, row) in out.chunks_mut(inter).zip(gu.chunks(2 * inter)) {
         let (gate, up) = row.split_at(inter);
         for ((o, &g), &u) in o.iter_mut().zip(gate).zip(up) {
@@ -112,7 +118,9 @@ mod tests {
 
     #[test]
     fn token_logprob_matches_f64_reference() {
-        let row: Vec<f32> = (0..1000).map(|i| ((i * 37 % 101) as f32) * 0.13 - 5.0).collect();
+        let row: Vec<f32> = (0..1000)
+            .map(|i| ((i * 37 % 101) as f32) * 0.13 - 5.0)
+            .collect();
         let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
         let lse = row.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>().ln() + m;
         for idx in [0, 17, 999] {

@@ -135,7 +135,10 @@ pub(crate) fn paged_forward(
 fn head_logprobs(w: &EngineWeights, normed: &[f32], targets: &[u32]) -> Result<Vec<f32>> {
     let hidden = w.hidden;
     let mut out = Vec::with_capacity(targets.len());
-    for (chunk, tg) in normed.chunks(HEAD_CHUNK * hidden).zip(targets.chunks(HEAD_CHUNK)) {
+    for (chunk, tg) in normed
+        .chunks(HEAD_CHUNK * hidden)
+        .zip(targets.chunks(HEAD_CHUNK))
+    {
         let n = tg.len();
         let logits = w.lm_head.forward_host(chunk, n)?;
         let vocab = logits.len() / n;
@@ -184,7 +187,10 @@ fn apply_rope_and_store(
     let kv_dim = dims.kv_heads * hd;
     let row = q_dim + 2 * kv_dim;
     for (t, r) in qkv.chunks_mut(row).enumerate() {
-        let (c, s) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
+        let (c, s) = (
+            &cos[t * half..(t + 1) * half],
+            &sin[t * half..(t + 1) * half],
+        );
         for head in r[..q_dim + kv_dim].chunks_exact_mut(hd) {
             let (x1, x2) = head.split_at_mut(half);
             for i in 0..half {

@@ -37,7 +37,12 @@ pub(crate) fn paged_attention(
     let tokens: Vec<TokenRef> = items
         .iter()
         .enumerate()
-        .flat_map(|(item, it)| (0..it.tokens.len()).map(move |j| TokenRef { item, pos: it.start + j }))
+        .flat_map(|(item, it)| {
+            (0..it.tokens.len()).map(move |j| TokenRef {
+                item,
+                pos: it.start + j,
+            })
+        })
         .collect();
     let q_dim = dims.heads * dims.head_dim;
     let row = q_dim + 2 * dims.kv_heads * dims.head_dim;
@@ -161,7 +166,8 @@ fn group_scores(job: &TokenJob<'_>, g: usize, qg: &[f32], n_rep: usize, scores: 
                 let mut acc = [0f32; LANES];
                 if width == LANES {
                     for (d, &qd) in q.iter().enumerate() {
-                        let k: &[f32; LANES] = kt[d * bs + c..d * bs + c + LANES].try_into().unwrap();
+                        let k: &[f32; LANES] =
+                            kt[d * bs + c..d * bs + c + LANES].try_into().unwrap();
                         for l in 0..LANES {
                             acc[l] += qd * k[l];
                         }

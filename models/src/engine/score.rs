@@ -39,7 +39,9 @@ impl Scorer<'_> {
                 out.push(self.score_long(pool, seq)?);
                 continue;
             }
-            if !batch.is_empty() && (tokens + t > self.max_batched_tokens || blocks + b > pool.num_free()) {
+            if !batch.is_empty()
+                && (tokens + t > self.max_batched_tokens || blocks + b > pool.num_free())
+            {
                 out.extend(self.run_batch(pool, sequences, &batch)?);
                 batch.clear();
                 (tokens, blocks) = (0, 0);
@@ -57,10 +59,16 @@ impl Scorer<'_> {
         for (index, seq) in sequences.iter().enumerate() {
             let bad = |message: String| EngineError::InvalidRequest { index, message };
             if seq.len() < 2 {
-                return Err(bad(format!("scoring needs at least 2 tokens, got {}", seq.len())));
+                return Err(bad(format!(
+                    "scoring needs at least 2 tokens, got {}",
+                    seq.len()
+                )));
             }
             if let Some(t) = seq.iter().find(|&&t| t as usize >= self.vocab) {
-                return Err(bad(format!("token {t} is not below vocab_size {}", self.vocab)));
+                return Err(bad(format!(
+                    "token {t} is not below vocab_size {}",
+                    self.vocab
+                )));
             }
             let needed = seq.len().div_ceil(bs);
             if needed > pool.num_free() {
@@ -162,7 +170,10 @@ impl Scorer<'_> {
 }
 
 /// Block tables for sequences of the given lengths (all or nothing).
-fn allocate(pool: &mut BlockPool, lens: impl Iterator<Item = usize>) -> EngineResult<Vec<Vec<usize>>> {
+fn allocate(
+    pool: &mut BlockPool,
+    lens: impl Iterator<Item = usize>,
+) -> EngineResult<Vec<Vec<usize>>> {
     let bs = pool.block_size();
     let mut tables: Vec<Vec<usize>> = Vec::new();
     for len in lens {
@@ -173,7 +184,9 @@ fn allocate(pool: &mut BlockPool, lens: impl Iterator<Item = usize>) -> EngineRe
                 None => {
                     tables.push(table);
                     release(pool, tables);
-                    return Err(EngineError::Stalled("the KV pool ran out while scoring".into()));
+                    return Err(EngineError::Stalled(
+                        "the KV pool ran out while scoring".into(),
+                    ));
                 }
             }
         }

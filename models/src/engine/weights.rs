@@ -9,8 +9,8 @@ use crate::error::ModelError;
 use crate::param_spec::causal_lm_specs;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
-use std::collections::HashMap;
 use oxalign_kernels::linear::{Int8Weight, PackedF32Weight};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -107,7 +107,10 @@ impl Linear {
             }
             Linear::Dense(w, _) | Linear::Quant(QMatMul::Tensor(w), _) => {
                 let xt = Tensor::from_slice(x, (rows, x.len() / rows.max(1)), w.device())?;
-                self.forward(&xt)?.flatten_all()?.to_device(&Device::Cpu)?.to_vec1::<f32>()
+                self.forward(&xt)?
+                    .flatten_all()?
+                    .to_device(&Device::Cpu)?
+                    .to_vec1::<f32>()
             }
             Linear::Quant(_, _) => {
                 let xt = Tensor::from_slice(x, (rows, x.len() / rows.max(1)), &Device::Cpu)?;
