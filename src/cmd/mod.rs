@@ -12,3 +12,4 @@ pub mod logprobs;
 pub mod score;
 pub mod tokenize;
 pub mod train;
+pub mod train_resume;

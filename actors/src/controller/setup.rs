@@ -155,7 +155,10 @@ pub async fn spawn_policy(
     let mut trainers = Vec::new();
     for dev in pg.devices().map_err(|e| e.to_string())? {
         let m = CausalLm::load(weights, &dev).map_err(|e| e.to_string())?;
-        let trainer = PolicyTrainer::new(m, recipe.rl.lr, 0.0).map_err(|e| e.to_string())?;
+        let mut trainer =
+            PolicyTrainer::new(m, recipe.rl.lr, 0.0).map_err(|e| e.to_string())?;
+        trainer.max_sft_loss = recipe.guard.max_sft_loss;
+        trainer.max_policy_loss = recipe.guard.max_policy_loss;
         trainers.push(PolicyReplica::new(
             trainer,
             engine_config(recipe),
@@ -253,9 +256,10 @@ pub async fn spawn_others(
                     vm
                 }
             };
-            ts.push(
-                CriticTrainer::new(model, recipe.rl.critic_lr, 0.0).map_err(|e| e.to_string())?,
-            );
+            let mut trainer = CriticTrainer::new(model, recipe.rl.critic_lr, 0.0)
+                .map_err(|e| e.to_string())?;
+            trainer.max_value_loss = recipe.guard.max_value_loss;
+            ts.push(trainer);
         }
         monitor.report(ActorInfo::new("critic", "critic", cg.names()));
         let (c, _) = Actor::spawn(
