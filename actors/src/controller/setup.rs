@@ -118,8 +118,6 @@ fn group(spec: &str, key: &str) -> Result<DeviceGroup, String> {
 
 /// Where the weights of each role come from when the actors start.
 pub struct RoleSources {
-    /// Policy weights (HF folder).
-    pub policy: PathBuf,
     /// Reference weights (HF folder).
     pub reference: PathBuf,
     /// Critic weights (HF token-classification folder); `None` = from the policy's backbone.

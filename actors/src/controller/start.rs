@@ -77,7 +77,6 @@ pub(crate) async fn through_sft(
     state.phase = Phase::Rl;
     state.step = 0;
     let sources = RoleSources {
-        policy: reference_dir.clone(),
         reference: reference_dir,
         critic: r.model.critic_path.as_ref().map(PathBuf::from),
     };
@@ -97,7 +96,6 @@ pub(crate) async fn from_rl_checkpoint(
     let policy = setup::spawn_policy(r, &ckpt.join("policy"), ctx.monitor, pool).await?;
     load_policy_optimizer(&policy, ckpt.join("policy")).await?;
     let sources = RoleSources {
-        policy: ckpt.join("policy"),
         reference: ctx.run_dir.join("reference"),
         critic: (r.rl.algorithm == Algorithm::Ppo).then(|| ckpt.join("critic")),
     };
