@@ -6,7 +6,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-/// Tiny and short, like the quickstart.
+/// Tiny and short, like the quickstart: enough SFT for a non-zero reward (with none, every
+/// return and gradient is zero and nothing can diverge).
 const RECIPE: &str = r#"
 [run]
 name = "g"
@@ -23,10 +24,10 @@ max_operand = 9
 eval_size = 4
 
 [sft]
-steps = 4
-batch_size = 16
+steps = 60
+batch_size = 32
 lr = 3e-3
-warmup_steps = 1
+warmup_steps = 5
 
 [rl]
 prompts_per_step = 16
@@ -58,8 +59,9 @@ fn diverges(extra: &[&str], wants: &[&str]) -> (tempfile::TempDir, String) {
     for w in ["training diverged", "Lower"].iter().chain(wants) {
         assert!(err.contains(w), "{extra:?}: expected {w:?} in: {err}");
     }
-    let run = std::fs::read_to_string(dir.path().join("runs/g/run.json")).unwrap();
-    assert!(run.contains("failed") && !run.contains("completed"), "{run}");
+    let text = std::fs::read_to_string(dir.path().join("runs/g/run.json")).unwrap();
+    let run: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(run["finished"]["outcome"], "failed", "{text}");
     assert!(!dir.path().join("runs/g/summary.json").exists());
     (dir, err)
 }
@@ -78,7 +80,12 @@ fn a_huge_critic_lr_stops_before_a_checkpoint() {
 
 #[test]
 fn a_huge_policy_lr_stops_the_run() {
-    diverges(&["--set", "rl.lr=1e3"], &["policy", "rl.lr"]);
+    let (dir, _) = diverges(
+        &["--set", "rl.lr=1e3"],
+        &["policy", "policy_train", "RL step 1", "approx KL", "rl.lr"],
+    );
+    // The collapse happened in step 1's update, so no RL step was checkpointed.
+    assert!(!dir.path().join("runs/g/checkpoints/step_000001").exists());
 }
 
 #[test]

@@ -157,6 +157,7 @@ pub async fn spawn_policy(
             PolicyTrainer::new(m, recipe.rl.lr, 0.0).map_err(|e| e.to_string())?;
         trainer.max_sft_loss = recipe.guard.max_sft_loss;
         trainer.max_policy_loss = recipe.guard.max_policy_loss;
+        trainer.max_update_kl = recipe.guard.max_update_kl;
         trainers.push(PolicyReplica::new(
             trainer,
             engine_config(recipe),

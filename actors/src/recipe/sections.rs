@@ -214,6 +214,9 @@ pub struct GuardSection {
     pub max_policy_loss: f64,
     /// Largest critic value loss of a minibatch. Default `1e4`.
     pub max_value_loss: f64,
+    /// Largest approximate KL (nats per token) between the rollout-time policy and the policy
+    /// about to take a minibatch update: how far one RL step may move the policy. Default `1`.
+    pub max_update_kl: f64,
     /// Largest mean KL (policy vs reference, nats per response token) of a rollout batch.
     /// Default `10`.
     pub max_kl: f64,
@@ -225,6 +228,7 @@ impl Default for GuardSection {
             max_sft_loss: 100.0,
             max_policy_loss: 100.0,
             max_value_loss: 1e4,
+            max_update_kl: 1.0,
             max_kl: 10.0,
         }
     }

@@ -82,6 +82,7 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
     positive("guard.max_policy_loss", r.guard.max_policy_loss, &bad)?;
     positive("guard.max_value_loss", r.guard.max_value_loss, &bad)?;
     positive("guard.max_kl", r.guard.max_kl, &bad)?;
+    positive("guard.max_update_kl", r.guard.max_update_kl, &bad)?;
     positive("rl.clip_eps", r.rl.clip_eps, &bad)?;
     positive("rl.max_grad_norm", r.rl.max_grad_norm, &bad)?;
     if r.sft.steps > 0 {

@@ -59,6 +59,10 @@ pub struct PolicyTrainer {
     pub max_sft_loss: f64,
     /// Largest |PPO surrogate loss| a minibatch update applies (same rule). Default infinite.
     pub max_policy_loss: f64,
+    /// Largest |approximate KL| (k1, nats per token) between the rollout-time policy and the
+    /// current one before a minibatch update is applied (same rule): a policy that has
+    /// moved this far in one step has collapsed. Default infinite.
+    pub max_update_kl: f64,
     vars: Vec<Var>,
 }
 
@@ -71,6 +75,7 @@ impl PolicyTrainer {
             opt,
             max_sft_loss: f64::INFINITY,
             max_policy_loss: f64::INFINITY,
+            max_update_kl: f64::INFINITY,
             vars,
         })
     }
@@ -183,6 +188,13 @@ impl PolicyTrainer {
             "policy loss",
             ppo.loss,
             self.max_policy_loss,
+            &device,
+            collective,
+        )?;
+        check_loss(
+            "approx KL to the rollout policy",
+            ppo.approx_kl,
+            self.max_update_kl,
             &device,
             collective,
         )?;
