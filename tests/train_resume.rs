@@ -7,7 +7,11 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// Tiny and short: 6 SFT steps (checkpointed every 2), 3 RL steps (checkpointed each).
+/// Tiny and short: 6 SFT steps (checkpointed every 2), 3 RL steps (checkpointed each). Six
+/// SFT steps earn no reward yet, so a wrong answer costs -0.5 and advantages are not
+/// whitened: every step then has non-zero policy and critic gradients, and the compared
+/// metrics (KL, entropy, losses, gradient norm) depend on the exact weights and optimizer
+/// states a resume restores.
 const RECIPE: &str = r#"
 [run]
 name = "r"
@@ -38,7 +42,11 @@ ppo_epochs = 1
 lr = 3e-4
 critic_lr = 1e-3
 kl_coef = 0.02
+whiten_advantages = false
 max_new_tokens = 3
+
+[reward]
+incorrect = -0.5
 "#;
 
 fn oxalign(dir: &Path, args: &[&str]) -> Output {
