@@ -385,7 +385,11 @@ fn lengths_past_the_context_are_refused_or_truncated() {
         &["logprobs", "--model", s(&fx.model), "--input", s(&input)],
         &["long.jsonl:1", "20 tokens", "16", "max_position_embeddings"],
     );
-    let short = input_file(&fx, "short.jsonl", &["{\"input_ids\": [1, 2, 3, 4]}".into()]);
+    let short = input_file(
+        &fx,
+        "short.jsonl",
+        &["{\"input_ids\": [1, 2, 3, 4]}".into()],
+    );
     let gen = [
         "generate",
         "--model",
@@ -396,17 +400,34 @@ fn lengths_past_the_context_are_refused_or_truncated() {
         "100",
         "--ignore-eos",
     ];
-    fails(&gen, &["short.jsonl:1", "--max-new-tokens 100", "16", "--truncate"]);
+    fails(
+        &gen,
+        &["short.jsonl:1", "--max-new-tokens 100", "16", "--truncate"],
+    );
     let out = oxalign(&[&gen[..], &["--truncate"]].concat());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(line["completion_ids"].as_array().unwrap().len(), 12);
     assert_eq!(line["finish_reason"], "length");
     let out = oxalign(&[
-        "generate", "--model", s(&fx.model), "--input", s(&input), "--max-new-tokens", "4",
+        "generate",
+        "--model",
+        s(&fx.model),
+        "--input",
+        s(&input),
+        "--max-new-tokens",
+        "4",
         "--truncate",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(line["prompt_ids"].as_array().unwrap().len(), 15);
     assert_eq!(line["completion_ids"].as_array().unwrap().len(), 1);

@@ -159,7 +159,10 @@ fn killed_copy(full: &Path, keep: &str, metrics_steps: usize) -> tempfile::TempD
     let run = run_dir(dir.path());
     copy_tree(&run_dir(full), &run);
     let order = |n: &str| (n.starts_with("step_"), n.to_string());
-    for e in std::fs::read_dir(run.join("checkpoints")).unwrap().flatten() {
+    for e in std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .flatten()
+    {
         let name = e.file_name().to_string_lossy().into_owned();
         if order(&name) > order(keep) {
             std::fs::remove_dir_all(e.path()).unwrap();
@@ -188,7 +191,11 @@ fn kills_at_any_point_resume_to_the_uninterrupted_run() {
     let ckpts = run_dir(full.path()).join("checkpoints");
     for name in ["sft_000002", "sft_000004", "step_000000", "step_000003"] {
         let d = ckpts.join(name);
-        assert!(d.join("checksums.json").is_file(), "{} missing", d.display());
+        assert!(
+            d.join("checksums.json").is_file(),
+            "{} missing",
+            d.display()
+        );
     }
 
     // During SFT, at the start of RL, and mid-RL with metrics past the checkpoint.
@@ -203,7 +210,10 @@ fn kills_at_any_point_resume_to_the_uninterrupted_run() {
     std::fs::write(split.path().join("r.toml"), RECIPE).unwrap();
     train_ok(split.path(), &["--set", "run.steps=1"]);
     let allow = ["--resume", "runs/r", "--allow-change", "run.steps"];
-    train_ok(split.path(), &[&allow[..], &["--set", "run.steps=2"]].concat());
+    train_ok(
+        split.path(),
+        &[&allow[..], &["--set", "run.steps=2"]].concat(),
+    );
     train_ok(split.path(), &allow);
     assert_same_run(full.path(), split.path(), "three processes");
 
@@ -213,11 +223,22 @@ fn kills_at_any_point_resume_to_the_uninterrupted_run() {
     assert!(err.contains("runs/r") && err.contains("--resume"), "{err}");
     let err = train_fails(
         split.path(),
-        &["--resume", "runs/r", "--set", "rl.lr=1e-3", "--set", "run.seed=6"],
+        &[
+            "--resume",
+            "runs/r",
+            "--set",
+            "rl.lr=1e-3",
+            "--set",
+            "run.seed=6",
+        ],
         2,
     );
     assert!(err.contains("rl.lr") && err.contains("run.seed"), "{err}");
-    let err = train_fails(split.path(), &["--resume", "runs/r", "--set", "run.steps=5"], 2);
+    let err = train_fails(
+        split.path(),
+        &["--resume", "runs/r", "--set", "run.steps=5"],
+        2,
+    );
     assert!(err.contains("--allow-change run.steps"), "{err}");
     let err = train_fails(
         split.path(),
@@ -226,7 +247,10 @@ fn kills_at_any_point_resume_to_the_uninterrupted_run() {
     );
     assert!(err.contains("rl.lr"), "{err}");
     let recipe = std::fs::read_to_string(run_dir(split.path()).join("recipe.toml")).unwrap();
-    assert!(recipe.contains("steps = 3"), "recipe.toml was overwritten: {recipe}");
+    assert!(
+        recipe.contains("steps = 3"),
+        "recipe.toml was overwritten: {recipe}"
+    );
 
     damaged_checkpoints_fall_back_or_fail(full.path());
 }
@@ -255,11 +279,17 @@ fn damaged_checkpoints_fall_back_or_fail(full: &Path) {
     // A missing critic optimizer state is a damaged checkpoint, never a fresh optimizer.
     let killed = killed_copy(full, "step_000003", 3);
     let ckpts = run_dir(killed.path()).join("checkpoints");
-    std::fs::remove_file(ckpts.join("step_000003/critic/optimizer/optimizer.safetensors"))
-        .unwrap();
+    std::fs::remove_file(ckpts.join("step_000003/critic/optimizer/optimizer.safetensors")).unwrap();
     let err = train_ok(killed.path(), &["--resume", "runs/r"]);
-    assert!(err.contains("critic/optimizer/optimizer.safetensors"), "{err}");
-    assert_same_run(full, killed.path(), "fallback from a missing optimizer state");
+    assert!(
+        err.contains("critic/optimizer/optimizer.safetensors"),
+        "{err}"
+    );
+    assert_same_run(
+        full,
+        killed.path(),
+        "fallback from a missing optimizer state",
+    );
 
     // No valid checkpoint at all: exit 2, and no advice to resume the same folder again.
     let killed = killed_copy(full, "step_000001", 1);
@@ -283,7 +313,11 @@ fn a_fresh_start_without_checkpoints_replaces_the_old_logs() {
     std::fs::write(dir.path().join("r.toml"), recipe).unwrap();
     let run = run_dir(dir.path());
     std::fs::create_dir_all(&run).unwrap();
-    std::fs::write(run.join("metrics.jsonl"), "{\"step\": 1, \"old\": true}\n{\"st").unwrap();
+    std::fs::write(
+        run.join("metrics.jsonl"),
+        "{\"step\": 1, \"old\": true}\n{\"st",
+    )
+    .unwrap();
     let err = train_ok(dir.path(), &[]);
     assert!(err.contains("starting it over"), "{err}");
     let m = metrics(dir.path());

@@ -9,9 +9,9 @@ use clap::Parser;
 use oxalign_models::CausalLm;
 use serde::Serialize;
 
+use crate::context_len::check_fits;
 use crate::jsonl::JsonlWriter;
 use crate::model_dir::{check_model_dir, load_tokenizer, model_error, open_device};
-use crate::context_len::check_fits;
 use crate::prompt_input::{read_records, record_ids, EncodeMode};
 use crate::user_error::user_error;
 

@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+use oxalign_actors::controller::find_resume_point;
 use oxalign_actors::controller::resume_point::set_aside;
 use oxalign_actors::controller::run_folder::{prepare_fresh, rewind_logs};
-use oxalign_actors::controller::find_resume_point;
 use oxalign_actors::monitor::files;
 use oxalign_actors::recipe::{check_resume, Algorithm, Recipe};
 
@@ -55,7 +55,10 @@ pub fn claim_resume(
     if !point.rejected.is_empty() {
         let moved = set_aside(&point.rejected).user_err(&context)?;
         for ((_, why), to) in point.rejected.iter().zip(&moved) {
-            eprintln!("warning: skipping a damaged checkpoint: {why} (moved to {})", to.display());
+            eprintln!(
+                "warning: skipping a damaged checkpoint: {why} (moved to {})",
+                to.display()
+            );
         }
         eprintln!(
             "warning: resuming from the newest valid checkpoint, {}",

@@ -105,7 +105,7 @@ pub fn checkpoint_folders(run_dir: &Path) -> Vec<PathBuf> {
             checkpoint_order(&name).map(|k| (k, e.path()))
         })
         .collect();
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|f| std::cmp::Reverse(f.0));
     found.into_iter().map(|(_, p)| p).collect()
 }
 

@@ -74,6 +74,9 @@ mod tests {
         }
         assert!(check_rollout(1, "kl", 0.5, 10.0).is_ok());
         let err = check_rollout(4, "kl", 25.0, 10.0).unwrap_err().to_string();
-        assert!(err.contains("kl is 2.5e1") && err.contains("RL step 4"), "{err}");
+        assert!(
+            err.contains("kl is 2.5e1") && err.contains("RL step 4"),
+            "{err}"
+        );
     }
 }

@@ -42,7 +42,13 @@ pub(crate) async fn accuracy(
             .encode(&it.prompt, true)
             .map_err(|e| e.to_string())?;
         let what = format!("{label}, held-out prompt {:?}", it.prompt);
-        check_context(ctx, &what, prompt.len(), rl.max_new_tokens, "rl.max_new_tokens")?;
+        check_context(
+            ctx,
+            &what,
+            prompt.len(),
+            rl.max_new_tokens,
+            "rl.max_new_tokens",
+        )?;
         let mut r = GenerationRequest::new(prompt, rl.max_new_tokens);
         r.sampling = SamplingParams::greedy();
         requests.push(r.clone());

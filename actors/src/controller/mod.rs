@@ -136,6 +136,43 @@ pub async fn train(
     result
 }
 
+/// Runs RL steps until `run.steps`, checkpointing every `run.checkpoint_every` steps and at
+/// the end; returns the newest checkpoint folder.
+async fn rl_loop(
+    ctx: &Ctx<'_>,
+    roles: &setup::Roles,
+    data: &dyn oxalign_rlhf::data::PromptSource,
+    state: &mut LoopState,
+    clock: WallClock,
+) -> Result<Option<PathBuf>, String> {
+    let recipe = ctx.recipe;
+    let mut last_checkpoint = Some(state.checkpoint_dir(ctx.run_dir));
+    let progress = progress::Progress::new(recipe.run.steps, state.step, ctx.quiet);
+    if state.step < recipe.run.steps {
+        progress.line(&rl_step::header());
+    }
+    while state.step < recipe.run.steps {
+        let step = state.step + 1;
+        ctx.monitor
+            .report(ActorUpdate::working("controller", format!("step {step}")));
+        let row = rl_step::run_step(ctx, roles, data, state, step).await?;
+        progress.line(&row.line);
+        progress.step(row.brief);
+        state.reward_first.get_or_insert(row.reward_mean);
+        state.reward_last = Some(row.reward_mean);
+        state.step = step;
+        let every = recipe.run.checkpoint_every;
+        if (every > 0 && step % every == 0) || step == recipe.run.steps {
+            state.wall_seconds = clock.now();
+            let dir =
+                saving::save_checkpoint(ctx, &roles.policy, roles.critic.as_ref(), state).await?;
+            last_checkpoint = Some(dir);
+        }
+    }
+    progress.finish();
+    Ok(last_checkpoint)
+}
+
 /// The loop state of a run that starts from nothing.
 fn fresh_state(recipe: &Recipe) -> Result<LoopState, String> {
     Ok(LoopState {
@@ -218,29 +255,7 @@ async fn run(
             println!("held-out accuracy before RL: {:.1}%", 100.0 * a);
         }
     }
-    let mut last_checkpoint = Some(state.checkpoint_dir(run_dir));
-    let progress = progress::Progress::new(recipe.run.steps, state.step, opts.quiet);
-    if state.step < recipe.run.steps {
-        progress.line(&rl_step::header());
-    }
-    while state.step < recipe.run.steps {
-        let step = state.step + 1;
-        monitor.report(ActorUpdate::working("controller", format!("step {step}")));
-        let row = rl_step::run_step(&ctx, &roles, data.as_ref(), &mut state, step).await?;
-        progress.line(&row.line);
-        progress.step(row.brief);
-        state.reward_first.get_or_insert(row.reward_mean);
-        state.reward_last = Some(row.reward_mean);
-        state.step = step;
-        let every = recipe.run.checkpoint_every;
-        if (every > 0 && step % every == 0) || step == recipe.run.steps {
-            state.wall_seconds = clock.now();
-            let dir =
-                saving::save_checkpoint(&ctx, &roles.policy, roles.critic.as_ref(), &state).await?;
-            last_checkpoint = Some(dir);
-        }
-    }
-    progress.finish();
+    let last_checkpoint = rl_loop(&ctx, &roles, data.as_ref(), &mut state, clock).await?;
     let final_acc = if data.eval_items().is_empty() {
         None
     } else {

@@ -110,7 +110,13 @@ pub(crate) async fn run_step(
     for it in &items {
         let prompt = ctx.tok.encode(&it.prompt, true).map_err(err)?;
         let what = format!("RL step {step}, prompt {:?}", it.prompt);
-        check_context(ctx, &what, prompt.len(), rl.max_new_tokens, "rl.max_new_tokens")?;
+        check_context(
+            ctx,
+            &what,
+            prompt.len(),
+            rl.max_new_tokens,
+            "rl.max_new_tokens",
+        )?;
         for _ in 0..rl.samples_per_prompt {
             let mut q = GenerationRequest::new(prompt.clone(), rl.max_new_tokens);
             q.sampling = SamplingParams {

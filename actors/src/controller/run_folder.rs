@@ -117,9 +117,8 @@ pub fn rewind_logs(run_dir: &Path, state: &LoopState) -> Result<Rewound, RunFold
         last.is_some_and(|l| s <= l)
     })?;
     r.metrics_dropped = kept_m;
-    let (kept_t, partial_t) = rewind_file(&run_dir.join(files::TIMELINE), |s| {
-        s <= last.unwrap_or(0)
-    })?;
+    let (kept_t, partial_t) =
+        rewind_file(&run_dir.join(files::TIMELINE), |s| s <= last.unwrap_or(0))?;
     r.timeline_dropped = kept_t;
     r.partial_dropped = partial_m + partial_t;
     let summary = run_dir.join("summary.json");

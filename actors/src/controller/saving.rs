@@ -75,9 +75,12 @@ pub(crate) async fn load_policy_optimizer(
     policy: &ActorRef<PolicyMsg>,
     dir: PathBuf,
 ) -> Result<(), String> {
-    ask("policy", policy, |reply| PolicyMsg::LoadOptimizer { dir, reply })
-        .await
-        .map_err(|e| format!("cannot restore the policy's optimizer state: {e}"))
+    ask("policy", policy, |reply| PolicyMsg::LoadOptimizer {
+        dir,
+        reply,
+    })
+    .await
+    .map_err(|e| format!("cannot restore the policy's optimizer state: {e}"))
 }
 
 /// Loads the critic's optimizer state saved in `dir/optimizer` (required: a resumed critic
@@ -86,7 +89,10 @@ pub(crate) async fn load_critic_optimizer(
     critic: &ActorRef<CriticMsg>,
     dir: PathBuf,
 ) -> Result<(), String> {
-    ask("critic", critic, |reply| CriticMsg::LoadOptimizer { dir, reply })
-        .await
-        .map_err(|e| format!("cannot restore the critic's optimizer state: {e}"))
+    ask("critic", critic, |reply| CriticMsg::LoadOptimizer {
+        dir,
+        reply,
+    })
+    .await
+    .map_err(|e| format!("cannot restore the critic's optimizer state: {e}"))
 }

@@ -153,8 +153,7 @@ pub async fn spawn_policy(
     let mut trainers = Vec::new();
     for dev in pg.devices().map_err(|e| e.to_string())? {
         let m = CausalLm::load(weights, &dev).map_err(|e| e.to_string())?;
-        let mut trainer =
-            PolicyTrainer::new(m, recipe.rl.lr, 0.0).map_err(|e| e.to_string())?;
+        let mut trainer = PolicyTrainer::new(m, recipe.rl.lr, 0.0).map_err(|e| e.to_string())?;
         trainer.max_sft_loss = recipe.guard.max_sft_loss;
         trainer.max_policy_loss = recipe.guard.max_policy_loss;
         trainer.max_update_kl = recipe.guard.max_update_kl;
@@ -255,8 +254,8 @@ pub async fn spawn_others(
                     vm
                 }
             };
-            let mut trainer = CriticTrainer::new(model, recipe.rl.critic_lr, 0.0)
-                .map_err(|e| e.to_string())?;
+            let mut trainer =
+                CriticTrainer::new(model, recipe.rl.critic_lr, 0.0).map_err(|e| e.to_string())?;
             trainer.max_value_loss = recipe.guard.max_value_loss;
             ts.push(trainer);
         }

@@ -97,7 +97,7 @@ pub(crate) async fn run_sft(
         let (nll, grad_norm) = (done.nll, done.grad_norm);
         state.sft_step = step + 1;
         let every = s.checkpoint_every;
-        if every > 0 && state.sft_step % every == 0 && state.sft_step < s.steps {
+        if every > 0 && state.sft_step.is_multiple_of(every) && state.sft_step < s.steps {
             state.phase = Phase::Sft;
             state.wall_seconds = clock.now();
             save_checkpoint(ctx, policy, None, state).await?;

@@ -1,8 +1,8 @@
 //! The critic actor: per-token values for rollouts and clipped value-loss updates, with
 //! data-parallel replicas like the policy.
 
-use super::minibatch::{minibatch_order, Shard};
 use super::divergence::{non_finite_weight, Divergence};
+use super::minibatch::{minibatch_order, Shard};
 use super::policy::{concat_rows, refuse_non_finite};
 use super::{Busy, Sequences};
 use crate::monitor::MonitorHandle;

@@ -24,7 +24,9 @@ pub enum Divergence {
         update: usize,
     },
     /// The global gradient norm was not finite (the update was skipped).
-    #[error("the gradient norm is {norm} in minibatch update {update}; that update was not applied")]
+    #[error(
+        "the gradient norm is {norm} in minibatch update {update}; that update was not applied"
+    )]
     Gradient {
         /// The norm.
         norm: f64,
@@ -89,8 +91,8 @@ mod tests {
     #[test]
     fn finds_the_first_non_finite_weight() {
         let ok = Var::from_tensor(&Tensor::new(&[1e30f32, -2.0], &Device::Cpu).unwrap()).unwrap();
-        let inf = Var::from_tensor(&Tensor::new(&[0f32, f32::INFINITY], &Device::Cpu).unwrap())
-            .unwrap();
+        let inf =
+            Var::from_tensor(&Tensor::new(&[0f32, f32::INFINITY], &Device::Cpu).unwrap()).unwrap();
         let nan = Var::from_tensor(&Tensor::new(&[f32::NAN], &Device::Cpu).unwrap()).unwrap();
         let named = |v: Vec<(&str, &Var)>| {
             v.into_iter()

@@ -115,7 +115,13 @@ impl PolicyTrainer {
         let (_, lp) = self.logits_and_logprobs(batch)?;
         let (loss, stats) = sft_loss(&lp, &batch.response_mask)?;
         let device = lp.device().clone();
-        check_loss("SFT loss", stats.nll, self.max_sft_loss, &device, collective)?;
+        check_loss(
+            "SFT loss",
+            stats.nll,
+            self.max_sft_loss,
+            &device,
+            collective,
+        )?;
         let step = apply_gradients(
             &loss.affine(weight, 0.0)?,
             &self.vars,
