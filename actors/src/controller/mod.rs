@@ -162,7 +162,7 @@ async fn rl_loop(
         state.reward_last = Some(row.reward_mean);
         state.step = step;
         let every = recipe.run.checkpoint_every;
-        if (every > 0 && step % every == 0) || step == recipe.run.steps {
+        if (every > 0 && step.is_multiple_of(every)) || step == recipe.run.steps {
             state.wall_seconds = clock.now();
             let dir =
                 saving::save_checkpoint(ctx, &roles.policy, roles.critic.as_ref(), state).await?;
