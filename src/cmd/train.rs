@@ -20,8 +20,12 @@ use crate::user_error::{IntoUserError, UserError};
     about = "Run a training recipe (SFT warm-up, then PPO/GRPO/RLOO/REINFORCE++)",
     long_about = "Run a training recipe (a TOML file, see configs/). Outputs go to \
 <run.out_dir>/<run.name>/: the resolved recipe.toml, metrics.jsonl (one line per step), \
-timeline.jsonl, checkpoints/step_N/ (policy and critic in HF layout with optimizer states) \
-and summary.json at the end."
+timeline.jsonl, checkpoints/sft_N/ and step_N/ (policy and critic in HF layout with optimizer \
+states, and a SHA-256 of every file) and summary.json at the end.\n\n\
+--resume continues from the newest checkpoint that verifies (a damaged newer one is set aside \
+with a warning), cuts metrics.jsonl back to that step, and refuses a recipe that changed \
+except for the keys named with --allow-change. A step whose loss, gradient or weights diverge \
+(see the recipe's [guard] section) stops the run before anything of it is saved (exit code 1)."
 )]
 pub struct Args {
     /// The recipe file.

@@ -3,7 +3,9 @@
 //! critic updates concurrently), evaluation, checkpoints and the run summary.
 //!
 //! It sends work to the role actors and waits for answers; the only tensor math it does is
-//! the small experience computation, on a blocking thread.
+//! the small experience computation, on a blocking thread. A run starts fresh (through SFT,
+//! checkpointed as it goes) or from a checkpoint chosen by [`find_resume_point`]; a
+//! diverging step stops it with a [`DivergenceError`] before anything of that step is saved.
 
 pub mod checkpoint;
 mod checkpoint_error;
