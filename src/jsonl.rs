@@ -3,7 +3,7 @@
 //! stdout. What a line must contain is the caller's business.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
 use anyhow::Context;
@@ -26,15 +26,58 @@ pub fn line_error(path: &Path, line: usize, message: impl std::fmt::Display) -> 
     UserError::new(format!("{}:{line}: {message}", path.display())).into()
 }
 
-/// Reads every non-blank line of `path` as JSON. A missing file or a line that is not valid
-/// JSON is a [`UserError`] naming the file and line.
+/// Longest input line accepted, in bytes (10 MiB). A longer line is refused before it is
+/// read whole, so a huge record cannot make a command allocate gigabytes.
+pub const MAX_LINE_BYTES: usize = 10 << 20;
+
+/// Reads the next line of `reader` (without its `\n`), at most [`MAX_LINE_BYTES`] of it;
+/// `Ok(None)` at the end of the file, `Err(None)` for a line over the limit.
+fn next_line(reader: &mut impl BufRead) -> Result<Option<String>, Option<std::io::Error>> {
+    let mut buf = Vec::new();
+    let n = reader
+        .by_ref()
+        .take(MAX_LINE_BYTES as u64 + 1)
+        .read_until(b'\n', &mut buf)
+        .map_err(Some)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+    } else if buf.len() > MAX_LINE_BYTES {
+        return Err(None);
+    }
+    String::from_utf8(buf)
+        .map(Some)
+        .map_err(|e| Some(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+}
+
+/// Reads every non-blank line of `path` as JSON. A missing file, a line over
+/// [`MAX_LINE_BYTES`] or a line that is not valid JSON is a [`UserError`] naming the file and
+/// line.
 pub fn read_jsonl(path: &Path) -> anyhow::Result<Vec<JsonlLine>> {
     let file = File::open(path)
         .map_err(|e| UserError::new(format!("cannot read input file {}: {e}", path.display())))?;
+    let mut reader = BufReader::new(file);
     let mut out = Vec::new();
-    for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line_no = i + 1;
-        let text = line.map_err(|e| line_error(path, line_no, format!("cannot read line: {e}")))?;
+    for line_no in 1.. {
+        let text = match next_line(&mut reader) {
+            Ok(Some(t)) => t,
+            Ok(None) => break,
+            Err(None) => {
+                return Err(line_error(
+                    path,
+                    line_no,
+                    format!(
+                        "the line is longer than {} MiB, the limit for one input record; split the input or pass token ids",
+                        MAX_LINE_BYTES >> 20
+                    ),
+                ))
+            }
+            Err(Some(e)) => {
+                return Err(line_error(path, line_no, format!("cannot read line: {e}")))
+            }
+        };
         if text.trim().is_empty() {
             continue;
         }

@@ -3,6 +3,7 @@
 //! model or training logic; each subcommand is a thin layer over the library crates.
 
 mod cmd;
+mod context_len;
 mod jsonl;
 mod model_dir;
 mod prompt_input;

@@ -349,3 +349,86 @@ fn chat_flag_without_template() {
         &["--chat needs a chat template"],
     );
 }
+
+/// Writes a JSONL file of `lines` into the fixture folder.
+fn input_file(fx: &Fixture, name: &str, lines: &[String]) -> PathBuf {
+    let p = fx.dir.path().join(name);
+    std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+    p
+}
+
+#[test]
+fn a_line_over_the_size_limit_is_refused_before_it_is_read() {
+    let fx = fixture("lm");
+    let huge = format!("{{\"text\": \"{}\"}}", "1".repeat(11 << 20));
+    let input = input_file(&fx, "huge.jsonl", &["{\"text\": \"1+1=\"}".into(), huge]);
+    for cmd in ["generate", "logprobs", "tokenize"] {
+        fails(
+            &[cmd, "--model", s(&fx.model), "--input", s(&input)],
+            &["huge.jsonl:2", "10 MiB"],
+        );
+    }
+}
+
+#[test]
+fn lengths_past_the_context_are_refused_or_truncated() {
+    let fx = fixture("lm");
+    edit_config(
+        &fx.model,
+        "\"max_position_embeddings\": 2048",
+        "\"max_position_embeddings\": 16",
+    );
+    let long: Vec<String> = (0..20).map(|i| (10 + i).to_string()).collect();
+    let ids = format!("{{\"input_ids\": [{}]}}", long.join(", "));
+    let input = input_file(&fx, "long.jsonl", &[ids]);
+    fails(
+        &["logprobs", "--model", s(&fx.model), "--input", s(&input)],
+        &["long.jsonl:1", "20 tokens", "16", "max_position_embeddings"],
+    );
+    let short = input_file(
+        &fx,
+        "short.jsonl",
+        &["{\"input_ids\": [1, 2, 3, 4]}".into()],
+    );
+    let gen = [
+        "generate",
+        "--model",
+        s(&fx.model),
+        "--input",
+        s(&short),
+        "--max-new-tokens",
+        "100",
+        "--ignore-eos",
+    ];
+    fails(
+        &gen,
+        &["short.jsonl:1", "--max-new-tokens 100", "16", "--truncate"],
+    );
+    let out = oxalign(&[&gen[..], &["--truncate"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(line["completion_ids"].as_array().unwrap().len(), 12);
+    assert_eq!(line["finish_reason"], "length");
+    let out = oxalign(&[
+        "generate",
+        "--model",
+        s(&fx.model),
+        "--input",
+        s(&input),
+        "--max-new-tokens",
+        "4",
+        "--truncate",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(line["prompt_ids"].as_array().unwrap().len(), 15);
+    assert_eq!(line["completion_ids"].as_array().unwrap().len(), 1);
+}

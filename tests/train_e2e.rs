@@ -133,7 +133,10 @@ fn resumed_run_matches_uninterrupted_run() {
     let split = tempfile::tempdir().unwrap();
     std::fs::write(split.path().join("r.toml"), &recipe).unwrap();
     train(split.path(), &["--set", "run.steps=2"]);
-    train(split.path(), &["--resume", "runs/e2e"]);
+    train(
+        split.path(),
+        &["--resume", "runs/e2e", "--allow-change", "run.steps"],
+    );
 
     let (a, b) = (metrics(full.path()), metrics(split.path()));
     assert_eq!(a.len(), 4);

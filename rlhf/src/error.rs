@@ -74,6 +74,16 @@ pub enum RlhfError {
         /// The underlying error.
         source: serde_json::Error,
     },
+    /// A loss was not finite or exceeded its configured limit; no weight was changed.
+    #[error("{what} diverged: {value} (limit |{what}| <= {limit})")]
+    Diverged {
+        /// Which loss, e.g. `"policy loss"`.
+        what: &'static str,
+        /// Its value (averaged over data-parallel replicas when there are several).
+        value: f64,
+        /// The configured limit.
+        limit: f64,
+    },
     /// An error from candle's tensor operations.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),

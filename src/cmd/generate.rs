@@ -8,6 +8,7 @@ use clap::Parser;
 use oxalign_models::{CausalLm, FinishReason, GenerationRequest, SamplingParams};
 use serde::Serialize;
 
+use crate::context_len::fit_generation;
 use crate::jsonl::JsonlWriter;
 use crate::model_dir::{check_model_dir, load_tokenizer, model_error, open_device};
 use crate::prompt_input::{read_records, record_ids, EncodeMode};
@@ -24,6 +25,8 @@ wrapped as one user message. Each output line is {\"prompt\", \"prompt_ids\", \"
 \"completion_ids\", \"logprobs\", \"finish_reason\"}: prompt is the decoded prompt ids, \
 completion the decoded completion without special tokens, logprobs[i] the log-prob in nats of \
 completion_ids[i] at temperature 1 (no top-k/top-p), finish_reason \"stop\" or \"length\".\n\n\
+Prompt plus --max-new-tokens must fit in the model's context (max_position_embeddings); \
+--truncate fits them instead. Input lines over 10 MiB are refused.\n\n\
 --temperature 0 is greedy. Line i samples with seed --seed + i, so results do not depend on \
 --batch-size."
 )]
@@ -55,9 +58,15 @@ pub struct Args {
     /// Wrap "text" inputs as a user message and apply the chat template.
     #[arg(long)]
     pub chat: bool,
-    /// Keep generating past EOS / stop tokens (until --max-new-tokens).
+    /// Keep generating past EOS / stop tokens (until --max-new-tokens or the end of the
+    /// model's context).
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Fit each generation into the model's context (max_position_embeddings): keep the
+    /// last tokens of a prompt that fills it, and stop the completion where the context ends
+    /// (finish_reason "length"). Without it, such a line is an error.
+    #[arg(long)]
+    pub truncate: bool,
     /// Prompts per batch.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
     pub batch_size: u64,
@@ -100,6 +109,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let model = CausalLm::load(&args.model, &device).map_err(|e| model_error(e, &args.model))?;
     let vocab = model.config().vocab_size;
+    let ctx = model.config().max_position_embeddings;
     let mode = EncodeMode {
         chat: args.chat,
         add_generation_prompt: true,
@@ -110,7 +120,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .unwrap_or_default();
     let mut requests = Vec::with_capacity(records.len());
     for (i, rec) in records.iter().enumerate() {
-        let prompt = record_ids(&args.input, rec, tokenizer.as_ref(), vocab, mode)?;
+        let mut prompt = record_ids(&args.input, rec, tokenizer.as_ref(), vocab, mode)?;
         if prompt.is_empty() {
             return user_error(format!(
                 "{}:{}: the prompt has no tokens",
@@ -118,9 +128,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 rec.line
             ));
         }
+        let max_new_tokens = fit_generation(
+            &args.input,
+            rec.line,
+            &mut prompt,
+            args.max_new_tokens,
+            ctx,
+            args.truncate,
+        )?;
         requests.push(GenerationRequest {
             prompt,
-            max_new_tokens: args.max_new_tokens,
+            max_new_tokens,
             sampling: SamplingParams {
                 seed: args.seed.wrapping_add(i as u64),
                 ..sampling.clone()

@@ -13,3 +13,4 @@ pub mod logprobs;
 pub mod score;
 pub mod tokenize;
 pub mod train;
+pub mod train_resume;

@@ -9,6 +9,7 @@ use clap::Parser;
 use oxalign_models::{ModelError, RewardModel};
 use serde::Serialize;
 
+use crate::context_len::check_fits;
 use crate::jsonl::JsonlWriter;
 use crate::model_dir::{check_model_dir, load_tokenizer, model_error, open_device};
 use crate::prompt_input::{read_records, record_ids, EncodeMode};
@@ -81,6 +82,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 rec.line
             ));
         }
+        check_fits(
+            &args.input,
+            rec.line,
+            ids.len(),
+            model.config().max_position_embeddings,
+        )?;
         seqs.push(ids);
     }
     let pad = model.config().pad_token_id.unwrap_or(0);

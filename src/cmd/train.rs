@@ -1,6 +1,6 @@
 //! `oxalign train RECIPE`: validates a recipe, then runs it (SFT warm-up, RL, checkpoints),
 //! optionally with the live dashboard. `--check` stops after validation; `--resume RUN_DIR`
-//! continues from the run's newest checkpoint.
+//! continues from the run's newest valid checkpoint (see `resume.rs` for the checks).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,7 +11,8 @@ use oxalign_actors::controller::{self, latest_checkpoint, TrainOptions};
 use oxalign_actors::monitor::{Monitor, MonitorConfig};
 use oxalign_actors::recipe::{validate, Recipe};
 
-use crate::user_error::{user_error, IntoUserError};
+use super::train_resume::{claim_fresh, claim_resume};
+use crate::user_error::{IntoUserError, UserError};
 
 /// Arguments of `oxalign train`.
 #[derive(Debug, Parser)]
@@ -19,8 +20,12 @@ use crate::user_error::{user_error, IntoUserError};
     about = "Run a training recipe (SFT warm-up, then PPO/GRPO/RLOO/REINFORCE++)",
     long_about = "Run a training recipe (a TOML file, see configs/). Outputs go to \
 <run.out_dir>/<run.name>/: the resolved recipe.toml, metrics.jsonl (one line per step), \
-timeline.jsonl, checkpoints/step_N/ (policy and critic in HF layout with optimizer states) \
-and summary.json at the end."
+timeline.jsonl, checkpoints/sft_N/ and step_N/ (policy and critic in HF layout with optimizer \
+states, and a SHA-256 of every file) and summary.json at the end.\n\n\
+--resume continues from the newest checkpoint that verifies (a damaged newer one is set aside \
+with a warning), cuts metrics.jsonl back to that step, and refuses a recipe that changed \
+except for the keys named with --allow-change. A step whose loss, gradient or weights diverge \
+(see the recipe's [guard] section) stops the run before anything of it is saved (exit code 1)."
 )]
 pub struct Args {
     /// The recipe file.
@@ -31,9 +36,14 @@ pub struct Args {
     /// Validate the recipe (keys, types, paths, devices) and exit.
     #[arg(long)]
     pub check: bool,
-    /// Continue the run in this folder from its newest checkpoint.
+    /// Continue the run in this folder from its newest valid checkpoint. The recipe must be
+    /// the one the run started with, except for keys named with --allow-change.
     #[arg(long, value_name = "RUN_DIR")]
     pub resume: Option<PathBuf>,
+    /// With --resume: let this key differ from the run's recipe.toml (repeatable). Only
+    /// run.steps, run.checkpoint_every, run.keep_checkpoints and sft.checkpoint_every may.
+    #[arg(long = "allow-change", value_name = "KEY", requires = "resume")]
+    pub allow_change: Vec<String>,
     /// Serve the live dashboard on this address, e.g. 127.0.0.1:8265.
     #[arg(long, value_name = "ADDR")]
     pub dashboard: Option<SocketAddr>,
@@ -45,17 +55,29 @@ pub struct Args {
     pub quiet: bool,
 }
 
+/// Refuses a recipe whose `rl.max_new_tokens` leaves no room for a prompt in the policy's
+/// context (`max_position_embeddings`). Longer prompts are refused by the run itself.
+fn check_generation_fits(recipe: &Recipe, run_dir: &std::path::Path) -> anyhow::Result<()> {
+    let pdir = controller::policy_dir(recipe, run_dir).map_err(UserError::new)?;
+    let config = pdir.join("config.json");
+    let context = oxalign_models::ModelConfig::from_file(&config)
+        .user_err(config.display())?
+        .max_position_embeddings;
+    if recipe.rl.max_new_tokens < context {
+        return Ok(());
+    }
+    Err(UserError::new(format!(
+        "rl.max_new_tokens = {} leaves no room for a prompt in the policy's context of {context} tokens (max_position_embeddings in {}); lower rl.max_new_tokens",
+        recipe.rl.max_new_tokens,
+        config.display()
+    ))
+    .into())
+}
+
 /// Runs `oxalign train`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let mut recipe = Recipe::load(&args.recipe, &args.overrides).user_err("")?;
     if let Some(dir) = &args.resume {
-        if latest_checkpoint(dir).is_none() {
-            return user_error(format!(
-                "--resume {}: no complete checkpoint there (expected {}/checkpoints/step_N/state.json)",
-                dir.display(),
-                dir.display()
-            ));
-        }
         // The run continues where it is, whatever out_dir/name the recipe says.
         let name = dir
             .file_name()
@@ -82,13 +104,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     let run_dir = recipe.run_dir();
-    if args.resume.is_none() && latest_checkpoint(&run_dir).is_some() {
-        return user_error(format!(
-            "{} already holds a run with checkpoints; continue it with --resume {} or pick another run.name (--set run.name=...)",
-            run_dir.display(),
-            run_dir.display()
-        ));
-    }
+    let resume_from = match &args.resume {
+        Some(dir) => Some(claim_resume(dir, &recipe, &args.allow_change, args.quiet)?),
+        None => {
+            claim_fresh(&run_dir)?;
+            None
+        }
+    };
+    check_generation_fits(&recipe, &run_dir)?;
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async move {
         let mut cfg = MonitorConfig::with_run_dir(&run_dir);
@@ -104,7 +127,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             None => None,
         };
-        let opts = TrainOptions { resume: args.resume.is_some(), quiet: args.quiet };
+        let opts = TrainOptions { resume_from, quiet: args.quiet };
         let result = controller::train(&recipe, &monitor, &opts).await;
         let _ = monitor.shutdown().await;
         if let Some(s) = server {
@@ -128,14 +151,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 Ok(())
             }
             Err(e) => {
+                let diverged = e.contains("training diverged");
                 let hint = match latest_checkpoint(&run_dir) {
-                    Some(c) => format!(
+                    Some(c) if !diverged => format!(
                         "\nthe newest checkpoint is {}; continue with: oxalign train {} --resume {}",
                         c.display(),
                         args.recipe.display(),
                         run_dir.display()
                     ),
-                    None => String::new(),
+                    _ => String::new(),
                 };
                 anyhow::bail!("training failed: {e}\nlogs: {}/metrics.jsonl{hint}", run_dir.display())
             }

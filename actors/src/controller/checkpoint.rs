@@ -1,10 +1,13 @@
 //! Checkpoints of a run: policy and critic in HF layout with their optimizer states, and the
-//! loop's own state (step, data position, KL controller, results so far).
+//! loop's own state (phase, step, data position, KL controller, results so far).
 //!
-//! A checkpoint is written into a temporary folder, fsynced, then renamed into place, so a
-//! crash mid-save leaves the previous checkpoint intact; a folder without `state.json`
-//! (written last) is never taken as a checkpoint.
+//! RL checkpoints are `checkpoints/step_<N>/`; SFT checkpoints (policy and its optimizer
+//! only) are `checkpoints/sft_<N>/` and order before every RL checkpoint. A checkpoint is
+//! written into a temporary folder, given per-file SHA-256 checksums (`checksums.json`),
+//! fsynced, then renamed into place, so a crash mid-save leaves the previous checkpoint
+//! intact; a folder without `state.json` (written last) is never taken as a checkpoint.
 
+use super::checksums;
 use oxalign_rlhf::KlController;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -12,9 +15,26 @@ use std::path::{Path, PathBuf};
 /// File that marks a complete checkpoint (written last).
 pub const STATE_FILE: &str = "state.json";
 
+/// The phase a checkpoint was taken in.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// During the supervised warm-up: policy weights and optimizer only.
+    Sft,
+    /// During RL (step 0 is the start of RL, after SFT).
+    #[default]
+    Rl,
+}
+
 /// The loop's state at the end of a step.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LoopState {
+    /// The phase this state belongs to.
+    #[serde(default)]
+    pub phase: Phase,
+    /// SFT steps completed.
+    #[serde(default)]
+    pub sft_step: u64,
     /// RL steps completed.
     pub step: u64,
     /// Next training-stream position to read.
@@ -32,6 +52,22 @@ pub struct LoopState {
     pub accuracy_init: Option<f64>,
     /// Wall seconds spent in this run before this checkpoint (across resumes).
     pub wall_seconds: f64,
+    /// Mean reward of the run's first RL step.
+    #[serde(default)]
+    pub reward_first: Option<f64>,
+    /// Mean reward of the newest RL step.
+    #[serde(default)]
+    pub reward_last: Option<f64>,
+}
+
+impl LoopState {
+    /// The folder a checkpoint of this state goes to.
+    pub fn checkpoint_dir(&self, run_dir: &Path) -> PathBuf {
+        match self.phase {
+            Phase::Sft => sft_checkpoint_dir(run_dir, self.sft_step),
+            Phase::Rl => checkpoint_dir(run_dir, self.step),
+        }
+    }
 }
 
 /// `<run>/checkpoints/step_<N>`.
@@ -39,25 +75,45 @@ pub fn checkpoint_dir(run_dir: &Path, step: u64) -> PathBuf {
     run_dir.join("checkpoints").join(format!("step_{step:06}"))
 }
 
-/// The newest complete checkpoint of a run, if any.
-pub fn latest_checkpoint(run_dir: &Path) -> Option<PathBuf> {
-    let mut best: Option<(u64, PathBuf)> = None;
-    for entry in std::fs::read_dir(run_dir.join("checkpoints"))
-        .ok()?
-        .flatten()
-    {
-        let name = entry.file_name().to_string_lossy().to_string();
-        let Some(n) = name
-            .strip_prefix("step_")
-            .and_then(|s| s.parse::<u64>().ok())
-        else {
-            continue;
-        };
-        if entry.path().join(STATE_FILE).is_file() && best.as_ref().is_none_or(|(b, _)| n > *b) {
-            best = Some((n, entry.path()));
-        }
+/// `<run>/checkpoints/sft_<N>`: after N SFT steps.
+pub fn sft_checkpoint_dir(run_dir: &Path, sft_step: u64) -> PathBuf {
+    run_dir
+        .join("checkpoints")
+        .join(format!("sft_{sft_step:06}"))
+}
+
+/// Where a checkpoint folder name sits in the run: `(phase, step)`, or `None` for a name
+/// that is not a checkpoint's.
+pub fn checkpoint_order(name: &str) -> Option<(Phase, u64)> {
+    if let Some(n) = name.strip_prefix("step_") {
+        return n.parse().ok().map(|n| (Phase::Rl, n));
     }
-    best.map(|(_, p)| p)
+    name.strip_prefix("sft_")
+        .and_then(|n| n.parse().ok())
+        .map(|n| (Phase::Sft, n))
+}
+
+/// Every checkpoint folder of a run (sealed or not), newest first.
+pub fn checkpoint_folders(run_dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(run_dir.join("checkpoints")) else {
+        return Vec::new();
+    };
+    let mut found: Vec<((Phase, u64), PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            checkpoint_order(&name).map(|k| (k, e.path()))
+        })
+        .collect();
+    found.sort_by_key(|f| std::cmp::Reverse(f.0));
+    found.into_iter().map(|(_, p)| p).collect()
+}
+
+/// The newest sealed checkpoint of a run, if any (not verified; see `resume_point`).
+pub fn latest_checkpoint(run_dir: &Path) -> Option<PathBuf> {
+    checkpoint_folders(run_dir)
+        .into_iter()
+        .find(|p| p.join(STATE_FILE).is_file())
 }
 
 /// Reads a checkpoint's loop state.
@@ -68,8 +124,10 @@ pub fn read_state(ckpt: &Path) -> Result<LoopState, String> {
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))
 }
 
-/// Writes `state.json` into the staged folder and fsyncs every file in it.
+/// Writes `checksums.json` (SHA-256 of every file) and then `state.json` into the staged
+/// folder, and fsyncs every file in it.
 pub fn seal(staged: &Path, state: &LoopState) -> std::io::Result<()> {
+    checksums::write_manifest(staged, &[STATE_FILE])?;
     let text = serde_json::to_string_pretty(state).map_err(std::io::Error::other)?;
     std::fs::write(staged.join(STATE_FILE), text)?;
     fsync_tree(staged)
@@ -108,15 +166,12 @@ pub fn staging_dir(final_dir: &Path) -> std::io::Result<PathBuf> {
 /// folders that were never sealed.
 pub fn prune(run_dir: &Path, keep: usize) -> std::io::Result<()> {
     let dir = run_dir.join("checkpoints");
-    let mut steps: Vec<(u64, PathBuf)> = Vec::new();
+    let mut steps: Vec<((Phase, u64), PathBuf)> = Vec::new();
     for entry in std::fs::read_dir(&dir)?.flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
         if name.starts_with('.') && name.contains(".tmp-") {
             std::fs::remove_dir_all(entry.path())?;
-        } else if let Some(n) = name
-            .strip_prefix("step_")
-            .and_then(|s| s.parse::<u64>().ok())
-        {
+        } else if let Some(n) = checkpoint_order(&name) {
             if entry.path().join(STATE_FILE).is_file() {
                 steps.push((n, entry.path()));
             } else {
@@ -151,6 +206,10 @@ mod tests {
 
     fn state(step: u64) -> LoopState {
         LoopState {
+            phase: Phase::Rl,
+            sft_step: 0,
+            reward_first: None,
+            reward_last: None,
             step,
             data_position: step * 10,
             policy_version: step,

@@ -2,6 +2,7 @@
 //! greedy (the policy's single best answer) and sampled (the mean over several samples at
 //! the rollout temperature, the quantity RL optimises).
 
+use super::lengths::check_context;
 use super::Ctx;
 use crate::roles::{ask, PolicyMsg};
 use oxalign_models::{GenerationRequest, SamplingParams};
@@ -40,6 +41,14 @@ pub(crate) async fn accuracy(
             .tok
             .encode(&it.prompt, true)
             .map_err(|e| e.to_string())?;
+        let what = format!("{label}, held-out prompt {:?}", it.prompt);
+        check_context(
+            ctx,
+            &what,
+            prompt.len(),
+            rl.max_new_tokens,
+            "rl.max_new_tokens",
+        )?;
         let mut r = GenerationRequest::new(prompt, rl.max_new_tokens);
         r.sampling = SamplingParams::greedy();
         requests.push(r.clone());

@@ -3,36 +3,50 @@
 //! critic updates concurrently), evaluation, checkpoints and the run summary.
 //!
 //! It sends work to the role actors and waits for answers; the only tensor math it does is
-//! the small experience computation, on a blocking thread.
+//! the small experience computation, on a blocking thread. A run starts fresh (through SFT,
+//! checkpointed as it goes) or from a checkpoint chosen by [`find_resume_point`]; a
+//! diverging step stops it with a [`DivergenceError`] before anything of that step is saved.
 
 pub mod checkpoint;
+mod checkpoint_error;
+mod checksums;
+mod divergence;
 mod evaluate;
+mod lengths;
 mod progress;
+pub mod resume_point;
 mod rl_step;
+pub mod run_folder;
+mod saving;
 mod setup;
 mod sft;
+mod start;
 
-pub use checkpoint::{latest_checkpoint, LoopState};
+pub use checkpoint::{latest_checkpoint, LoopState, Phase};
+pub use checkpoint_error::CheckpointError;
+pub use checksums::CHECKSUMS_FILE;
+pub use divergence::DivergenceError;
+pub use resume_point::{find_resume_point, ResumePoint};
+pub use run_folder::RunFolderError;
 pub use setup::{policy_dir, prompt_source};
 
 use crate::executor::ExecutorPool;
 use crate::monitor::{
-    unix_ms_now, ActorInfo, ActorUpdate, CheckpointInfo, MonitorHandle, RunFinished, RunInfo,
-    RunOutcome,
+    unix_ms_now, ActorInfo, ActorUpdate, MonitorHandle, RunFinished, RunInfo, RunOutcome,
 };
 use crate::recipe::Recipe;
-use crate::roles::{ask, CriticMsg, PolicyMsg};
 use oxalign_models::tokenizer::Tokenizer;
 use oxalign_rlhf::{AdaptiveKl, FixedKl, KlController};
 use serde::Serialize;
+use start::WallClock;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// How to run.
 #[derive(Debug, Clone, Default)]
 pub struct TrainOptions {
-    /// Continue from the newest checkpoint of the run folder.
-    pub resume: bool,
+    /// Continue from this checkpoint folder (chosen and verified by [`find_resume_point`]).
+    pub resume_from: Option<PathBuf>,
     /// No per-step table on stdout.
     pub quiet: bool,
 }
@@ -56,7 +70,7 @@ pub struct RunSummary {
     pub sampled_accuracy_sft: Option<f64>,
     /// Held-out sampled accuracy after RL.
     pub sampled_accuracy_final: Option<f64>,
-    /// Mean reward of the first RL step of this process and of the last.
+    /// Mean reward of the run's first RL step (across resumes).
     pub reward_first: Option<f64>,
     /// Mean reward of the last RL step.
     pub reward_last: Option<f64>,
@@ -69,6 +83,12 @@ pub struct RunSummary {
 /// The pieces every phase needs.
 pub(crate) struct Ctx<'a> {
     pub recipe: &'a Recipe,
+    /// The run folder.
+    pub run_dir: &'a Path,
+    /// The policy's initial model folder (its tokenizer files go into every checkpoint).
+    pub policy_dir: &'a Path,
+    /// The policy's context in tokens (`max_position_embeddings`).
+    pub context: usize,
     pub tok: &'a Tokenizer,
     pub monitor: &'a MonitorHandle,
     pub pad_id: u32,
@@ -118,6 +138,61 @@ pub async fn train(
     result
 }
 
+/// Runs RL steps until `run.steps`, checkpointing every `run.checkpoint_every` steps and at
+/// the end; returns the newest checkpoint folder.
+async fn rl_loop(
+    ctx: &Ctx<'_>,
+    roles: &setup::Roles,
+    data: &dyn oxalign_rlhf::data::PromptSource,
+    state: &mut LoopState,
+    clock: WallClock,
+) -> Result<Option<PathBuf>, String> {
+    let recipe = ctx.recipe;
+    let mut last_checkpoint = Some(state.checkpoint_dir(ctx.run_dir));
+    let progress = progress::Progress::new(recipe.run.steps, state.step, ctx.quiet);
+    if state.step < recipe.run.steps {
+        progress.line(&rl_step::header());
+    }
+    while state.step < recipe.run.steps {
+        let step = state.step + 1;
+        ctx.monitor
+            .report(ActorUpdate::working("controller", format!("step {step}")));
+        let row = rl_step::run_step(ctx, roles, data, state, step).await?;
+        progress.line(&row.line);
+        progress.step(row.brief);
+        state.reward_first.get_or_insert(row.reward_mean);
+        state.reward_last = Some(row.reward_mean);
+        state.step = step;
+        let every = recipe.run.checkpoint_every;
+        if (every > 0 && step.is_multiple_of(every)) || step == recipe.run.steps {
+            state.wall_seconds = clock.now();
+            let dir =
+                saving::save_checkpoint(ctx, &roles.policy, roles.critic.as_ref(), state).await?;
+            last_checkpoint = Some(dir);
+        }
+    }
+    progress.finish();
+    Ok(last_checkpoint)
+}
+
+/// The loop state of a run that starts from nothing.
+fn fresh_state(recipe: &Recipe) -> Result<LoopState, String> {
+    Ok(LoopState {
+        phase: Phase::Sft,
+        sft_step: 0,
+        step: 0,
+        data_position: 0,
+        policy_version: 0,
+        kl: kl_controller(recipe)?,
+        accuracy_sft: None,
+        sampled_accuracy_sft: None,
+        accuracy_init: None,
+        wall_seconds: 0.0,
+        reward_first: None,
+        reward_last: None,
+    })
+}
+
 async fn run(
     recipe: &Recipe,
     monitor: &MonitorHandle,
@@ -130,154 +205,59 @@ async fn run(
         Tokenizer::from_dir(&pdir).map_err(|e| format!("tokenizer of {}: {e}", pdir.display()))?;
     let pad_id = tok.pad_token_id().or(tok.eos_token_id()).unwrap_or(0);
     let data = setup::prompt_source(recipe)?;
+    let config = pdir.join("config.json");
+    let context = oxalign_models::ModelConfig::from_file(&config)
+        .map_err(|e| format!("{}: {e}", config.display()))?
+        .max_position_embeddings;
     let ctx = Ctx {
         recipe,
+        run_dir,
+        policy_dir: &pdir,
+        context,
         tok: &tok,
         monitor,
         pad_id,
         quiet: opts.quiet,
     };
     let pool = ExecutorPool::new();
-    let reference_dir = run_dir.join("reference");
-
-    let resume_from = if opts.resume {
-        latest_checkpoint(run_dir)
-    } else {
-        None
-    };
-    let (mut state, sources) = match &resume_from {
+    let mut state = match &opts.resume_from {
         Some(ckpt) => {
             let state = checkpoint::read_state(ckpt)?;
-            let critic = ckpt.join("critic");
-            let sources = setup::RoleSources {
-                policy: ckpt.join("policy"),
-                reference: reference_dir.clone(),
-                critic: critic.join("config.json").is_file().then_some(critic),
-            };
             if !opts.quiet {
                 println!(
-                    "resuming {} from {} (step {})",
+                    "resuming {} from {} ({:?} phase, SFT step {}, RL step {})",
                     recipe.run.name,
                     ckpt.display(),
+                    state.phase,
+                    state.sft_step,
                     state.step
                 );
             }
-            (state, sources)
+            state
         }
-        None => {
-            let state = LoopState {
-                step: 0,
-                data_position: 0,
-                policy_version: 0,
-                kl: kl_controller(recipe)?,
-                accuracy_sft: None,
-                sampled_accuracy_sft: None,
-                accuracy_init: None,
-                wall_seconds: 0.0,
-            };
-            let critic = recipe.model.critic_path.as_ref().map(PathBuf::from);
-            (
-                state,
-                setup::RoleSources {
-                    policy: pdir.clone(),
-                    reference: reference_dir.clone(),
-                    critic,
-                },
-            )
-        }
+        None => fresh_state(recipe)?,
     };
-    let prior_wall = state.wall_seconds;
-
+    let clock = WallClock {
+        prior: state.wall_seconds,
+        started,
+    };
     monitor.report(ActorInfo::new(
         "controller",
         "controller",
         vec!["cpu".into()],
     ));
     monitor.report(ActorUpdate::working("controller", "setup"));
-    let mut policy = setup::spawn_policy(recipe, &sources.policy, monitor, &pool).await?;
-    if resume_from.is_none() {
-        if recipe.sft.steps > 0 {
-            let a = evaluate::accuracy(&ctx, &policy, data.eval_items(), "eval init").await?;
-            state.accuracy_init = Some(a.greedy);
-            sft::run_sft(&ctx, &policy, data.as_ref(), &mut state).await?;
-        }
-        // The frozen reference is the policy as RL starts.
-        ask("policy", &policy, |reply| PolicyMsg::Save {
-            dir: reference_dir.clone(),
-            optimizer: false,
-            reply,
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-        copy_tokenizer(&pdir, &reference_dir)?;
-        if recipe.sft.steps > 0 {
-            // RL starts from the SFT weights with a fresh optimizer (no SFT moments).
-            policy
-                .stop_and_wait(None, None)
-                .await
-                .map_err(|e| e.to_string())?;
-            policy = setup::spawn_policy(recipe, &reference_dir, monitor, &pool).await?;
-        }
-        // Evaluated through the engine that RL starts with.
-        let a = evaluate::accuracy(&ctx, &policy, data.eval_items(), "eval sft").await?;
-        state.accuracy_sft = Some(a.greedy);
-        state.sampled_accuracy_sft = Some(a.sampled);
-    } else if let Some(ckpt) = &resume_from {
-        let dir = ckpt.join("policy");
-        ask("policy", &policy, |reply| PolicyMsg::LoadOptimizer {
-            dir,
-            reply,
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-    }
+    let from = opts.resume_from.as_deref();
+    let roles = match (state.phase, from) {
+        (Phase::Rl, Some(ckpt)) => start::from_rl_checkpoint(&ctx, &pool, ckpt).await?,
+        _ => start::through_sft(&ctx, &pool, data.as_ref(), &mut state, from, clock).await?,
+    };
     if !opts.quiet {
         if let Some(a) = state.accuracy_sft {
             println!("held-out accuracy before RL: {:.1}%", 100.0 * a);
         }
     }
-    let roles = setup::spawn_others(recipe, &sources, policy, monitor, &pool).await?;
-    if let (Some(ckpt), Some(critic)) = (&resume_from, &roles.critic) {
-        let dir = ckpt.join("critic");
-        if dir.join("optimizer").exists() {
-            ask("critic", critic, |reply| CriticMsg::LoadOptimizer {
-                dir,
-                reply,
-            })
-            .await
-            .map_err(|e| e.to_string())?;
-        }
-    }
-
-    let mut reward_first = None;
-    let mut reward_last = None;
-    let mut last_checkpoint = resume_from.clone();
-    let progress = progress::Progress::new(recipe.run.steps, state.step, opts.quiet);
-    if state.step < recipe.run.steps {
-        progress.line(&rl_step::header());
-    }
-    while state.step < recipe.run.steps {
-        let step = state.step + 1;
-        monitor.report(ActorUpdate::working("controller", format!("step {step}")));
-        let row = rl_step::run_step(&ctx, &roles, data.as_ref(), &mut state, step).await?;
-        progress.line(&row.line);
-        progress.step(row.brief);
-        reward_first.get_or_insert(row.reward_mean);
-        reward_last = Some(row.reward_mean);
-        state.step = step;
-        let every = recipe.run.checkpoint_every;
-        if (every > 0 && step % every == 0) || step == recipe.run.steps {
-            state.wall_seconds = prior_wall + started.elapsed().as_secs_f64();
-            let dir = save_checkpoint(&ctx, &roles, &state, run_dir).await?;
-            monitor.report(CheckpointInfo {
-                step,
-                path: dir.display().to_string(),
-                unix_ms: unix_ms_now(),
-            });
-            last_checkpoint = Some(dir);
-        }
-    }
-    progress.finish();
+    let last_checkpoint = rl_loop(&ctx, &roles, data.as_ref(), &mut state, clock).await?;
     let final_acc = if data.eval_items().is_empty() {
         None
     } else {
@@ -294,61 +274,13 @@ async fn run(
         accuracy_final: final_acc.map(|a| a.greedy),
         sampled_accuracy_sft: state.sampled_accuracy_sft,
         sampled_accuracy_final: final_acc.map(|a| a.sampled),
-        reward_first,
-        reward_last,
-        wall_seconds: prior_wall + started.elapsed().as_secs_f64(),
+        reward_first: state.reward_first,
+        reward_last: state.reward_last,
+        wall_seconds: clock.now(),
         last_checkpoint,
     };
     let text = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
     std::fs::write(run_dir.join("summary.json"), text)
         .map_err(|e| format!("cannot write summary.json: {e}"))?;
     Ok(summary)
-}
-
-fn copy_tokenizer(from: &Path, to: &Path) -> Result<(), String> {
-    for f in [
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "generation_config.json",
-    ] {
-        let src = from.join(f);
-        if src.is_file() {
-            std::fs::copy(&src, to.join(f))
-                .map_err(|e| format!("cannot copy {}: {e}", src.display()))?;
-        }
-    }
-    Ok(())
-}
-
-async fn save_checkpoint(
-    ctx: &Ctx<'_>,
-    roles: &setup::Roles,
-    state: &LoopState,
-    run_dir: &Path,
-) -> Result<PathBuf, String> {
-    let timer = ctx.monitor.time("controller", "checkpoint", state.step);
-    let fin = checkpoint::checkpoint_dir(run_dir, state.step);
-    let staged =
-        checkpoint::staging_dir(&fin).map_err(|e| format!("checkpoint {}: {e}", fin.display()))?;
-    let pdir = staged.join("policy");
-    ask("policy", &roles.policy, |reply| PolicyMsg::Save {
-        dir: pdir.clone(),
-        optimizer: true,
-        reply,
-    })
-    .await
-    .map_err(|e| e.to_string())?;
-    copy_tokenizer(&run_dir.join("reference"), &pdir)?;
-    if let Some(c) = &roles.critic {
-        let cdir = staged.join("critic");
-        ask("critic", c, |reply| CriticMsg::Save { dir: cdir, reply })
-            .await
-            .map_err(|e| e.to_string())?;
-    }
-    checkpoint::seal(&staged, state).map_err(|e| format!("checkpoint {}: {e}", fin.display()))?;
-    checkpoint::publish(&staged, &fin).map_err(|e| format!("checkpoint {}: {e}", fin.display()))?;
-    checkpoint::prune(run_dir, ctx.recipe.run.keep_checkpoints)
-        .map_err(|e| format!("pruning checkpoints: {e}"))?;
-    timer.finish();
-    Ok(fin)
 }

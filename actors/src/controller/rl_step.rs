@@ -2,6 +2,8 @@
 //! log-probs concurrently; experience; policy and critic updates concurrently; KL control;
 //! metrics to the monitor and a row of the live table.
 
+use super::divergence::{check_rollout, DivergenceError};
+use super::lengths::check_context;
 use super::setup::Roles;
 use super::{Ctx, LoopState};
 use crate::monitor::{metric, StepMetrics};
@@ -107,6 +109,14 @@ pub(crate) async fn run_step(
     let mut answers = Vec::new();
     for it in &items {
         let prompt = ctx.tok.encode(&it.prompt, true).map_err(err)?;
+        let what = format!("RL step {step}, prompt {:?}", it.prompt);
+        check_context(
+            ctx,
+            &what,
+            prompt.len(),
+            rl.max_new_tokens,
+            "rl.max_new_tokens",
+        )?;
         for _ in 0..rl.samples_per_prompt {
             let mut q = GenerationRequest::new(prompt.clone(), rl.max_new_tokens);
             q.sampling = SamplingParams {
@@ -272,6 +282,12 @@ pub(crate) async fn run_step(
         (mean as f64, max as f64)
     };
 
+    // Divergence of the rollout itself stops the step before any update.
+    let guard = &r.guard;
+    check_rollout(step, "kl", exp.stats.kl, guard.max_kl).map_err(err)?;
+    check_rollout(step, "reward_mean", exp.stats.score_mean, f64::INFINITY).map_err(err)?;
+    check_rollout(step, "adv_std", exp.stats.adv_std, f64::INFINITY).map_err(err)?;
+
     // 4. Policy and critic updates, concurrently.
     let t_train = Instant::now();
     let shuffle_seed = sample_seed(r.run.seed ^ 0x5EED, step, 0);
@@ -336,11 +352,27 @@ pub(crate) async fn run_step(
     let (ps, vl) = tokio::join!(policy_fut, critic_fut);
     let (ps, vl) = (ps.map_err(err)?, vl.map_err(err)?);
     let train_secs = t_train.elapsed().as_secs_f64();
-    if ps.skipped == ps.updates && ps.updates > 0 {
-        return Err(format!(
-            "step {step}: every policy update had a non-finite gradient (NaN/inf loss); weights were left unchanged. Lower rl.lr or check the rewards"
-        ));
+    let diverged = |role, phase, cause, lower| DivergenceError {
+        role,
+        phase,
+        sft: false,
+        step,
+        cause,
+        lower,
+    };
+    if let Some(cause) = ps.diverged.clone() {
+        return Err(diverged("policy", "policy_train", cause, "rl.lr").to_string());
     }
+    let vl = match vl {
+        Some(c) => match c.diverged {
+            Some(cause) => {
+                let e = diverged("critic", "critic_train", cause, "rl.critic_lr");
+                return Err(e.to_string());
+            }
+            None => Some(c.value_loss),
+        },
+        None => None,
+    };
     state.policy_version += 1;
     // The engine takes the new weights in memory, verified before the next rollout.
     let timer = ctx.monitor.time("policy", "refit", step);

@@ -118,8 +118,6 @@ fn group(spec: &str, key: &str) -> Result<DeviceGroup, String> {
 
 /// Where the weights of each role come from when the actors start.
 pub struct RoleSources {
-    /// Policy weights (HF folder).
-    pub policy: PathBuf,
     /// Reference weights (HF folder).
     pub reference: PathBuf,
     /// Critic weights (HF token-classification folder); `None` = from the policy's backbone.
@@ -165,7 +163,10 @@ pub async fn spawn_policy(
     let mut trainers = Vec::new();
     for dev in pg.devices().map_err(|e| e.to_string())? {
         let m = CausalLm::load(weights, &dev).map_err(|e| e.to_string())?;
-        let trainer = PolicyTrainer::new(m, recipe.rl.lr, 0.0).map_err(|e| e.to_string())?;
+        let mut trainer = PolicyTrainer::new(m, recipe.rl.lr, 0.0).map_err(|e| e.to_string())?;
+        trainer.max_sft_loss = recipe.guard.max_sft_loss;
+        trainer.max_policy_loss = recipe.guard.max_policy_loss;
+        trainer.max_update_kl = recipe.guard.max_update_kl;
         trainers.push(PolicyReplica::new(
             trainer,
             engine_config(recipe),
@@ -266,9 +267,10 @@ pub async fn spawn_others(
                     vm
                 }
             };
-            ts.push(
-                CriticTrainer::new(model, recipe.rl.critic_lr, 0.0).map_err(|e| e.to_string())?,
-            );
+            let mut trainer =
+                CriticTrainer::new(model, recipe.rl.critic_lr, 0.0).map_err(|e| e.to_string())?;
+            trainer.max_value_loss = recipe.guard.max_value_loss;
+            ts.push(trainer);
         }
         monitor.report(ActorInfo::new("critic", "critic", cg.names()));
         let (c, _) = Actor::spawn(

@@ -1,6 +1,12 @@
 //! The supervised warm-up: prompt → answer + eos, loss on the answer only, linear warm-up
-//! then cosine decay of the learning rate.
+//! then cosine decay of the learning rate. It resumes from `state.sft_step`, saves an SFT
+//! checkpoint every `sft.checkpoint_every` steps and stops on a divergence.
 
+use super::checkpoint::Phase;
+use super::divergence::DivergenceError;
+use super::lengths::check_context;
+use super::saving::save_checkpoint;
+use super::start::WallClock;
 use super::{Ctx, LoopState};
 use crate::roles::{ask, PolicyMsg, Sequences};
 use oxalign_rlhf::data::PromptSource;
@@ -27,17 +33,22 @@ pub(crate) fn sft_pairs(
             .map_err(|e| e.to_string())?;
         let mut a = ctx.tok.encode(answer, false).map_err(|e| e.to_string())?;
         a.extend(eos);
+        let what = format!("SFT prompt {:?}", it.prompt);
+        check_context(ctx, &what, p.len(), a.len(), "its answer")?;
         out.push((p, a));
     }
     Ok(out)
 }
 
-/// Runs `recipe.sft.steps` supervised steps from the current data position.
+/// Runs the supervised steps `state.sft_step + 1 ..= recipe.sft.steps` from the current
+/// data position, checkpointing every `sft.checkpoint_every` steps (not the last one: the
+/// RL-start checkpoint follows it).
 pub(crate) async fn run_sft(
     ctx: &Ctx<'_>,
     policy: &ActorRef<PolicyMsg>,
     data: &dyn PromptSource,
     state: &mut LoopState,
+    clock: WallClock,
 ) -> Result<(), String> {
     let s = &ctx.recipe.sft;
     let schedule = LrSchedule::WarmupCosine {
@@ -48,7 +59,7 @@ pub(crate) async fn run_sft(
     };
     let started = Instant::now();
     let report_every = (s.steps / 10).max(1);
-    for step in 0..s.steps {
+    for step in state.sft_step..s.steps {
         let items: Vec<_> = (0..s.batch_size as u64)
             .map(|i| data.train_item(state.data_position + i))
             .collect();
@@ -63,7 +74,7 @@ pub(crate) async fn run_sft(
         });
         let lr = schedule.lr_at(step);
         let timer = ctx.monitor.time("policy", "sft", 0);
-        let (nll, grad_norm) = ask("policy", policy, |reply| PolicyMsg::Sft {
+        let done = ask("policy", policy, |reply| PolicyMsg::Sft {
             seqs,
             lr,
             max_grad_norm: ctx.recipe.rl.max_grad_norm,
@@ -72,11 +83,24 @@ pub(crate) async fn run_sft(
         .await
         .map_err(|e| e.to_string())?;
         drop(timer);
-        if !nll.is_finite() {
-            return Err(format!(
-                "SFT step {}: the loss is {nll}; lower sft.lr",
-                step + 1
-            ));
+        if let Some(cause) = done.diverged {
+            let e = DivergenceError {
+                role: "policy",
+                phase: "sft",
+                sft: true,
+                step: step + 1,
+                cause,
+                lower: "sft.lr",
+            };
+            return Err(e.to_string());
+        }
+        let (nll, grad_norm) = (done.nll, done.grad_norm);
+        state.sft_step = step + 1;
+        let every = s.checkpoint_every;
+        if every > 0 && state.sft_step.is_multiple_of(every) && state.sft_step < s.steps {
+            state.phase = Phase::Sft;
+            state.wall_seconds = clock.now();
+            save_checkpoint(ctx, policy, None, state).await?;
         }
         if !ctx.quiet && ((step + 1) % report_every == 0 || step + 1 == s.steps) {
             println!(

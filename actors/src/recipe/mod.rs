@@ -6,10 +6,12 @@
 //! `validate.rs`.
 
 mod overrides;
+mod resume_check;
 mod sections;
 mod validate;
 
 pub use overrides::apply_override;
+pub use resume_check::{changed_keys, check_resume, RESUMABLE_KEYS};
 pub use sections::*;
 pub use validate::validate;
 
@@ -37,6 +39,8 @@ pub struct Recipe {
     pub engine: EngineSection,
     /// `[placement]`: device groups per role.
     pub placement: PlacementSection,
+    /// `[guard]`: divergence limits.
+    pub guard: GuardSection,
 }
 
 /// Why a recipe could not be used. Each variant names where the problem is.
@@ -74,6 +78,12 @@ pub enum RecipeError {
         /// The override as given.
         spec: String,
         /// What was wrong.
+        message: String,
+    },
+    /// `--resume` with a recipe whose changes are not allowed.
+    #[error("{message}")]
+    Resume {
+        /// The changed keys (old → new) and what to do.
         message: String,
     },
     /// A value is well-typed but unusable (a missing folder, an unknown device, ...).

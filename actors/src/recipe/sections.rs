@@ -183,6 +183,10 @@ pub struct SftSection {
     pub warmup_steps: u64,
     /// AdamW weight decay (not applied to norms, biases, embeddings). Default `0.0`.
     pub weight_decay: f64,
+    /// Save a checkpoint (`checkpoints/sft_<N>/`) every this many SFT steps, so a run killed
+    /// during SFT resumes there; 0 = none during SFT. The end of SFT is always saved, as
+    /// `checkpoints/step_000000/`. Default `50`.
+    pub checkpoint_every: u64,
 }
 
 impl Default for SftSection {
@@ -193,6 +197,39 @@ impl Default for SftSection {
             lr: 1e-3,
             warmup_steps: 20,
             weight_decay: 0.0,
+            checkpoint_every: 50,
+        }
+    }
+}
+
+/// `[guard]`: divergence limits. A step whose loss, gradient or weights are not finite, or
+/// whose loss or KL exceeds a limit here, stops the run before any weight or checkpoint
+/// changes; the message names the role, the step, the phase and the value.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GuardSection {
+    /// Largest SFT loss (mean NLL per answer token, nats). Default `100`.
+    pub max_sft_loss: f64,
+    /// Largest |policy loss| of a PPO minibatch. Default `100`.
+    pub max_policy_loss: f64,
+    /// Largest critic value loss of a minibatch. Default `1e4`.
+    pub max_value_loss: f64,
+    /// Largest approximate KL (nats per token) between the rollout-time policy and the policy
+    /// about to take a minibatch update: how far one RL step may move the policy. Default `1`.
+    pub max_update_kl: f64,
+    /// Largest mean KL (policy vs reference, nats per response token) of a rollout batch.
+    /// Default `10`.
+    pub max_kl: f64,
+}
+
+impl Default for GuardSection {
+    fn default() -> Self {
+        Self {
+            max_sft_loss: 100.0,
+            max_policy_loss: 100.0,
+            max_value_loss: 1e4,
+            max_update_kl: 1.0,
+            max_kl: 10.0,
         }
     }
 }

@@ -78,6 +78,11 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
     positive("rl.ppo_epochs", r.rl.ppo_epochs as f64, &bad)?;
     positive("rl.max_new_tokens", r.rl.max_new_tokens as f64, &bad)?;
     positive("rl.lr", r.rl.lr, &bad)?;
+    positive("guard.max_sft_loss", r.guard.max_sft_loss, &bad)?;
+    positive("guard.max_policy_loss", r.guard.max_policy_loss, &bad)?;
+    positive("guard.max_value_loss", r.guard.max_value_loss, &bad)?;
+    positive("guard.max_kl", r.guard.max_kl, &bad)?;
+    positive("guard.max_update_kl", r.guard.max_update_kl, &bad)?;
     positive("rl.clip_eps", r.rl.clip_eps, &bad)?;
     positive("rl.max_grad_norm", r.rl.max_grad_norm, &bad)?;
     if r.sft.steps > 0 {

@@ -1,8 +1,9 @@
 //! The critic actor: per-token values for rollouts and clipped value-loss updates, with
 //! data-parallel replicas like the policy.
 
+use super::divergence::{non_finite_weight, Divergence};
 use super::minibatch::{minibatch_order, Shard};
-use super::policy::concat_rows;
+use super::policy::{concat_rows, refuse_non_finite};
 use super::{Busy, Sequences};
 use crate::monitor::MonitorHandle;
 use crate::replicas::{shard_ranges, Replicas, RoleError};
@@ -36,6 +37,15 @@ pub struct CriticWork {
     pub shuffle_seed: u64,
 }
 
+/// What one critic update did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CriticTrainSummary {
+    /// Mean value loss over the applied minibatch updates.
+    pub value_loss: f64,
+    /// Set when the update stopped on a divergence (the rest of the step was not applied).
+    pub diverged: Option<Divergence>,
+}
+
 /// Messages the critic understands.
 pub enum CriticMsg {
     /// Values `[B, T-1]` of `seqs`.
@@ -45,12 +55,12 @@ pub enum CriticMsg {
         /// The values.
         reply: RpcReplyPort<Result<Tensor, RoleError>>,
     },
-    /// One update; replies with the mean value loss.
+    /// One update; replies with the mean value loss and any divergence.
     Train {
         /// The work.
         work: Arc<CriticWork>,
         /// Mean loss.
-        reply: RpcReplyPort<Result<f64, RoleError>>,
+        reply: RpcReplyPort<Result<CriticTrainSummary, RoleError>>,
     },
     /// Saves rank 0's model (HF token-classification layout) and optimizer state.
     Save {
@@ -88,7 +98,7 @@ fn critic_update(
     ctx: &crate::replicas::ReplicaCtx<'_>,
     t: &mut CriticTrainer,
     w: &CriticWork,
-) -> Result<f64, String> {
+) -> Result<CriticTrainSummary, String> {
     let e = |e: oxalign_rlhf::RlhfError| e.to_string();
     let device = t.model.device().clone();
     let full = w.seqs.batch(&device)?;
@@ -99,26 +109,44 @@ fn critic_update(
         w.shuffle_seed ^ 0xC21,
     );
     let (mut total, mut n) = (0.0, 0usize);
+    let stop = |d| CriticTrainSummary {
+        value_loss: f64::NAN,
+        diverged: Some(d),
+    };
     for mb in order {
         let shard = Shard::new(ctx, &full, &mb)?;
         let weight = shard.weight(ctx, LossAgg::TokenMean);
-        let (loss, _) = t
-            .step(
-                &shard.local,
-                &shard.pick(&w.old_values)?,
-                &shard.pick(&w.returns)?,
-                w.clip,
-                LossAgg::TokenMean,
-                w.lr,
-                w.max_grad_norm,
-                weight,
-                ctx.collective,
-            )
-            .map_err(e)?;
-        total += loss;
+        let (loss, step) = match t.step(
+            &shard.local,
+            &shard.pick(&w.old_values)?,
+            &shard.pick(&w.returns)?,
+            w.clip,
+            LossAgg::TokenMean,
+            w.lr,
+            w.max_grad_norm,
+            weight,
+            ctx.collective,
+        ) {
+            Ok(r) => r,
+            Err(err) => match Divergence::from_rlhf(&err, n + 1) {
+                Some(d) => return Ok(stop(d)),
+                None => return Err(e(err)),
+            },
+        };
         n += 1;
+        if step.skipped {
+            let norm = step.grad_norm;
+            return Ok(stop(Divergence::Gradient { norm, update: n }));
+        }
+        total += loss;
     }
-    Ok(total / n.max(1) as f64)
+    let diverged = non_finite_weight(&t.model.vars())
+        .map_err(|e| e.to_string())?
+        .map(|tensor| Divergence::Weights { tensor });
+    Ok(CriticTrainSummary {
+        value_loss: total / n.max(1) as f64,
+        diverged,
+    })
 }
 
 impl Actor for Critic {
@@ -167,7 +195,7 @@ impl Actor for Critic {
                     .replicas
                     .each(move |ctx, t| critic_update(ctx, t, &work))
                     .await
-                    .map(|v| v[0]);
+                    .map(|mut v| v.swap_remove(0));
                 busy.done(&r, n, started.elapsed().as_secs_f64());
                 let _ = reply.send(r);
             }
@@ -176,6 +204,7 @@ impl Actor for Critic {
                     .replicas
                     .each(move |ctx, t| {
                         if ctx.rank == 0 {
+                            refuse_non_finite("critic", &t.model.vars())?;
                             t.model.save(&dir).map_err(|e| e.to_string())?;
                             t.opt
                                 .save_state(&dir.join("optimizer"))

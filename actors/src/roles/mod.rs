@@ -3,14 +3,18 @@
 //! `oxalign-rlhf` and `oxalign-models`.
 
 mod critic;
+mod divergence;
 mod minibatch;
 mod policy;
 mod reference;
 mod reward;
 mod sequences;
 
-pub use critic::{Critic, CriticMsg, CriticState, CriticWork};
-pub use policy::{Policy, PolicyMsg, PolicyReplica, PolicyState, PolicyTrainSummary, PolicyWork};
+pub use critic::{Critic, CriticMsg, CriticState, CriticTrainSummary, CriticWork};
+pub use divergence::{non_finite_weight, Divergence};
+pub use policy::{
+    Policy, PolicyMsg, PolicyReplica, PolicyState, PolicyTrainSummary, PolicyWork, SftStepSummary,
+};
 pub use reference::{Reference, ReferenceMsg, ReferenceState};
 pub use reward::{Reward, RewardMsg, RewardState, Scorer};
 pub use sequences::Sequences;

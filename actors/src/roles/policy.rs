@@ -2,6 +2,7 @@
 //! batching), reports trainer log-probs, trains (SFT and PPO) with data-parallel replicas,
 //! and refits the engine from the trainer after each update, verified and versioned.
 
+use super::divergence::{non_finite_weight, Divergence};
 use super::minibatch::{local_weight, minibatch_order, Shard};
 use super::{Busy, Sequences};
 use crate::monitor::MonitorHandle;
@@ -42,7 +43,7 @@ pub struct PolicyWork {
 }
 
 /// Averages of one PPO update over its minibatches.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct PolicyTrainSummary {
     /// Mean of the per-minibatch stats (rank 0's view; gradients are global).
     pub stats: PolicyStats,
@@ -50,6 +51,19 @@ pub struct PolicyTrainSummary {
     pub updates: usize,
     /// Updates skipped for a non-finite gradient.
     pub skipped: usize,
+    /// Set when the update stopped on a divergence (the rest of the step was not applied).
+    pub diverged: Option<Divergence>,
+}
+
+/// What one SFT step did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SftStepSummary {
+    /// Mean NLL per answer token (nats).
+    pub nll: f64,
+    /// Pre-clip global gradient norm.
+    pub grad_norm: f64,
+    /// Set when the step was not applied because it diverged.
+    pub diverged: Option<Divergence>,
 }
 
 /// One replica of the policy: the trainer and the engine that generates its rollouts.
@@ -129,7 +143,7 @@ pub enum PolicyMsg {
         /// The log-probs.
         reply: RpcReplyPort<Result<Tensor, RoleError>>,
     },
-    /// One SFT step on `seqs` (responses are the targets). Replies (mean NLL, grad norm).
+    /// One SFT step on `seqs` (responses are the targets). Replies with its summary.
     Sft {
         /// The sequences.
         seqs: Arc<Sequences>,
@@ -137,8 +151,8 @@ pub enum PolicyMsg {
         lr: f64,
         /// Gradient clip.
         max_grad_norm: f64,
-        /// (NLL, pre-clip grad norm).
-        reply: RpcReplyPort<Result<(f64, f64), RoleError>>,
+        /// NLL, pre-clip grad norm, divergence.
+        reply: RpcReplyPort<Result<SftStepSummary, RoleError>>,
     },
     /// One PPO update.
     Train {
@@ -210,21 +224,32 @@ fn ppo_update(
     for mb in minibatch_order(full.rows(), w.minibatch_size, w.epochs, w.shuffle_seed) {
         let shard = Shard::new(ctx, &full, &mb)?;
         let weight = shard.weight(ctx, w.cfg.ppo.agg);
-        let s = t
-            .ppo_step(
-                &shard.local,
-                &shard.pick(&w.old_logprobs)?,
-                &shard.pick(&w.advantages)?,
-                Some(&shard.pick(&w.ref_logprobs)?),
-                Some(&shard.pick(&w.rollout_logprobs)?),
-                &w.cfg,
-                w.lr,
-                weight,
-                ctx.collective,
-            )
-            .map_err(e)?;
+        let s = match t.ppo_step(
+            &shard.local,
+            &shard.pick(&w.old_logprobs)?,
+            &shard.pick(&w.advantages)?,
+            Some(&shard.pick(&w.ref_logprobs)?),
+            Some(&shard.pick(&w.rollout_logprobs)?),
+            &w.cfg,
+            w.lr,
+            weight,
+            ctx.collective,
+        ) {
+            Ok(s) => s,
+            Err(err) => match Divergence::from_rlhf(&err, updates + 1) {
+                Some(d) => return Ok(stopped(updates, skipped, d)),
+                None => return Err(e(err)),
+            },
+        };
         updates += 1;
         skipped += usize::from(s.step.skipped);
+        if s.step.skipped {
+            let d = Divergence::Gradient {
+                norm: s.step.grad_norm,
+                update: updates,
+            };
+            return Ok(stopped(updates, skipped, d));
+        }
         sum.policy_loss += s.policy_loss;
         sum.clip_frac += s.clip_frac;
         sum.approx_kl += s.approx_kl;
@@ -237,11 +262,38 @@ fn ppo_update(
     sum.approx_kl /= n;
     sum.entropy /= n;
     sum.step.grad_norm /= n;
+    let diverged = non_finite_weight(&t.model.vars())
+        .map_err(|e| e.to_string())?
+        .map(|tensor| Divergence::Weights { tensor });
     Ok(PolicyTrainSummary {
         stats: sum,
         updates,
         skipped,
+        diverged,
     })
+}
+
+/// Errors when a weight is not finite, so such weights are never saved.
+pub(crate) fn refuse_non_finite(
+    role: &str,
+    named: &[(String, candle_core::Var)],
+) -> Result<(), String> {
+    match non_finite_weight(named).map_err(|e| e.to_string())? {
+        Some(tensor) => Err(format!(
+            "{role}: weight tensor {tensor} holds NaN or infinity; not saving it"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The summary of an update that stopped on `d`.
+fn stopped(updates: usize, skipped: usize, d: Divergence) -> PolicyTrainSummary {
+    PolicyTrainSummary {
+        stats: PolicyStats::default(),
+        updates,
+        skipped,
+        diverged: Some(d),
+    }
 }
 
 impl Actor for Policy {
@@ -327,13 +379,10 @@ impl Actor for Policy {
                             full.response_tokens(),
                             full.rows(),
                         );
-                        let (nll, step) = t
-                            .sft_step(&local, lr, max_grad_norm, weight, ctx.collective)
-                            .map_err(|e| e.to_string())?;
-                        Ok((nll, step.grad_norm))
+                        sft_step(t, &local, lr, max_grad_norm, weight, ctx)
                     })
                     .await
-                    .map(|v| v[0]);
+                    .map(|mut v| v.swap_remove(0));
                 busy.done(&r, n, started.elapsed().as_secs_f64());
                 let _ = reply.send(r);
             }
@@ -344,7 +393,7 @@ impl Actor for Policy {
                     .replicas
                     .each(move |ctx, rep| ppo_update(ctx, &mut rep.trainer, &work))
                     .await
-                    .map(|v| v[0]);
+                    .map(|mut v| v.swap_remove(0));
                 busy.done(&r, n, started.elapsed().as_secs_f64());
                 let _ = reply.send(r);
             }
@@ -370,6 +419,7 @@ impl Actor for Policy {
                         if ctx.rank != 0 {
                             return Ok(());
                         }
+                        refuse_non_finite("policy", &t.model.vars())?;
                         t.model.save(&dir).map_err(|e| e.to_string())?;
                         if optimizer {
                             t.opt
@@ -397,6 +447,35 @@ impl Actor for Policy {
             }
         }
         Ok(())
+    }
+}
+
+/// One SFT step of one replica; a divergence is reported in the summary, not applied.
+fn sft_step(
+    t: &mut PolicyTrainer,
+    local: &oxalign_rlhf::trainer::TokenBatch,
+    lr: f64,
+    max_grad_norm: f64,
+    weight: f64,
+    ctx: &ReplicaCtx<'_>,
+) -> Result<SftStepSummary, String> {
+    match t.sft_step(local, lr, max_grad_norm, weight, ctx.collective) {
+        Ok((nll, step)) => Ok(SftStepSummary {
+            nll,
+            grad_norm: step.grad_norm,
+            diverged: step.skipped.then_some(Divergence::Gradient {
+                norm: step.grad_norm,
+                update: 1,
+            }),
+        }),
+        Err(err) => match Divergence::from_rlhf(&err, 1) {
+            Some(d) => Ok(SftStepSummary {
+                nll: f64::NAN,
+                grad_norm: f64::NAN,
+                diverged: Some(d),
+            }),
+            None => Err(err.to_string()),
+        },
     }
 }
 

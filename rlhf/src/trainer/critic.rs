@@ -1,7 +1,7 @@
 //! The critic's trainer: per-token values for rollouts and clipped value-loss updates on a
 //! `ValueModel`. It does not compute returns; `experience.rs` does.
 
-use super::grads::{adamw_over, apply_gradients, StepStats};
+use super::grads::{adamw_over, apply_gradients, check_loss, StepStats};
 use super::TokenBatch;
 use crate::losses::{value_loss, LossAgg};
 use crate::optim::AdamW;
@@ -16,6 +16,9 @@ pub struct CriticTrainer {
     pub model: ValueModel,
     /// Its optimizer.
     pub opt: AdamW,
+    /// Largest value loss a minibatch update applies; a larger or non-finite one fails with
+    /// [`crate::RlhfError::Diverged`] before the weights change. Default infinite.
+    pub max_value_loss: f64,
     vars: Vec<Var>,
 }
 
@@ -23,7 +26,12 @@ impl CriticTrainer {
     /// Wraps `model` with AdamW (default parameter groups).
     pub fn new(model: ValueModel, lr: f64, weight_decay: f64) -> Result<Self> {
         let (opt, vars) = adamw_over(model.vars(), lr, weight_decay)?;
-        Ok(Self { model, opt, vars })
+        Ok(Self {
+            model,
+            opt,
+            max_value_loss: f64::INFINITY,
+            vars,
+        })
     }
 
     /// V(s_t) `[B, T-1]` aligned with next-token log-probs (position t is the state before
@@ -58,6 +66,14 @@ impl CriticTrainer {
         self.opt.set_lr(lr);
         let v = self.forward(batch)?;
         let (loss, stats) = value_loss(&v, old_values, returns, &batch.response_mask, clip, agg)?;
+        let device = v.device().clone();
+        check_loss(
+            "value loss",
+            stats.loss,
+            self.max_value_loss,
+            &device,
+            collective,
+        )?;
         let step = apply_gradients(
             &loss.affine(weight, 0.0)?,
             &self.vars,

@@ -2,11 +2,12 @@
 //! clipping, AdamW. Shared by the policy and critic trainers.
 //!
 //! A step whose gradient norm is not finite is skipped (weights untouched) and reported,
-//! so a NaN in a loss never reaches the weights or a checkpoint.
+//! so a NaN in a loss never reaches the weights or a checkpoint. [`check_loss`] refuses a
+//! loss above a configured limit before its gradients are computed.
 
 use crate::optim::{clip_grad_norm, AdamW, AdamWConfig};
 use crate::{Result, RlhfError};
-use candle_core::{Tensor, Var};
+use candle_core::{Device, Tensor, Var};
 use oxalign_kernels::collective::Collective;
 
 /// What one optimizer step did.
@@ -58,6 +59,40 @@ pub fn apply_gradients(
         grad_norm,
         skipped: false,
     })
+}
+
+/// Refuses a loss that is not finite or whose magnitude exceeds `limit`
+/// ([`RlhfError::Diverged`]), before any gradient is applied. `local` is this replica's loss;
+/// with data parallelism and a finite `limit` the replicas' losses are averaged over
+/// `collective` first (on `device`), so every replica takes the same decision.
+pub fn check_loss(
+    what: &'static str,
+    local: f64,
+    limit: f64,
+    device: &Device,
+    collective: Option<&dyn Collective>,
+) -> Result<()> {
+    if limit.is_infinite() {
+        // Only non-finite values can fail; the gradient norm check catches them together
+        // on every replica, so no collective is needed here.
+        if local.is_finite() || collective.is_some_and(|c| c.world_size() > 1) {
+            return Ok(());
+        }
+    }
+    let value = match collective.filter(|c| c.world_size() > 1) {
+        Some(c) => {
+            let t = Tensor::new(&[local as f32], device)?;
+            let mean = c
+                .all_reduce_mean(&[t])
+                .map_err(|e| RlhfError::Data(format!("loss all-reduce failed: {e}")))?;
+            mean[0].to_vec1::<f32>()?[0] as f64
+        }
+        None => local,
+    };
+    if value.is_finite() && value.abs() <= limit {
+        return Ok(());
+    }
+    Err(RlhfError::Diverged { what, value, limit })
 }
 
 /// AdamW (default parameter groups, torch's betas and eps) over a model's named

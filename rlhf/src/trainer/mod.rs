@@ -14,7 +14,7 @@ pub use critic::CriticTrainer;
 pub use experience::{
     build_experience, AdvantageKind, Experience, ExperienceConfig, ExperienceStats,
 };
-pub use grads::{apply_gradients, StepStats};
+pub use grads::{apply_gradients, check_loss, StepStats};
 pub use policy::{PolicyLossConfig, PolicyStats, PolicyTrainer};
 pub use token_batch::TokenBatch;
 

@@ -4,7 +4,7 @@
 //! It computes; it does not schedule. Which minibatch, which learning rate and which replica
 //! are the caller's decisions.
 
-use super::grads::{adamw_over, apply_gradients, StepStats};
+use super::grads::{adamw_over, apply_gradients, check_loss, StepStats};
 use super::{scalar, TokenBatch};
 use crate::losses::{
     entropy_bonus, kl_loss, ppo_policy_loss, sft_loss, truncated_is_weights, KlEstimator, PpoConfig,
@@ -54,6 +54,15 @@ pub struct PolicyTrainer {
     pub model: CausalLm,
     /// Its optimizer.
     pub opt: AdamW,
+    /// Largest SFT loss (mean NLL, nats) a step applies; a larger or non-finite one fails
+    /// with [`crate::RlhfError::Diverged`] before the weights change. Default infinite.
+    pub max_sft_loss: f64,
+    /// Largest |PPO surrogate loss| a minibatch update applies (same rule). Default infinite.
+    pub max_policy_loss: f64,
+    /// Largest |approximate KL| (k1, nats per token) between the rollout-time policy and the
+    /// current one before a minibatch update is applied (same rule): a policy that has
+    /// moved this far in one step has collapsed. Default infinite.
+    pub max_update_kl: f64,
     vars: Vec<Var>,
 }
 
@@ -61,7 +70,14 @@ impl PolicyTrainer {
     /// Wraps `model` with AdamW (default parameter groups: no decay on norms, biases, embeddings).
     pub fn new(model: CausalLm, lr: f64, weight_decay: f64) -> Result<Self> {
         let (opt, vars) = adamw_over(model.vars(), lr, weight_decay)?;
-        Ok(Self { model, opt, vars })
+        Ok(Self {
+            model,
+            opt,
+            max_sft_loss: f64::INFINITY,
+            max_policy_loss: f64::INFINITY,
+            max_update_kl: f64::INFINITY,
+            vars,
+        })
     }
 
     /// Next-token log-probs `[B, T-1]` (nats) of `batch` under the current weights, detached.
@@ -98,6 +114,14 @@ impl PolicyTrainer {
         self.opt.set_lr(lr);
         let (_, lp) = self.logits_and_logprobs(batch)?;
         let (loss, stats) = sft_loss(&lp, &batch.response_mask)?;
+        let device = lp.device().clone();
+        check_loss(
+            "SFT loss",
+            stats.nll,
+            self.max_sft_loss,
+            &device,
+            collective,
+        )?;
         let step = apply_gradients(
             &loss.affine(weight, 0.0)?,
             &self.vars,
@@ -165,6 +189,21 @@ impl PolicyTrainer {
         if cfg.entropy_coef > 0.0 {
             loss = (loss + bonus)?;
         }
+        let device = lp.device().clone();
+        check_loss(
+            "policy loss",
+            ppo.loss,
+            self.max_policy_loss,
+            &device,
+            collective,
+        )?;
+        check_loss(
+            "approx KL to the rollout policy",
+            ppo.approx_kl,
+            self.max_update_kl,
+            &device,
+            collective,
+        )?;
         let step = apply_gradients(
             &loss.affine(weight, 0.0)?,
             &self.vars,

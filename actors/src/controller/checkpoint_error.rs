@@ -1,0 +1,68 @@
+//! Why a checkpoint (or a run folder) cannot be resumed from. Every variant names the
+//! folder or file; all of them are the user's input being unusable (exit code 2 at the CLI).
+
+use std::path::PathBuf;
+
+/// A checkpoint or run folder that cannot be used to resume.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// A file of the checkpoint could not be read.
+    #[error("cannot read {path}: {source}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `state.json` or `checksums.json` is not what oxalign writes.
+    #[error("{path} is malformed: {source}")]
+    BadJson {
+        /// The file.
+        path: PathBuf,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The checkpoint folder was never sealed (the save was interrupted).
+    #[error("{checkpoint} is incomplete: it has no {marker} (the save was interrupted)")]
+    Unsealed {
+        /// The checkpoint folder.
+        checkpoint: PathBuf,
+        /// The file a sealed checkpoint has.
+        marker: &'static str,
+    },
+    /// A file the checkpoint needs is absent (or not listed in its checksums).
+    #[error("{checkpoint} lacks {file}")]
+    MissingFile {
+        /// The checkpoint folder.
+        checkpoint: PathBuf,
+        /// Path relative to the checkpoint folder.
+        file: String,
+    },
+    /// A file's SHA-256 differs from the one recorded when the checkpoint was written.
+    #[error("{checkpoint}: {file} does not match its recorded SHA-256 (the file is corrupt)")]
+    ChecksumMismatch {
+        /// The checkpoint folder.
+        checkpoint: PathBuf,
+        /// Path relative to the checkpoint folder.
+        file: String,
+    },
+    /// The run folder holds no checkpoint folder at all.
+    #[error("{run_dir} holds no checkpoint (expected {run_dir}/checkpoints/step_N/ or sft_N/)")]
+    NoCheckpoint {
+        /// The run folder.
+        run_dir: PathBuf,
+    },
+    /// Every checkpoint of the run folder failed verification.
+    #[error(
+        "{run_dir} holds no valid checkpoint to resume from:\n{}\nstart a new run (--set run.name=NEW) or restore the damaged files",
+        .reasons.iter().map(|r| format!("  {r}")).collect::<Vec<_>>().join("\n")
+    )]
+    NoValidCheckpoint {
+        /// The run folder.
+        run_dir: PathBuf,
+        /// Why each checkpoint was rejected, newest first.
+        reasons: Vec<String>,
+    },
+}

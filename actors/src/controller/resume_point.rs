@@ -1,0 +1,113 @@
+//! Choosing the checkpoint a run resumes from: the newest one that is sealed, holds every
+//! file a resume needs (weights *and* optimizer states) and matches its checksums. Newer
+//! checkpoints that fail are reported (to be warned about) and set aside. It loads nothing
+//! into a model.
+
+use super::checkpoint::{checkpoint_folders, LoopState, Phase, STATE_FILE};
+use super::checkpoint_error::CheckpointError;
+use super::checksums::{self, CHECKSUMS_FILE};
+use std::path::{Path, PathBuf};
+
+/// Sub-folder of `checkpoints/` where rejected checkpoints are moved.
+pub const REJECTED_DIR: &str = "rejected";
+
+/// The checkpoint a run resumes from.
+#[derive(Debug)]
+pub struct ResumePoint {
+    /// The checkpoint folder.
+    pub dir: PathBuf,
+    /// Its loop state.
+    pub state: LoopState,
+    /// Newer checkpoints that failed verification, newest first, with the reason.
+    pub rejected: Vec<(PathBuf, CheckpointError)>,
+}
+
+/// Files (relative to the checkpoint) a resume of a role folder needs.
+fn role_files(role: &str) -> Vec<String> {
+    [
+        "config.json",
+        "model.safetensors",
+        "optimizer/optimizer.json",
+        "optimizer/optimizer.safetensors",
+    ]
+    .iter()
+    .map(|f| format!("{role}/{f}"))
+    .collect()
+}
+
+/// Verifies one checkpoint folder and reads its state. `needs_critic`: the run trains a
+/// critic, so an RL checkpoint must hold one with its optimizer.
+pub fn verify_checkpoint(dir: &Path, needs_critic: bool) -> Result<LoopState, CheckpointError> {
+    for marker in [STATE_FILE, CHECKSUMS_FILE] {
+        if !dir.join(marker).is_file() {
+            return Err(CheckpointError::Unsealed {
+                checkpoint: dir.to_path_buf(),
+                marker,
+            });
+        }
+    }
+    let path = dir.join(STATE_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|source| CheckpointError::Unreadable {
+        path: path.clone(),
+        source,
+    })?;
+    let state: LoopState =
+        serde_json::from_str(&text).map_err(|source| CheckpointError::BadJson { path, source })?;
+    let mut required = role_files("policy");
+    if needs_critic && state.phase == Phase::Rl {
+        required.extend(role_files("critic"));
+    }
+    checksums::verify(dir, &required)?;
+    Ok(state)
+}
+
+/// The newest valid checkpoint of `run_dir`. Fails when the run has no checkpoint folder,
+/// or when every one is rejected (each reason listed).
+pub fn find_resume_point(
+    run_dir: &Path,
+    needs_critic: bool,
+) -> Result<ResumePoint, CheckpointError> {
+    let folders = checkpoint_folders(run_dir);
+    if folders.is_empty() {
+        return Err(CheckpointError::NoCheckpoint {
+            run_dir: run_dir.to_path_buf(),
+        });
+    }
+    let mut rejected = Vec::new();
+    for dir in folders {
+        match verify_checkpoint(&dir, needs_critic) {
+            Ok(state) => {
+                return Ok(ResumePoint {
+                    dir,
+                    state,
+                    rejected,
+                })
+            }
+            Err(e) => rejected.push((dir, e)),
+        }
+    }
+    Err(CheckpointError::NoValidCheckpoint {
+        run_dir: run_dir.to_path_buf(),
+        reasons: rejected.iter().map(|(_, e)| e.to_string()).collect(),
+    })
+}
+
+/// Moves rejected checkpoints to `checkpoints/rejected/`, where they are kept for
+/// inspection but never resumed from or pruned; returns their new paths.
+pub fn set_aside(rejected: &[(PathBuf, CheckpointError)]) -> std::io::Result<Vec<PathBuf>> {
+    let mut moved = Vec::new();
+    for (dir, _) in rejected {
+        let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+            continue;
+        };
+        let target_dir = parent.join(REJECTED_DIR);
+        std::fs::create_dir_all(&target_dir)?;
+        let target = target_dir.join(name);
+        if target.exists() {
+            std::fs::remove_dir_all(&target)?;
+        }
+        std::fs::rename(dir, &target)?;
+        moved.push(target);
+    }
+    Ok(moved)
+}

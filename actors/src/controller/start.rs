@@ -1,0 +1,107 @@
+//! Getting the roles to the start of an RL step: either through SFT (a fresh run, or one
+//! resumed from an SFT checkpoint), ending with the frozen reference, the held-out
+//! evaluation and the RL-start checkpoint `step_000000`; or straight from an RL checkpoint.
+
+use super::checkpoint::{LoopState, Phase};
+use super::saving::{
+    copy_tokenizer, load_critic_optimizer, load_policy_optimizer, save_checkpoint,
+};
+use super::setup::{self, RoleSources, Roles};
+use super::{evaluate, sft, Ctx};
+use crate::executor::ExecutorPool;
+use crate::recipe::Algorithm;
+use crate::roles::{ask, PolicyMsg};
+use oxalign_rlhf::data::PromptSource;
+use std::path::{Path, PathBuf};
+
+/// Seconds of wall time of this run before the current process, and when it started.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WallClock {
+    /// Seconds spent before this process (from the checkpoint resumed).
+    pub prior: f64,
+    /// When this process started.
+    pub started: std::time::Instant,
+}
+
+impl WallClock {
+    /// Wall seconds of the run so far, across resumes.
+    pub fn now(&self) -> f64 {
+        self.prior + self.started.elapsed().as_secs_f64()
+    }
+}
+
+/// Runs (the rest of) SFT from `state`, freezes the reference, evaluates, spawns the other
+/// roles and writes the RL-start checkpoint. `from`: the SFT checkpoint resumed, if any.
+pub(crate) async fn through_sft(
+    ctx: &Ctx<'_>,
+    pool: &ExecutorPool,
+    data: &dyn PromptSource,
+    state: &mut LoopState,
+    from: Option<&Path>,
+    clock: WallClock,
+) -> Result<Roles, String> {
+    let r = ctx.recipe;
+    let reference_dir = ctx.run_dir.join("reference");
+    let weights = from.map_or_else(|| ctx.policy_dir.to_path_buf(), |c| c.join("policy"));
+    let mut policy = setup::spawn_policy(r, &weights, ctx.monitor, pool).await?;
+    if let Some(ckpt) = from {
+        load_policy_optimizer(&policy, ckpt.join("policy")).await?;
+    } else if r.sft.steps > 0 {
+        let a = evaluate::accuracy(ctx, &policy, data.eval_items(), "eval init").await?;
+        state.accuracy_init = Some(a.greedy);
+    }
+    if r.sft.steps > 0 {
+        sft::run_sft(ctx, &policy, data, state, clock).await?;
+    }
+    // The frozen reference is the policy as RL starts.
+    ask("policy", &policy, |reply| PolicyMsg::Save {
+        dir: reference_dir.clone(),
+        optimizer: false,
+        reply,
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    copy_tokenizer(ctx.policy_dir, &reference_dir)?;
+    if r.sft.steps > 0 {
+        // RL starts from the SFT weights with a fresh optimizer (no SFT moments).
+        policy
+            .stop_and_wait(None, None)
+            .await
+            .map_err(|e| e.to_string())?;
+        policy = setup::spawn_policy(r, &reference_dir, ctx.monitor, pool).await?;
+    }
+    // Evaluated through the engine that RL starts with.
+    let a = evaluate::accuracy(ctx, &policy, data.eval_items(), "eval sft").await?;
+    state.accuracy_sft = Some(a.greedy);
+    state.sampled_accuracy_sft = Some(a.sampled);
+    state.phase = Phase::Rl;
+    state.step = 0;
+    let sources = RoleSources {
+        reference: reference_dir,
+        critic: r.model.critic_path.as_ref().map(PathBuf::from),
+    };
+    let roles = setup::spawn_others(r, &sources, policy, ctx.monitor, pool).await?;
+    state.wall_seconds = clock.now();
+    save_checkpoint(ctx, &roles.policy, roles.critic.as_ref(), state).await?;
+    Ok(roles)
+}
+
+/// Spawns every role from the RL checkpoint `ckpt`, optimizer states included.
+pub(crate) async fn from_rl_checkpoint(
+    ctx: &Ctx<'_>,
+    pool: &ExecutorPool,
+    ckpt: &Path,
+) -> Result<Roles, String> {
+    let r = ctx.recipe;
+    let policy = setup::spawn_policy(r, &ckpt.join("policy"), ctx.monitor, pool).await?;
+    load_policy_optimizer(&policy, ckpt.join("policy")).await?;
+    let sources = RoleSources {
+        reference: ctx.run_dir.join("reference"),
+        critic: (r.rl.algorithm == Algorithm::Ppo).then(|| ckpt.join("critic")),
+    };
+    let roles = setup::spawn_others(r, &sources, policy, ctx.monitor, pool).await?;
+    if let Some(critic) = &roles.critic {
+        load_critic_optimizer(critic, ckpt.join("critic")).await?;
+    }
+    Ok(roles)
+}

@@ -1,0 +1,78 @@
+//! How `oxalign train` claims its run folder before anything runs: a fresh start never
+//! appends to an old run, and `--resume` picks the newest checkpoint that verifies, checks
+//! that the recipe still computes the same run, and rewinds the logs to the checkpoint.
+//! Every refusal is a user error (exit code 2) naming the folder, file or key.
+
+use std::path::{Path, PathBuf};
+
+use oxalign_actors::controller::find_resume_point;
+use oxalign_actors::controller::resume_point::set_aside;
+use oxalign_actors::controller::run_folder::{prepare_fresh, rewind_logs};
+use oxalign_actors::monitor::files;
+use oxalign_actors::recipe::{check_resume, Algorithm, Recipe};
+
+use crate::user_error::IntoUserError;
+
+/// Prepares `run_dir` for a fresh start: refused over checkpoints; an earlier run that never
+/// reached a checkpoint is cleared (and said so on stderr).
+pub fn claim_fresh(run_dir: &Path) -> anyhow::Result<()> {
+    let removed = prepare_fresh(run_dir).user_err("")?;
+    if !removed.is_empty() {
+        eprintln!(
+            "note: {} held an earlier run without checkpoints (nothing to resume); starting it over (removed {})",
+            run_dir.display(),
+            removed
+                .iter()
+                .filter_map(|p| p.file_name())
+                .map(|n| n.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Chooses the checkpoint `--resume dir` continues from and prepares the folder; returns the
+/// checkpoint folder.
+pub fn claim_resume(
+    dir: &Path,
+    recipe: &Recipe,
+    allow_change: &[String],
+    quiet: bool,
+) -> anyhow::Result<PathBuf> {
+    let context = format!("--resume {}", dir.display());
+    let stored = dir.join(files::RECIPE);
+    match Recipe::load(&stored, &[]) {
+        Ok(old) => check_resume(&old, recipe, &stored, allow_change).user_err("")?,
+        Err(e) if stored.exists() => return Err(e).user_err(&context),
+        Err(_) => eprintln!(
+            "warning: {} is missing; cannot check that the recipe matches the run",
+            stored.display()
+        ),
+    }
+    let needs_critic = recipe.rl.algorithm == Algorithm::Ppo;
+    let point = find_resume_point(dir, needs_critic).user_err(&context)?;
+    if !point.rejected.is_empty() {
+        let moved = set_aside(&point.rejected).user_err(&context)?;
+        for ((_, why), to) in point.rejected.iter().zip(&moved) {
+            eprintln!(
+                "warning: skipping a damaged checkpoint: {why} (moved to {})",
+                to.display()
+            );
+        }
+        eprintln!(
+            "warning: resuming from the newest valid checkpoint, {}",
+            point.dir.display()
+        );
+    }
+    let rewound = rewind_logs(dir, &point.state).user_err(&context)?;
+    if !quiet && rewound.metrics_dropped + rewound.partial_dropped > 0 {
+        eprintln!(
+            "note: {}: dropped {} metrics line(s) after the checkpoint and {} partly written line(s)",
+            dir.display(),
+            rewound.metrics_dropped,
+            rewound.partial_dropped
+        );
+    }
+    Ok(point.dir)
+}

@@ -1,0 +1,326 @@
+//! A run folder that never lies: kills emulated at several points (during SFT, at the start
+//! of RL, mid-RL with a half-written metrics line) resume to exactly the uninterrupted run's
+//! `metrics.jsonl` and `summary.json`; damaged checkpoints fall back or fail with exit 2; a
+//! fresh start never appends to an old run; a resume refuses a recipe that changed.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Tiny and short: 6 SFT steps (checkpointed every 2), 3 RL steps (checkpointed each). Six
+/// SFT steps earn no reward yet, so a wrong answer costs -0.5 and advantages are not
+/// whitened: every step then has non-zero policy and critic gradients, and the compared
+/// metrics (KL, entropy, losses, gradient norm) depend on the exact weights and optimizer
+/// states a resume restores.
+const RECIPE: &str = r#"
+[run]
+name = "r"
+seed = 5
+steps = 3
+checkpoint_every = 1
+keep_checkpoints = 20
+
+[model]
+init_family = "llama"
+init_preset = "tiny"
+
+[data]
+max_operand = 9
+eval_size = 8
+
+[sft]
+steps = 6
+batch_size = 16
+lr = 3e-3
+warmup_steps = 2
+checkpoint_every = 2
+
+[rl]
+prompts_per_step = 16
+minibatch_size = 8
+ppo_epochs = 1
+lr = 3e-4
+critic_lr = 1e-3
+kl_coef = 0.02
+whiten_advantages = false
+max_new_tokens = 3
+
+[reward]
+incorrect = -0.5
+"#;
+
+fn oxalign(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_oxalign"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run oxalign")
+}
+
+fn train_ok(dir: &Path, extra: &[&str]) -> String {
+    let mut args = vec!["train", "r.toml", "--quiet"];
+    args.extend_from_slice(extra);
+    let out = oxalign(dir, &args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "oxalign {args:?} failed:\n{}\n{err}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    err
+}
+
+fn train_fails(dir: &Path, extra: &[&str], code: i32) -> String {
+    let mut args = vec!["train", "r.toml", "--quiet"];
+    args.extend_from_slice(extra);
+    let out = oxalign(dir, &args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "oxalign {args:?}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+fn run_dir(dir: &Path) -> PathBuf {
+    dir.join("runs/r")
+}
+
+fn metrics(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run_dir(dir).join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("whole JSON lines only"))
+        .collect()
+}
+
+fn summary(dir: &Path) -> Value {
+    let text = std::fs::read_to_string(run_dir(dir).join("summary.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Metrics that must repeat exactly; timings and throughput are left out.
+const EXACT: &[&str] = &[
+    "step",
+    "reward_mean",
+    "accuracy",
+    "kl",
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "grad_norm",
+    "adv_mean",
+    "data_position",
+    "policy_version",
+];
+
+/// Summary fields that must repeat exactly (wall time and paths are left out).
+const SUMMARY: &[&str] = &[
+    "steps",
+    "accuracy_init",
+    "accuracy_sft",
+    "accuracy_final",
+    "sampled_accuracy_sft",
+    "sampled_accuracy_final",
+    "reward_first",
+    "reward_last",
+];
+
+fn assert_same_run(full: &Path, resumed: &Path, label: &str) {
+    let (a, b) = (metrics(full), metrics(resumed));
+    assert_eq!(a.len(), b.len(), "{label}: each step exactly once");
+    for (x, y) in a.iter().zip(&b) {
+        for k in EXACT {
+            assert_eq!(x[k], y[k], "{label}: step {}: {k} differs", x["step"]);
+        }
+    }
+    let (s, t) = (summary(full), summary(resumed));
+    for k in SUMMARY {
+        assert_eq!(s[k], t[k], "{label}: summary.json {k} differs");
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+/// A copy of the finished run `full` as a kill right after checkpoint `keep` would have
+/// left it: newer checkpoints gone, metrics of `metrics_steps` RL steps (some after the
+/// checkpoint) plus a half-written line, no summary; during SFT also no reference.
+fn killed_copy(full: &Path, keep: &str, metrics_steps: usize) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.toml"), RECIPE).unwrap();
+    let run = run_dir(dir.path());
+    copy_tree(&run_dir(full), &run);
+    let order = |n: &str| (n.starts_with("step_"), n.to_string());
+    for e in std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if order(&name) > order(keep) {
+            std::fs::remove_dir_all(e.path()).unwrap();
+        }
+    }
+    let lines: Vec<String> = metrics(full)
+        .iter()
+        .take(metrics_steps)
+        .map(|m| format!("{m}\n"))
+        .collect();
+    let text = lines.concat() + "{\"step\": 9, \"reward_me";
+    std::fs::write(run.join("metrics.jsonl"), text).unwrap();
+    std::fs::remove_file(run.join("summary.json")).unwrap();
+    if keep.starts_with("sft_") {
+        std::fs::remove_dir_all(run.join("reference")).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn kills_at_any_point_resume_to_the_uninterrupted_run() {
+    let full = tempfile::tempdir().unwrap();
+    std::fs::write(full.path().join("r.toml"), RECIPE).unwrap();
+    train_ok(full.path(), &[]);
+    assert_eq!(metrics(full.path()).len(), 3);
+    let ckpts = run_dir(full.path()).join("checkpoints");
+    for name in ["sft_000002", "sft_000004", "step_000000", "step_000003"] {
+        let d = ckpts.join(name);
+        assert!(
+            d.join("checksums.json").is_file(),
+            "{} missing",
+            d.display()
+        );
+    }
+
+    // During SFT, at the start of RL, and mid-RL with metrics past the checkpoint.
+    for (keep, metrics_steps) in [("sft_000004", 0), ("step_000000", 0), ("step_000001", 2)] {
+        let killed = killed_copy(full.path(), keep, metrics_steps);
+        train_ok(killed.path(), &["--resume", "runs/r"]);
+        assert_same_run(full.path(), killed.path(), keep);
+    }
+
+    // Several resumes in a row: 1 step, then 2, then 3.
+    let split = tempfile::tempdir().unwrap();
+    std::fs::write(split.path().join("r.toml"), RECIPE).unwrap();
+    train_ok(split.path(), &["--set", "run.steps=1"]);
+    let allow = ["--resume", "runs/r", "--allow-change", "run.steps"];
+    train_ok(
+        split.path(),
+        &[&allow[..], &["--set", "run.steps=2"]].concat(),
+    );
+    train_ok(split.path(), &allow);
+    assert_same_run(full.path(), split.path(), "three processes");
+
+    // A fresh start over this run is refused; a resume that changes what the run
+    // computes is refused, naming the keys.
+    let err = train_fails(split.path(), &[], 2);
+    assert!(err.contains("runs/r") && err.contains("--resume"), "{err}");
+    let err = train_fails(
+        split.path(),
+        &[
+            "--resume",
+            "runs/r",
+            "--set",
+            "rl.lr=1e-3",
+            "--set",
+            "run.seed=6",
+        ],
+        2,
+    );
+    assert!(err.contains("rl.lr") && err.contains("run.seed"), "{err}");
+    let err = train_fails(
+        split.path(),
+        &["--resume", "runs/r", "--set", "run.steps=5"],
+        2,
+    );
+    assert!(err.contains("--allow-change run.steps"), "{err}");
+    let err = train_fails(
+        split.path(),
+        &["--resume", "runs/r", "--allow-change", "rl.lr"],
+        2,
+    );
+    assert!(err.contains("rl.lr"), "{err}");
+    let recipe = std::fs::read_to_string(run_dir(split.path()).join("recipe.toml")).unwrap();
+    assert!(
+        recipe.contains("steps = 3"),
+        "recipe.toml was overwritten: {recipe}"
+    );
+
+    damaged_checkpoints_fall_back_or_fail(full.path());
+}
+
+/// Flips one byte in the middle of `file`.
+fn flip_byte(file: &Path) {
+    let mut bytes = std::fs::read(file).unwrap();
+    let i = bytes.len() / 2;
+    bytes[i] ^= 0x40;
+    std::fs::write(file, bytes).unwrap();
+}
+
+fn damaged_checkpoints_fall_back_or_fail(full: &Path) {
+    // The newest checkpoint's policy weights are corrupt: resume from the one before.
+    let killed = killed_copy(full, "step_000003", 3);
+    let ckpts = run_dir(killed.path()).join("checkpoints");
+    flip_byte(&ckpts.join("step_000003/policy/model.safetensors"));
+    let err = train_ok(killed.path(), &["--resume", "runs/r"]);
+    assert!(
+        err.contains("warning") && err.contains("step_000003") && err.contains("SHA-256"),
+        "{err}"
+    );
+    assert!(err.contains("step_000002"), "{err}");
+    assert_same_run(full, killed.path(), "fallback from a corrupt checkpoint");
+
+    // A missing critic optimizer state is a damaged checkpoint, never a fresh optimizer.
+    let killed = killed_copy(full, "step_000003", 3);
+    let ckpts = run_dir(killed.path()).join("checkpoints");
+    std::fs::remove_file(ckpts.join("step_000003/critic/optimizer/optimizer.safetensors")).unwrap();
+    let err = train_ok(killed.path(), &["--resume", "runs/r"]);
+    assert!(
+        err.contains("critic/optimizer/optimizer.safetensors"),
+        "{err}"
+    );
+    assert_same_run(
+        full,
+        killed.path(),
+        "fallback from a missing optimizer state",
+    );
+
+    // No valid checkpoint at all: exit 2, and no advice to resume the same folder again.
+    let killed = killed_copy(full, "step_000001", 1);
+    let ckpts = run_dir(killed.path()).join("checkpoints");
+    for e in std::fs::read_dir(&ckpts).unwrap().flatten() {
+        if e.path().join("policy/model.safetensors").is_file() {
+            flip_byte(&e.path().join("policy/model.safetensors"));
+        }
+    }
+    let err = train_fails(killed.path(), &["--resume", "runs/r"], 2);
+    assert!(err.contains("no valid checkpoint"), "{err}");
+    assert!(!err.contains("continue with"), "{err}");
+}
+
+#[test]
+fn a_fresh_start_without_checkpoints_replaces_the_old_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = RECIPE
+        .replace("steps = 6", "steps = 0")
+        .replace("steps = 3", "steps = 1");
+    std::fs::write(dir.path().join("r.toml"), recipe).unwrap();
+    let run = run_dir(dir.path());
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(
+        run.join("metrics.jsonl"),
+        "{\"step\": 1, \"old\": true}\n{\"st",
+    )
+    .unwrap();
+    let err = train_ok(dir.path(), &[]);
+    assert!(err.contains("starting it over"), "{err}");
+    let m = metrics(dir.path());
+    assert_eq!(m.len(), 1);
+    assert!(m[0].get("old").is_none(), "old run's line kept: {m:?}");
+}
