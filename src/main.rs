@@ -11,7 +11,7 @@ mod user_error;
 
 use clap::{Parser, Subcommand};
 
-/// RLHF training system: SFT, reward models, PPO/GRPO/RLOO/REINFORCE++ and DPO in one binary.
+/// RLHF training system: SFT warm-up, then PPO/GRPO/RLOO/REINFORCE++ with an inference engine in the loop.
 #[derive(Debug, Parser)]
 #[command(name = "oxalign", version, about, propagate_version = true)]
 struct Cli {

@@ -1,6 +1,6 @@
 //! oxalign-models: HF-compatible decoder models (Llama, Qwen2, Mistral) with LM, value and
 //! reward heads; safetensors + `config.json` load/save; tokenizers and chat templates.
-//! It knows nothing about PPO or other training algorithms (see ../shared DESIGN.md).
+//! It knows nothing about PPO or other training algorithms (see docs/ARCHITECTURE.md).
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
