@@ -1,4 +1,4 @@
-//! `oxalign bench train` and `oxalign bench matmul` on a tiny random model: each prints one
+//! `oxalign bench train`, `matmul` and `rl-step` on a tiny random model: each prints one
 //! JSON line whose measurements are positive and finite. No timing thresholds are asserted.
 
 use std::path::Path;
@@ -126,4 +126,46 @@ fn bench_train_rejects_a_missing_model_folder() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("/nonexistent/oxalign-model"), "{stderr}");
+}
+
+#[test]
+fn bench_rl_step_times_every_phase_of_real_grpo_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let prompts = dir.path().join("prompts.jsonl");
+    let lines: String = (0..8)
+        .map(|i| format!("{{\"prompt\": \"{i}+1=\", \"answer\": \"{}\"}}\n", i + 1))
+        .collect();
+    std::fs::write(&prompts, lines).unwrap();
+    let v = one_json_line(&ok(&[
+        "bench",
+        "rl-step",
+        "--model",
+        &model,
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "--prompts-per-step",
+        "2",
+        "--samples",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+    ]));
+    assert_eq!(v["bench"], "rl-step");
+    assert_eq!(v["steps"], 2, "two timed steps after the warm-up: {v}");
+    for phase in ["step", "generate", "score", "train", "refit"] {
+        positive(&v, &format!("/{phase}_seconds/median"));
+    }
+    let step = positive(&v, "/step_seconds/median");
+    let parts: f64 = ["generate", "score", "train", "refit"]
+        .iter()
+        .map(|p| v[format!("{p}_seconds")]["median"].as_f64().unwrap())
+        .sum();
+    assert!(parts <= step * 1.5, "phases {parts} s exceed the step {step} s: {v}");
+    let tokens = positive(&v, "/completion_tokens/median");
+    assert!(tokens <= 2.0 * 2.0 * 4.0, "at most 16 completion tokens per step: {v}");
 }
