@@ -165,7 +165,13 @@ fn bench_rl_step_times_every_phase_of_real_grpo_steps() {
         .iter()
         .map(|p| v[format!("{p}_seconds")]["median"].as_f64().unwrap())
         .sum();
-    assert!(parts <= step * 1.5, "phases {parts} s exceed the step {step} s: {v}");
+    assert!(
+        parts <= step * 1.5,
+        "phases {parts} s exceed the step {step} s: {v}"
+    );
     let tokens = positive(&v, "/completion_tokens/median");
-    assert!(tokens <= 2.0 * 2.0 * 4.0, "at most 16 completion tokens per step: {v}");
+    assert!(
+        tokens <= 2.0 * 2.0 * 4.0,
+        "at most 16 completion tokens per step: {v}"
+    );
 }
