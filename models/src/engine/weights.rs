@@ -32,17 +32,13 @@ impl Linear {
     fn new(w: Tensor, b: Option<Tensor>, quant: QuantMode) -> EngineResult<Linear> {
         let dtype = match quant {
             QuantMode::None if w.device().is_cpu() => {
-                let (out_dim, in_dim) = w.dims2()?;
-                let host = w.flatten_all()?.to_vec1::<f32>()?;
-                let bias = b.map(|b| b.to_vec1::<f32>()).transpose()?;
+                let (host, out_dim, in_dim, bias) = host_linear(&w, b.as_ref())?;
                 let p = PackedF32Weight::pack(&host, out_dim, in_dim);
                 return Ok(Linear::Packed(Arc::new(p), bias));
             }
             QuantMode::None => return Ok(Linear::Dense(w, b)),
             QuantMode::Int8 if w.device().is_cpu() => {
-                let (out_dim, in_dim) = w.dims2()?;
-                let host = w.flatten_all()?.to_vec1::<f32>()?;
-                let bias = b.map(|b| b.to_vec1::<f32>()).transpose()?;
+                let (host, out_dim, in_dim, bias) = host_linear(&w, b.as_ref())?;
                 let q = Int8Weight::quantize(&host, out_dim, in_dim);
                 return Ok(Linear::Int8(Arc::new(q), bias));
             }
@@ -158,6 +154,16 @@ pub(crate) struct EngineWeights {
     pub lm_head: Linear,
     pub eps: f64,
     pub intermediate: usize,
+}
+
+/// A linear layer's weight `[out, in]` as a host row-major vector with its shape, and its
+/// bias on the host.
+type HostLinear = (Vec<f32>, usize, usize, Option<Vec<f32>>);
+
+fn host_linear(w: &Tensor, b: Option<&Tensor>) -> candle_core::Result<HostLinear> {
+    let (out_dim, in_dim) = w.dims2()?;
+    let bias = b.map(host).transpose()?;
+    Ok((host(w)?, out_dim, in_dim, bias))
 }
 
 /// A tensor's values as a host f32 vector (row-major).
