@@ -199,9 +199,3 @@ pub fn argmax(logits: &[f32]) -> usize {
     }
     logits.iter().position(|&v| v == max).unwrap_or(0)
 }
-
-/// `log_softmax(logits)[index]` in nats, with the arithmetic of the trainer's
-/// `token_logprobs` kernel (f32, stable around the maximum).
-pub fn log_softmax_at(logits: &[f32], index: usize) -> f32 {
-    rows::token_logprob(logits, index)
-}

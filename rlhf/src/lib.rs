@@ -1,6 +1,6 @@
 //! oxalign-rlhf: the RLHF math of oxalign — advantage estimators, losses, KL control and the
 //! optimizer. All tensor functions take candle tensors in `[batch, seq]` layout with a response
-//! mask (non-zero = response token); see /work/shared DESIGN.md for what the crate owns.
+//! mask (non-zero = response token); see docs/ARCHITECTURE.md for what the crate owns.
 
 pub mod advantages;
 pub mod data;

@@ -2,7 +2,7 @@
 //! greedy (the policy's single best answer) and sampled (the mean over several samples at
 //! the rollout temperature, the quantity RL optimises).
 
-use super::lengths::check_context;
+use super::lengths::encode_rollout_prompt;
 use super::Ctx;
 use crate::roles::{ask, PolicyMsg};
 use oxalign_models::{GenerationRequest, SamplingParams};
@@ -37,18 +37,9 @@ pub(crate) async fn accuracy(
     let rl = &ctx.recipe.rl;
     let mut requests = Vec::with_capacity(items.len() * (1 + SAMPLES));
     for (i, it) in items.iter().enumerate() {
-        let prompt = ctx
-            .tok
-            .encode(&it.prompt, true)
-            .map_err(|e| e.to_string())?;
-        let what = format!("{label}, held-out prompt {:?}", it.prompt);
-        check_context(
-            ctx,
-            &what,
-            prompt.len(),
-            rl.max_new_tokens,
-            "rl.max_new_tokens",
-        )?;
+        let prompt = encode_rollout_prompt(ctx, &it.prompt, || {
+            format!("{label}, held-out prompt {:?}", it.prompt)
+        })?;
         let mut r = GenerationRequest::new(prompt, rl.max_new_tokens);
         r.sampling = SamplingParams::greedy();
         requests.push(r.clone());

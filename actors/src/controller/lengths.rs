@@ -22,3 +22,19 @@ pub(crate) fn check_context(
         ctx.context
     ))
 }
+
+/// Encodes a prompt to generate from (special tokens added) and refuses it when it plus
+/// `rl.max_new_tokens` would not fit the policy's context. `what` names the prompt in the
+/// error (built only on failure).
+pub(crate) fn encode_rollout_prompt(
+    ctx: &Ctx<'_>,
+    text: &str,
+    what: impl FnOnce() -> String,
+) -> Result<Vec<u32>, String> {
+    let prompt = ctx.tok.encode(text, true).map_err(|e| e.to_string())?;
+    let max_new = ctx.recipe.rl.max_new_tokens;
+    if prompt.len() + max_new > ctx.context {
+        check_context(ctx, &what(), prompt.len(), max_new, "rl.max_new_tokens")?;
+    }
+    Ok(prompt)
+}

@@ -3,7 +3,7 @@
 //! metrics to the monitor and a row of the live table.
 
 use super::divergence::{check_rollout, DivergenceError};
-use super::lengths::check_context;
+use super::lengths::encode_rollout_prompt;
 use super::setup::Roles;
 use super::{Ctx, LoopState};
 use crate::monitor::{metric, StepMetrics};
@@ -69,13 +69,7 @@ fn place_response_values(
     values: &[Vec<f32>],
     device: &Device,
 ) -> candle_core::Result<Tensor> {
-    let t = seqs
-        .pairs
-        .iter()
-        .map(|(p, r)| p.len() + r.len())
-        .max()
-        .unwrap_or(2)
-        .max(2);
+    let t = seqs.padded_len();
     let mut out = vec![0f32; seqs.len() * (t - 1)];
     for (row, ((p, _), v)) in seqs.pairs.iter().zip(values).enumerate() {
         for (j, x) in v.iter().enumerate() {
@@ -108,15 +102,9 @@ pub(crate) async fn run_step(
     let mut requests = Vec::new();
     let mut answers = Vec::new();
     for it in &items {
-        let prompt = ctx.tok.encode(&it.prompt, true).map_err(err)?;
-        let what = format!("RL step {step}, prompt {:?}", it.prompt);
-        check_context(
-            ctx,
-            &what,
-            prompt.len(),
-            rl.max_new_tokens,
-            "rl.max_new_tokens",
-        )?;
+        let prompt = encode_rollout_prompt(ctx, &it.prompt, || {
+            format!("RL step {step}, prompt {:?}", it.prompt)
+        })?;
         for _ in 0..rl.samples_per_prompt {
             let mut q = GenerationRequest::new(prompt.clone(), rl.max_new_tokens);
             q.sampling = SamplingParams {

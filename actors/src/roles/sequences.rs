@@ -25,6 +25,17 @@ impl Sequences {
         self.pairs.is_empty()
     }
 
+    /// `T` of the packed batch: the longest prompt + response, at least 2 (so next-token
+    /// arrays `[B, T-1]` are never empty), as [`TokenBatch::new`] pads.
+    pub fn padded_len(&self) -> usize {
+        self.pairs
+            .iter()
+            .map(|(p, r)| p.len() + r.len())
+            .max()
+            .unwrap_or(0)
+            .max(2)
+    }
+
     /// Packs all rows on `device`.
     pub fn batch(&self, device: &candle_core::Device) -> Result<TokenBatch, String> {
         let refs: Vec<(&[u32], &[u32])> = self
@@ -58,13 +69,7 @@ impl Sequences {
         range: Range<usize>,
         device: &candle_core::Device,
     ) -> Result<candle_core::Tensor, String> {
-        let t = self
-            .pairs
-            .iter()
-            .map(|(p, r)| p.len() + r.len())
-            .max()
-            .unwrap_or(0)
-            .max(2);
+        let t = self.padded_len();
         let seqs: Vec<Vec<u32>> = self.pairs[range]
             .iter()
             .map(|(p, r)| p.iter().chain(r).copied().collect())

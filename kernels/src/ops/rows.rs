@@ -15,12 +15,6 @@ pub fn token_logprob(row: &[f32], index: usize) -> f32 {
     row[index] - row_logsumexp(row)
 }
 
-/// `ln sum_v e^row[v]` in f32, stable around the maximum (`-inf` for an empty row).
-#[inline]
-pub fn logsumexp(row: &[f32]) -> f32 {
-    row_logsumexp(row)
-}
-
 /// Largest value of `row`, NaNs skipped (`-inf` when none is left).
 #[inline]
 pub fn max(row: &[f32]) -> f32 {

@@ -59,37 +59,10 @@ impl Linear {
         Ok(Linear::Quant(q, b))
     }
 
-    /// `x`: `[T, in]` f32 -> `[T, out]`.
-    pub(crate) fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        match self {
-            Linear::Dense(w, b) => crate::layers::linear(x, w, b.as_ref()),
-            Linear::Quant(q, b) => {
-                let y = q.forward(x)?;
-                match b {
-                    Some(b) => y.broadcast_add(b),
-                    None => Ok(y),
-                }
-            }
-            Linear::Packed(p, b) => {
-                let (rows, _) = x.dims2()?;
-                let host = x.flatten_all()?.to_vec1::<f32>()?;
-                let mut out = vec![0f32; rows * p.out_dim()];
-                p.matmul(&host, rows, b.as_deref(), &mut out);
-                Tensor::from_vec(out, (rows, p.out_dim()), x.device())
-            }
-            Linear::Int8(q, b) => {
-                let (rows, _) = x.dims2()?;
-                let host = x.flatten_all()?.to_vec1::<f32>()?;
-                let mut out = vec![0f32; rows * q.out_dim()];
-                q.matmul(&host, rows, b.as_deref(), &mut out);
-                Tensor::from_vec(out, (rows, q.out_dim()), x.device())
-            }
-        }
-    }
-
     /// `x`: host `[rows, in]` f32 -> host `[rows, out]`. The packed and int8 weights run
     /// their host kernels directly; tensor weights go through candle on their device.
     pub(crate) fn forward_host(&self, x: &[f32], rows: usize) -> candle_core::Result<Vec<f32>> {
+        let in_dim = x.len() / rows.max(1);
         match self {
             Linear::Packed(p, b) => {
                 let mut out = vec![0f32; rows * p.out_dim()];
@@ -101,16 +74,20 @@ impl Linear {
                 q.matmul(x, rows, b.as_deref(), &mut out);
                 Ok(out)
             }
-            Linear::Dense(w, _) | Linear::Quant(QMatMul::Tensor(w), _) => {
-                let xt = Tensor::from_slice(x, (rows, x.len() / rows.max(1)), w.device())?;
-                self.forward(&xt)?
-                    .flatten_all()?
-                    .to_device(&Device::Cpu)?
-                    .to_vec1::<f32>()
+            Linear::Dense(w, b) => {
+                let xt = Tensor::from_slice(x, (rows, in_dim), w.device())?;
+                host(&crate::layers::linear(&xt, w, b.as_ref())?)
             }
-            Linear::Quant(_, _) => {
-                let xt = Tensor::from_slice(x, (rows, x.len() / rows.max(1)), &Device::Cpu)?;
-                self.forward(&xt)?.flatten_all()?.to_vec1::<f32>()
+            Linear::Quant(q, b) => {
+                let device = match q {
+                    QMatMul::QTensor(t) => t.device(),
+                    QMatMul::Tensor(w) | QMatMul::TensorF16(w) => w.device().clone(),
+                };
+                let y = q.forward(&Tensor::from_slice(x, (rows, in_dim), &device)?)?;
+                match b {
+                    Some(b) => host(&y.broadcast_add(b)?),
+                    None => host(&y),
+                }
             }
         }
     }
