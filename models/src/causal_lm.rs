@@ -7,10 +7,11 @@ use crate::config::ModelConfig;
 use crate::decoder::Decoder;
 use crate::error::Result;
 use crate::kv_cache::KvCache;
-use crate::layers::{linear, token_logprobs};
+use crate::layers::linear;
 use crate::param_spec::{causal_lm_specs, init_tensors};
 use crate::param_store::ParamStore;
 use candle_core::{DType, Device, Tensor, Var};
+use oxalign_kernels::ops::{lm_head_logprobs, HeadOutputs};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -183,21 +184,48 @@ impl CausalLm {
 
     /// Log-prob (nats) of each next token: `[B, T]` ids -> `[B, T-1]` where entry `t` is
     /// `log p(ids[t+1] | ids[..=t])` at temperature 1. Differentiable; pad entries are
-    /// meaningless (mask them with `attention_mask[:, 1:]`).
+    /// meaningless (mask them with `attention_mask[:, 1:]`). Uses the fused head, so the
+    /// `[B, T, V]` logits are never built.
     pub fn next_token_logprobs(
         &self,
         input_ids: &Tensor,
         attention_mask: Option<&Tensor>,
     ) -> candle_core::Result<Tensor> {
+        Ok(self
+            .next_token_outputs(input_ids, attention_mask, 1.0)?
+            .logprobs)
+    }
+
+    /// Log-prob of each next token and the entropy of each next-token distribution, both
+    /// `[B, T-1]` in nats, under `softmax(logits / temperature)`, from the fused LM head
+    /// ([`oxalign_kernels::ops::lm_head_logprobs`]): the `[B, T, V]` logits and their
+    /// gradient are never materialised. Differentiable in every weight; pad entries are
+    /// meaningless (mask them with `attention_mask[:, 1:]`).
+    pub fn next_token_outputs(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        temperature: f64,
+    ) -> candle_core::Result<HeadOutputs> {
         let t = input_ids.dim(1)?;
         if t < 2 {
             candle_core::bail!("next_token_logprobs needs at least 2 positions, got {t}")
         }
-        let logits = self
-            .forward(input_ids, attention_mask)?
-            .narrow(1, 0, t - 1)?;
-        let targets = input_ids.narrow(1, 1, t - 1)?;
-        token_logprobs(&logits, &targets)
+        let hidden = self
+            .hidden(input_ids, attention_mask)?
+            .narrow(1, 0, t - 1)?
+            .contiguous()?;
+        let targets = input_ids.narrow(1, 1, t - 1)?.contiguous()?;
+        let weight = match self.lm_head.dtype() {
+            DType::F32 | DType::F64 => self.lm_head.clone(),
+            _ => self.lm_head.to_dtype(DType::F32)?,
+        };
+        lm_head_logprobs(
+            &hidden.to_dtype(weight.dtype())?,
+            &weight,
+            &targets,
+            temperature,
+        )
     }
 
     /// An empty KV cache sized for this model.

@@ -462,7 +462,7 @@ fn adamw_with_groups_matches_torch() {
                 &format!("step {k} {name}"),
                 &host(var.as_tensor()),
                 &flat(want),
-                1e-5,
+                1e-6,
             );
         }
     }

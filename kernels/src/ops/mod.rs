@@ -6,6 +6,9 @@ mod cpu_math;
 #[cfg(feature = "cuda")]
 mod cuda_launch;
 mod entropy;
+mod head_gemm;
+mod lm_head;
+mod lm_head_cpu;
 pub mod reference;
 mod rms_norm;
 mod rope;
@@ -18,6 +21,7 @@ mod validate;
 #[cfg(feature = "cuda")]
 pub use cuda_launch::compile_cuda_kernels;
 pub use entropy::entropy;
+pub use lm_head::{lm_head_logprobs, HeadOutputs};
 pub use rms_norm::rms_norm;
 pub use rope::rope;
 pub use token_logprobs::token_logprobs;

@@ -8,6 +8,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{DType, Tensor, Var};
 
 use crate::error::{Result, RlhfError};
+use crate::optim::fused_adamw::{self, MomentUpdate, ParamUpdate};
 use crate::optim::param_groups::{default_group_of, default_groups, ParamGroup};
 
 /// AdamW hyper-parameters (PyTorch names and defaults).
@@ -148,11 +149,21 @@ impl AdamW {
     /// `p ← p − η/(1−β1^t) · m / (sqrt(v)/sqrt(1−β2^t) + ε)`.
     /// Errors when a gradient's shape differs from its parameter's (naming it).
     pub fn step(&mut self, grads: &GradStore) -> Result<()> {
-        let (b1, b2, eps) = (self.config.beta1, self.config.beta2, self.config.eps);
-        for slot in &mut self.params {
-            let Some(grad) = grads.get(slot.var.as_tensor()) else {
+        self.step_scaled(grads, None)
+    }
+
+    /// [`AdamW::step`] with every gradient multiplied by `grad_scale` first (the global-norm
+    /// clip coefficient), without rescaling the gradients themselves. Same bits as scaling
+    /// the gradients with `affine(scale, 0)` and calling [`AdamW::step`].
+    ///
+    /// Contiguous f32 parameters on the CPU are updated in place by fused kernels (three
+    /// passes, no temporaries); others take the composed tensor path.
+    pub fn step_scaled(&mut self, grads: &GradStore, grad_scale: Option<f64>) -> Result<()> {
+        for i in 0..self.params.len() {
+            let Some(grad) = grads.get(self.params[i].var.as_tensor()) else {
                 continue;
             };
+            let slot = &self.params[i];
             if grad.dims() != slot.var.as_tensor().dims() {
                 return Err(RlhfError::Shape {
                     name: format!("gradient of `{}`", slot.name),
@@ -161,32 +172,24 @@ impl AdamW {
                 });
             }
             let group = &self.groups[slot.group];
-            let lr = self.lr * group.lr_scale;
-            let wd = group.weight_decay;
+            let hyper = StepHyper {
+                lr: self.lr * group.lr_scale,
+                weight_decay: group.weight_decay,
+                beta1: self.config.beta1,
+                beta2: self.config.beta2,
+                eps: self.config.eps,
+                grad_scale,
+            };
+            let slot = &mut self.params[i];
             slot.step += 1;
-            let t = slot.step as i32;
-
-            let g = grad.detach().to_dtype(DType::F32)?;
-            slot.exp_avg = ((slot.exp_avg.affine(b1, 0.0)? + g.affine(1.0 - b1, 0.0)?)?).detach();
-            slot.exp_avg_sq =
-                ((slot.exp_avg_sq.affine(b2, 0.0)? + g.sqr()?.affine(1.0 - b2, 0.0)?)?).detach();
-
-            let bias_correction1 = 1.0 - b1.powi(t);
-            let bias_correction2_sqrt = (1.0 - b2.powi(t)).sqrt();
-            let step_size = lr / bias_correction1;
-            let denom = slot
-                .exp_avg_sq
-                .sqrt()?
-                .affine(1.0 / bias_correction2_sqrt, eps)?;
-
-            let dtype = slot.var.as_tensor().dtype();
-            let mut p = slot.var.as_detached_tensor().to_dtype(DType::F32)?;
-            if wd != 0.0 {
-                p = p.affine(1.0 - lr * wd, 0.0)?;
+            let fused = [slot.var.as_tensor(), grad, &slot.exp_avg, &slot.exp_avg_sq]
+                .iter()
+                .all(|t| fused_adamw::fusable(t));
+            if fused {
+                fused_step(slot, grad, &hyper)?;
+            } else {
+                composed_step(slot, grad, &hyper)?;
             }
-            let update = slot.exp_avg.div(&denom)?.affine(step_size, 0.0)?;
-            let new_p = (p - update)?.to_dtype(dtype)?;
-            slot.var.set(&new_p)?;
         }
         self.steps_taken += 1;
         Ok(())
@@ -235,5 +238,140 @@ impl AdamW {
         self.params
             .iter()
             .map(|p| (p.name.as_str(), p.step, &p.exp_avg, &p.exp_avg_sq))
+    }
+}
+
+/// The hyper-parameters of one parameter's update.
+struct StepHyper {
+    lr: f64,
+    weight_decay: f64,
+    beta1: f64,
+    beta2: f64,
+    eps: f64,
+    grad_scale: Option<f64>,
+}
+
+impl StepHyper {
+    /// `(η / (1 − β1^t), 1 / sqrt(1 − β2^t))` at step `t`.
+    fn corrections(&self, t: u64) -> (f64, f64) {
+        let t = t as i32;
+        let bias_correction1 = 1.0 - self.beta1.powi(t);
+        let bias_correction2_sqrt = (1.0 - self.beta2.powi(t)).sqrt();
+        (self.lr / bias_correction1, 1.0 / bias_correction2_sqrt)
+    }
+}
+
+/// In place, on the parameter's and the moments' own storage.
+fn fused_step(slot: &mut ParamSlot, grad: &Tensor, h: &StepHyper) -> Result<()> {
+    let moment = |beta, squared| MomentUpdate {
+        beta,
+        squared,
+        grad_scale: h.grad_scale,
+    };
+    slot.exp_avg.inplace_op2(grad, &moment(h.beta1, false))?;
+    slot.exp_avg_sq.inplace_op2(grad, &moment(h.beta2, true))?;
+    let (step_size, inv_bc2_sqrt) = h.corrections(slot.step);
+    let update = ParamUpdate {
+        decay: (h.weight_decay != 0.0).then(|| 1.0 - h.lr * h.weight_decay),
+        inv_bias_correction2_sqrt: inv_bc2_sqrt,
+        eps: h.eps,
+        step_size,
+    };
+    slot.var
+        .as_tensor()
+        .inplace_op3(&slot.exp_avg, &slot.exp_avg_sq, &update)?;
+    Ok(())
+}
+
+/// With candle tensor ops (any dtype, any device).
+fn composed_step(slot: &mut ParamSlot, grad: &Tensor, h: &StepHyper) -> Result<()> {
+    let (b1, b2) = (h.beta1, h.beta2);
+    let mut g = grad.detach().to_dtype(DType::F32)?;
+    if let Some(s) = h.grad_scale {
+        g = g.affine(s, 0.0)?;
+    }
+    slot.exp_avg = ((slot.exp_avg.affine(b1, 0.0)? + g.affine(1.0 - b1, 0.0)?)?).detach();
+    slot.exp_avg_sq =
+        ((slot.exp_avg_sq.affine(b2, 0.0)? + g.sqr()?.affine(1.0 - b2, 0.0)?)?).detach();
+    let (step_size, inv_bc2_sqrt) = h.corrections(slot.step);
+    let denom = slot.exp_avg_sq.sqrt()?.affine(inv_bc2_sqrt, h.eps)?;
+    let dtype = slot.var.as_tensor().dtype();
+    let mut p = slot.var.as_detached_tensor().to_dtype(DType::F32)?;
+    if h.weight_decay != 0.0 {
+        p = p.affine(1.0 - h.lr * h.weight_decay, 0.0)?;
+    }
+    let update = slot.exp_avg.div(&denom)?.affine(step_size, 0.0)?;
+    let new_p = (p - update)?.to_dtype(dtype)?;
+    slot.var.set(&new_p)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    fn slot(values: &[f32], seed: f32) -> ParamSlot {
+        let n = values.len();
+        let t =
+            |f: &dyn Fn(usize) -> f32| Tensor::from_vec((0..n).map(f).collect(), n, &Device::Cpu);
+        ParamSlot {
+            name: "w".into(),
+            var: Var::from_tensor(&Tensor::new(values, &Device::Cpu).unwrap()).unwrap(),
+            group: 0,
+            step: 3,
+            exp_avg: t(&|i| (i as f32 * seed).sin() * 1e-3).unwrap(),
+            exp_avg_sq: t(&|i| (i as f32 * seed).cos().abs() * 1e-6).unwrap(),
+        }
+    }
+
+    fn bits(t: &Tensor) -> Vec<u32> {
+        t.to_vec1::<f32>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect()
+    }
+
+    /// The in-place kernels give exactly the composed path's bits, with and without a clip
+    /// scale and weight decay.
+    #[test]
+    fn fused_step_equals_composed_step_bit_for_bit() {
+        let values: Vec<f32> = (0..100_003).map(|i| ((i as f32) * 0.37).sin()).collect();
+        let grad_values: Vec<f32> = (0..100_003)
+            .map(|i| ((i as f32) * 0.11).cos() * 0.1)
+            .collect();
+        let grad = Tensor::new(grad_values.as_slice(), &Device::Cpu).unwrap();
+        for (scale, wd) in [
+            (None, 0.0),
+            (Some(0.37), 0.01),
+            (Some(0.9), 0.0),
+            (None, 0.1),
+        ] {
+            let h = StepHyper {
+                lr: 3e-4,
+                weight_decay: wd,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                grad_scale: scale,
+            };
+            let mut a = slot(&values, 0.3);
+            let mut b = slot(&values, 0.3);
+            for _ in 0..2 {
+                a.step += 1;
+                b.step += 1;
+                assert!(fused_adamw::fusable(a.var.as_tensor()));
+                fused_step(&mut a, &grad, &h).unwrap();
+                composed_step(&mut b, &grad, &h).unwrap();
+            }
+            assert_eq!(
+                bits(a.var.as_tensor()),
+                bits(b.var.as_tensor()),
+                "params {scale:?} {wd}"
+            );
+            assert_eq!(bits(&a.exp_avg), bits(&b.exp_avg), "m");
+            assert_eq!(bits(&a.exp_avg_sq), bits(&b.exp_avg_sq), "v");
+        }
     }
 }

@@ -6,6 +6,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{DType, Var};
 
 use crate::error::Result;
+use crate::optim::fused_adamw;
 
 /// Added to the norm before dividing, as PyTorch does.
 pub const CLIP_EPS: f64 = 1e-6;
@@ -18,14 +19,31 @@ pub fn global_grad_norm<'a>(
     let mut total = 0.0f64;
     for var in vars {
         if let Some(g) = grads.get(var.as_tensor()) {
-            total += g
-                .to_dtype(DType::F64)?
-                .sqr()?
-                .sum_all()?
-                .to_scalar::<f64>()?;
+            total += if fused_adamw::fusable(g) {
+                fused_adamw::sum_of_squares(g)?
+            } else {
+                g.to_dtype(DType::F64)?
+                    .sqr()?
+                    .sum_all()?
+                    .to_scalar::<f64>()?
+            };
         }
     }
     Ok(total.sqrt())
+}
+
+/// The global-norm clip without touching the gradients: `(norm, scale)` where `scale` is
+/// `Some(max_norm / (norm + 1e-6))` when that is below 1 (pass it to
+/// [`crate::optim::AdamW::step_scaled`]) and `None` otherwise or when the norm is not finite.
+pub fn clip_coefficient<'a>(
+    grads: &GradStore,
+    vars: impl IntoIterator<Item = &'a Var>,
+    max_norm: f64,
+) -> Result<(f64, Option<f64>)> {
+    crate::error::check_above("max_norm", max_norm, 0.0)?;
+    let norm = global_grad_norm(grads, vars)?;
+    let coef = max_norm / (norm + CLIP_EPS);
+    Ok((norm, (norm.is_finite() && coef < 1.0).then_some(coef)))
 }
 
 /// Scales the gradients of `vars` in place so their global L2 norm is at most `max_norm`.

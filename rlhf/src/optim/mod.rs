@@ -4,12 +4,13 @@
 pub mod accumulate;
 pub mod adamw;
 pub mod clip;
+mod fused_adamw;
 pub mod param_groups;
 pub mod schedule;
 pub mod state_io;
 
 pub use accumulate::GradAccumulator;
 pub use adamw::{AdamW, AdamWConfig};
-pub use clip::{clip_grad_norm, global_grad_norm};
+pub use clip::{clip_coefficient, clip_grad_norm, global_grad_norm};
 pub use param_groups::{default_group_of, default_groups, is_no_decay, ParamGroup};
 pub use schedule::LrSchedule;

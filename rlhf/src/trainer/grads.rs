@@ -5,7 +5,7 @@
 //! so a NaN in a loss never reaches the weights or a checkpoint. [`check_loss`] refuses a
 //! loss above a configured limit before its gradients are computed.
 
-use crate::optim::{clip_grad_norm, AdamW, AdamWConfig};
+use crate::optim::{clip_coefficient, AdamW, AdamWConfig};
 use crate::{Result, RlhfError};
 use candle_core::{Device, Tensor, Var};
 use oxalign_kernels::collective::Collective;
@@ -47,14 +47,14 @@ pub fn apply_gradients(
             grads.insert(v.as_tensor(), g);
         }
     }
-    let grad_norm = clip_grad_norm(&mut grads, vars.iter(), max_grad_norm)?;
+    let (grad_norm, clip_scale) = clip_coefficient(&grads, vars.iter(), max_grad_norm)?;
     if !grad_norm.is_finite() {
         return Ok(StepStats {
             grad_norm,
             skipped: true,
         });
     }
-    opt.step(&grads)?;
+    opt.step_scaled(&grads, clip_scale)?;
     Ok(StepStats {
         grad_norm,
         skipped: false,

@@ -13,7 +13,7 @@ use crate::optim::AdamW;
 use crate::Result;
 use candle_core::{Tensor, Var};
 use oxalign_kernels::collective::Collective;
-use oxalign_kernels::ops::{entropy, token_logprobs};
+use oxalign_kernels::ops::HeadOutputs;
 use oxalign_models::CausalLm;
 
 /// Loss settings of a PPO policy update.
@@ -88,15 +88,11 @@ impl PolicyTrainer {
             .detach())
     }
 
-    fn logits_and_logprobs(&self, batch: &TokenBatch) -> Result<(Tensor, Tensor)> {
-        let t = batch.ids.dim(1)?;
-        let logits = self
+    /// Token log-probs and entropies `[B, T-1]` from the fused head (no `[B, T, V]` logits).
+    fn head_outputs(&self, batch: &TokenBatch) -> Result<HeadOutputs> {
+        Ok(self
             .model
-            .forward(&batch.ids, Some(&batch.attention_mask))?
-            .narrow(1, 0, t - 1)?;
-        let targets = batch.ids.narrow(1, 1, t - 1)?.contiguous()?;
-        let lp = token_logprobs(&logits, &targets)?;
-        Ok((logits, lp))
+            .next_token_outputs(&batch.ids, Some(&batch.attention_mask), 1.0)?)
     }
 
     /// One supervised step on the response tokens of `batch` (prompt masked out).
@@ -112,7 +108,7 @@ impl PolicyTrainer {
         collective: Option<&dyn Collective>,
     ) -> Result<(f64, StepStats)> {
         self.opt.set_lr(lr);
-        let (_, lp) = self.logits_and_logprobs(batch)?;
+        let lp = self.head_outputs(batch)?.logprobs;
         let (loss, stats) = sft_loss(&lp, &batch.response_mask)?;
         let device = lp.device().clone();
         check_loss(
@@ -153,7 +149,10 @@ impl PolicyTrainer {
     ) -> Result<PolicyStats> {
         self.opt.set_lr(lr);
         let mask = &batch.response_mask;
-        let (logits, lp) = self.logits_and_logprobs(batch)?;
+        let HeadOutputs {
+            logprobs: lp,
+            entropy: token_entropy,
+        } = self.head_outputs(batch)?;
         let is_weights = match (cfg.tis_cap, rollout_logprobs) {
             (Some(cap), Some(r)) => Some(truncated_is_weights(old_logprobs, r, mask, cap)?.0),
             _ => None,
@@ -179,12 +178,11 @@ impl PolicyTrainer {
                 loss = (loss + kl)?;
             }
         }
-        let ent_input = if cfg.entropy_coef > 0.0 {
-            logits
+        let ent = if cfg.entropy_coef > 0.0 {
+            token_entropy
         } else {
-            logits.detach()
+            token_entropy.detach()
         };
-        let ent = entropy(&ent_input)?;
         let (bonus, ent_stats) = entropy_bonus(&ent, mask, cfg.entropy_coef, cfg.ppo.agg)?;
         if cfg.entropy_coef > 0.0 {
             loss = (loss + bonus)?;

@@ -1,0 +1,263 @@
+//! The fused LM head: token log-probs and entropy of `softmax(h Wᵀ / temperature)` straight
+//! from the hidden states, as a differentiable candle op that never builds the `[N, V]`
+//! logits or their gradient (Liger-style fused linear cross-entropy, generalised to the
+//! log-prob and entropy that RL losses need). The backward pass recomputes logits block by
+//! block. CPU kernels in `lm_head_cpu.rs`; on other devices the same math is composed from
+//! candle ops (which does build the logits). No masking here: callers weight the results.
+
+use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
+
+use super::cpu_math::{contiguous_slice, Real};
+use super::lm_head_cpu::{self, BackwardRows, HeadDims};
+use super::validate;
+
+const OP: &str = "lm_head_logprobs";
+
+/// Per-token results of [`lm_head_logprobs`], shaped like the targets.
+#[derive(Debug, Clone)]
+pub struct HeadOutputs {
+    /// `log p(target)` in nats.
+    pub logprobs: Tensor,
+    /// Entropy of the whole next-token distribution, in nats.
+    pub entropy: Tensor,
+}
+
+/// Log-prob of each target token and the entropy of each row's distribution under
+/// `softmax(hidden · weightᵀ / temperature)`, without materialising the logits.
+///
+/// * `hidden`: `[..., H]` f32 (f64 on CPU too), e.g. `[B, T, H]` final-normed states.
+/// * `weight`: `[V, H]`, the LM head (same dtype and device).
+/// * `targets`: the leading dims of `hidden`, u32 ids in `0..V` (no gradient).
+/// * `temperature`: > 0; 1 is the model's own distribution.
+///
+/// Both outputs are differentiable in `hidden` and `weight`. Equal (to float rounding) to
+/// `token_logprobs(linear(hidden, weight) / T, targets)` and `entropy(...)` of the same logits.
+pub fn lm_head_logprobs(
+    hidden: &Tensor,
+    weight: &Tensor,
+    targets: &Tensor,
+    temperature: f64,
+) -> Result<HeadOutputs> {
+    validate::float_dtype(OP, "hidden", hidden)?;
+    validate::same_dtype(OP, "hidden", hidden, "weight", weight)?;
+    validate::same_device(OP, hidden, "weight", weight)?;
+    validate::same_device(OP, hidden, "targets", targets)?;
+    if !(temperature.is_finite() && temperature > 0.0) {
+        candle_core::bail!("{OP}: `temperature` must be a finite number > 0, got {temperature}");
+    }
+    let dims = hidden.dims();
+    let Some((&h, lead)) = dims.split_last() else {
+        candle_core::bail!("{OP}: `hidden` must be [..., H], got a scalar");
+    };
+    let (v, wh) = weight.dims2()?;
+    if wh != h || v == 0 {
+        candle_core::bail!(
+            "{OP}: `weight` must be [V, {h}] with V > 0 (hidden is {dims:?}), got {:?}",
+            weight.dims()
+        );
+    }
+    if targets.dims() != lead {
+        candle_core::bail!(
+            "{OP}: `targets` must have shape {lead:?} (the leading dims of `hidden` {dims:?}), got {:?}",
+            targets.dims()
+        );
+    }
+    let targets = validate::token_ids(OP, "targets", targets)?;
+    let n: usize = lead.iter().product();
+    let out = if hidden.device().is_cpu() {
+        let hf = hidden.reshape((n, h))?.contiguous()?;
+        let tf = targets.reshape(n)?.contiguous()?;
+        hf.apply_op3(&weight.contiguous()?, &tf, LmHead { temperature })?
+    } else {
+        composed(
+            &hidden.reshape((n, h))?,
+            weight,
+            &targets.reshape(n)?,
+            temperature,
+        )?
+    };
+    Ok(HeadOutputs {
+        logprobs: out.narrow(1, 0, 1)?.reshape(lead)?,
+        entropy: out.narrow(1, 1, 1)?.reshape(lead)?,
+    })
+}
+
+/// The same `[N, 2]` (log-prob, entropy) from composed candle ops, for devices without a
+/// fused kernel.
+fn composed(hidden: &Tensor, weight: &Tensor, targets: &Tensor, t: f64) -> Result<Tensor> {
+    let logits = (hidden.matmul(&weight.t()?)? / t)?;
+    let lp = super::token_logprobs(&logits, targets)?;
+    let ent = super::entropy(&logits)?;
+    Tensor::stack(&[lp, ent], 1)
+}
+
+/// Forward op: `(hidden [N, H], weight [V, H], targets [N]) -> [N, 3]`, columns
+/// (log-prob, entropy, logsumexp). The third column is kept for the backward pass and is not
+/// differentiable.
+struct LmHead {
+    temperature: f64,
+}
+
+/// Backward op: `(hidden, weight, targets) -> [N·H + V·H]`, the gradients of hidden and
+/// weight flattened one after the other. Carries the forward output and its gradient.
+struct LmHeadGrad<T> {
+    temperature: f64,
+    res: Vec<T>,
+    grad: Vec<T>,
+}
+
+fn check_targets(targets: &[u32], vocab: usize) -> Result<()> {
+    if let Some((row, &id)) = targets
+        .iter()
+        .enumerate()
+        .find(|(_, &id)| id as usize >= vocab)
+    {
+        candle_core::bail!(
+            "{OP}: target id {id} at flat position {row} is out of range for a vocabulary of {vocab}"
+        );
+    }
+    Ok(())
+}
+
+fn dims_of(l1: &Layout, l2: &Layout) -> Result<HeadDims> {
+    let (n, hidden) = l1.shape().dims2()?;
+    let (vocab, _) = l2.shape().dims2()?;
+    Ok(HeadDims { n, hidden, vocab })
+}
+
+fn fwd_typed<T: Real + 'static>(
+    s1: &CpuStorage,
+    l1: &Layout,
+    s2: &CpuStorage,
+    l2: &Layout,
+    targets: &[u32],
+    temperature: f64,
+) -> Result<Vec<T>> {
+    let d = dims_of(l1, l2)?;
+    let h = contiguous_slice::<T>(s1, l1, OP, "hidden")?;
+    let w = contiguous_slice::<T>(s2, l2, OP, "weight")?;
+    let scale = T::from_f64(1.0 / temperature);
+    Ok(lm_head_cpu::forward(h, w, targets, d, scale))
+}
+
+impl CustomOp3 for LmHead {
+    fn name(&self) -> &'static str {
+        "lm-head-logprobs"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let targets = contiguous_slice::<u32>(s3, l3, OP, "targets")?;
+        let d = dims_of(l1, l2)?;
+        check_targets(targets, d.vocab)?;
+        let t = self.temperature;
+        let out = match (s1, s2) {
+            (CpuStorage::F32(_), CpuStorage::F32(_)) => {
+                CpuStorage::F32(fwd_typed::<f32>(s1, l1, s2, l2, targets, t)?)
+            }
+            (CpuStorage::F64(_), CpuStorage::F64(_)) => {
+                CpuStorage::F64(fwd_typed::<f64>(s1, l1, s2, l2, targets, t)?)
+            }
+            (a, _) => validate::unsupported_cpu_dtype(OP, a)?,
+        };
+        Ok((out, Shape::from((d.n, 3))))
+    }
+
+    fn bwd(
+        &self,
+        hidden: &Tensor,
+        weight: &Tensor,
+        targets: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (n, h) = hidden.dims2()?;
+        let v = weight.dim(0)?;
+        let flat = match hidden.dtype() {
+            DType::F64 => {
+                let op = LmHeadGrad::<f64> {
+                    temperature: self.temperature,
+                    res: res.flatten_all()?.to_vec1()?,
+                    grad: grad_res.flatten_all()?.to_vec1()?,
+                };
+                hidden.apply_op3_no_bwd(weight, targets, &op)?
+            }
+            _ => {
+                let op = LmHeadGrad::<f32> {
+                    temperature: self.temperature,
+                    res: res.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?,
+                    grad: grad_res.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?,
+                };
+                hidden.apply_op3_no_bwd(weight, targets, &op)?
+            }
+        };
+        let dh = flat.narrow(0, 0, n * h)?.reshape((n, h))?;
+        let dw = flat.narrow(0, n * h, v * h)?.reshape((v, h))?;
+        Ok((Some(dh), Some(dw), None))
+    }
+}
+
+impl<T: Real + 'static> LmHeadGrad<T> {
+    fn run(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        targets: &[u32],
+    ) -> Result<Vec<T>> {
+        let d = dims_of(l1, l2)?;
+        let h = contiguous_slice::<T>(s1, l1, OP, "hidden")?;
+        let w = contiguous_slice::<T>(s2, l2, OP, "weight")?;
+        let rows = BackwardRows::select(h, targets, &self.res, &self.grad, d.hidden);
+        let scale = T::from_f64(1.0 / self.temperature);
+        let (mut dh, dw) = lm_head_cpu::backward(&rows, w, d, scale);
+        dh.extend_from_slice(&dw);
+        Ok(dh)
+    }
+}
+
+impl<T: Real + 'static> CustomOp3 for LmHeadGrad<T> {
+    fn name(&self) -> &'static str {
+        "lm-head-logprobs-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let targets = contiguous_slice::<u32>(s3, l3, OP, "targets")?;
+        let d = dims_of(l1, l2)?;
+        let flat = self.run(s1, l1, s2, l2, targets)?;
+        let storage = match (s1, s2) {
+            (CpuStorage::F32(_), CpuStorage::F32(_)) => CpuStorage::F32(cast(flat)),
+            (CpuStorage::F64(_), CpuStorage::F64(_)) => CpuStorage::F64(cast(flat)),
+            (a, _) => validate::unsupported_cpu_dtype(OP, a)?,
+        };
+        Ok((storage, Shape::from(d.n * d.hidden + d.vocab * d.hidden)))
+    }
+}
+
+/// `Vec<T>` as `Vec<U>` when both are the same type (checked), without copying.
+fn cast<T: 'static, U: 'static>(v: Vec<T>) -> Vec<U> {
+    let mut v = std::mem::ManuallyDrop::new(v);
+    assert_eq!(std::any::TypeId::of::<T>(), std::any::TypeId::of::<U>());
+    // SAFETY: T and U are the same type (asserted), so layout and allocation match.
+    unsafe { Vec::from_raw_parts(v.as_mut_ptr() as *mut U, v.len(), v.capacity()) }
+}
+
+#[cfg(test)]
+#[path = "lm_head_tests.rs"]
+mod tests;

@@ -1,0 +1,271 @@
+//! CPU kernels of the fused LM head (`lm_head_logprobs`): token log-probs and entropy of
+//! `softmax(scale · h Wᵀ)` computed block by block, so the `[N, V]` logits never exist.
+//!
+//! * Forward: rayon over blocks of rows; per block, the vocabulary is swept in chunks with an
+//!   online log-sum-exp (running max, sum of exponentials and their logit-weighted sum).
+//! * Backward: the logits of each (row block, vocabulary chunk) are recomputed, turned into
+//!   `dz` in place, and multiplied into the gradients of `h` and `W`. Rayon runs over
+//!   vocabulary chunks, so each task owns its rows of `dW`; `dh` is summed over tasks.
+//!   Rows whose upstream gradients are both zero (masked positions) are skipped.
+//!
+//! Plain slices only; shapes and dtypes are checked by the op in `lm_head.rs`.
+
+use rayon::prelude::*;
+
+use super::cpu_math::{row_exp_sums, row_max, Real};
+use super::head_gemm::{gemm_rm, MatRef};
+
+/// Rows per forward task and per backward row block.
+const ROW_BLOCK: usize = 128;
+/// Vocabulary entries per chunk of logits (`ROW_BLOCK × VOCAB_CHUNK` floats live at once).
+const VOCAB_CHUNK: usize = 512;
+/// Rows processed per backward pass over the vocabulary; bounds the per-task `dh` buffers.
+const BACKWARD_ROWS: usize = 8192;
+
+/// Shapes of one fused head call: `n` rows of `hidden` features, `vocab` outputs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HeadDims {
+    pub n: usize,
+    pub hidden: usize,
+    pub vocab: usize,
+}
+
+/// Online softmax statistics of one row: running max `m`, `s = Σ e^(z-m)`,
+/// `w = Σ e^(z-m)(z-m)`.
+#[derive(Clone, Copy)]
+struct RowStats<T> {
+    m: T,
+    s: T,
+    w: T,
+}
+
+impl<T: Real> RowStats<T> {
+    fn new() -> Self {
+        Self {
+            m: T::NEG_INFINITY,
+            s: T::ZERO,
+            w: T::ZERO,
+        }
+    }
+
+    /// Folds one chunk of the row's logits in.
+    fn absorb(&mut self, chunk: &[T]) {
+        let mc = row_max(chunk);
+        let (sc, wc) = row_exp_sums(chunk, mc, true);
+        if self.s == T::ZERO {
+            *self = Self {
+                m: mc,
+                s: sc,
+                w: wc,
+            };
+            return;
+        }
+        let m = if mc > self.m { mc } else { self.m };
+        let (da, db) = (self.m - m, mc - m);
+        let (ea, eb) = (da.exp(), db.exp());
+        self.w = ea * (self.w + self.s * da) + eb * (wc + sc * db);
+        self.s = ea * self.s + eb * sc;
+        self.m = m;
+    }
+
+    /// `(logsumexp, entropy)` of the whole row.
+    fn finish(&self) -> (T, T) {
+        let lse = self.m + self.s.ln();
+        (lse, self.s.ln() - self.w / self.s)
+    }
+}
+
+/// Forward: `[n, 3]` rows of `(log p(target), entropy, logsumexp)` of `softmax(scale · h Wᵀ)`.
+pub(crate) fn forward<T: Real + 'static>(
+    h: &[T],
+    w: &[T],
+    targets: &[u32],
+    d: HeadDims,
+    scale: T,
+) -> Vec<T> {
+    let mut out = vec![T::ZERO; d.n * 3];
+    out.par_chunks_mut(ROW_BLOCK * 3)
+        .zip(h.par_chunks(ROW_BLOCK * d.hidden))
+        .zip(targets.par_chunks(ROW_BLOCK))
+        .for_each(|((out, hb), tb)| forward_block(out, hb, tb, w, d, scale));
+    out
+}
+
+fn forward_block<T: Real + 'static>(
+    out: &mut [T],
+    hb: &[T],
+    targets: &[u32],
+    w: &[T],
+    d: HeadDims,
+    scale: T,
+) {
+    let rows = targets.len();
+    let mut z = vec![T::ZERO; rows * VOCAB_CHUNK];
+    let mut stats = vec![RowStats::<T>::new(); rows];
+    let mut target_logit = vec![T::ZERO; rows];
+    let lhs = MatRef::row_major(hb, rows, d.hidden);
+    for c0 in (0..d.vocab).step_by(VOCAB_CHUNK) {
+        let cw = VOCAB_CHUNK.min(d.vocab - c0);
+        let wc = MatRef::row_major(&w[c0 * d.hidden..(c0 + cw) * d.hidden], cw, d.hidden);
+        gemm_rm(&mut z, lhs, wc.t(), scale, false, T::ONE);
+        for (r, row) in z[..rows * cw].chunks(cw).enumerate() {
+            stats[r].absorb(row);
+            let y = targets[r] as usize;
+            if (c0..c0 + cw).contains(&y) {
+                target_logit[r] = row[y - c0];
+            }
+        }
+    }
+    for (r, o) in out.chunks_mut(3).enumerate() {
+        let (lse, ent) = stats[r].finish();
+        o[0] = target_logit[r] - lse;
+        o[1] = ent;
+        o[2] = lse;
+    }
+}
+
+/// Per-row inputs of the backward pass (only rows with a non-zero upstream gradient).
+pub(crate) struct BackwardRows<T> {
+    /// Indices of the rows into `0..n`.
+    pub index: Vec<usize>,
+    /// Their hidden states, row-major `[rows, hidden]`.
+    pub hidden: Vec<T>,
+    /// Target id, logsumexp, entropy, d loss / d logprob, d loss / d entropy per row.
+    pub target: Vec<u32>,
+    pub lse: Vec<T>,
+    pub entropy: Vec<T>,
+    pub g_logprob: Vec<T>,
+    pub g_entropy: Vec<T>,
+}
+
+impl<T: Real> BackwardRows<T> {
+    /// Keeps the rows whose upstream gradients are not both zero. `res` and `grad` are the
+    /// forward output and its gradient, `[n, 3]` each.
+    pub fn select(h: &[T], targets: &[u32], res: &[T], grad: &[T], hidden: usize) -> Self {
+        let mut rows = Self {
+            index: Vec::new(),
+            hidden: Vec::new(),
+            target: Vec::new(),
+            lse: Vec::new(),
+            entropy: Vec::new(),
+            g_logprob: Vec::new(),
+            g_entropy: Vec::new(),
+        };
+        for (i, (r, g)) in res.chunks(3).zip(grad.chunks(3)).enumerate() {
+            if g[0] == T::ZERO && g[1] == T::ZERO {
+                continue;
+            }
+            rows.index.push(i);
+            rows.hidden
+                .extend_from_slice(&h[i * hidden..(i + 1) * hidden]);
+            rows.target.push(targets[i]);
+            rows.lse.push(r[2]);
+            rows.entropy.push(r[1]);
+            rows.g_logprob.push(g[0]);
+            rows.g_entropy.push(g[1]);
+        }
+        rows
+    }
+
+    fn len(&self) -> usize {
+        self.index.len()
+    }
+}
+
+/// Backward: `(dh [n, hidden], dW [vocab, hidden])` for the selected rows.
+pub(crate) fn backward<T: Real + 'static>(
+    rows: &BackwardRows<T>,
+    w: &[T],
+    d: HeadDims,
+    scale: T,
+) -> (Vec<T>, Vec<T>) {
+    let mut dh = vec![T::ZERO; d.n * d.hidden];
+    let mut dw = vec![T::ZERO; d.vocab * d.hidden];
+    for r0 in (0..rows.len()).step_by(BACKWARD_ROWS) {
+        let r1 = (r0 + BACKWARD_ROWS).min(rows.len());
+        let part = backward_rows(rows, r0..r1, w, &mut dw, d, scale);
+        for (k, &i) in rows.index[r0..r1].iter().enumerate() {
+            let src = &part[k * d.hidden..(k + 1) * d.hidden];
+            for (o, &v) in dh[i * d.hidden..(i + 1) * d.hidden].iter_mut().zip(src) {
+                *o += v;
+            }
+        }
+    }
+    (dh, dw)
+}
+
+/// One pass over the vocabulary for rows `span` of `rows`: accumulates into `dw` and returns
+/// `dh` of those rows, row-major `[span.len(), hidden]`.
+fn backward_rows<T: Real + 'static>(
+    rows: &BackwardRows<T>,
+    span: std::ops::Range<usize>,
+    w: &[T],
+    dw: &mut [T],
+    d: HeadDims,
+    scale: T,
+) -> Vec<T> {
+    let len = span.len() * d.hidden;
+    let zeros = || vec![T::ZERO; len];
+    dw.par_chunks_mut(VOCAB_CHUNK * d.hidden)
+        .enumerate()
+        .fold(zeros, |mut dh, (chunk, dw_chunk)| {
+            let c0 = chunk * VOCAB_CHUNK;
+            let cw = dw_chunk.len() / d.hidden;
+            let wc = MatRef::row_major(&w[c0 * d.hidden..(c0 + cw) * d.hidden], cw, d.hidden);
+            backward_chunk(rows, span.clone(), wc, c0, dw_chunk, &mut dh, d, scale);
+            dh
+        })
+        .reduce(zeros, |mut a, b| {
+            for (x, y) in a.iter_mut().zip(&b) {
+                *x += *y;
+            }
+            a
+        })
+}
+
+/// The rows of `span`, against vocabulary chunk `wc` (entries `c0..c0 + wc.rows`).
+#[allow(clippy::too_many_arguments)]
+fn backward_chunk<T: Real + 'static>(
+    rows: &BackwardRows<T>,
+    span: std::ops::Range<usize>,
+    wc: MatRef<'_, T>,
+    c0: usize,
+    dw_chunk: &mut [T],
+    dh: &mut [T],
+    d: HeadDims,
+    scale: T,
+) {
+    let cw = wc.rows;
+    let mut z = vec![T::ZERO; ROW_BLOCK * cw];
+    for b0 in (span.start..span.end).step_by(ROW_BLOCK) {
+        let b1 = (b0 + ROW_BLOCK).min(span.end);
+        let n_rows = b1 - b0;
+        let hb = MatRef::row_major(&rows.hidden[b0 * d.hidden..b1 * d.hidden], n_rows, d.hidden);
+        let z = &mut z[..n_rows * cw];
+        gemm_rm(z, hb, wc.t(), scale, false, T::ONE);
+        for (k, zr) in z.chunks_mut(cw).enumerate() {
+            logits_to_grad(zr, rows, b0 + k, c0);
+        }
+        let dz = MatRef::row_major(&*z, n_rows, cw);
+        gemm_rm(dw_chunk, dz.t(), hb, scale, true, T::ONE);
+        let local = (b0 - span.start) * d.hidden..(b1 - span.start) * d.hidden;
+        gemm_rm(&mut dh[local], dz, wc, scale, true, T::ONE);
+    }
+}
+
+/// Overwrites one row's logits `z` (vocabulary `c0..`) with `∂loss/∂z`:
+/// `g_lp (1[y] − p) − g_ent · p (log p + H)`, with `log p = z − lse`.
+#[inline]
+fn logits_to_grad<T: Real>(z: &mut [T], rows: &BackwardRows<T>, i: usize, c0: usize) {
+    let (lse, ent) = (rows.lse[i], rows.entropy[i]);
+    let (g_lp, g_ent) = (rows.g_logprob[i], rows.g_entropy[i]);
+    for v in z.iter_mut() {
+        let logp = *v - lse;
+        let p = logp.exp();
+        *v = -(g_lp * p) - g_ent * p * (logp + ent);
+    }
+    let y = rows.target[i] as usize;
+    if (c0..c0 + z.len()).contains(&y) {
+        z[y - c0] += g_lp;
+    }
+}

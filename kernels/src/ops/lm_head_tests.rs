@@ -1,0 +1,129 @@
+//! Tests of the fused LM head against the composed path (linear, then log-softmax and
+//! entropy over full logits) and against finite differences.
+
+use super::*;
+use crate::ops::reference;
+use crate::ops::testing::{assert_close, finite_difference_check, random_ids, random_tensor};
+use candle_core::{Device, Var};
+
+/// The composed reference: full logits, then the reference log-prob and entropy.
+fn composed_ref(h: &Tensor, w: &Tensor, y: &Tensor, t: f64) -> Result<(Tensor, Tensor)> {
+    let dims = h.dims().to_vec();
+    let (lead, hd) = (&dims[..dims.len() - 1], dims[dims.len() - 1]);
+    let n: usize = lead.iter().product();
+    let logits = (h.reshape((n, hd))?.matmul(&w.t()?)? / t)?;
+    let lp = reference::token_logprobs(&logits, &y.reshape(n)?)?.reshape(lead)?;
+    let ent = reference::entropy(&logits)?.reshape(lead)?;
+    Ok((lp, ent))
+}
+
+#[test]
+fn forward_matches_composed_across_block_edges() -> Result<()> {
+    // Rows past one row block (128) and a vocabulary past two chunks (512), not multiples.
+    for &(b, t, hd, v, temp) in &[
+        (2, 3, 8, 37, 1.0),
+        (1, 1, 4, 1, 1.0),
+        (3, 101, 16, 1100, 0.7),
+        (1, 5, 32, 512, 1.3),
+    ] {
+        let h = random_tensor(&[b, t, hd], 1.0, 3 + v as u64)?;
+        let w = random_tensor(&[v, hd], 0.8, 5 + hd as u64)?;
+        let y = random_ids(&[b, t], v, 9)?;
+        let fused = lm_head_logprobs(&h, &w, &y, temp)?;
+        let (lp, ent) = composed_ref(&h, &w, &y, temp)?;
+        assert_eq!(fused.logprobs.dims(), &[b, t]);
+        assert_close(&fused.logprobs, &lp, 2e-5, "log-probs")?;
+        assert_close(&fused.entropy, &ent, 2e-5, "entropy")?;
+    }
+    Ok(())
+}
+
+#[test]
+fn large_logits_stay_finite_and_shift_invariant() -> Result<()> {
+    let h = (random_tensor(&[2, 7, 8], 1.0, 1)? * 40.0)?;
+    let w = random_tensor(&[700, 8], 1.0, 2)?;
+    let y = random_ids(&[2, 7], 700, 3)?;
+    let fused = lm_head_logprobs(&h, &w, &y, 1.0)?;
+    let (lp, ent) = composed_ref(&h, &w, &y, 1.0)?;
+    assert_close(&fused.logprobs, &lp, 1e-4, "large log-probs")?;
+    assert_close(&fused.entropy, &ent, 1e-4, "large entropy")?;
+    Ok(())
+}
+
+/// Gradients of `Σ a·logprob + c·entropy` for hidden and weight, fused vs composed.
+#[test]
+fn backward_matches_composed_autograd() -> Result<()> {
+    let (b, t, hd, v) = (2, 70, 16, 1030);
+    let h = Var::from_tensor(&random_tensor(&[b, t, hd], 1.0, 11)?)?;
+    let w = Var::from_tensor(&random_tensor(&[v, hd], 0.5, 12)?)?;
+    let y = random_ids(&[b, t], v, 13)?;
+    // Zero weights on some rows (masked positions) and on both outputs of others.
+    let mut a = random_tensor(&[b, t], 1.0, 14)?.to_vec2::<f32>()?;
+    let mut c = random_tensor(&[b, t], 0.3, 15)?.to_vec2::<f32>()?;
+    for r in 0..10 {
+        a[0][r] = 0.0;
+        c[0][r] = 0.0;
+    }
+    c[1][3] = 0.0;
+    a[1][4] = 0.0;
+    let a = Tensor::new(a, &Device::Cpu)?;
+    let c = Tensor::new(c, &Device::Cpu)?;
+    let loss = |lp: Tensor, ent: Tensor| -> Result<Tensor> {
+        (lp.mul(&a)?.sum_all()? + ent.mul(&c)?.sum_all()?)
+    };
+    let fused = lm_head_logprobs(h.as_tensor(), w.as_tensor(), &y, 0.9)?;
+    let g_fused = loss(fused.logprobs, fused.entropy)?.backward()?;
+    let (lp, ent) = composed_ref(h.as_tensor(), w.as_tensor(), &y, 0.9)?;
+    let g_comp = loss(lp, ent)?.backward()?;
+    for (var, what) in [(&h, "d hidden"), (&w, "d weight")] {
+        let x = g_fused.get(var.as_tensor()).expect("fused grad");
+        let want = g_comp.get(var.as_tensor()).expect("composed grad");
+        assert_close(x, want, 2e-5, what)?;
+    }
+    // Rows with zero upstream gradient get an exactly zero hidden gradient.
+    let dh = g_fused.get(h.as_tensor()).expect("grad");
+    let masked = dh.get(0)?.narrow(0, 0, 10)?.abs()?.sum_all()?;
+    assert_eq!(masked.to_scalar::<f32>()?, 0.0);
+    Ok(())
+}
+
+#[test]
+fn backward_matches_finite_differences() -> Result<()> {
+    let h = random_tensor(&[2, 3, 5], 1.0, 21)?.to_dtype(DType::F64)?;
+    let w = random_tensor(&[13, 5], 1.0, 22)?.to_dtype(DType::F64)?;
+    let y = random_ids(&[2, 3], 13, 23)?;
+    let a = random_tensor(&[2, 3], 1.0, 24)?.to_dtype(DType::F64)?;
+    let c = random_tensor(&[2, 3], 1.0, 25)?.to_dtype(DType::F64)?;
+    let loss = |h: &Tensor, w: &Tensor| -> Result<Tensor> {
+        let o = lm_head_logprobs(h, w, &y, 0.8)?;
+        o.logprobs.mul(&a)?.sum_all()? + o.entropy.mul(&c)?.sum_all()?
+    };
+    finite_difference_check(&h, |h| loss(h, &w), 1e-6)?;
+    finite_difference_check(&w, |w| loss(&h, w), 1e-6)
+}
+
+#[test]
+fn bad_inputs_name_the_argument() -> Result<()> {
+    let h = random_tensor(&[1, 2, 4], 1.0, 1)?;
+    let w = random_tensor(&[6, 4], 1.0, 2)?;
+    let y = Tensor::new(&[[0u32, 6]], &Device::Cpu)?;
+    let err = lm_head_logprobs(&h, &w, &y, 1.0).unwrap_err().to_string();
+    assert!(
+        err.contains("target id 6") && err.contains("vocabulary of 6"),
+        "{err}"
+    );
+    let y = Tensor::new(&[[0u32, 1]], &Device::Cpu)?;
+    let err = lm_head_logprobs(&h, &w, &y, 0.0).unwrap_err().to_string();
+    assert!(err.contains("`temperature`"), "{err}");
+    let w_bad = random_tensor(&[6, 3], 1.0, 2)?;
+    let err = lm_head_logprobs(&h, &w_bad, &y, 1.0)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`weight` must be [V, 4]"), "{err}");
+    let y_bad = Tensor::new(&[0u32, 1], &Device::Cpu)?;
+    let err = lm_head_logprobs(&h, &w, &y_bad, 1.0)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`targets` must have shape [1, 2]"), "{err}");
+    Ok(())
+}
