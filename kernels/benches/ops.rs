@@ -112,6 +112,32 @@ fn main() -> Result<()> {
             runs,
         )?;
     }
+    if wanted("lm_head") {
+        // The GRPO benchmark's policy update: 128 sequences of 73 positions, hidden 256,
+        // vocabulary 32000. Fused head against the logits path it replaced (linear, then
+        // the fused token_logprobs and entropy over [B, T, V]).
+        let shape = [128, 73, 256];
+        let hidden = random(&shape, 1.0, 3)?;
+        let weight = Var::from_tensor(&random(&[32000, 256], 0.05, 4)?)?;
+        let ids: Vec<u32> = (0..128 * 73).map(|i| (i * 7919 % 32000) as u32).collect();
+        let targets = Tensor::from_vec(ids, (128, 73), &Device::Cpu)?;
+        let (t1, t2) = (targets.clone(), targets);
+        let (w1, w2) = (weight.as_tensor().clone(), weight.as_tensor().clone());
+        bench(
+            "lm_head",
+            &shape,
+            &hidden,
+            Box::new(move |x| {
+                let o = ops::lm_head_logprobs(x, &w1, &t1, 1.0)?;
+                o.logprobs + o.entropy
+            }),
+            Box::new(move |x| {
+                let logits = x.broadcast_matmul(&w2.t()?)?;
+                ops::token_logprobs(&logits, &t2)? + ops::entropy(&logits)?
+            }),
+            runs,
+        )?;
+    }
     if wanted("entropy") {
         let shape = [8, 256, 32000];
         let logits = random(&shape, 4.0, 2)?;

@@ -10,7 +10,7 @@ use std::time::Instant;
 use candle_core::{Tensor, Var};
 use clap::Parser;
 use oxalign_models::CausalLm;
-use oxalign_rlhf::optim::{clip_grad_norm, AdamW, AdamWConfig};
+use oxalign_rlhf::optim::{clip_coefficient, AdamW, AdamWConfig};
 use serde::Serialize;
 
 use super::bench_matmul::{measure_matmul_peak, MatmulPeak};
@@ -214,7 +214,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     let ids = random_tokens(batch, seq, cfg.vocab_size, args.seed);
     let ids = Tensor::from_vec(ids, (batch, seq), &device)?;
-    let targets = ids.narrow(1, 1, seq - 1)?.contiguous()?;
 
     let mut step_s = Vec::new();
     let mut fwd_s = Vec::new();
@@ -225,13 +224,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for i in 0..args.warmup + args.steps {
         let cpu0 = process_cpu_seconds(Path::new("/proc/self/stat"));
         let t0 = Instant::now();
-        let loss = next_token_loss(&model, &ids, &targets)?;
+        let loss = next_token_loss(&model, &ids)?;
         let loss_value = f64::from(loss.to_scalar::<f32>()?);
         let t1 = Instant::now();
-        let mut grads = loss.backward()?;
+        let grads = loss.backward()?;
         let t2 = Instant::now();
-        clip_grad_norm(&mut grads, vars.iter(), args.max_grad_norm)?;
-        opt.step(&grads)?;
+        let (_, clip_scale) = clip_coefficient(&grads, vars.iter(), args.max_grad_norm)?;
+        opt.step_scaled(&grads, clip_scale)?;
         drop(grads);
         let t3 = Instant::now();
         let cpu1 = process_cpu_seconds(Path::new("/proc/self/stat"));
@@ -291,13 +290,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Mean next-token cross-entropy (nats) over all `[B, T-1]` targets: logits are computed for
-/// positions `0..T-1` only (the last position has no target), then fused log-softmax + gather.
-fn next_token_loss(model: &CausalLm, ids: &Tensor, targets: &Tensor) -> anyhow::Result<Tensor> {
-    let t = ids.dim(1)?;
-    let hidden = model.hidden(ids, None)?.narrow(1, 0, t - 1)?;
-    let logits = model.lm_logits(&hidden)?;
-    let logprobs = oxalign_kernels::ops::token_logprobs(&logits, targets)?;
+/// Mean next-token NLL through the fused LM head (no `[B, T, V]` logits), as the SFT and
+/// policy trainers compute it.
+fn next_token_loss(model: &CausalLm, ids: &Tensor) -> anyhow::Result<Tensor> {
+    let logprobs = model.next_token_logprobs(ids, None)?;
     Ok(logprobs.mean_all()?.neg()?)
 }
 

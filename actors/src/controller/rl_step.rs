@@ -7,7 +7,7 @@ use super::lengths::encode_rollout_prompt;
 use super::setup::Roles;
 use super::{Ctx, LoopState};
 use crate::monitor::{metric, StepMetrics};
-use crate::recipe::{Algorithm, KlEstimatorName, KlModeName, LossAggName};
+use crate::recipe::{Algorithm, EngineQuant, KlEstimatorName, KlModeName, LossAggName};
 use crate::roles::{
     ask, CriticMsg, CriticWork, PolicyMsg, PolicyWork, ReferenceMsg, RewardMsg, Sequences,
 };
@@ -182,13 +182,21 @@ pub(crate) async fn run_step(
             None => Ok(None),
         }
     };
+    // π_old's log-probs: an f32 engine already reported them while sampling (same weights
+    // and precision as the trainer; the update measures the gap on its first minibatch), so
+    // only a quantized engine needs the trainer to score the rollout again.
+    let trainer_scores_old = r.engine.quant != EngineQuant::None;
     let old_fut = async {
+        if !trainer_scores_old {
+            return Ok(None);
+        }
         let _t = timed("policy", "old_logprobs");
         ask("policy", &roles.policy, |reply| PolicyMsg::Logprobs {
             seqs: seqs.clone(),
             reply,
         })
         .await
+        .map(Some)
     };
     let (ref_lp, scores, values, old_lp) = tokio::join!(ref_fut, reward_fut, values_fut, old_fut);
     let (ref_lp, scores, values, old_lp) = (
@@ -198,7 +206,7 @@ pub(crate) async fn run_step(
         old_lp.map_err(err)?,
     );
     let score_secs = t_score.elapsed().as_secs_f64();
-    let device = old_lp.device().clone();
+    let device = ref_lp.device().clone();
     let rollout_lp = place_response_values(
         &seqs,
         &completions
@@ -208,6 +216,7 @@ pub(crate) async fn run_step(
         &device,
     )
     .map_err(err)?;
+    let old_lp = old_lp.unwrap_or_else(|| rollout_lp.clone());
 
     // 3. Experience (a little tensor math, off the async runtime).
     let kind = match rl.algorithm {
@@ -249,25 +258,13 @@ pub(crate) async fn run_step(
         .await
         .map_err(err)??
     };
-    let mismatch = {
-        let mask = seqs.batch(&device)?.response_mask;
-        let d = ((&old_lp - &rollout_lp).map_err(err)?.abs().map_err(err)? * &mask).map_err(err)?;
-        let total = mask
-            .sum_all()
-            .and_then(|t| t.to_scalar::<f32>())
-            .map_err(err)?
-            .max(1.0);
-        let mean = d
-            .sum_all()
-            .and_then(|t| t.to_scalar::<f32>())
-            .map_err(err)?
-            / total;
-        let max = d
-            .flatten_all()
-            .and_then(|t| t.max(0))
-            .and_then(|t| t.to_scalar::<f32>())
-            .map_err(err)?;
-        (mean as f64, max as f64)
+    let scored_mismatch = if trainer_scores_old {
+        Some(
+            masked_abs_diff(&old_lp, &rollout_lp, &seqs.batch(&device)?.response_mask)
+                .map_err(err)?,
+        )
+    } else {
+        None
     };
 
     // Divergence of the rollout itself stops the step before any update.
@@ -340,6 +337,8 @@ pub(crate) async fn run_step(
     let (ps, vl) = tokio::join!(policy_fut, critic_fut);
     let (ps, vl) = (ps.map_err(err)?, vl.map_err(err)?);
     let train_secs = t_train.elapsed().as_secs_f64();
+    // The whole batch when the trainer scored it, else the update's first minibatch.
+    let mismatch = scored_mismatch.unwrap_or(ps.rollout_mismatch);
     let diverged = |role, phase, cause, lower| DivergenceError {
         role,
         phase,
@@ -447,4 +446,13 @@ pub(crate) async fn run_step(
         line,
         brief,
     })
+}
+
+/// `(mean, max)` of `|a − b|` over the positions where `mask` is 1.
+fn masked_abs_diff(a: &Tensor, b: &Tensor, mask: &Tensor) -> candle_core::Result<(f64, f64)> {
+    let d = ((a - b)?.abs()? * mask)?;
+    let total = mask.sum_all()?.to_scalar::<f32>()?.max(1.0);
+    let mean = d.sum_all()?.to_scalar::<f32>()? / total;
+    let max = d.flatten_all()?.max(0)?.to_scalar::<f32>()?;
+    Ok((mean as f64, max as f64))
 }

@@ -8,7 +8,7 @@ use super::{Busy, Sequences};
 use crate::monitor::MonitorHandle;
 use crate::replicas::{shard_ranges, ReplicaCtx, Replicas, RoleError};
 use candle_core::{Device, Tensor};
-use oxalign_models::engine::{Engine, EngineConfig, Probe, QuantMode, RefitReport, WeightUpdate};
+use oxalign_models::engine::{Engine, EngineConfig, Probe, RefitReport, WeightUpdate};
 use oxalign_models::{Completion, GenerationRequest};
 use oxalign_rlhf::losses::LossAgg;
 use oxalign_rlhf::trainer::{PolicyLossConfig, PolicyStats, PolicyTrainer};
@@ -22,7 +22,8 @@ use std::time::Instant;
 pub struct PolicyWork {
     /// The rollout's sequences.
     pub seqs: Arc<Sequences>,
-    /// Trainer log-probs before the update.
+    /// Log-probs of the rollout policy π_old: the engine's own sampling log-probs when it
+    /// serves the trainer's f32 weights, the trainer's when the engine is quantized.
     pub old_logprobs: Tensor,
     /// Advantages.
     pub advantages: Tensor,
@@ -53,6 +54,9 @@ pub struct PolicyTrainSummary {
     pub skipped: usize,
     /// Set when the update stopped on a divergence (the rest of the step was not applied).
     pub diverged: Option<Divergence>,
+    /// Mean and max |trainer − engine| log-prob of the sampled tokens (nats), measured on the
+    /// first minibatch before any update (rank 0's rows).
+    pub rollout_mismatch: (f64, f64),
 }
 
 /// What one SFT step did.
@@ -93,21 +97,15 @@ impl PolicyReplica {
         })
     }
 
-    /// Log-probs `[rows, T-1]` of rows `range` under the current weights. An f32 engine
-    /// serves the trainer's exact weights in the trainer's precision (every refit is
-    /// verified against the trainer by checksums and a log-prob probe), so it scores with
-    /// batched prefill forwards and no `[B, T, V]` logits; a quantized engine does not, and
-    /// the trainer's own forward scores instead.
+    /// Trainer log-probs `[rows, T-1]` of rows `range` under the current weights (fused
+    /// head: no `[B, T, V]` logits). The controller asks for them only when the engine is
+    /// quantized; an f32 engine's sampling log-probs already are π_old's.
     fn logprobs(
         &mut self,
         seqs: &Sequences,
         range: std::ops::Range<usize>,
     ) -> Result<Tensor, String> {
-        let device = dev(&self.trainer);
-        if self.engine.config().quant == QuantMode::None {
-            return seqs.engine_logprobs(&mut self.engine, range, &device);
-        }
-        let b = seqs.batch_rows(range, &device)?;
+        let b = seqs.batch_rows(range, &dev(&self.trainer))?;
         self.trainer.logprobs(&b).map_err(|e| e.to_string())
     }
 
@@ -221,6 +219,7 @@ fn ppo_update(
     let full = w.seqs.batch(&dev(t))?;
     let mut sum = PolicyStats::default();
     let (mut updates, mut skipped) = (0, 0);
+    let mut rollout_mismatch = (0.0, 0.0);
     for mb in minibatch_order(full.rows(), w.minibatch_size, w.epochs, w.shuffle_seed) {
         let shard = Shard::new(ctx, &full, &mb)?;
         let weight = shard.weight(ctx, w.cfg.ppo.agg);
@@ -241,6 +240,9 @@ fn ppo_update(
                 None => return Err(e(err)),
             },
         };
+        if updates == 0 {
+            rollout_mismatch = (s.rollout_mismatch_mean, s.rollout_mismatch_max);
+        }
         updates += 1;
         skipped += usize::from(s.step.skipped);
         if s.step.skipped {
@@ -270,6 +272,7 @@ fn ppo_update(
         updates,
         skipped,
         diverged,
+        rollout_mismatch,
     })
 }
 
@@ -293,6 +296,7 @@ fn stopped(updates: usize, skipped: usize, d: Divergence) -> PolicyTrainSummary 
         updates,
         skipped,
         diverged: Some(d),
+        rollout_mismatch: (0.0, 0.0),
     }
 }
 

@@ -196,6 +196,9 @@ pub(crate) fn backward<T: Real + 'static>(
 
 /// One pass over the vocabulary for rows `span` of `rows`: accumulates into `dw` and returns
 /// `dh` of those rows, row-major `[span.len(), hidden]`.
+///
+/// The vocabulary is cut into one contiguous group of chunks per task (twice the rayon
+/// threads, for balance), so there are that many `dh` partial sums, not one per chunk.
 fn backward_rows<T: Real + 'static>(
     rows: &BackwardRows<T>,
     span: std::ops::Range<usize>,
@@ -205,22 +208,32 @@ fn backward_rows<T: Real + 'static>(
     scale: T,
 ) -> Vec<T> {
     let len = span.len() * d.hidden;
-    let zeros = || vec![T::ZERO; len];
-    dw.par_chunks_mut(VOCAB_CHUNK * d.hidden)
+    let chunks = d.vocab.div_ceil(VOCAB_CHUNK);
+    let tasks = (2 * rayon::current_num_threads()).clamp(1, chunks);
+    let group = chunks.div_ceil(tasks) * VOCAB_CHUNK * d.hidden;
+    let partials: Vec<Vec<T>> = dw
+        .par_chunks_mut(group)
         .enumerate()
-        .fold(zeros, |mut dh, (chunk, dw_chunk)| {
-            let c0 = chunk * VOCAB_CHUNK;
-            let cw = dw_chunk.len() / d.hidden;
-            let wc = MatRef::row_major(&w[c0 * d.hidden..(c0 + cw) * d.hidden], cw, d.hidden);
-            backward_chunk(rows, span.clone(), wc, c0, dw_chunk, &mut dh, d, scale);
+        .map(|(g, dw_group)| {
+            let mut dh = vec![T::ZERO; len];
+            let first = g * group / d.hidden;
+            for (k, dw_chunk) in dw_group.chunks_mut(VOCAB_CHUNK * d.hidden).enumerate() {
+                let c0 = first + k * VOCAB_CHUNK;
+                let cw = dw_chunk.len() / d.hidden;
+                let wc = MatRef::row_major(&w[c0 * d.hidden..(c0 + cw) * d.hidden], cw, d.hidden);
+                backward_chunk(rows, span.clone(), wc, c0, dw_chunk, &mut dh, d, scale);
+            }
             dh
         })
-        .reduce(zeros, |mut a, b| {
-            for (x, y) in a.iter_mut().zip(&b) {
-                *x += *y;
-            }
-            a
-        })
+        .collect();
+    let mut partials = partials.into_iter();
+    let mut dh = partials.next().unwrap_or_else(|| vec![T::ZERO; len]);
+    for p in partials {
+        for (x, y) in dh.iter_mut().zip(&p) {
+            *x += *y;
+        }
+    }
+    dh
 }
 
 /// The rows of `span`, against vocabulary chunk `wc` (entries `c0..c0 + wc.rows`).

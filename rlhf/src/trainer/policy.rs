@@ -44,6 +44,11 @@ pub struct PolicyStats {
     pub approx_kl: f64,
     /// Mean token entropy (nats).
     pub entropy: f64,
+    /// Mean and max |log π_trainer − log π_rollout| over the response tokens (nats), before
+    /// this update: the engine-vs-trainer mismatch. Zero when no rollout log-probs are given.
+    pub rollout_mismatch_mean: f64,
+    /// See `rollout_mismatch_mean`.
+    pub rollout_mismatch_max: f64,
     /// Gradient norm and skip flag.
     pub step: StepStats,
 }
@@ -153,6 +158,10 @@ impl PolicyTrainer {
             logprobs: lp,
             entropy: token_entropy,
         } = self.head_outputs(batch)?;
+        let (rollout_mismatch_mean, rollout_mismatch_max) = match rollout_logprobs {
+            Some(r) => masked_abs_diff(&lp, r, mask)?,
+            None => (0.0, 0.0),
+        };
         let is_weights = match (cfg.tis_cap, rollout_logprobs) {
             (Some(cap), Some(r)) => Some(truncated_is_weights(old_logprobs, r, mask, cap)?.0),
             _ => None,
@@ -214,6 +223,8 @@ impl PolicyTrainer {
             clip_frac: ppo.clip_frac,
             approx_kl: ppo.approx_kl,
             entropy: ent_stats.entropy,
+            rollout_mismatch_mean,
+            rollout_mismatch_max,
             step,
         })
     }
@@ -224,4 +235,17 @@ impl PolicyTrainer {
         let (loss, _) = sft_loss(&lp, &batch.response_mask)?;
         scalar(&loss)
     }
+}
+
+/// `(mean, max)` of `|a − b|` over the positions where `mask` is 1 (0 for an empty mask).
+fn masked_abs_diff(a: &Tensor, b: &Tensor, mask: &Tensor) -> Result<(f64, f64)> {
+    let mask = mask.to_dtype(a.dtype())?;
+    let d = ((a.detach() - b)?.abs()? * &mask)?;
+    let count = scalar(&mask.sum_all()?)?;
+    if count == 0.0 {
+        return Ok((0.0, 0.0));
+    }
+    let sum = scalar(&d.sum_all()?)?;
+    let max = scalar(&d.flatten_all()?.max(0)?)?;
+    Ok((sum / count, max))
 }
