@@ -2,6 +2,12 @@
 //! pass so gradients flow through `Tensor::backward()`, and behind the `cuda` feature a CUDA
 //! kernel compiled at run time with NVRTC. Model code calls the wrapper functions only.
 
+mod attention;
+mod attention_bwd;
+mod attention_fwd;
+#[cfg(test)]
+mod attention_tests;
+mod attention_visibility;
 mod cpu_math;
 #[cfg(feature = "cuda")]
 mod cuda_launch;
@@ -17,6 +23,7 @@ mod validate;
 
 #[cfg(feature = "cuda")]
 pub use cuda_launch::compile_cuda_kernels;
+pub use attention::causal_attention;
 pub use entropy::entropy;
 pub use rms_norm::rms_norm;
 pub use rope::rope;
