@@ -96,7 +96,12 @@ impl Attention {
 /// Attention from candle ops: `q` `[B, nh, T, hd]`, `k`/`v` `[B, nkv, S, hd]`, `visible`
 /// `[B|1, 1, T, S]` u8 (None = all keys visible) -> `[B, nh, T, hd]`. Hidden scores are
 /// replaced by `MASKED_SCORE`, so a query with no visible key averages all `S` values.
-fn composed_attention(q: &Tensor, k: &Tensor, v: &Tensor, visible: Option<&Tensor>) -> Result<Tensor> {
+fn composed_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    visible: Option<&Tensor>,
+) -> Result<Tensor> {
     let (b, nh, t, hd) = q.dims4()?;
     let (nkv, s) = (k.dim(1)?, k.dim(2)?);
     let n_rep = nh / nkv;
@@ -109,7 +114,5 @@ fn composed_attention(q: &Tensor, k: &Tensor, v: &Tensor, visible: Option<&Tenso
         None => scores,
     };
     let probs = softmax_last_dim(&scores)?.reshape((b, nkv, n_rep * t, s))?;
-    probs
-        .matmul(&v.contiguous()?)?
-        .reshape((b, nh, t, hd))
+    probs.matmul(&v.contiguous()?)?.reshape((b, nh, t, hd))
 }

@@ -7,11 +7,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use candle_core::{
-    CpuStorage, CustomOp3, DType, Layout, Result, Shape, Storage, Tensor,
-};
+use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Storage, Tensor};
 
-use super::attention_bwd::{backward, Saved};
+use super::attention_bwd::{backward, Grads, Saved};
 use super::attention_fwd::{forward, Dims, Tiles};
 use super::attention_visibility::Visibility;
 use super::cpu_math::{contiguous_slice, Real};
@@ -101,7 +99,10 @@ fn check_shapes(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Dims> {
         candle_core::bail!("{OP}: the {nkv} kv heads of `k` must divide the {nh} heads of `q`");
     }
     if t == 0 || hd == 0 {
-        candle_core::bail!("{OP}: `q` has an empty sequence or head dim, shape {:?}", q.dims());
+        candle_core::bail!(
+            "{OP}: `q` has an empty sequence or head dim, shape {:?}",
+            q.dims()
+        );
     }
     Ok(Dims { b, nh, nkv, t, hd })
 }
@@ -156,9 +157,11 @@ impl CausalAttention {
             lse: T::cpu_storage_as_slice(lse)?,
             d_out: slice(4, "output gradient")?,
         };
-        let (dq, dkv) = backward(&saved, self.dims, &self.vis, self.tiles, want);
+        let Grads { dq, dkv } = backward(&saved, self.dims, &self.vis, self.tiles, want);
         let dev = q.device();
-        let dq = dq.map(|g| Tensor::from_vec(g, q.shape(), dev)).transpose()?;
+        let dq = dq
+            .map(|g| Tensor::from_vec(g, q.shape(), dev))
+            .transpose()?;
         let (dk, dv) = match dkv {
             Some((dk, dv)) => (
                 Some(Tensor::from_vec(dk, k.shape(), dev)?),

@@ -52,18 +52,25 @@ impl<'a, T: Real> GradView<'a, T> {
     }
 }
 
-/// `dq` (when `want_q`) and `(dk, dv)` (when `want_kv`), in the layouts of q and k/v.
+/// Gradients in the layouts of q (`dq`) and k/v (`dkv = (dk, dv)`); `None` when not asked for.
+pub(crate) struct Grads<T> {
+    pub dq: Option<Vec<T>>,
+    pub dkv: Option<(Vec<T>, Vec<T>)>,
+}
+
+/// `dq` (when `want_q`) and `(dk, dv)` (when `want_kv`).
 pub(crate) fn backward<T: Real>(
     x: &Saved<T>,
     d: Dims,
     vis: &Visibility,
     tiles: Tiles,
     (want_q, want_kv): (bool, bool),
-) -> (Option<Vec<T>>, Option<(Vec<T>, Vec<T>)>) {
+) -> Grads<T> {
     let delta = row_deltas(x.d_out, x.out, d.hd);
-    let dq = want_q.then(|| backward_dq(x, &delta, d, vis, tiles));
-    let dkv = want_kv.then(|| backward_dkv(x, &delta, d, vis, tiles));
-    (dq, dkv)
+    Grads {
+        dq: want_q.then(|| backward_dq(x, &delta, d, vis, tiles)),
+        dkv: want_kv.then(|| backward_dkv(x, &delta, d, vis, tiles)),
+    }
 }
 
 /// `D_i = dO_i . O_i` for every query row, `[b, nh, t]`.
@@ -78,18 +85,26 @@ fn row_deltas<T: Real>(d_out: &[T], out: &[T], hd: usize) -> Vec<T> {
         .collect()
 }
 
-fn backward_dq<T: Real>(x: &Saved<T>, delta: &[T], d: Dims, vis: &Visibility, tiles: Tiles) -> Vec<T> {
+fn backward_dq<T: Real>(
+    x: &Saved<T>,
+    delta: &[T],
+    d: Dims,
+    vis: &Visibility,
+    tiles: Tiles,
+) -> Vec<T> {
     let mut dq = vec![T::ZERO; x.q.len()];
     if dq.is_empty() {
         return dq;
     }
     let hd = d.hd;
-    dq.par_chunks_mut(d.t * hd).enumerate().for_each(|(bh, dq)| {
-        let g = GradView::new(x, delta, d, bh, vis);
-        dq.par_chunks_mut(tiles.q * hd)
-            .enumerate()
-            .for_each(|(qb, dq)| dq_block(&g, tiles.k, qb * tiles.q, dq));
-    });
+    dq.par_chunks_mut(d.t * hd)
+        .enumerate()
+        .for_each(|(bh, dq)| {
+            let g = GradView::new(x, delta, d, bh, vis);
+            dq.par_chunks_mut(tiles.q * hd)
+                .enumerate()
+                .for_each(|(qb, dq)| dq_block(&g, tiles.k, qb * tiles.q, dq));
+        });
     dq
 }
 

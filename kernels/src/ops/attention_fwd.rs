@@ -189,7 +189,7 @@ fn online_update<T: Real>(
     }
     if block_max > st.max {
         let alpha = (st.max - block_max).exp();
-        st.sum = st.sum * alpha;
+        st.sum *= alpha;
         scale_in_place(acc, alpha);
         st.max = block_max;
     }

@@ -95,7 +95,11 @@ fn backward_matches_composed_autograd() -> Result<()> {
         let [q, k, v] = [0, 1, 2].map(|i| vars[i].as_tensor());
         let mask = case.key_mask();
         let proj = random_tensor(&[case.b, case.nh, case.t, case.hd], 1.0, 7)?;
-        let gf = case.fused(q, k, v, mask.as_deref())?.mul(&proj)?.sum_all()?.backward()?;
+        let gf = case
+            .fused(q, k, v, mask.as_deref())?
+            .mul(&proj)?
+            .sum_all()?
+            .backward()?;
         let gc = composed(q, k, v, mask.as_deref(), case.window)?
             .mul(&proj)?
             .sum_all()?
@@ -143,11 +147,21 @@ fn dead_rows_average_all_values_without_nan() -> Result<()> {
     let v = random_tensor(&[1, 1, t, hd], 1.0, 3)?;
     let mask = [0u32, 0, 0, 1, 0, 1];
     let out = causal_attention(q.as_tensor(), &k, &v, Some(&mask), None)?;
-    assert_close(&out, &composed(q.as_tensor(), &k, &v, Some(&mask), None)?, 1e-6, "dead")?;
+    assert_close(
+        &out,
+        &composed(q.as_tensor(), &k, &v, Some(&mask), None)?,
+        1e-6,
+        "dead",
+    )?;
     let mean = v.mean_keepdim(2)?.squeeze(0)?.squeeze(0)?;
     for h in 0..2 {
         for i in 0..3 {
-            assert_close(&out.get(0)?.get(h)?.get(i)?, &mean.squeeze(0)?, 1e-6, "mean")?;
+            assert_close(
+                &out.get(0)?.get(h)?.get(i)?,
+                &mean.squeeze(0)?,
+                1e-6,
+                "mean",
+            )?;
         }
     }
     let grads = out.sqr()?.sum_all()?.backward()?;
@@ -198,7 +212,13 @@ fn bad_arguments_fail_with_clear_messages() -> Result<()> {
     let idk = Tensor::zeros((1, 2, 3, 8), DType::U32, &Device::Cpu)?;
     let e = err(causal_attention(&ids, &idk, &idk, None, None));
     assert!(e.contains("must be a float tensor"), "{e}");
-    let e = err(causal_attention(&q, &k.to_dtype(DType::F64)?, &k, None, None));
+    let e = err(causal_attention(
+        &q,
+        &k.to_dtype(DType::F64)?,
+        &k,
+        None,
+        None,
+    ));
     assert!(e.contains("dtype"), "{e}");
     Ok(())
 }

@@ -86,7 +86,9 @@ impl Visibility {
     /// Key validity of batch row `b` (`[T]`), or `None` when no key of any row is padding.
     #[inline]
     pub(crate) fn valid_keys(&self, b: usize) -> Option<&[bool]> {
-        self.valid.as_ref().map(|v| &v[b * self.t..(b + 1) * self.t])
+        self.valid
+            .as_ref()
+            .map(|v| &v[b * self.t..(b + 1) * self.t])
     }
 
     /// Whether query `i` of batch row `b` sees at least one key (else it is dead).
@@ -125,9 +127,9 @@ mod tests {
                 let valid = vis.valid_keys(b).expect("some padding");
                 for i in 0..t {
                     let mut any = false;
-                    for j in 0..t {
+                    for (j, &ok) in valid.iter().enumerate() {
                         let want = visible(&mask, t, b, i, j, window);
-                        let got = vis.key_range(i).contains(&j) && valid[j];
+                        let got = vis.key_range(i).contains(&j) && ok;
                         assert_eq!(got, want, "b {b} i {i} j {j} window {window:?}");
                         any |= want;
                         if want {

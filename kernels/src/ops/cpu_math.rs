@@ -2,7 +2,7 @@
 //! branch-free (auto-vectorisable) `exp`, and row reductions written in 8 lanes.
 //! Deliberately tensor-free: everything here sees plain slices; shapes live in the ops.
 
-use std::ops::{Add, AddAssign, Div, Mul, Neg, Sub};
+use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub};
 
 use candle_core::{CpuStorage, Layout, Result, WithDType};
 
@@ -23,6 +23,7 @@ pub(crate) trait Real:
     + AddAssign
     + Sub<Output = Self>
     + Mul<Output = Self>
+    + MulAssign
     + Div<Output = Self>
     + Neg<Output = Self>
 {
@@ -262,7 +263,7 @@ pub(crate) fn axpy<T: Real>(y: &mut [T], alpha: T, x: &[T]) {
 #[inline]
 pub(crate) fn scale_in_place<T: Real>(y: &mut [T], alpha: T) {
     for y in y.iter_mut() {
-        *y = *y * alpha;
+        *y *= alpha;
     }
 }
 

@@ -21,9 +21,9 @@ mod testing;
 mod token_logprobs;
 mod validate;
 
+pub use attention::causal_attention;
 #[cfg(feature = "cuda")]
 pub use cuda_launch::compile_cuda_kernels;
-pub use attention::causal_attention;
 pub use entropy::entropy;
 pub use rms_norm::rms_norm;
 pub use rope::rope;
