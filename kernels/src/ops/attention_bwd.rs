@@ -9,6 +9,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::attention_fwd::{Dims, HeadView, Tiles};
+use super::attention_tile::TransposedTile;
 use super::attention_visibility::Visibility;
 use super::cpu_math::{axpy, row_dot, Real};
 
@@ -42,13 +43,26 @@ impl<'a, T: Real> GradView<'a, T> {
         }
     }
 
-    /// `(P_ij, dS_ij)` for a visible pair.
-    #[inline]
-    fn p_and_ds(&self, i: usize, j: usize) -> (T, T) {
-        let h = &self.head;
-        let p = (h.score(i, j) - self.lse[i]).exp();
-        let dp = row_dot(h.row(self.d_out, i), h.row(h.v, j));
-        (p, p * (dp - self.delta[i]))
+    /// For query `i` against the keys of a tile (`kt`, `vt`: its K and V rows): writes
+    /// `P_ij` into `p` and `dS_ij` into `ds` at tile-local indices and returns their range.
+    fn tile_p_ds(
+        &self,
+        (kt, vt): (&TransposedTile<T>, &TransposedTile<T>),
+        i: usize,
+        p: &mut [T],
+        ds: &mut [T],
+    ) -> Range<usize> {
+        let local = self.head.tile_scores(kt, i, p);
+        if local.is_empty() {
+            return local;
+        }
+        vt.dots(self.head.row(self.d_out, i), T::ONE, local.clone(), ds);
+        let (lse, delta) = (self.lse[i], self.delta[i]);
+        for (p, ds) in p[local.clone()].iter_mut().zip(&mut ds[local.clone()]) {
+            *p = (*p - lse).exp();
+            *ds = *p * (*ds - delta);
+        }
+        local
     }
 }
 
@@ -113,22 +127,26 @@ fn backward_dq<T: Real>(
 fn dq_block<T: Real>(g: &GradView<T>, tk: usize, i0: usize, dq: &mut [T]) {
     let h = &g.head;
     let rows = dq.len() / h.hd;
+    let (mut kt, mut vt) = (TransposedTile::new(h.hd, tk), TransposedTile::new(h.hd, tk));
+    let (mut p, mut ds) = (vec![T::ZERO; tk], vec![T::ZERO; tk]);
     let mut j0 = h.vis.key_range(i0).start;
     while j0 < i0 + rows {
-        let block = j0..(j0 + tk).min(i0 + rows);
+        let keys = j0..(j0 + tk).min(i0 + rows);
+        kt.load(h.k, keys.clone());
+        vt.load(h.v, keys.clone());
         for (r, dq_i) in dq.chunks_mut(h.hd).enumerate() {
             let i = i0 + r;
             if !h.vis.row_sees_any(h.b, i) {
                 continue;
             }
-            for j in h.vis.key_range_in(i, &block) {
-                if h.key_ok(j) {
-                    let (_, ds) = g.p_and_ds(i, j);
-                    axpy(dq_i, ds * h.scale, h.row(h.k, j));
+            let local = g.tile_p_ds((&kt, &vt), i, &mut p, &mut ds);
+            for c in local {
+                if p[c] != T::ZERO {
+                    axpy(dq_i, ds[c] * h.scale, h.row(h.k, j0 + c));
                 }
             }
         }
-        j0 = block.end;
+        j0 = keys.end;
     }
 }
 
@@ -156,9 +174,14 @@ fn backward_dkv<T: Real>(
                 .enumerate()
                 .for_each(|(kb, (dk, dv))| {
                     let keys = kb * tiles.k..kb * tiles.k + dk.len() / hd;
+                    let first = GradView::new(x, delta, d, b * d.nh + kv * d.n_rep(), vis);
+                    let mut kt = TransposedTile::new(hd, keys.len());
+                    let mut vt = TransposedTile::new(hd, keys.len());
+                    kt.load(first.head.k, keys.clone());
+                    vt.load(first.head.v, keys);
                     for r in 0..d.n_rep() {
                         let g = GradView::new(x, delta, d, b * d.nh + kv * d.n_rep() + r, vis);
-                        dkv_block(&g, &keys, dk, dv);
+                        dkv_block(&g, (&kt, &vt), dk, dv);
                         dead_rows_dv(&g, &dead[b], dv);
                     }
                 });
@@ -167,21 +190,28 @@ fn backward_dkv<T: Real>(
 }
 
 /// Adds one query head's `dv_j += P_ij dO_i` and `dk_j += hd^-0.5 dS_ij q_i` for the key
-/// tile `keys` (`dk`, `dv`: `[keys.len(), hd]`) over the live query rows that see it.
-fn dkv_block<T: Real>(g: &GradView<T>, keys: &Range<usize>, dk: &mut [T], dv: &mut [T]) {
+/// tile `kt`/`vt` (`dk`, `dv`: `[tile width, hd]`) over the live query rows that see it.
+fn dkv_block<T: Real>(
+    g: &GradView<T>,
+    tiles: (&TransposedTile<T>, &TransposedTile<T>),
+    dk: &mut [T],
+    dv: &mut [T],
+) {
     let h = &g.head;
     let hd = h.hd;
-    for i in h.vis.query_range_for(keys) {
+    let width = tiles.0.keys().len();
+    let (mut p, mut ds) = (vec![T::ZERO; width], vec![T::ZERO; width]);
+    for i in h.vis.query_range_for(tiles.0.keys()) {
         if !h.vis.row_sees_any(h.b, i) {
             continue;
         }
+        let local = g.tile_p_ds(tiles, i, &mut p, &mut ds);
         let (q_i, do_i) = (h.row(h.q, i), h.row(g.d_out, i));
-        for j in h.vis.key_range_in(i, keys) {
-            if h.key_ok(j) {
-                let (p, ds) = g.p_and_ds(i, j);
-                let r = (j - keys.start) * hd;
-                axpy(&mut dv[r..r + hd], p, do_i);
-                axpy(&mut dk[r..r + hd], ds * h.scale, q_i);
+        for c in local {
+            if p[c] != T::ZERO {
+                let r = c * hd;
+                axpy(&mut dv[r..r + hd], p[c], do_i);
+                axpy(&mut dk[r..r + hd], ds[c] * h.scale, q_i);
             }
         }
     }

@@ -7,8 +7,9 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
+use super::attention_tile::TransposedTile;
 use super::attention_visibility::Visibility;
-use super::cpu_math::{axpy, row_dot, scale_in_place, Real};
+use super::cpu_math::{axpy, row_max, scale_in_place, Real};
 
 /// Shapes of one call: q `[b, nh, t, hd]`, k and v `[b, nkv, t, hd]` (`nkv` divides `nh`).
 #[derive(Clone, Copy, Debug)]
@@ -84,16 +85,30 @@ impl<T: Real> HeadView<'_, T> {
         &x[i * self.hd..(i + 1) * self.hd]
     }
 
-    /// Whether key `j` is real (not padding) in this batch row.
-    #[inline]
-    pub(crate) fn key_ok(&self, j: usize) -> bool {
-        self.valid.is_none_or(|v| v[j])
-    }
-
-    /// `hd^-0.5 q_i . k_j`.
-    #[inline]
-    pub(crate) fn score(&self, i: usize, j: usize) -> T {
-        self.scale * row_dot(self.row(self.q, i), self.row(self.k, j))
+    /// Scaled scores `hd^-0.5 q_i . k_j` of query `i` against the keys of `tile` it may
+    /// see, written at tile-local indices, with padded keys at `-inf`. Returns the local
+    /// index range written (empty when the row sees none of the tile).
+    pub(crate) fn tile_scores(
+        &self,
+        tile: &TransposedTile<T>,
+        i: usize,
+        scores: &mut [T],
+    ) -> Range<usize> {
+        let keys = self.vis.key_range_in(i, tile.keys());
+        let j0 = tile.keys().start;
+        let local = keys.start - j0..keys.end - j0;
+        if local.is_empty() {
+            return local;
+        }
+        tile.dots(self.row(self.q, i), self.scale, local.clone(), scores);
+        if let Some(valid) = self.valid {
+            for (s, &ok) in scores[local.clone()].iter_mut().zip(&valid[keys]) {
+                if !ok {
+                    *s = T::NEG_INFINITY;
+                }
+            }
+        }
+        local
     }
 }
 
@@ -142,48 +157,37 @@ fn forward_block<T: Real>(h: &HeadView<T>, tk: usize, i0: usize, out: &mut [T], 
         })
         .collect();
     let mut scores = vec![T::ZERO; tk];
+    let mut tile = TransposedTile::new(hd, tk);
     // Key ranges only grow with i: the block's keys run from the first row's lowest key to
     // its last row (causal).
     let (keys_lo, keys_hi) = (h.vis.key_range(i0).start, i0 + rows);
     let mut j0 = keys_lo;
     while j0 < keys_hi {
-        let block = j0..(j0 + tk).min(keys_hi);
+        tile.load(h.k, j0..(j0 + tk).min(keys_hi));
         for (r, (st, acc)) in state.iter_mut().zip(out.chunks_mut(hd)).enumerate() {
-            let keys = h.vis.key_range_in(i0 + r, &block);
-            if !keys.is_empty() {
-                online_update(h, i0 + r, keys, &mut scores, st, acc);
+            let local = h.tile_scores(&tile, i0 + r, &mut scores);
+            if !local.is_empty() {
+                online_update(h, j0 + local.start, &mut scores[local], st, acc);
             }
         }
-        j0 = block.end;
+        j0 = tile.keys().end;
     }
     for (r, ((st, acc), lse)) in state.iter().zip(out.chunks_mut(hd)).zip(lse).enumerate() {
         *lse = finish_row(h, i0 + r, st, acc);
     }
 }
 
-/// Folds keys `keys` into row `i`: rescales the unnormalised output `acc` `[hd]` to the new
-/// running max and adds `e^(s_ij - max) v_j`. `scores` is scratch of at least `keys.len()`.
+/// Folds the scores `s` of keys `j0..j0 + s.len()` into a row: rescales the unnormalised
+/// output `acc` `[hd]` to the new running max and adds `e^(s_j - max) v_j` (`s` is
+/// overwritten with those weights).
 fn online_update<T: Real>(
     h: &HeadView<T>,
-    i: usize,
-    keys: Range<usize>,
-    scores: &mut [T],
+    j0: usize,
+    s: &mut [T],
     st: &mut RowState<T>,
     acc: &mut [T],
 ) {
-    let j0 = keys.start;
-    let mut block_max = T::NEG_INFINITY;
-    for j in keys.clone() {
-        let s = if h.key_ok(j) {
-            h.score(i, j)
-        } else {
-            T::NEG_INFINITY
-        };
-        scores[j - j0] = s;
-        if s > block_max {
-            block_max = s;
-        }
-    }
+    let block_max = row_max(s);
     if block_max == T::NEG_INFINITY {
         return;
     }
@@ -193,11 +197,14 @@ fn online_update<T: Real>(
         scale_in_place(acc, alpha);
         st.max = block_max;
     }
-    for j in keys {
-        let p = (scores[j - j0] - st.max).exp();
+    let m = st.max;
+    for x in s.iter_mut() {
+        *x = (*x - m).exp();
+    }
+    for (c, &p) in s.iter().enumerate() {
         if p != T::ZERO {
             st.sum += p;
-            axpy(acc, p, h.row(h.v, j));
+            axpy(acc, p, h.row(h.v, j0 + c));
         }
     }
 }

@@ -7,6 +7,7 @@ mod attention_bwd;
 mod attention_fwd;
 #[cfg(test)]
 mod attention_tests;
+mod attention_tile;
 mod attention_visibility;
 mod cpu_math;
 #[cfg(feature = "cuda")]
