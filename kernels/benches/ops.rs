@@ -46,6 +46,9 @@ fn random(dims: &[usize], scale: f32, seed: u64) -> Result<Tensor> {
 
 type Op = Box<dyn Fn(&Tensor) -> Result<Tensor>>;
 
+/// An op of several inputs (all differentiated in the fwd+bwd pass).
+type OpN = Box<dyn Fn(&[Tensor]) -> Result<Tensor>>;
+
 /// Times fused and composed `op(x)` forward, and forward + `sum().backward()`.
 fn bench(
     name: &str,
@@ -55,17 +58,38 @@ fn bench(
     composed: Op,
     runs: usize,
 ) -> Result<()> {
-    let var = Var::from_tensor(x)?;
+    let inputs = [x.clone()];
+    bench_n(
+        name,
+        shape,
+        &inputs,
+        Box::new(move |xs| fused(&xs[0])),
+        Box::new(move |xs| composed(&xs[0])),
+        runs,
+    )
+}
+
+/// [`bench`] for ops of several inputs; the backward pass differentiates all of them.
+fn bench_n(
+    name: &str,
+    shape: &[usize],
+    inputs: &[Tensor],
+    fused: OpN,
+    composed: OpN,
+    runs: usize,
+) -> Result<()> {
+    let vars: Vec<Var> = inputs.iter().map(Var::from_tensor).collect::<Result<_>>()?;
+    let tracked: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
     for pass in ["fwd", "fwd+bwd"] {
         let mut medians = Vec::new();
         for (variant, f) in [("fused", &fused), ("composed", &composed)] {
             let stats = time_runs(runs, || {
                 if pass == "fwd" {
-                    let y = f(x)?;
+                    let y = f(inputs)?;
                     std::hint::black_box(&y);
                 } else {
-                    let grads = f(var.as_tensor())?.sum_all()?.backward()?;
-                    std::hint::black_box(grads.get(var.as_tensor()));
+                    let grads = f(&tracked)?.sum_all()?.backward()?;
+                    std::hint::black_box(grads.get(&tracked[0]));
                 }
                 Ok(())
             })?;
@@ -176,6 +200,23 @@ fn main() -> Result<()> {
             &x,
             Box::new(move |x| ops::rope(x, &c1, &s1)),
             Box::new(move |x| reference::rope(x, &c2, &s2)),
+            runs,
+        )?;
+    }
+    if wanted("causal_attention") {
+        // [B, heads, T, hd], MHA; row 0 left-padded by 32 tokens.
+        let shape = [8, 8, 256, 64];
+        let inputs = [5u64, 6, 7].map(|seed| random(&shape, 1.0, seed));
+        let inputs = inputs.into_iter().collect::<Result<Vec<_>>>()?;
+        let mut mask = vec![1u32; 8 * 256];
+        mask[..32].fill(0);
+        let (m1, m2) = (mask.clone(), mask);
+        bench_n(
+            "causal_attention",
+            &shape,
+            &inputs,
+            Box::new(move |x| ops::causal_attention(&x[0], &x[1], &x[2], Some(&m1), None)),
+            Box::new(move |x| reference::causal_attention(&x[0], &x[1], &x[2], Some(&m2), None)),
             runs,
         )?;
     }

@@ -8,4 +8,4 @@ pub mod ops;
 
 pub use collective::{Collective, CollectiveError, ThreadCollective};
 pub use device::{parse_device, DeviceError, DeviceKind, DeviceSpec};
-pub use ops::{entropy, rms_norm, rope, token_logprobs};
+pub use ops::{causal_attention, entropy, rms_norm, rope, token_logprobs};

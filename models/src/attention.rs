@@ -1,13 +1,16 @@
 //! Grouped-query self-attention of one decoder layer: q/k/v/o projections (optional biases),
-//! RoPE on q and k, scaled dot-product attention with a visibility mask, optional KV cache.
-//! Masks and position ids are built by the caller (`mask.rs`); no fused kernels here.
+//! RoPE on q and k, scaled dot-product attention under a visibility rule, optional KV cache.
+//! The training forward (no cache, f32/f64 on the CPU) runs the fused kernel
+//! `oxalign_kernels::ops::causal_attention`; everything else composes candle ops.
+//! Masks and position ids are built by the caller (`mask.rs`).
 
 use crate::config::ModelConfig;
 use crate::kv_cache::KvCache;
 use crate::layers::{apply_rope, linear, softmax_last_dim};
-use crate::mask::mask_scores;
+use crate::mask::{mask_scores, Visibility};
 use crate::param_store::ParamStore;
-use candle_core::{Result, Tensor};
+use candle_core::{DType, Result, Tensor};
+use oxalign_kernels::ops::causal_attention;
 
 /// Weights and shape of one attention block (`model.layers.N.self_attn.*`).
 #[derive(Clone, Debug)]
@@ -48,16 +51,15 @@ impl Attention {
         })
     }
 
-    /// `x`: `[B, T, H]`; `cos`/`sin`: `[B, T, head_dim/2]`; `visible`: u8 mask
-    /// `[B|1, 1, T, S]`, 1 = visible (None = attend to all `S` keys). With `cache = Some((cache, layer))` the
-    /// new keys/values are appended and attention runs over all cached positions.
-    /// Returns `[B, T, H]`.
+    /// `x`: `[B, T, H]`; `cos`/`sin`: `[B, T, head_dim/2]`; `visible`: which of the `S` keys
+    /// each query sees. With `cache = Some((cache, layer))` the new keys/values are appended
+    /// and attention runs over all cached positions. Returns `[B, T, H]`.
     pub fn forward(
         &self,
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
-        visible: Option<&Tensor>,
+        visible: &Visibility,
         cache: Option<(&mut KvCache, usize)>,
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
@@ -73,26 +75,44 @@ impl Attention {
         let v = heads(&self.v_w, self.v_b.as_ref(), nkv)?;
         let q = apply_rope(&q, cos, sin)?;
         let k = apply_rope(&k, cos, sin)?;
-        let (k, v) = match cache {
-            Some((cache, layer)) => cache.append(layer, &k, &v)?,
-            None => (k, v),
+        let fused = cache.is_none()
+            && visible.is_self_attention()
+            && x.device().is_cpu()
+            && matches!(x.dtype(), DType::F32 | DType::F64);
+        let out = if fused {
+            causal_attention(&q, &k, &v, visible.key_mask(), visible.window())?
+        } else {
+            let (k, v) = match cache {
+                Some((cache, layer)) => cache.append(layer, &k, &v)?,
+                None => (k, v),
+            };
+            composed_attention(&q, &k, &v, visible.mask()?)?
         };
-        let s = k.dim(2)?;
-        let n_rep = nh / nkv;
-        // GQA without copying K/V: query head h = g * n_rep + r uses kv head g, so the
-        // n_rep query heads of a group are stacked along the sequence axis.
-        let q = q.reshape((b, nkv, n_rep * t, hd))?;
-        let scores = (q.matmul(&k.t()?)? * (hd as f64).powf(-0.5))?.reshape((b, nh, t, s))?;
-        let scores = match visible {
-            Some(m) => mask_scores(&scores, m)?,
-            None => scores,
-        };
-        let probs = softmax_last_dim(&scores)?.reshape((b, nkv, n_rep * t, s))?;
-        let out = probs
-            .matmul(&v.contiguous()?)?
-            .reshape((b, nh, t, hd))?
-            .transpose(1, 2)?
-            .reshape((b, t, nh * hd))?;
+        let out = out.transpose(1, 2)?.reshape((b, t, nh * hd))?;
         linear(&out, &self.o_w, self.o_b.as_ref())
     }
+}
+
+/// Attention from candle ops: `q` `[B, nh, T, hd]`, `k`/`v` `[B, nkv, S, hd]`, `visible`
+/// `[B|1, 1, T, S]` u8 (None = all keys visible) -> `[B, nh, T, hd]`. Hidden scores are
+/// replaced by `MASKED_SCORE`, so a query with no visible key averages all `S` values.
+fn composed_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    visible: Option<&Tensor>,
+) -> Result<Tensor> {
+    let (b, nh, t, hd) = q.dims4()?;
+    let (nkv, s) = (k.dim(1)?, k.dim(2)?);
+    let n_rep = nh / nkv;
+    // GQA without copying K/V: query head h = g * n_rep + r uses kv head g, so the
+    // n_rep query heads of a group are stacked along the sequence axis.
+    let q = q.reshape((b, nkv, n_rep * t, hd))?;
+    let scores = (q.matmul(&k.t()?)? * (hd as f64).powf(-0.5))?.reshape((b, nh, t, s))?;
+    let scores = match visible {
+        Some(m) => mask_scores(&scores, m)?,
+        None => scores,
+    };
+    let probs = softmax_last_dim(&scores)?.reshape((b, nkv, n_rep * t, s))?;
+    probs.matmul(&v.contiguous()?)?.reshape((b, nh, t, hd))
 }

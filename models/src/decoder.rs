@@ -6,7 +6,7 @@ use crate::config::ModelConfig;
 use crate::decoder_layer::DecoderLayer;
 use crate::kv_cache::KvCache;
 use crate::layers::{embedding, rms_norm};
-use crate::mask::{attention_visibility, mask_to_host, position_ids};
+use crate::mask::{mask_to_host, position_ids, Visibility};
 use crate::param_store::ParamStore;
 use crate::rope::RotaryEmbedding;
 use candle_core::{DType, Result, Tensor};
@@ -92,43 +92,28 @@ impl Decoder {
         let s = offset + t;
         let key_mask = key_mask.contains(&0).then_some(key_mask);
         let (cos, sin) = self.rope.cos_sin(&positions, b, t, dtype, &device)?;
-        let mut full_mask: Option<Option<Tensor>> = None;
-        let mut window_mask: Option<(usize, Option<Tensor>)> = None;
+        let dims = (b, t, s, offset);
+        let full = Visibility::new(key_mask.as_deref(), dims, None, &device);
+        // One rule per distinct window, so each mask tensor is built at most once.
+        let mut windowed: Vec<Visibility> = Vec::new();
         let mut x = embedding(&self.embed, &input_ids)?;
         for (i, layer) in self.layers.iter().enumerate() {
             let visible = match layer.window() {
                 Some(w) if w < s => {
-                    if window_mask.as_ref().is_none_or(|(ww, _)| *ww != w) {
-                        let m = attention_visibility(
-                            key_mask.as_deref(),
-                            b,
-                            t,
-                            s,
-                            offset,
-                            Some(w),
-                            &device,
-                        )?;
-                        window_mask = Some((w, m));
-                    }
-                    window_mask.as_ref().and_then(|(_, m)| m.clone())
+                    let at = match windowed.iter().position(|v| v.window() == Some(w)) {
+                        Some(at) => at,
+                        None => {
+                            let v = Visibility::new(key_mask.as_deref(), dims, Some(w), &device);
+                            windowed.push(v);
+                            windowed.len() - 1
+                        }
+                    };
+                    &windowed[at]
                 }
-                _ => {
-                    if full_mask.is_none() {
-                        full_mask = Some(attention_visibility(
-                            key_mask.as_deref(),
-                            b,
-                            t,
-                            s,
-                            offset,
-                            None,
-                            &device,
-                        )?);
-                    }
-                    full_mask.clone().flatten()
-                }
+                _ => &full,
             };
             let layer_cache = cache.as_deref_mut().map(|c| (c, i));
-            x = layer.forward(&x, &cos, &sin, visible.as_ref(), layer_cache)?;
+            x = layer.forward(&x, &cos, &sin, visible, layer_cache)?;
         }
         rms_norm(&x, &self.norm, self.eps)
     }

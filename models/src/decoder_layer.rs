@@ -5,6 +5,7 @@ use crate::attention::Attention;
 use crate::config::ModelConfig;
 use crate::kv_cache::KvCache;
 use crate::layers::rms_norm;
+use crate::mask::Visibility;
 use crate::mlp::Mlp;
 use crate::param_store::ParamStore;
 use candle_core::{Result, Tensor};
@@ -45,7 +46,7 @@ impl DecoderLayer {
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
-        visible: Option<&Tensor>,
+        visible: &Visibility,
         cache: Option<(&mut KvCache, usize)>,
     ) -> Result<Tensor> {
         let h = self.attn.forward(

@@ -1,6 +1,9 @@
 //! Attention masking and position ids: the causal / key-padding / sliding-window visibility
-//! mask and HF-generate-style position ids (`cumsum(mask) - 1`, clamped at 0). Pure index
-//! bookkeeping on the host; no model weights.
+//! rule (as a host key mask + window, and as a mask tensor built on demand) and
+//! HF-generate-style position ids (`cumsum(mask) - 1`, clamped at 0). Pure index bookkeeping
+//! on the host; no model weights.
+
+use std::cell::OnceCell;
 
 use candle_core::{DType, Device, Result, Tensor};
 
@@ -60,6 +63,77 @@ pub fn attention_visibility(
         return Ok(None);
     }
     Ok(Some(Tensor::from_vec(visible, (rows, 1, t, s), device)?))
+}
+
+/// The visibility rule of one attention call (see [`attention_visibility`]) in the two forms
+/// attention uses: the host key mask and window (the fused kernel takes these) and the
+/// `[B|1, 1, T, S]` mask tensor (the composed path), built on first use and then shared by
+/// every layer that gets this value.
+#[derive(Debug)]
+pub struct Visibility<'a> {
+    key_mask: Option<&'a [u32]>,
+    batch: usize,
+    t: usize,
+    s: usize,
+    offset: usize,
+    window: Option<usize>,
+    device: Device,
+    mask: OnceCell<Option<Tensor>>,
+}
+
+impl<'a> Visibility<'a> {
+    /// `t` new queries at absolute indices `offset..offset + t` over `s = offset + t` keys;
+    /// `key_mask` row-major `[batch, s]` (1 = real, `None` = no padding); optional `window`.
+    pub fn new(
+        key_mask: Option<&'a [u32]>,
+        (batch, t, s, offset): (usize, usize, usize, usize),
+        window: Option<usize>,
+        device: &Device,
+    ) -> Visibility<'a> {
+        Visibility {
+            key_mask,
+            batch,
+            t,
+            s,
+            offset,
+            window,
+            device: device.clone(),
+            mask: OnceCell::new(),
+        }
+    }
+
+    /// The mask tensor `[B|1, 1, T, S]` (u8, 1 = visible), or `None` when nothing is hidden.
+    pub fn mask(&self) -> Result<Option<&Tensor>> {
+        if self.mask.get().is_none() {
+            let m = attention_visibility(
+                self.key_mask,
+                self.batch,
+                self.t,
+                self.s,
+                self.offset,
+                self.window,
+                &self.device,
+            )?;
+            // Cannot be set already: this value is not shared across threads (OnceCell).
+            let _ = self.mask.set(m);
+        }
+        Ok(self.mask.get().and_then(Option::as_ref))
+    }
+
+    /// Key mask `[B, S]` row-major (1 = real), `None` when no key is padding.
+    pub fn key_mask(&self) -> Option<&'a [u32]> {
+        self.key_mask
+    }
+
+    /// Sliding window in tokens (`None` = full causal attention).
+    pub fn window(&self) -> Option<usize> {
+        self.window
+    }
+
+    /// Whether queries and keys are the same positions (no cached keys before the queries).
+    pub fn is_self_attention(&self) -> bool {
+        self.offset == 0 && self.s == self.t
+    }
 }
 
 /// Applies a visibility mask `[B|1, 1, T, S]` (u8, 1 = visible) to attention scores

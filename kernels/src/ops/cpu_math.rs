@@ -2,7 +2,7 @@
 //! branch-free (auto-vectorisable) `exp`, and row reductions written in 8 lanes.
 //! Deliberately tensor-free: everything here sees plain slices; shapes live in the ops.
 
-use std::ops::{Add, AddAssign, Div, Mul, Neg, Sub};
+use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub};
 
 use candle_core::{CpuStorage, Layout, Result, WithDType};
 
@@ -23,6 +23,7 @@ pub(crate) trait Real:
     + AddAssign
     + Sub<Output = Self>
     + Mul<Output = Self>
+    + MulAssign
     + Div<Output = Self>
     + Neg<Output = Self>
 {
@@ -230,6 +231,42 @@ pub(crate) fn row_dot3<T: Real>(a: &[T], b: &[T], c: &[T]) -> T {
     tot
 }
 
+/// Dot product `sum_i a_i * b_i` of two rows (the shorter length), in 8 lanes.
+#[inline]
+pub(crate) fn row_dot<T: Real>(a: &[T], b: &[T]) -> T {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [T::ZERO; LANES];
+    let (ac, bc) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for l in 0..LANES {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let mut tot = lane_sum(&acc);
+    for (&x, &y) in ar.iter().zip(br) {
+        tot += x * y;
+    }
+    tot
+}
+
+/// `y += alpha * x` elementwise over the shorter length (vectorises: no reduction).
+#[inline]
+pub(crate) fn axpy<T: Real>(y: &mut [T], alpha: T, x: &[T]) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y += alpha * x;
+    }
+}
+
+/// `y *= alpha` elementwise.
+#[inline]
+pub(crate) fn scale_in_place<T: Real>(y: &mut [T], alpha: T) {
+    for y in y.iter_mut() {
+        *y *= alpha;
+    }
+}
+
 #[inline(always)]
 fn lane_sum<T: Real>(acc: &[T; LANES]) -> T {
     // Pairwise, fixed order: deterministic and a little more accurate than a running sum.
@@ -297,6 +334,13 @@ mod tests {
         assert!((row_logsumexp(&row) - (m + s.ln())).abs() < 1e-12);
         let sq: f64 = row.iter().map(|v| v * v).sum();
         assert!((row_sum_sq(&row) - sq).abs() < 1e-9);
+        let dot: f64 = row.iter().zip(row.iter().rev()).map(|(a, b)| a * b).sum();
+        let rev: Vec<f64> = row.iter().rev().copied().collect();
+        assert!((row_dot(&row, &rev) - dot).abs() < 1e-9);
+        let mut y = row.clone();
+        axpy(&mut y, 2.0, &rev);
+        scale_in_place(&mut y, 0.5);
+        assert!((y[3] - 0.5 * (row[3] + 2.0 * rev[3])).abs() < 1e-12);
         let d3: f64 = row.iter().map(|v| v * v * v).sum();
         assert!((row_dot3(&row, &row, &row) - d3).abs() < 1e-9);
         assert_eq!(row_max::<f32>(&[]), f32::NEG_INFINITY);

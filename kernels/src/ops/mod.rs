@@ -2,6 +2,13 @@
 //! pass so gradients flow through `Tensor::backward()`, and behind the `cuda` feature a CUDA
 //! kernel compiled at run time with NVRTC. Model code calls the wrapper functions only.
 
+mod attention;
+mod attention_bwd;
+mod attention_fwd;
+#[cfg(test)]
+mod attention_tests;
+mod attention_tile;
+mod attention_visibility;
 mod cpu_math;
 #[cfg(feature = "cuda")]
 mod cuda_launch;
@@ -18,6 +25,7 @@ mod testing;
 mod token_logprobs;
 mod validate;
 
+pub use attention::causal_attention;
 #[cfg(feature = "cuda")]
 pub use cuda_launch::compile_cuda_kernels;
 pub use entropy::entropy;

@@ -1,8 +1,9 @@
 //! Composed (unfused) candle equivalents of the fused ops, built only from differentiable
-//! candle primitives. They are the yardstick for tests and benchmarks, not for training:
-//! each materialises full-size intermediates that the fused ops avoid.
+//! candle primitives. They are the yardstick for tests and benchmarks (and the off-CPU
+//! fallback of `causal_attention`): each materialises full-size intermediates the fused ops
+//! avoid.
 
-use candle_core::{DType, Result, Tensor, D};
+use candle_core::{DType, Device, Result, Tensor, D};
 
 /// `log_softmax(logits)[targets]`: `logits [..., V]`, `targets [...]` -> `[...]` (nats).
 pub fn token_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
@@ -49,6 +50,79 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let x2 = x.narrow(D::Minus1, d / 2, d / 2)?;
     let rotated = Tensor::cat(&[&x2.neg()?, &x1], D::Minus1)?;
     x.broadcast_mul(&cos)? + rotated.broadcast_mul(&sin)?
+}
+
+/// Score given to a hidden key by [`causal_attention`] (replaces the score): large and finite
+/// so a query row with no visible key gets a uniform softmax, not NaN. Mirrors
+/// `oxalign_models::mask::MASKED_SCORE`.
+pub const MASKED_SCORE: f32 = -1e9;
+
+/// Causal self-attention composed as `oxalign-models` does it: `q` `[B, nh, T, hd]`, `k`/`v`
+/// `[B, nkv, T, hd]`, `key_mask` `[B, T]` (nonzero = real), optional sliding `window`;
+/// hidden scores are replaced by [`MASKED_SCORE`]. Returns `[B, nh, T, hd]`.
+pub fn causal_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    key_mask: Option<&[u32]>,
+    window: Option<usize>,
+) -> Result<Tensor> {
+    let (b, nh, t, hd) = q.dims4()?;
+    let nkv = k.dim(1)?;
+    // GQA without copying K/V: the n_rep query heads of a group stacked along the sequence.
+    let q = q.contiguous()?.reshape((b, nkv, (nh / nkv) * t, hd))?;
+    let k = k.contiguous()?;
+    let scores = (q.matmul(&k.t()?)? * (hd as f64).powf(-0.5))?.reshape((b, nh, t, t))?;
+    let scores = match visibility_mask(key_mask, b, t, window, q.device())? {
+        Some(visible) => {
+            let visible = visible.broadcast_as(scores.shape())?;
+            let hidden = Tensor::new(MASKED_SCORE, scores.device())?
+                .to_dtype(scores.dtype())?
+                .broadcast_as(scores.shape())?;
+            visible.where_cond(&scores, &hidden)?
+        }
+        None => scores,
+    };
+    let max = scores.max_keepdim(D::Minus1)?.detach();
+    let e = scores.broadcast_sub(&max)?.exp()?;
+    let probs = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
+    probs
+        .reshape((b, nkv, (nh / nkv) * t, t))?
+        .matmul(&v.contiguous()?)?
+        .reshape((b, nh, t, hd))
+}
+
+/// u8 mask `[B|1, 1, T, T]` (1 = visible) of the rule in [`causal_attention`], `None` when
+/// nothing is hidden.
+fn visibility_mask(
+    key_mask: Option<&[u32]>,
+    b: usize,
+    t: usize,
+    window: Option<usize>,
+    device: &Device,
+) -> Result<Option<Tensor>> {
+    if let Some(m) = key_mask.filter(|m| m.len() != b * t) {
+        candle_core::bail!(
+            "causal_attention: `key_mask` must hold {b} * {t} flags, got {}",
+            m.len()
+        );
+    }
+    let rows = if key_mask.is_some() { b } else { 1 };
+    let mut visible = vec![1u8; rows * t * t];
+    for r in 0..rows {
+        for i in 0..t {
+            for j in 0..t {
+                let ok = j <= i
+                    && window.is_none_or(|w| i - j < w)
+                    && key_mask.is_none_or(|m| m[r * t + j] != 0);
+                visible[(r * t + i) * t + j] = u8::from(ok);
+            }
+        }
+    }
+    if visible.iter().all(|&x| x == 1) {
+        return Ok(None);
+    }
+    Ok(Some(Tensor::from_vec(visible, (rows, 1, t, t), device)?))
 }
 
 fn log_softmax(logits: &Tensor) -> Result<Tensor> {

@@ -1,0 +1,81 @@
+//! A key (or value) tile of the attention kernels stored transposed, `[hd, width]`, so the
+//! dot products of one query row with every key of the tile vectorise over the keys (no
+//! horizontal reductions). Loaded once per tile and reused by every query row of a block.
+
+use std::ops::Range;
+
+use super::cpu_math::Real;
+
+/// Rows `keys` of a `[t, hd]` matrix, transposed into `data[d * width + c]`.
+pub(crate) struct TransposedTile<T> {
+    keys: Range<usize>,
+    hd: usize,
+    data: Vec<T>,
+}
+
+impl<T: Real> TransposedTile<T> {
+    /// An empty tile for rows of `hd` elements, holding up to `cap` rows without reallocating.
+    pub(crate) fn new(hd: usize, cap: usize) -> Self {
+        TransposedTile {
+            keys: 0..0,
+            hd,
+            data: Vec::with_capacity(hd * cap),
+        }
+    }
+
+    /// Loads rows `keys` of `rows` (`[t, hd]` row-major).
+    pub(crate) fn load(&mut self, rows: &[T], keys: Range<usize>) {
+        let (hd, width) = (self.hd, keys.len());
+        self.data.clear();
+        self.data.resize(hd * width, T::ZERO);
+        for (c, row) in rows[keys.start * hd..keys.end * hd].chunks(hd).enumerate() {
+            for (d, &x) in row.iter().enumerate() {
+                self.data[d * width + c] = x;
+            }
+        }
+        self.keys = keys;
+    }
+
+    /// The absolute row indices the tile holds.
+    pub(crate) fn keys(&self) -> &Range<usize> {
+        &self.keys
+    }
+
+    /// `out[c] = alpha * (x . row(keys.start + c))` for the tile-local indices `local`
+    /// (`x`: `[hd]`; `out`: at least `local.end` long; other entries untouched).
+    pub(crate) fn dots(&self, x: &[T], alpha: T, local: Range<usize>, out: &mut [T]) {
+        let width = self.keys.len();
+        let out = &mut out[local.clone()];
+        out.fill(T::ZERO);
+        for (d, &xd) in x.iter().enumerate().take(self.hd) {
+            let a = alpha * xd;
+            let col = &self.data[d * width + local.start..d * width + local.end];
+            for (o, &k) in out.iter_mut().zip(col) {
+                *o += a * k;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dots_match_row_dot_products() {
+        let (t, hd) = (7, 5);
+        let rows: Vec<f64> = (0..t * hd).map(|i| ((i * 37) % 11) as f64 - 5.0).collect();
+        let x: Vec<f64> = (0..hd).map(|d| d as f64 * 0.5 - 1.0).collect();
+        let mut tile = TransposedTile::new(hd, 4);
+        tile.load(&rows, 2..6);
+        assert_eq!(tile.keys(), &(2..6));
+        let mut out = vec![f64::NAN; 4];
+        tile.dots(&x, 2.0, 1..3, &mut out);
+        assert!(out[0].is_nan() && out[3].is_nan());
+        for (c, &got) in out.iter().enumerate().take(3).skip(1) {
+            let j = 2 + c;
+            let want: f64 = (0..hd).map(|d| 2.0 * x[d] * rows[j * hd + d]).sum();
+            assert!((got - want).abs() < 1e-12, "{c}: {got} vs {want}");
+        }
+    }
+}
