@@ -50,6 +50,8 @@ impl Command {
 }
 
 fn main() {
+    // Before any thread exists: candle's element-wise ops run inline (no spinning pool).
+    oxalign_kernels::cpu_threads::configure_cpu_threads();
     // Logs go to stderr, filtered by RUST_LOG (default: warnings only).
     tracing_subscriber::fmt()
         .with_env_filter(

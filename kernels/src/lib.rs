@@ -2,6 +2,7 @@
 //! It knows nothing about models or RL: shapes and dtypes in, tensors out (see DESIGN.md).
 
 pub mod collective;
+pub mod cpu_threads;
 pub mod device;
 pub mod linear;
 pub mod ops;
