@@ -3,6 +3,7 @@
 //! Actors are thin async facades: tensor math lives in `oxalign-rlhf` and `oxalign-models`.
 
 pub mod controller;
+pub mod error;
 pub mod executor;
 pub mod monitor;
 pub mod placement;

@@ -93,13 +93,15 @@ async fn update_with(world: usize, agg: LossAgg) -> HashMap<String, Tensor> {
         minibatch_size: 4,
         shuffle_seed: 9,
     });
-    let summary = ask("policy", &policy, |reply| PolicyMsg::Train { work, reply })
-        .await
-        .unwrap();
+    let summary = ask("policy", "policy_train", &policy, |reply| {
+        PolicyMsg::Train { work, reply }
+    })
+    .await
+    .unwrap();
     assert_eq!(summary.updates, 4);
     assert_eq!(summary.skipped, 0);
     // The engine refits to the updated weights, verified by checksums and the probe.
-    let report = ask("policy", &policy, |reply| PolicyMsg::Refit {
+    let report = ask("policy", "refit", &policy, |reply| PolicyMsg::Refit {
         version: 1,
         reply,
     })
@@ -110,7 +112,7 @@ async fn update_with(world: usize, agg: LossAgg) -> HashMap<String, Tensor> {
     assert!(report.probe_max_abs_diff.unwrap() < 1e-4);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_path_buf();
-    ask("policy", &policy, |reply| PolicyMsg::Save {
+    ask("policy", "save", &policy, |reply| PolicyMsg::Save {
         dir: d,
         optimizer: false,
         reply,

@@ -3,6 +3,7 @@
 //! the rollout temperature, the quantity RL optimises).
 
 use super::lengths::encode_rollout_prompt;
+use super::run_error::{At, RunError};
 use super::Ctx;
 use crate::roles::{ask, PolicyMsg};
 use oxalign_models::{GenerationRequest, SamplingParams};
@@ -29,15 +30,15 @@ pub(crate) async fn accuracy(
     ctx: &Ctx<'_>,
     policy: &ActorRef<PolicyMsg>,
     items: &[PromptItem],
-    label: &str,
-) -> Result<Accuracy, String> {
+    label: &'static str,
+) -> Result<Accuracy, RunError> {
     if items.is_empty() {
         return Ok(Accuracy::default());
     }
     let rl = &ctx.recipe.rl;
     let mut requests = Vec::with_capacity(items.len() * (1 + SAMPLES));
     for (i, it) in items.iter().enumerate() {
-        let prompt = encode_rollout_prompt(ctx, &it.prompt, || {
+        let prompt = encode_rollout_prompt(ctx, At::Eval(label), &it.prompt, || {
             format!("{label}, held-out prompt {:?}", it.prompt)
         })?;
         let mut r = GenerationRequest::new(prompt, rl.max_new_tokens);
@@ -55,13 +56,13 @@ pub(crate) async fn accuracy(
         }
     }
     let requests = Arc::new(requests);
-    let out = ask("policy", policy, |reply| PolicyMsg::Generate {
+    let out = ask("policy", "generate", policy, |reply| PolicyMsg::Generate {
         requests,
         label: label.to_string(),
         reply,
     })
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(RunError::at(At::Eval(label)))?;
     let (mut greedy, mut sampled) = (0usize, 0usize);
     for (i, it) in items.iter().enumerate() {
         for (k, c) in out[i * (1 + SAMPLES)..(i + 1) * (1 + SAMPLES)]
@@ -71,7 +72,7 @@ pub(crate) async fn accuracy(
             let text = ctx
                 .tok
                 .decode_generated(&c.tokens, true)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| RunError::controller(At::Eval(label), "decode", e))?;
             let ok = it
                 .answer
                 .as_deref()

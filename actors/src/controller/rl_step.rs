@@ -4,8 +4,11 @@
 
 use super::divergence::{check_rollout, DivergenceError};
 use super::lengths::encode_rollout_prompt;
+use super::run_error::{At, RunError};
 use super::setup::Roles;
 use super::{Ctx, LoopState};
+use crate::error::Cause;
+use crate::executor::ExecutorError;
 use crate::monitor::{metric, StepMetrics};
 use crate::recipe::{Algorithm, KlEstimatorName, KlModeName, LossAggName};
 use crate::roles::{
@@ -79,8 +82,25 @@ fn place_response_values(
     Tensor::from_vec(out, (seqs.len(), t - 1), device)
 }
 
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
+/// Mean and max over the response tokens of `|old - rollout|` (both `[B, T-1]`).
+fn logprob_mismatch(
+    old_lp: &Tensor,
+    rollout_lp: &Tensor,
+    mask: &Tensor,
+) -> candle_core::Result<(f64, f64)> {
+    let d = ((old_lp - rollout_lp)?.abs()? * mask)?;
+    let total = mask.sum_all()?.to_scalar::<f32>()?.max(1.0);
+    let mean = d.sum_all()?.to_scalar::<f32>()? / total;
+    let max = d.flatten_all()?.max(0)?.to_scalar::<f32>()?;
+    Ok((mean as f64, max as f64))
+}
+
+/// A panic of a blocking task (the experience computation) as a typed cause.
+fn blocking_panic(e: tokio::task::JoinError) -> Cause {
+    Cause::Executor(ExecutorError::Panicked {
+        device: "the blocking pool".into(),
+        message: e.to_string(),
+    })
 }
 
 pub(crate) async fn run_step(
@@ -89,7 +109,9 @@ pub(crate) async fn run_step(
     data: &dyn PromptSource,
     state: &mut LoopState,
     step: u64,
-) -> Result<StepRow, String> {
+) -> Result<StepRow, RunError> {
+    let at = At::Rl(step);
+    let controller = |phase, cause: Cause| RunError::controller(at, phase, cause);
     let r = ctx.recipe;
     let rl = &r.rl;
     let t0 = Instant::now();
@@ -102,7 +124,7 @@ pub(crate) async fn run_step(
     let mut requests = Vec::new();
     let mut answers = Vec::new();
     for it in &items {
-        let prompt = encode_rollout_prompt(ctx, &it.prompt, || {
+        let prompt = encode_rollout_prompt(ctx, at, &it.prompt, || {
             format!("RL step {step}, prompt {:?}", it.prompt)
         })?;
         for _ in 0..rl.samples_per_prompt {
@@ -120,13 +142,15 @@ pub(crate) async fn run_step(
     let n = requests.len();
     let requests = Arc::new(requests);
     let timer = ctx.monitor.time("policy", "generate", step);
-    let completions = ask("policy", &roles.policy, |reply| PolicyMsg::Generate {
-        requests: requests.clone(),
-        label: format!("generate step {step}"),
-        reply,
+    let completions = ask("policy", "generate", &roles.policy, |reply| {
+        PolicyMsg::Generate {
+            requests: requests.clone(),
+            label: format!("generate step {step}"),
+            reply,
+        }
     })
     .await
-    .map_err(err)?;
+    .map_err(RunError::at(at))?;
     let gen_secs = timer.finish();
     let seqs = Arc::new(Sequences {
         pairs: requests
@@ -140,7 +164,7 @@ pub(crate) async fn run_step(
         .iter()
         .map(|c| ctx.tok.decode_generated(&c.tokens, true))
         .collect::<Result<_, _>>()
-        .map_err(err)?;
+        .map_err(|e| controller("decode", e.into()))?;
     let gen_tokens: usize = completions.iter().map(|c| c.tokens.len()).sum();
 
     // 2. Reference log-probs, rewards, values and trainer log-probs, concurrently.
@@ -150,21 +174,26 @@ pub(crate) async fn run_step(
     let timed = |actor: &'static str, phase: &'static str| ctx.monitor.time(actor, phase, step);
     let ref_fut = async {
         let _t = timed("reference", "reference_logprobs");
-        ask("reference", &roles.reference, |reply| {
-            ReferenceMsg::Logprobs {
+        ask(
+            "reference",
+            "reference_logprobs",
+            &roles.reference,
+            |reply| ReferenceMsg::Logprobs {
                 seqs: seqs.clone(),
                 reply,
-            }
-        })
+            },
+        )
         .await
     };
     let reward_fut = async {
         let _t = timed("reward", "reward");
-        ask("reward", &roles.reward, |reply| RewardMsg::Score {
-            seqs: seqs.clone(),
-            texts: texts.clone(),
-            answers: answers.clone(),
-            reply,
+        ask("reward", "reward", &roles.reward, |reply| {
+            RewardMsg::Score {
+                seqs: seqs.clone(),
+                texts: texts.clone(),
+                answers: answers.clone(),
+                reply,
+            }
         })
         .await
     };
@@ -172,7 +201,7 @@ pub(crate) async fn run_step(
         match &roles.critic {
             Some(c) => {
                 let _t = timed("critic", "values");
-                ask("critic", c, |reply| CriticMsg::Values {
+                ask("critic", "values", c, |reply| CriticMsg::Values {
                     seqs: seqs.clone(),
                     reply,
                 })
@@ -184,18 +213,21 @@ pub(crate) async fn run_step(
     };
     let old_fut = async {
         let _t = timed("policy", "old_logprobs");
-        ask("policy", &roles.policy, |reply| PolicyMsg::Logprobs {
-            seqs: seqs.clone(),
-            reply,
+        ask("policy", "old_logprobs", &roles.policy, |reply| {
+            PolicyMsg::Logprobs {
+                seqs: seqs.clone(),
+                reply,
+            }
         })
         .await
     };
     let (ref_lp, scores, values, old_lp) = tokio::join!(ref_fut, reward_fut, values_fut, old_fut);
+    let failed = RunError::at(at);
     let (ref_lp, scores, values, old_lp) = (
-        ref_lp.map_err(err)?,
-        scores.map_err(err)?,
-        values.map_err(err)?,
-        old_lp.map_err(err)?,
+        ref_lp.map_err(&failed)?,
+        scores.map_err(&failed)?,
+        values.map_err(&failed)?,
+        old_lp.map_err(&failed)?,
     );
     let score_secs = t_score.elapsed().as_secs_f64();
     let device = old_lp.device().clone();
@@ -207,7 +239,7 @@ pub(crate) async fn run_step(
             .collect::<Vec<_>>(),
         &device,
     )
-    .map_err(err)?;
+    .map_err(|e| controller("experience", e.into()))?;
 
     // 3. Experience (a little tensor math, off the async runtime).
     let kind = match rl.algorithm {
@@ -240,41 +272,29 @@ pub(crate) async fn run_step(
             values.clone(),
             seqs.clone(),
         );
-        tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || -> Result<_, Cause> {
             let mask = seqs.batch(&Device::Cpu)?.response_mask;
-            let mask = mask.to_device(old_lp.device()).map_err(err)?;
-            build_experience(&scores, &old_lp, &ref_lp, values.as_ref(), &mask, &exp_cfg)
-                .map_err(err)
+            let mask = mask.to_device(old_lp.device())?;
+            let exp =
+                build_experience(&scores, &old_lp, &ref_lp, values.as_ref(), &mask, &exp_cfg)?;
+            Ok(exp)
         })
         .await
-        .map_err(err)??
+        .map_err(blocking_panic)
+        .and_then(|r| r)
+        .map_err(|e| controller("experience", e))?
     };
-    let mismatch = {
-        let mask = seqs.batch(&device)?.response_mask;
-        let d = ((&old_lp - &rollout_lp).map_err(err)?.abs().map_err(err)? * &mask).map_err(err)?;
-        let total = mask
-            .sum_all()
-            .and_then(|t| t.to_scalar::<f32>())
-            .map_err(err)?
-            .max(1.0);
-        let mean = d
-            .sum_all()
-            .and_then(|t| t.to_scalar::<f32>())
-            .map_err(err)?
-            / total;
-        let max = d
-            .flatten_all()
-            .and_then(|t| t.max(0))
-            .and_then(|t| t.to_scalar::<f32>())
-            .map_err(err)?;
-        (mean as f64, max as f64)
-    };
+    let mismatch = seqs
+        .batch(&device)
+        .map_err(Cause::from)
+        .and_then(|b| Ok(logprob_mismatch(&old_lp, &rollout_lp, &b.response_mask)?))
+        .map_err(|e| controller("experience", e))?;
 
     // Divergence of the rollout itself stops the step before any update.
     let guard = &r.guard;
-    check_rollout(step, "kl", exp.stats.kl, guard.max_kl).map_err(err)?;
-    check_rollout(step, "reward_mean", exp.stats.score_mean, f64::INFINITY).map_err(err)?;
-    check_rollout(step, "adv_std", exp.stats.adv_std, f64::INFINITY).map_err(err)?;
+    check_rollout(step, "kl", exp.stats.kl, guard.max_kl)?;
+    check_rollout(step, "reward_mean", exp.stats.score_mean, f64::INFINITY)?;
+    check_rollout(step, "adv_std", exp.stats.adv_std, f64::INFINITY)?;
 
     // 4. Policy and critic updates, concurrently.
     let t_train = Instant::now();
@@ -309,9 +329,11 @@ pub(crate) async fn run_step(
     });
     let policy_fut = async {
         let _t = timed("policy", "policy_train");
-        ask("policy", &roles.policy, |reply| PolicyMsg::Train {
-            work: policy_work,
-            reply,
+        ask("policy", "policy_train", &roles.policy, |reply| {
+            PolicyMsg::Train {
+                work: policy_work,
+                reply,
+            }
         })
         .await
     };
@@ -330,15 +352,18 @@ pub(crate) async fn run_step(
                     minibatch_size: rl.minibatch_size,
                     shuffle_seed,
                 });
-                ask("critic", c, |reply| CriticMsg::Train { work, reply })
-                    .await
-                    .map(Some)
+                ask("critic", "critic_train", c, |reply| CriticMsg::Train {
+                    work,
+                    reply,
+                })
+                .await
+                .map(Some)
             }
             _ => Ok(None),
         }
     };
     let (ps, vl) = tokio::join!(policy_fut, critic_fut);
-    let (ps, vl) = (ps.map_err(err)?, vl.map_err(err)?);
+    let (ps, vl) = (ps.map_err(&failed)?, vl.map_err(&failed)?);
     let train_secs = t_train.elapsed().as_secs_f64();
     let diverged = |role, phase, cause, lower| DivergenceError {
         role,
@@ -349,13 +374,13 @@ pub(crate) async fn run_step(
         lower,
     };
     if let Some(cause) = ps.diverged.clone() {
-        return Err(diverged("policy", "policy_train", cause, "rl.lr").to_string());
+        return Err(diverged("policy", "policy_train", cause, "rl.lr").into());
     }
     let vl = match vl {
         Some(c) => match c.diverged {
             Some(cause) => {
                 let e = diverged("critic", "critic_train", cause, "rl.critic_lr");
-                return Err(e.to_string());
+                return Err(e.into());
             }
             None => Some(c.value_loss),
         },
@@ -365,15 +390,18 @@ pub(crate) async fn run_step(
     // The engine takes the new weights in memory, verified before the next rollout.
     let timer = ctx.monitor.time("policy", "refit", step);
     let version = state.policy_version;
-    let refit = ask("policy", &roles.policy, |reply| PolicyMsg::Refit {
+    let refit = ask("policy", "refit", &roles.policy, |reply| PolicyMsg::Refit {
         version,
         reply,
     })
     .await
-    .map_err(err)?;
+    .map_err(&failed)?;
     timer.finish();
     state.data_position += rl.prompts_per_step as u64;
-    state.kl.update(exp.stats.kl, n as u64).map_err(err)?;
+    state
+        .kl
+        .update(exp.stats.kl, n as u64)
+        .map_err(|e| controller("kl_controller", e.into()))?;
 
     // 5. Metrics.
     let correct = texts

@@ -5,8 +5,9 @@ use super::divergence::{non_finite_weight, Divergence};
 use super::minibatch::{minibatch_order, Shard};
 use super::policy::{concat_rows, refuse_non_finite};
 use super::{Busy, Sequences};
+use crate::error::{Cause, RoleError, LOAD_OPTIMIZER};
 use crate::monitor::MonitorHandle;
-use crate::replicas::{shard_ranges, Replicas, RoleError};
+use crate::replicas::{shard_ranges, Replicas};
 use candle_core::Tensor;
 use oxalign_rlhf::losses::LossAgg;
 use oxalign_rlhf::trainer::CriticTrainer;
@@ -98,8 +99,7 @@ fn critic_update(
     ctx: &crate::replicas::ReplicaCtx<'_>,
     t: &mut CriticTrainer,
     w: &CriticWork,
-) -> Result<CriticTrainSummary, String> {
-    let e = |e: oxalign_rlhf::RlhfError| e.to_string();
+) -> Result<CriticTrainSummary, Cause> {
     let device = t.model.device().clone();
     let full = w.seqs.batch(&device)?;
     let order = minibatch_order(
@@ -130,7 +130,7 @@ fn critic_update(
             Ok(r) => r,
             Err(err) => match Divergence::from_rlhf(&err, n + 1) {
                 Some(d) => return Ok(stop(d)),
-                None => return Err(e(err)),
+                None => return Err(err.into()),
             },
         };
         n += 1;
@@ -140,9 +140,7 @@ fn critic_update(
         }
         total += loss;
     }
-    let diverged = non_finite_weight(&t.model.vars())
-        .map_err(|e| e.to_string())?
-        .map(|tensor| Divergence::Weights { tensor });
+    let diverged = non_finite_weight(&t.model.vars())?.map(|tensor| Divergence::Weights { tensor });
     Ok(CriticTrainSummary {
         value_loss: total / n.max(1) as f64,
         diverged,
@@ -175,16 +173,16 @@ impl Actor for Critic {
                 let n = seqs.len();
                 let r = st
                     .replicas
-                    .each(move |ctx, t| {
+                    .each("values", move |ctx, t| {
                         let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
                         if range.is_empty() {
                             return Ok(None);
                         }
                         let b = seqs.batch_rows(range, t.model.device())?;
-                        t.values(&b).map(Some).map_err(|e| e.to_string())
+                        Ok(Some(t.values(&b)?))
                     })
                     .await
-                    .and_then(|parts| concat_rows("critic", parts));
+                    .and_then(|parts| concat_rows("critic", "values", parts));
                 busy.done(&r, n, started.elapsed().as_secs_f64());
                 let _ = reply.send(r);
             }
@@ -193,7 +191,7 @@ impl Actor for Critic {
                 let n = work.seqs.len() * work.epochs;
                 let r = st
                     .replicas
-                    .each(move |ctx, t| critic_update(ctx, t, &work))
+                    .each("critic_train", move |ctx, t| critic_update(ctx, t, &work))
                     .await
                     .map(|mut v| v.swap_remove(0));
                 busy.done(&r, n, started.elapsed().as_secs_f64());
@@ -202,13 +200,11 @@ impl Actor for Critic {
             CriticMsg::Save { dir, reply } => {
                 let r = st
                     .replicas
-                    .each(move |ctx, t| {
+                    .each("save", move |ctx, t| {
                         if ctx.rank == 0 {
-                            refuse_non_finite("critic", &t.model.vars())?;
-                            t.model.save(&dir).map_err(|e| e.to_string())?;
-                            t.opt
-                                .save_state(&dir.join("optimizer"))
-                                .map_err(|e| e.to_string())?;
+                            refuse_non_finite(&t.model.vars())?;
+                            t.model.save(&dir)?;
+                            t.opt.save_state(&dir.join("optimizer"))?;
                         }
                         Ok(())
                     })
@@ -219,10 +215,8 @@ impl Actor for Critic {
             CriticMsg::LoadOptimizer { dir, reply } => {
                 let r = st
                     .replicas
-                    .each(move |_, t| {
-                        t.opt
-                            .load_state(&dir.join("optimizer"))
-                            .map_err(|e| e.to_string())
+                    .each(LOAD_OPTIMIZER, move |_, t| {
+                        Ok(t.opt.load_state(&dir.join("optimizer"))?)
                     })
                     .await
                     .map(|_| ());

@@ -19,15 +19,16 @@ pub use reference::{Reference, ReferenceMsg, ReferenceState};
 pub use reward::{Reward, RewardMsg, RewardState, Scorer};
 pub use sequences::Sequences;
 
+use crate::error::{Cause, RoleError};
 use crate::monitor::{ActorUpdate, MonitorHandle};
-use crate::replicas::RoleError;
 use ractor::rpc::CallResult;
 use ractor::{ActorRef, RpcReplyPort};
 
-/// Sends a request to `actor` and waits for the answer, mapping transport failures to a
-/// [`RoleError`] naming the role.
+/// Sends a request for `phase` to `actor` and waits for the answer, mapping transport
+/// failures to a [`RoleError`] naming the role and the phase.
 pub async fn ask<M, T>(
     role: &str,
+    phase: &'static str,
     actor: &ActorRef<M>,
     build: impl FnOnce(RpcReplyPort<Result<T, RoleError>>) -> M,
 ) -> Result<T, RoleError>
@@ -35,20 +36,16 @@ where
     M: ractor::Message,
     T: Send + 'static,
 {
+    let unreachable = |m: String| Err(RoleError::new(role, phase, Cause::Unreachable(m)));
     match actor.call(build, None).await {
         Ok(CallResult::Success(r)) => r,
-        Ok(CallResult::Timeout) => Err(RoleError::Actor {
-            role: role.into(),
-            message: "timed out".into(),
-        }),
-        Ok(CallResult::SenderError) => Err(RoleError::Actor {
-            role: role.into(),
-            message: "stopped before answering".into(),
-        }),
-        Err(e) => Err(RoleError::Actor {
-            role: role.into(),
-            message: e.to_string(),
-        }),
+        Ok(CallResult::Timeout) => Err(RoleError::new(
+            role,
+            phase,
+            Cause::Timeout { seconds: None },
+        )),
+        Ok(CallResult::SenderError) => unreachable("stopped before answering".into()),
+        Err(e) => unreachable(e.to_string()),
     }
 }
 

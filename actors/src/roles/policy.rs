@@ -5,8 +5,9 @@
 use super::divergence::{non_finite_weight, Divergence};
 use super::minibatch::{local_weight, minibatch_order, Shard};
 use super::{Busy, Sequences};
+use crate::error::{Cause, RoleError, LOAD_OPTIMIZER};
 use crate::monitor::MonitorHandle;
-use crate::replicas::{shard_ranges, ReplicaCtx, Replicas, RoleError};
+use crate::replicas::{shard_ranges, ReplicaCtx, Replicas};
 use candle_core::{Device, Tensor};
 use oxalign_models::engine::{Engine, EngineConfig, Probe, QuantMode, RefitReport, WeightUpdate};
 use oxalign_models::{Completion, GenerationRequest};
@@ -84,8 +85,8 @@ impl PolicyReplica {
         trainer: PolicyTrainer,
         engine: EngineConfig,
         refit_tolerance: f32,
-    ) -> Result<Self, String> {
-        let engine = Engine::from_model(&trainer.model, engine).map_err(|e| e.to_string())?;
+    ) -> Result<Self, Cause> {
+        let engine = Engine::from_model(&trainer.model, engine)?;
         Ok(Self {
             trainer,
             engine,
@@ -102,26 +103,23 @@ impl PolicyReplica {
         &mut self,
         seqs: &Sequences,
         range: std::ops::Range<usize>,
-    ) -> Result<Tensor, String> {
+    ) -> Result<Tensor, Cause> {
         let device = dev(&self.trainer);
         if self.engine.config().quant == QuantMode::None {
             return seqs.engine_logprobs(&mut self.engine, range, &device);
         }
         let b = seqs.batch_rows(range, &device)?;
-        self.trainer.logprobs(&b).map_err(|e| e.to_string())
+        Ok(self.trainer.logprobs(&b)?)
     }
 
-    fn refit(&mut self, version: u64) -> Result<RefitReport, String> {
+    fn refit(&mut self, version: u64) -> Result<RefitReport, Cause> {
         let model = &self.trainer.model;
         let vocab = model.config().vocab_size as u32;
         // A fixed probe sequence: the engine's log-probs on it must match the trainer's.
         let probe_tokens: Vec<u32> = (0..16u32).map(|i| (i * 37 + 11) % vocab.max(1)).collect();
-        let probe = Probe::from_model(model, probe_tokens, self.refit_tolerance)
-            .map_err(|e| e.to_string())?;
-        let update = WeightUpdate::from_model(version, model).map_err(|e| e.to_string())?;
-        self.engine
-            .refit(&update, Some(&probe))
-            .map_err(|e| e.to_string())
+        let probe = Probe::from_model(model, probe_tokens, self.refit_tolerance)?;
+        let update = WeightUpdate::from_model(version, model)?;
+        Ok(self.engine.refit(&update, Some(&probe))?)
     }
 }
 
@@ -216,8 +214,7 @@ fn ppo_update(
     ctx: &ReplicaCtx<'_>,
     t: &mut PolicyTrainer,
     w: &PolicyWork,
-) -> Result<PolicyTrainSummary, String> {
-    let e = |e: oxalign_rlhf::RlhfError| e.to_string();
+) -> Result<PolicyTrainSummary, Cause> {
     let full = w.seqs.batch(&dev(t))?;
     let mut sum = PolicyStats::default();
     let (mut updates, mut skipped) = (0, 0);
@@ -238,7 +235,7 @@ fn ppo_update(
             Ok(s) => s,
             Err(err) => match Divergence::from_rlhf(&err, updates + 1) {
                 Some(d) => return Ok(stopped(updates, skipped, d)),
-                None => return Err(e(err)),
+                None => return Err(err.into()),
             },
         };
         updates += 1;
@@ -262,9 +259,7 @@ fn ppo_update(
     sum.approx_kl /= n;
     sum.entropy /= n;
     sum.step.grad_norm /= n;
-    let diverged = non_finite_weight(&t.model.vars())
-        .map_err(|e| e.to_string())?
-        .map(|tensor| Divergence::Weights { tensor });
+    let diverged = non_finite_weight(&t.model.vars())?.map(|tensor| Divergence::Weights { tensor });
     Ok(PolicyTrainSummary {
         stats: sum,
         updates,
@@ -274,14 +269,9 @@ fn ppo_update(
 }
 
 /// Errors when a weight is not finite, so such weights are never saved.
-pub(crate) fn refuse_non_finite(
-    role: &str,
-    named: &[(String, candle_core::Var)],
-) -> Result<(), String> {
-    match non_finite_weight(named).map_err(|e| e.to_string())? {
-        Some(tensor) => Err(format!(
-            "{role}: weight tensor {tensor} holds NaN or infinity; not saving it"
-        )),
+pub(crate) fn refuse_non_finite(named: &[(String, candle_core::Var)]) -> Result<(), Cause> {
+    match non_finite_weight(named)? {
+        Some(tensor) => Err(Divergence::Weights { tensor }.into()),
         None => Ok(()),
     }
 }
@@ -326,14 +316,12 @@ impl Actor for Policy {
                 let n = requests.len();
                 let r = st
                     .replicas
-                    .each(move |ctx, rep| {
+                    .each("generate", move |ctx, rep| {
                         let range = shard_ranges(requests.len(), ctx.world)[ctx.rank].clone();
                         if range.is_empty() {
                             return Ok(Vec::new());
                         }
-                        rep.engine
-                            .generate(&requests[range])
-                            .map_err(|e| e.to_string())
+                        Ok(rep.engine.generate(&requests[range])?)
                     })
                     .await
                     .map(|parts| parts.into_iter().flatten().collect::<Vec<_>>());
@@ -345,7 +333,7 @@ impl Actor for Policy {
                 let n = seqs.len();
                 let r = st
                     .replicas
-                    .each(move |ctx, rep| {
+                    .each("old_logprobs", move |ctx, rep| {
                         let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
                         if range.is_empty() {
                             return Ok(None);
@@ -353,7 +341,7 @@ impl Actor for Policy {
                         rep.logprobs(&seqs, range).map(Some)
                     })
                     .await
-                    .and_then(|parts| concat_rows("policy", parts));
+                    .and_then(|parts| concat_rows("policy", "old_logprobs", parts));
                 busy.done(&r, n, started.elapsed().as_secs_f64());
                 let _ = reply.send(r);
             }
@@ -367,7 +355,7 @@ impl Actor for Policy {
                 let n = seqs.len();
                 let r = st
                     .replicas
-                    .each(move |ctx, rep| {
+                    .each("sft", move |ctx, rep| {
                         let t = &mut rep.trainer;
                         let full = seqs.batch(&dev(t))?;
                         let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
@@ -391,7 +379,9 @@ impl Actor for Policy {
                 let n = work.seqs.len() * work.epochs;
                 let r = st
                     .replicas
-                    .each(move |ctx, rep| ppo_update(ctx, &mut rep.trainer, &work))
+                    .each("policy_train", move |ctx, rep| {
+                        ppo_update(ctx, &mut rep.trainer, &work)
+                    })
                     .await
                     .map(|mut v| v.swap_remove(0));
                 busy.done(&r, n, started.elapsed().as_secs_f64());
@@ -401,7 +391,7 @@ impl Actor for Policy {
                 let busy = Busy::start(&st.monitor, &st.name, format!("refit v{version}"));
                 let r = st
                     .replicas
-                    .each(move |_, rep| rep.refit(version))
+                    .each("refit", move |_, rep| rep.refit(version))
                     .await
                     .map(|mut v| v.swap_remove(0));
                 busy.done(&r, 1, started.elapsed().as_secs_f64());
@@ -414,17 +404,15 @@ impl Actor for Policy {
             } => {
                 let r = st
                     .replicas
-                    .each(move |ctx, rep| {
+                    .each("save", move |ctx, rep| {
                         let t = &mut rep.trainer;
                         if ctx.rank != 0 {
                             return Ok(());
                         }
-                        refuse_non_finite("policy", &t.model.vars())?;
-                        t.model.save(&dir).map_err(|e| e.to_string())?;
+                        refuse_non_finite(&t.model.vars())?;
+                        t.model.save(&dir)?;
                         if optimizer {
-                            t.opt
-                                .save_state(&dir.join("optimizer"))
-                                .map_err(|e| e.to_string())?;
+                            t.opt.save_state(&dir.join("optimizer"))?;
                         }
                         Ok(())
                     })
@@ -435,11 +423,8 @@ impl Actor for Policy {
             PolicyMsg::LoadOptimizer { dir, reply } => {
                 let r = st
                     .replicas
-                    .each(move |_, rep| {
-                        let t = &mut rep.trainer;
-                        t.opt
-                            .load_state(&dir.join("optimizer"))
-                            .map_err(|e| e.to_string())
+                    .each(LOAD_OPTIMIZER, move |_, rep| {
+                        Ok(rep.trainer.opt.load_state(&dir.join("optimizer"))?)
                     })
                     .await
                     .map(|_| ());
@@ -458,7 +443,7 @@ fn sft_step(
     max_grad_norm: f64,
     weight: f64,
     ctx: &ReplicaCtx<'_>,
-) -> Result<SftStepSummary, String> {
+) -> Result<SftStepSummary, Cause> {
     match t.sft_step(local, lr, max_grad_norm, weight, ctx.collective) {
         Ok((nll, step)) => Ok(SftStepSummary {
             nll,
@@ -474,17 +459,18 @@ fn sft_step(
                 grad_norm: f64::NAN,
                 diverged: Some(d),
             }),
-            None => Err(err.to_string()),
+            None => Err(err.into()),
         },
     }
 }
 
-/// Concatenates per-replica `[b_i, T-1]` results along rows (skipping empty shards).
-pub(crate) fn concat_rows(role: &str, parts: Vec<Option<Tensor>>) -> Result<Tensor, RoleError> {
+/// Concatenates per-replica `[b_i, T-1]` results of `phase` along rows (skipping empty
+/// shards).
+pub(crate) fn concat_rows(
+    role: &str,
+    phase: &'static str,
+    parts: Vec<Option<Tensor>>,
+) -> Result<Tensor, RoleError> {
     let parts: Vec<Tensor> = parts.into_iter().flatten().collect();
-    Tensor::cat(&parts, 0).map_err(|e| RoleError::Job {
-        role: role.into(),
-        rank: 0,
-        message: e.to_string(),
-    })
+    Tensor::cat(&parts, 0).map_err(|e| RoleError::new(role, phase, e))
 }

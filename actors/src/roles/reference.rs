@@ -4,8 +4,9 @@
 
 use super::policy::concat_rows;
 use super::{Busy, Sequences};
+use crate::error::RoleError;
 use crate::monitor::MonitorHandle;
-use crate::replicas::{shard_ranges, Replicas, RoleError};
+use crate::replicas::{shard_ranges, Replicas};
 use candle_core::Tensor;
 use oxalign_models::engine::Engine;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -64,7 +65,7 @@ impl Actor for Reference {
         let n = seqs.len();
         let r = st
             .replicas
-            .each(move |ctx, m| {
+            .each("reference_logprobs", move |ctx, m| {
                 let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
                 if range.is_empty() {
                     return Ok(None);
@@ -73,7 +74,7 @@ impl Actor for Reference {
                 seqs.engine_logprobs(m, range, &device).map(Some)
             })
             .await
-            .and_then(|parts| concat_rows("reference", parts));
+            .and_then(|parts| concat_rows("reference", "reference_logprobs", parts));
         busy.done(&r, n, started.elapsed().as_secs_f64());
         let _ = reply.send(r);
         Ok(())

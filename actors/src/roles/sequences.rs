@@ -1,8 +1,10 @@
 //! A rollout's token sequences as they travel between roles: prompt and response ids per
 //! row, plus the pad id. Each role packs them into tensors on its own device.
 
+use crate::error::Cause;
 use oxalign_models::engine::Engine;
 use oxalign_rlhf::trainer::TokenBatch;
+use oxalign_rlhf::RlhfError;
 use std::ops::Range;
 
 /// `(prompt, response)` token ids per row.
@@ -37,13 +39,13 @@ impl Sequences {
     }
 
     /// Packs all rows on `device`.
-    pub fn batch(&self, device: &candle_core::Device) -> Result<TokenBatch, String> {
+    pub fn batch(&self, device: &candle_core::Device) -> Result<TokenBatch, RlhfError> {
         let refs: Vec<(&[u32], &[u32])> = self
             .pairs
             .iter()
             .map(|(p, r)| (p.as_slice(), r.as_slice()))
             .collect();
-        TokenBatch::new(&refs, self.pad_id, device).map_err(|e| e.to_string())
+        TokenBatch::new(&refs, self.pad_id, device)
     }
 
     /// Packs rows `range` on `device` with the whole batch's length `T`, so the shards of
@@ -52,11 +54,9 @@ impl Sequences {
         &self,
         range: Range<usize>,
         device: &candle_core::Device,
-    ) -> Result<TokenBatch, String> {
+    ) -> Result<TokenBatch, RlhfError> {
         let rows: Vec<usize> = range.collect();
-        self.batch(device)?
-            .select_rows(&rows)
-            .map_err(|e| e.to_string())
+        self.batch(device)?.select_rows(&rows)
     }
 
     /// Next-token log-probs `[rows, T-1]` of rows `range`, scored by `engine` (batched
@@ -68,17 +68,21 @@ impl Sequences {
         engine: &mut Engine,
         range: Range<usize>,
         device: &candle_core::Device,
-    ) -> Result<candle_core::Tensor, String> {
+    ) -> Result<candle_core::Tensor, Cause> {
         let t = self.padded_len();
         let seqs: Vec<Vec<u32>> = self.pairs[range]
             .iter()
             .map(|(p, r)| p.iter().chain(r).copied().collect())
             .collect();
-        let scores = engine.score(&seqs).map_err(|e| e.to_string())?;
+        let scores = engine.score(&seqs)?;
         let mut out = vec![0f32; seqs.len() * (t - 1)];
         for (row, lp) in out.chunks_mut(t - 1).zip(&scores) {
             row[..lp.len()].copy_from_slice(lp);
         }
-        candle_core::Tensor::from_vec(out, (seqs.len(), t - 1), device).map_err(|e| e.to_string())
+        Ok(candle_core::Tensor::from_vec(
+            out,
+            (seqs.len(), t - 1),
+            device,
+        )?)
     }
 }
