@@ -5,12 +5,11 @@
 use super::lengths::encode_rollout_prompt;
 use super::run_error::{At, RunError};
 use super::Ctx;
+use crate::batch::{RolloutRequest, SampleRequest, Sampling};
 use crate::roles::{ask, PolicyMsg};
-use oxalign_models::{GenerationRequest, SamplingParams};
 use oxalign_rlhf::data::PromptItem;
 use oxalign_rlhf::reward::ExactMatch;
 use ractor::ActorRef;
-use std::sync::Arc;
 
 /// Samples per prompt for the sampled accuracy.
 const SAMPLES: usize = 8;
@@ -36,33 +35,39 @@ pub(crate) async fn accuracy(
         return Ok(Accuracy::default());
     }
     let rl = &ctx.recipe.rl;
-    let mut requests = Vec::with_capacity(items.len() * (1 + SAMPLES));
+    let mut request = RolloutRequest::default();
     for (i, it) in items.iter().enumerate() {
         let prompt = encode_rollout_prompt(ctx, At::Eval(label), &it.prompt, || {
             format!("{label}, held-out prompt {:?}", it.prompt)
         })?;
-        let mut r = GenerationRequest::new(prompt, rl.max_new_tokens);
-        r.sampling = SamplingParams::greedy();
-        requests.push(r.clone());
+        let mut r = SampleRequest {
+            sample_id: request.samples.len() as u64,
+            group_id: i as u64,
+            prompt,
+            max_new_tokens: rl.max_new_tokens,
+            sampling: Sampling::greedy(),
+        };
+        request.samples.push(r.clone());
         for k in 0..SAMPLES {
-            r.sampling = SamplingParams {
+            r.sample_id = request.samples.len() as u64;
+            r.sampling = Sampling {
                 temperature: rl.temperature as f32,
                 top_k: rl.top_k,
                 top_p: rl.top_p as f32,
                 seed: ctx.recipe.run.seed
                     ^ ((i * SAMPLES + k) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
             };
-            requests.push(r.clone());
+            request.samples.push(r.clone());
         }
     }
-    let requests = Arc::new(requests);
     let out = ask("policy", "generate", policy, |reply| PolicyMsg::Generate {
-        requests,
+        request,
         label: label.to_string(),
         reply,
     })
     .await
-    .map_err(RunError::at(At::Eval(label)))?;
+    .map_err(RunError::at(At::Eval(label)))?
+    .samples;
     let (mut greedy, mut sampled) = (0usize, 0usize);
     for (i, it) in items.iter().enumerate() {
         for (k, c) in out[i * (1 + SAMPLES)..(i + 1) * (1 + SAMPLES)]
@@ -71,7 +76,7 @@ pub(crate) async fn accuracy(
         {
             let text = ctx
                 .tok
-                .decode_generated(&c.tokens, true)
+                .decode_generated(&c.response, true)
                 .map_err(|e| RunError::controller(At::Eval(label), "decode", e))?;
             let ok = it
                 .answer

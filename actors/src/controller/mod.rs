@@ -15,6 +15,8 @@ mod evaluate;
 mod lengths;
 mod progress;
 pub mod resume_point;
+mod rl_experience;
+mod rl_report;
 mod rl_step;
 mod run_error;
 pub mod run_folder;

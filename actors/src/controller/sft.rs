@@ -14,7 +14,6 @@ use crate::roles::{ask, PolicyMsg, Sequences};
 use oxalign_rlhf::data::PromptSource;
 use oxalign_rlhf::optim::LrSchedule;
 use ractor::ActorRef;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// Prompt ids and target ids of one SFT example.
@@ -72,10 +71,10 @@ pub(crate) async fn run_sft(
             let e = Cause::BadInput("SFT needs prompts with answers; this batch had none".into());
             return Err(RunError::controller(at, "sft", e));
         }
-        let seqs = Arc::new(Sequences {
+        let seqs = Sequences {
             pairs,
             pad_id: ctx.pad_id,
-        });
+        };
         let lr = schedule.lr_at(step);
         let timer = ctx.monitor.time("policy", "sft", 0);
         let done = ask("policy", "sft", policy, |reply| PolicyMsg::Sft {

@@ -2,6 +2,7 @@
 //! an out-of-memory tensor error, bad data, a panic and a timeout stay distinguishable all the
 //! way to the user. It does not know which role or step failed (see [`super::RoleError`]).
 
+use crate::batch::BatchError;
 use crate::executor::ExecutorError;
 use crate::roles::Divergence;
 use oxalign_models::engine::EngineError;
@@ -28,6 +29,9 @@ pub enum Cause {
     /// A tokenizer could not be loaded or used.
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    /// A batch does not have the shape its arrays need.
+    #[error(transparent)]
+    Batch(#[from] BatchError),
     /// Training produced non-finite or exploding numbers.
     #[error(transparent)]
     Diverged(#[from] Divergence),
@@ -93,6 +97,7 @@ impl Cause {
                     | RlhfError::InvalidArgument { .. }
             ),
             Cause::Tensor(_)
+            | Cause::Batch(_)
             | Cause::Diverged(_)
             | Cause::Io { .. }
             | Cause::Executor(_)

@@ -1,23 +1,25 @@
 //! The role actors: policy, reference, reward and critic. Each is a thin ractor facade over
 //! [`crate::replicas::Replicas`]; the tensor work runs on device executors through
-//! `oxalign-rlhf` and `oxalign-models`.
+//! `oxalign-rlhf` and `oxalign-models`. Messages carry the host data of [`crate::batch`],
+//! never tensors.
 
 mod critic;
 mod divergence;
 mod minibatch;
 mod policy;
+mod policy_replica;
+mod policy_train;
 mod reference;
 mod reward;
-mod sequences;
 
+pub use crate::batch::Sequences;
 pub use critic::{Critic, CriticMsg, CriticState, CriticTrainSummary, CriticWork};
 pub use divergence::{non_finite_weight, Divergence};
-pub use policy::{
-    Policy, PolicyMsg, PolicyReplica, PolicyState, PolicyTrainSummary, PolicyWork, SftStepSummary,
-};
+pub use policy::{Policy, PolicyMsg, PolicyState};
+pub use policy_replica::PolicyReplica;
+pub use policy_train::{PolicyTrainSummary, PolicyWork, SftStepSummary};
 pub use reference::{Reference, ReferenceMsg, ReferenceState};
 pub use reward::{Reward, RewardMsg, RewardState, Scorer};
-pub use sequences::Sequences;
 
 use crate::error::{Cause, RoleError};
 use crate::monitor::{ActorUpdate, MonitorHandle};

@@ -4,10 +4,10 @@
 
 use super::policy::concat_rows;
 use super::{Busy, Sequences};
+use crate::batch::TokenArray;
 use crate::error::RoleError;
 use crate::monitor::MonitorHandle;
 use crate::replicas::{shard_ranges, Replicas};
-use candle_core::Tensor;
 use oxalign_models::engine::Engine;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::sync::Arc;
@@ -18,9 +18,9 @@ pub enum ReferenceMsg {
     /// Next-token log-probs `[B, T-1]` of `seqs` under the frozen model.
     Logprobs {
         /// The sequences.
-        seqs: Arc<Sequences>,
+        seqs: Sequences,
         /// The log-probs.
-        reply: RpcReplyPort<Result<Tensor, RoleError>>,
+        reply: RpcReplyPort<Result<TokenArray, RoleError>>,
     },
 }
 
@@ -63,6 +63,7 @@ impl Actor for Reference {
         let started = Instant::now();
         let busy = Busy::start(&st.monitor, "reference", "reference_logprobs".into());
         let n = seqs.len();
+        let seqs = Arc::new(seqs);
         let r = st
             .replicas
             .each("reference_logprobs", move |ctx, m| {
@@ -70,8 +71,7 @@ impl Actor for Reference {
                 if range.is_empty() {
                     return Ok(None);
                 }
-                let device = m.device().clone();
-                seqs.engine_logprobs(m, range, &device).map(Some)
+                seqs.engine_logprobs(m, range).map(Some)
             })
             .await
             .and_then(|parts| concat_rows("reference", "reference_logprobs", parts));

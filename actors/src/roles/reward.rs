@@ -24,11 +24,11 @@ pub enum RewardMsg {
     /// One score per row.
     Score {
         /// Token ids (for a reward model).
-        seqs: Arc<Sequences>,
+        seqs: Sequences,
         /// Decoded response texts (for verifiers).
-        texts: Arc<Vec<String>>,
+        texts: Vec<String>,
         /// Reference answers (for verifiers).
-        answers: Arc<Vec<Option<String>>>,
+        answers: Vec<Option<String>>,
         /// Scores.
         reply: RpcReplyPort<Result<Vec<f32>, RoleError>>,
     },
@@ -78,6 +78,7 @@ impl Actor for Reward {
         let started = Instant::now();
         let busy = Busy::start(&st.monitor, "reward", "reward".into());
         let n = seqs.len();
+        let (seqs, texts, answers) = (Arc::new(seqs), Arc::new(texts), Arc::new(answers));
         let r = st
             .replicas
             .each("reward", move |ctx, scorer| {
