@@ -21,7 +21,7 @@ pub enum BatchError {
     },
     /// Safetensors bytes could not be written or read.
     #[error("safetensors: {0}")]
-    Safetensors(String),
+    Safetensors(#[from] safetensors::SafeTensorError),
 }
 
 /// `[rows, cols]` f32 values, row-major.
@@ -116,15 +116,13 @@ impl TokenArray {
                 let v = TensorView::new(Dtype::F32, shape.to_vec(), b);
                 v.map(|v| (*n, v))
             })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| BatchError::Safetensors(e.to_string()))?;
-        safetensors::serialize(views, None).map_err(|e| BatchError::Safetensors(e.to_string()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(safetensors::serialize(views, None)?)
     }
 
     /// The named arrays of a buffer written by [`TokenArray::to_safetensors`], by name.
     pub fn from_safetensors(bytes: &[u8]) -> Result<Vec<(String, TokenArray)>, BatchError> {
-        let st = safetensors::SafeTensors::deserialize(bytes)
-            .map_err(|e| BatchError::Safetensors(e.to_string()))?;
+        let st = safetensors::SafeTensors::deserialize(bytes)?;
         let mut out = Vec::new();
         for (name, view) in st.tensors() {
             let (rows, cols) = match (view.dtype(), view.shape()) {

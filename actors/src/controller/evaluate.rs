@@ -2,7 +2,7 @@
 //! greedy (the policy's single best answer) and sampled (the mean over several samples at
 //! the rollout temperature, the quantity RL optimises).
 
-use super::lengths::encode_rollout_prompt;
+use super::lengths::{encode_rollout_prompt, quoted};
 use super::run_error::{At, RunError};
 use super::Ctx;
 use crate::batch::{RolloutRequest, SampleRequest, Sampling};
@@ -38,7 +38,7 @@ pub(crate) async fn accuracy(
     let mut request = RolloutRequest::default();
     for (i, it) in items.iter().enumerate() {
         let prompt = encode_rollout_prompt(ctx, At::Eval(label), &it.prompt, || {
-            format!("{label}, held-out prompt {:?}", it.prompt)
+            format!("{label}, held-out prompt {}", quoted(&it.prompt))
         })?;
         let mut r = SampleRequest {
             sample_id: request.samples.len() as u64,

@@ -23,6 +23,16 @@ pub struct ContextError {
     pub context: usize,
 }
 
+/// `text` quoted for an error message, cut to its first 80 characters (a prompt too long for
+/// the context is usually far too long to print).
+pub(crate) fn quoted(text: &str) -> String {
+    const SHOWN: usize = 80;
+    match text.char_indices().nth(SHOWN) {
+        Some((cut, _)) => format!("{:?}… ({} characters)", &text[..cut], text.chars().count()),
+        None => format!("{text:?}"),
+    }
+}
+
 /// Refuses a sequence of `prompt_len + extra_len` tokens longer than the policy's context.
 /// `what` names the prompt (e.g. `RL step 3, prompt "7+8="`), `extra_key` the recipe key or
 /// data that `extra_len` comes from.
@@ -63,4 +73,17 @@ pub(crate) fn encode_rollout_prompt(
         check_context(ctx, &what(), prompt.len(), max_new, "rl.max_new_tokens")?;
     }
     Ok(prompt)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn long_prompts_are_cut_when_quoted() {
+        assert_eq!(super::quoted("7+8="), "\"7+8=\"");
+        let q = super::quoted(&"é".repeat(300));
+        assert!(
+            q.ends_with("… (300 characters)") && q.chars().count() < 110,
+            "{q}"
+        );
+    }
 }

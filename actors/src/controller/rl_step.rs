@@ -4,7 +4,7 @@
 //! critic concurrently), refit, report (`rl_report.rs`). No tensor crosses a message.
 
 use super::divergence::{check_rollout, DivergenceError};
-use super::lengths::encode_rollout_prompt;
+use super::lengths::{encode_rollout_prompt, quoted};
 use super::rl_experience::{agg, estimator, experience, Experience};
 use super::rl_report::{self, StepOutcome, StepRow};
 use super::run_error::{At, RunError};
@@ -45,7 +45,7 @@ fn rollout_request(
     for group in 0..rl.prompts_per_step as u64 {
         let it = data.train_item(state.data_position + group);
         let prompt = encode_rollout_prompt(ctx, At::Rl(step), &it.prompt, || {
-            format!("RL step {step}, prompt {:?}", it.prompt)
+            format!("RL step {step}, prompt {}", quoted(&it.prompt))
         })?;
         for _ in 0..rl.samples_per_prompt {
             let sample_id = request.samples.len();

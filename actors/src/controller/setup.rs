@@ -204,7 +204,7 @@ pub async fn spawn_policy(
         PolicyState::new(policy_replicas, monitor.clone()),
     )
     .await
-    .map_err(|e| fail(Cause::Unreachable(e.to_string())))?;
+    .map_err(|e| fail(e.into()))?;
     Ok(policy)
 }
 
@@ -259,7 +259,7 @@ async fn spawn_reference(
         ),
     )
     .await
-    .map_err(|e| fail(Cause::Unreachable(e.to_string())))?;
+    .map_err(|e| fail(e.into()))?;
     Ok(reference)
 }
 
@@ -300,7 +300,7 @@ async fn spawn_reward(
         ),
     )
     .await
-    .map_err(|e| fail(Cause::Unreachable(e.to_string())))?;
+    .map_err(|e| fail(e.into()))?;
     Ok(reward)
 }
 
@@ -336,7 +336,7 @@ async fn spawn_critic(
         ),
     )
     .await
-    .map_err(|e| fail(Cause::Unreachable(e.to_string())))?;
+    .map_err(|e| fail(e.into()))?;
     Ok(c)
 }
 

@@ -4,7 +4,7 @@
 
 use super::checkpoint::Phase;
 use super::divergence::DivergenceError;
-use super::lengths::check_context;
+use super::lengths::{check_context, quoted};
 use super::run_error::{At, RunError};
 use super::saving::save_checkpoint;
 use super::start::WallClock;
@@ -34,7 +34,7 @@ pub(crate) fn sft_pairs(
         let p = ctx.tok.encode(&it.prompt, true).map_err(encode_failed)?;
         let mut a = ctx.tok.encode(answer, false).map_err(encode_failed)?;
         a.extend(eos);
-        let what = format!("SFT prompt {:?}", it.prompt);
+        let what = format!("SFT prompt {}", quoted(&it.prompt));
         check_context(ctx, &what, p.len(), a.len(), "its answer")?;
         out.push((p, a));
     }

@@ -58,6 +58,9 @@ pub enum Cause {
         /// The limit, in seconds, when one was set.
         seconds: Option<f64>,
     },
+    /// The actor could not start.
+    #[error("the actor could not start: {0}")]
+    Spawn(#[from] ractor::SpawnErr),
     /// The actor could not be reached or stopped before answering.
     #[error("actor unreachable: {0}")]
     Unreachable(String),
@@ -102,6 +105,7 @@ impl Cause {
             | Cause::Io { .. }
             | Cause::Executor(_)
             | Cause::Timeout { .. }
+            | Cause::Spawn(_)
             | Cause::Unreachable(_) => false,
         }
     }
