@@ -67,6 +67,64 @@ fn rollout_request(
     Ok((request, answers))
 }
 
+/// The rollout stage's output.
+struct Rollout {
+    /// The policy's samples.
+    batch: RolloutBatch,
+    /// Their decoded responses.
+    texts: Vec<String>,
+    /// Each sample's reference answer.
+    answers: Vec<Option<String>>,
+    /// Responses that match their answer.
+    correct: usize,
+    /// Seconds of generation.
+    gen_secs: f64,
+}
+
+/// The rollout stage: the policy generates the step's samples, which are decoded.
+async fn rollout(
+    ctx: &Ctx<'_>,
+    roles: &Roles,
+    data: &dyn PromptSource,
+    state: &LoopState,
+    step: u64,
+) -> Result<Rollout, RunError> {
+    let at = At::Rl(step);
+    let (request, answers) = rollout_request(ctx, data, state, step)?;
+    let timer = ctx.monitor.time("policy", "generate", step);
+    let batch = ask("policy", "generate", &roles.policy, |reply| {
+        PolicyMsg::Generate {
+            request,
+            label: format!("generate step {step}"),
+            reply,
+        }
+    })
+    .await
+    .map_err(RunError::at(at))?;
+    let gen_secs = timer.finish();
+    let texts: Vec<String> = batch
+        .samples
+        .iter()
+        .map(|s| ctx.tok.decode_generated(&s.response, true))
+        .collect::<Result<_, _>>()
+        .map_err(|e| RunError::controller(at, "decode", e))?;
+    let correct = texts
+        .iter()
+        .zip(&answers)
+        .filter(|(t, a)| {
+            a.as_deref()
+                .is_some_and(|a| oxalign_rlhf::reward::ExactMatch::is_correct(t, a))
+        })
+        .count();
+    Ok(Rollout {
+        batch,
+        texts,
+        answers,
+        correct,
+        gen_secs,
+    })
+}
+
 /// The score stage: reference log-probs, rewards, values (PPO) and the policy's old
 /// log-probs of `rollout`, concurrently.
 async fn score(
@@ -245,35 +303,11 @@ pub(crate) async fn run_step(
     let t0 = Instant::now();
 
     // 1. Rollout.
-    let (request, answers) = rollout_request(ctx, data, state, step)?;
-    let timer = ctx.monitor.time("policy", "generate", step);
-    let rollout = ask("policy", "generate", &roles.policy, |reply| {
-        PolicyMsg::Generate {
-            request,
-            label: format!("generate step {step}"),
-            reply,
-        }
-    })
-    .await
-    .map_err(RunError::at(at))?;
-    let gen_secs = timer.finish();
-    let texts: Vec<String> = rollout
-        .samples
-        .iter()
-        .map(|s| ctx.tok.decode_generated(&s.response, true))
-        .collect::<Result<_, _>>()
-        .map_err(|e| RunError::controller(at, "decode", e))?;
-    let correct = texts
-        .iter()
-        .zip(&answers)
-        .filter(|(t, a)| {
-            a.as_deref()
-                .is_some_and(|a| oxalign_rlhf::reward::ExactMatch::is_correct(t, a))
-        })
-        .count();
-    let n = rollout.len();
-    let gen_tokens = rollout.response_tokens();
-    let all_tokens: usize = rollout
+    let ro = rollout(ctx, roles, data, state, step).await?;
+    let (n, gen_secs, correct) = (ro.batch.len(), ro.gen_secs, ro.correct);
+    let gen_tokens = ro.batch.response_tokens();
+    let all_tokens: usize = ro
+        .batch
         .samples
         .iter()
         .map(|s| s.prompt.len() + s.response.len())
@@ -281,7 +315,7 @@ pub(crate) async fn run_step(
 
     // 2. Score, 3. experience; divergence of the rollout itself stops the step here.
     let t_score = Instant::now();
-    let scored = score(ctx, roles, step, rollout, texts, answers).await?;
+    let scored = score(ctx, roles, step, ro.batch, ro.texts, ro.answers).await?;
     let score_secs = t_score.elapsed().as_secs_f64();
     let beta = state.kl.beta();
     let exp = experience(at, rl, beta, scored, ctx.pad_id).await?;

@@ -155,6 +155,34 @@ impl PolicyState {
         Ok(v.swap_remove(0))
     }
 
+    async fn train(&self, work: Box<PolicyWork>) -> Result<PolicyTrainSummary, RoleError> {
+        let work: Arc<PolicyWork> = Arc::from(work);
+        let mut v = self
+            .replicas
+            .each("policy_train", move |ctx, rep| {
+                ppo_update(ctx, &mut rep.trainer, &work)
+            })
+            .await?;
+        Ok(v.swap_remove(0))
+    }
+
+    async fn refit(&self, version: u64) -> Result<RefitReport, RoleError> {
+        let mut v = self
+            .replicas
+            .each("refit", move |_, rep| rep.refit(version))
+            .await?;
+        Ok(v.swap_remove(0))
+    }
+
+    async fn load_optimizer(&self, dir: PathBuf) -> Result<(), RoleError> {
+        self.replicas
+            .each(LOAD_OPTIMIZER, move |_, rep| {
+                Ok(rep.trainer.opt.load_state(&dir.join("optimizer"))?)
+            })
+            .await
+            .map(|_| ())
+    }
+
     async fn save(&self, dir: PathBuf, optimizer: bool) -> Result<(), RoleError> {
         self.replicas
             .each("save", move |ctx, rep| {
@@ -229,24 +257,13 @@ impl Actor for Policy {
             PolicyMsg::Train { work, reply } => {
                 let busy = Busy::start(&st.monitor, &st.name, "policy_train".into());
                 let n = work.batch.seqs.len() * work.epochs;
-                let work: Arc<PolicyWork> = Arc::from(work);
-                let r = st
-                    .replicas
-                    .each("policy_train", move |ctx, rep| {
-                        ppo_update(ctx, &mut rep.trainer, &work)
-                    })
-                    .await
-                    .map(|mut v| v.swap_remove(0));
+                let r = st.train(work).await;
                 busy.done(&r, n, secs());
                 let _ = reply.send(r);
             }
             PolicyMsg::Refit { version, reply } => {
                 let busy = Busy::start(&st.monitor, &st.name, format!("refit v{version}"));
-                let r = st
-                    .replicas
-                    .each("refit", move |_, rep| rep.refit(version))
-                    .await
-                    .map(|mut v| v.swap_remove(0));
+                let r = st.refit(version).await;
                 busy.done(&r, 1, secs());
                 let _ = reply.send(r);
             }
@@ -258,14 +275,7 @@ impl Actor for Policy {
                 let _ = reply.send(st.save(dir, optimizer).await);
             }
             PolicyMsg::LoadOptimizer { dir, reply } => {
-                let r = st
-                    .replicas
-                    .each(LOAD_OPTIMIZER, move |_, rep| {
-                        Ok(rep.trainer.opt.load_state(&dir.join("optimizer"))?)
-                    })
-                    .await
-                    .map(|_| ());
-                let _ = reply.send(r);
+                let _ = reply.send(st.load_optimizer(dir).await);
             }
         }
         Ok(())
