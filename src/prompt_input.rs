@@ -33,6 +33,16 @@ pub struct InputRecord {
     pub prompt: Prompt,
 }
 
+/// A malformed input line: what is wrong with it and what was expected.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct RecordError(pub String);
+
+/// `Err(RecordError(message))`.
+fn bad<T>(message: String) -> Result<T, RecordError> {
+    Err(RecordError(message))
+}
+
 const EXPECTED: &str = "expected a JSON object with \"text\" (a string), \"input_ids\" (an array of token ids) or \"messages\" (an array of {\"role\", \"content\"} objects)";
 
 /// Reads and validates every line of `path`. An empty file is an error too.
@@ -58,16 +68,16 @@ pub fn read_records(path: &Path) -> anyhow::Result<Vec<InputRecord>> {
 }
 
 /// Parses one line's JSON value; the error says what is wrong and what was expected.
-pub fn parse_prompt(value: &Value) -> Result<Prompt, String> {
+pub fn parse_prompt(value: &Value) -> Result<Prompt, RecordError> {
     let Some(obj) = value.as_object() else {
-        return Err(format!("found {}; {EXPECTED}", kind_of(value)));
+        return bad(format!("found {}; {EXPECTED}", kind_of(value)));
     };
     let present: Vec<&str> = ["text", "input_ids", "messages"]
         .into_iter()
         .filter(|k| obj.contains_key(*k))
         .collect();
     match present.as_slice() {
-        [] => Err(format!(
+        [] => bad(format!(
             "found an object with keys [{}]; {EXPECTED}",
             obj.keys()
                 .map(|k| format!("{k:?}"))
@@ -76,14 +86,14 @@ pub fn parse_prompt(value: &Value) -> Result<Prompt, String> {
         )),
         ["text"] => match &obj["text"] {
             Value::String(s) => Ok(Prompt::Text(s.clone())),
-            other => Err(format!(
+            other => bad(format!(
                 "\"text\" must be a string, found {}",
                 kind_of(other)
             )),
         },
         ["input_ids"] => parse_ids(&obj["input_ids"]).map(Prompt::Ids),
         ["messages"] => parse_messages(&obj["messages"]).map(Prompt::Messages),
-        many => Err(format!(
+        many => bad(format!(
             "has {}; give exactly one of \"text\", \"input_ids\", \"messages\"",
             many.iter()
                 .map(|k| format!("{k:?}"))
@@ -104,9 +114,9 @@ fn kind_of(v: &Value) -> &'static str {
     }
 }
 
-fn parse_ids(v: &Value) -> Result<Vec<u32>, String> {
+fn parse_ids(v: &Value) -> Result<Vec<u32>, RecordError> {
     let Value::Array(items) = v else {
-        return Err(format!(
+        return bad(format!(
             "\"input_ids\" must be an array of token ids, found {}",
             kind_of(v)
         ));
@@ -118,17 +128,17 @@ fn parse_ids(v: &Value) -> Result<Vec<u32>, String> {
             item.as_u64()
                 .and_then(|n| u32::try_from(n).ok())
                 .ok_or_else(|| {
-                    format!(
+                    RecordError(format!(
                         "\"input_ids\"[{i}] is {item}, expected a non-negative integer token id"
-                    )
+                    ))
                 })
         })
         .collect()
 }
 
-fn parse_messages(v: &Value) -> Result<Vec<ChatMessage>, String> {
+fn parse_messages(v: &Value) -> Result<Vec<ChatMessage>, RecordError> {
     let Value::Array(items) = v else {
-        return Err(format!(
+        return bad(format!(
             "\"messages\" must be an array of {{\"role\", \"content\"}} objects, found {}",
             kind_of(v)
         ));
@@ -141,7 +151,7 @@ fn parse_messages(v: &Value) -> Result<Vec<ChatMessage>, String> {
             let content = item.get("content").and_then(Value::as_str);
             match (role, content) {
                 (Some(r), Some(c)) => Ok(ChatMessage::new(r, c)),
-                _ => Err(format!(
+                _ => bad(format!(
                     "\"messages\"[{i}] must be an object with string \"role\" and \"content\", found {item}"
                 )),
             }
@@ -231,18 +241,24 @@ mod tests {
 
     #[test]
     fn rejects_bad_shapes_with_reasons() {
-        let e = parse_prompt(&json!([1])).unwrap_err();
+        let e = parse_prompt(&json!([1])).unwrap_err().to_string();
         assert!(
             e.contains("found an array") && e.contains("\"text\""),
             "{e}"
         );
-        let e = parse_prompt(&json!({"prompt": "x"})).unwrap_err();
+        let e = parse_prompt(&json!({"prompt": "x"}))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("\"prompt\""), "{e}");
-        let e = parse_prompt(&json!({"input_ids": [1, -2]})).unwrap_err();
+        let e = parse_prompt(&json!({"input_ids": [1, -2]}))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("[1]") && e.contains("-2"), "{e}");
-        let e = parse_prompt(&json!({"text": "a", "input_ids": []})).unwrap_err();
+        let e = parse_prompt(&json!({"text": "a", "input_ids": []}))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("exactly one"), "{e}");
-        let e = parse_prompt(&json!({"text": 3})).unwrap_err();
+        let e = parse_prompt(&json!({"text": 3})).unwrap_err().to_string();
         assert!(e.contains("must be a string"), "{e}");
     }
 

@@ -1,7 +1,7 @@
 //! Divergence stops a run: the reproductions (a huge critic lr, a huge policy lr, a
 //! huge SFT lr) end with a non-zero exit and a message naming what diverged and what to
 //! lower, never "completed", and no checkpoint holds the diverged weights. Lengths past the
-//! policy's context are refused with exit 2.
+//! policy's context are refused with exit 2, before the run and during it.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -106,4 +106,32 @@ fn generation_longer_than_the_context_is_refused() {
         err.contains("rl.max_new_tokens") && err.contains("max_position_embeddings"),
         "{err}"
     );
+}
+
+#[test]
+fn a_training_prompt_longer_than_the_context_is_bad_input() {
+    // The tiny policy's context is 2048 tokens (one per byte); this prompt needs 3000.
+    let dir = tempfile::tempdir().unwrap();
+    let line = serde_json::json!({"prompt": "x".repeat(3000), "answer": "1"});
+    std::fs::write(dir.path().join("p.jsonl"), format!("{line}\n")).unwrap();
+    let extra = [
+        "--set",
+        "data.task=\"jsonl\"",
+        "--set",
+        "data.path=\"p.jsonl\"",
+        "--set",
+        "sft.steps=0",
+    ];
+    let out = train(dir.path(), &extra);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for want in [
+        "RL step 1",
+        "prompt",
+        "max_position_embeddings",
+        "rl.max_new_tokens",
+    ] {
+        assert!(err.contains(want), "{want:?} missing in: {err}");
+    }
+    assert!(!err.contains("continue with"), "{err}");
 }

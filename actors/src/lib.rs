@@ -2,7 +2,9 @@
 //! runs the training loop, placement of roles on device groups, recipes, and the monitor.
 //! Actors are thin async facades: tensor math lives in `oxalign-rlhf` and `oxalign-models`.
 
+pub mod batch;
 pub mod controller;
+pub mod error;
 pub mod executor;
 pub mod monitor;
 pub mod placement;

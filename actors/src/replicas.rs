@@ -4,42 +4,13 @@
 //! Roles call [`Replicas::each`] with a job; it runs on every replica at once and returns
 //! the results in rank order. Splitting a batch into shards is [`shard_ranges`].
 
-use crate::executor::{ExecutorError, ExecutorPool};
+use crate::error::Cause;
+pub use crate::error::RoleError;
+use crate::executor::ExecutorPool;
 use oxalign_kernels::collective::{Collective, ThreadCollective};
 use oxalign_kernels::device::DeviceSpec;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
-
-/// Why a role's work failed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum RoleError {
-    /// The job itself returned an error (bad data, NaN, a shape mismatch...).
-    #[error("{role} replica {rank}: {message}")]
-    Job {
-        /// The role.
-        role: String,
-        /// The replica.
-        rank: usize,
-        /// What went wrong.
-        message: String,
-    },
-    /// The executor panicked or stopped.
-    #[error("{role}: {source}")]
-    Executor {
-        /// The role.
-        role: String,
-        /// The executor's error.
-        source: ExecutorError,
-    },
-    /// The actor could not be reached or did not answer.
-    #[error("{role} actor: {message}")]
-    Actor {
-        /// The role.
-        role: String,
-        /// What went wrong.
-        message: String,
-    },
-}
 
 /// One replica's context inside a job.
 pub struct ReplicaCtx<'a> {
@@ -96,12 +67,13 @@ impl<T: Send + 'static> Replicas<T> {
         self.specs.iter().map(|s| s.to_string()).collect()
     }
 
-    /// Runs `job` on every replica at once (each on its device's executor) and returns the
-    /// results in rank order, or the first error.
-    pub async fn each<R, F>(&self, job: F) -> Result<Vec<R>, RoleError>
+    /// Runs `job` (the work of `phase`) on every replica at once, each on its device's
+    /// executor, and returns the results in rank order, or the first error as a
+    /// [`RoleError`] naming the role, the phase and the replica.
+    pub async fn each<R, F>(&self, phase: &'static str, job: F) -> Result<Vec<R>, RoleError>
     where
         R: Send + 'static,
-        F: Fn(&ReplicaCtx<'_>, &mut T) -> Result<R, String> + Send + Sync + 'static,
+        F: Fn(&ReplicaCtx<'_>, &mut T) -> Result<R, Cause> + Send + Sync + 'static,
     {
         let job = Arc::new(job);
         let world = self.world();
@@ -128,24 +100,12 @@ impl<T: Send + 'static> Replicas<T> {
                 }
             })
             .collect();
-        let results = self.pool.run_group(&self.specs, jobs).await;
+        let results = self.pool.run_group(&self.role, &self.specs, jobs).await;
         let mut out = Vec::with_capacity(world);
         for (rank, r) in results.into_iter().enumerate() {
-            match r {
-                Ok(Ok(v)) => out.push(v),
-                Ok(Err(message)) => {
-                    return Err(RoleError::Job {
-                        role: self.role.clone(),
-                        rank,
-                        message,
-                    })
-                }
-                Err(source) => {
-                    return Err(RoleError::Executor {
-                        role: self.role.clone(),
-                        source,
-                    })
-                }
+            match r.map_err(Cause::from).and_then(|r| r) {
+                Ok(v) => out.push(v),
+                Err(cause) => return Err(RoleError::new(&self.role, phase, cause).on_rank(rank)),
             }
         }
         Ok(out)

@@ -2,6 +2,7 @@
 //! replicas leaves the same weights as one replica on the whole batch.
 
 use candle_core::{DType, Device, Tensor};
+use oxalign_actors::batch::{ExperienceBatch, TokenArray};
 use oxalign_actors::executor::ExecutorPool;
 use oxalign_actors::monitor::MonitorHandle;
 use oxalign_actors::replicas::Replicas;
@@ -15,7 +16,6 @@ use oxalign_rlhf::losses::{KlEstimator, LossAgg, PpoConfig};
 use oxalign_rlhf::trainer::{PolicyLossConfig, PolicyTrainer};
 use ractor::Actor;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 fn config() -> ModelConfig {
     let mut c = ModelConfig::preset(Family::Llama, Preset::Tiny, 64);
@@ -51,7 +51,7 @@ async fn update_with(world: usize, agg: LossAgg) -> HashMap<String, Tensor> {
         })
         .collect();
     let probe = CausalLm::init_random(&config(), 5, &Device::Cpu).unwrap();
-    let seqs = Arc::new(sequences());
+    let seqs = sequences();
     let batch = seqs.batch(&Device::Cpu).unwrap();
     let old = probe
         .next_token_logprobs(&batch.ids, Some(&batch.attention_mask))
@@ -69,12 +69,18 @@ async fn update_with(world: usize, agg: LossAgg) -> HashMap<String, Tensor> {
     )
     .await
     .unwrap();
-    let work = Arc::new(PolicyWork {
-        seqs: seqs.clone(),
-        old_logprobs: old_shifted,
-        advantages: adv,
-        ref_logprobs: old.clone(),
-        rollout_logprobs: old.clone(),
+    let array = |t: &Tensor| TokenArray::from_tensor(t).unwrap();
+    let work = PolicyWork {
+        batch: ExperienceBatch {
+            seqs: seqs.clone(),
+            policy_version: 0,
+            old_logprobs: array(&old_shifted),
+            advantages: array(&adv),
+            ref_logprobs: array(&old),
+            rollout_logprobs: array(&old),
+            old_values: None,
+            returns: None,
+        },
         cfg: PolicyLossConfig {
             ppo: PpoConfig {
                 clip_low: 0.2,
@@ -92,14 +98,19 @@ async fn update_with(world: usize, agg: LossAgg) -> HashMap<String, Tensor> {
         epochs: 2,
         minibatch_size: 4,
         shuffle_seed: 9,
-    });
-    let summary = ask("policy", &policy, |reply| PolicyMsg::Train { work, reply })
-        .await
-        .unwrap();
+    };
+    let summary = ask("policy", "policy_train", &policy, |reply| {
+        PolicyMsg::Train {
+            work: Box::new(work),
+            reply,
+        }
+    })
+    .await
+    .unwrap();
     assert_eq!(summary.updates, 4);
     assert_eq!(summary.skipped, 0);
     // The engine refits to the updated weights, verified by checksums and the probe.
-    let report = ask("policy", &policy, |reply| PolicyMsg::Refit {
+    let report = ask("policy", "refit", &policy, |reply| PolicyMsg::Refit {
         version: 1,
         reply,
     })
@@ -110,7 +121,7 @@ async fn update_with(world: usize, agg: LossAgg) -> HashMap<String, Tensor> {
     assert!(report.probe_max_abs_diff.unwrap() < 1e-4);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_path_buf();
-    ask("policy", &policy, |reply| PolicyMsg::Save {
+    ask("policy", "save", &policy, |reply| PolicyMsg::Save {
         dir: d,
         optimizer: false,
         reply,

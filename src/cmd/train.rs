@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use oxalign_actors::controller::{self, latest_checkpoint, TrainOptions};
+use oxalign_actors::controller::{self, latest_checkpoint, RunError, TrainOptions};
 use oxalign_actors::monitor::{Monitor, MonitorConfig};
 use oxalign_actors::recipe::{validate, Recipe};
 
@@ -58,7 +58,7 @@ pub struct Args {
 /// Refuses a recipe whose `rl.max_new_tokens` leaves no room for a prompt in the policy's
 /// context (`max_position_embeddings`). Longer prompts are refused by the run itself.
 fn check_generation_fits(recipe: &Recipe, run_dir: &std::path::Path) -> anyhow::Result<()> {
-    let pdir = controller::policy_dir(recipe, run_dir).map_err(UserError::new)?;
+    let pdir = controller::policy_dir(recipe, run_dir).map_err(classify)?;
     let config = pdir.join("config.json");
     let context = oxalign_models::ModelConfig::from_file(&config)
         .user_err(config.display())?
@@ -72,6 +72,22 @@ fn check_generation_fits(recipe: &Recipe, run_dir: &std::path::Path) -> anyhow::
         config.display()
     ))
     .into())
+}
+
+/// A run error as the CLI reports it: a [`UserError`] (exit code 2) when the user's input is
+/// at fault, any other error (exit code 1) when the run failed.
+fn classify(e: RunError) -> anyhow::Error {
+    let message = e.to_string();
+    classify_message(&e, message)
+}
+
+/// `message` about `e`, marked as the user's mistake when `e` is bad input.
+fn classify_message(e: &RunError, message: String) -> anyhow::Error {
+    if e.is_bad_input() {
+        UserError::new(message).into()
+    } else {
+        anyhow::anyhow!(message)
+    }
 }
 
 /// Runs `oxalign train`.
@@ -151,9 +167,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 Ok(())
             }
             Err(e) => {
-                let diverged = e.contains("training diverged");
                 let hint = match latest_checkpoint(&run_dir) {
-                    Some(c) if !diverged => format!(
+                    Some(c) if !e.is_divergence() && !e.is_bad_input() => format!(
                         "\nthe newest checkpoint is {}; continue with: oxalign train {} --resume {}",
                         c.display(),
                         args.recipe.display(),
@@ -161,7 +176,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     ),
                     _ => String::new(),
                 };
-                anyhow::bail!("training failed: {e}\nlogs: {}/metrics.jsonl{hint}", run_dir.display())
+                let message = format!("training failed: {e}\nlogs: {}/metrics.jsonl{hint}", run_dir.display());
+                Err(classify_message(&e, message))
             }
         }
     })

@@ -7,6 +7,7 @@
 //! fsynced, then renamed into place, so a crash mid-save leaves the previous checkpoint
 //! intact; a folder without `state.json` (written last) is never taken as a checkpoint.
 
+use super::checkpoint_error::CheckpointError;
 use super::checksums;
 use oxalign_rlhf::KlController;
 use serde::{Deserialize, Serialize};
@@ -117,11 +118,13 @@ pub fn latest_checkpoint(run_dir: &Path) -> Option<PathBuf> {
 }
 
 /// Reads a checkpoint's loop state.
-pub fn read_state(ckpt: &Path) -> Result<LoopState, String> {
-    let p = ckpt.join(STATE_FILE);
-    let text =
-        std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))
+pub fn read_state(ckpt: &Path) -> Result<LoopState, CheckpointError> {
+    let path = ckpt.join(STATE_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|source| CheckpointError::Unreadable {
+        path: path.clone(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| CheckpointError::BadJson { path, source })
 }
 
 /// Writes `checksums.json` (SHA-256 of every file) and then `state.json` into the staged

@@ -2,14 +2,14 @@
 //! greedy (the policy's single best answer) and sampled (the mean over several samples at
 //! the rollout temperature, the quantity RL optimises).
 
-use super::lengths::encode_rollout_prompt;
+use super::lengths::{encode_rollout_prompt, quoted};
+use super::run_error::{At, RunError};
 use super::Ctx;
+use crate::batch::{RolloutRequest, SampleRequest, Sampling};
 use crate::roles::{ask, PolicyMsg};
-use oxalign_models::{GenerationRequest, SamplingParams};
 use oxalign_rlhf::data::PromptItem;
 use oxalign_rlhf::reward::ExactMatch;
 use ractor::ActorRef;
-use std::sync::Arc;
 
 /// Samples per prompt for the sampled accuracy.
 const SAMPLES: usize = 8;
@@ -29,39 +29,45 @@ pub(crate) async fn accuracy(
     ctx: &Ctx<'_>,
     policy: &ActorRef<PolicyMsg>,
     items: &[PromptItem],
-    label: &str,
-) -> Result<Accuracy, String> {
+    label: &'static str,
+) -> Result<Accuracy, RunError> {
     if items.is_empty() {
         return Ok(Accuracy::default());
     }
     let rl = &ctx.recipe.rl;
-    let mut requests = Vec::with_capacity(items.len() * (1 + SAMPLES));
+    let mut request = RolloutRequest::default();
     for (i, it) in items.iter().enumerate() {
-        let prompt = encode_rollout_prompt(ctx, &it.prompt, || {
-            format!("{label}, held-out prompt {:?}", it.prompt)
+        let prompt = encode_rollout_prompt(ctx, At::Eval(label), &it.prompt, || {
+            format!("{label}, held-out prompt {}", quoted(&it.prompt))
         })?;
-        let mut r = GenerationRequest::new(prompt, rl.max_new_tokens);
-        r.sampling = SamplingParams::greedy();
-        requests.push(r.clone());
+        let mut r = SampleRequest {
+            sample_id: request.samples.len() as u64,
+            group_id: i as u64,
+            prompt,
+            max_new_tokens: rl.max_new_tokens,
+            sampling: Sampling::greedy(),
+        };
+        request.samples.push(r.clone());
         for k in 0..SAMPLES {
-            r.sampling = SamplingParams {
+            r.sample_id = request.samples.len() as u64;
+            r.sampling = Sampling {
                 temperature: rl.temperature as f32,
                 top_k: rl.top_k,
                 top_p: rl.top_p as f32,
                 seed: ctx.recipe.run.seed
                     ^ ((i * SAMPLES + k) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
             };
-            requests.push(r.clone());
+            request.samples.push(r.clone());
         }
     }
-    let requests = Arc::new(requests);
-    let out = ask("policy", policy, |reply| PolicyMsg::Generate {
-        requests,
+    let out = ask("policy", "generate", policy, |reply| PolicyMsg::Generate {
+        request,
         label: label.to_string(),
         reply,
     })
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(RunError::at(At::Eval(label)))?
+    .samples;
     let (mut greedy, mut sampled) = (0usize, 0usize);
     for (i, it) in items.iter().enumerate() {
         for (k, c) in out[i * (1 + SAMPLES)..(i + 1) * (1 + SAMPLES)]
@@ -70,8 +76,8 @@ pub(crate) async fn accuracy(
         {
             let text = ctx
                 .tok
-                .decode_generated(&c.tokens, true)
-                .map_err(|e| e.to_string())?;
+                .decode_generated(&c.response, true)
+                .map_err(|e| RunError::controller(At::Eval(label), "decode", e))?;
             let ok = it
                 .answer
                 .as_deref()

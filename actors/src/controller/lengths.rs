@@ -2,7 +2,36 @@
 //! prompt whose tokens plus the tokens to generate (or its SFT answer) would not fit is an
 //! error naming the prompt and the keys to change, before anything is generated or trained.
 
+use super::run_error::{At, RunError};
 use super::Ctx;
+
+/// A prompt plus what follows it exceeds the policy's context.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "{what}: the prompt ({prompt_len} tokens) plus {extra_key} ({extra_len} tokens) exceeds the policy's context of {context} tokens (max_position_embeddings); lower {extra_key} or shorten the prompts"
+)]
+pub struct ContextError {
+    /// The prompt, e.g. `RL step 3, prompt "7+8="`.
+    pub what: String,
+    /// Its length in tokens.
+    pub prompt_len: usize,
+    /// The recipe key or data that the extra tokens come from.
+    pub extra_key: &'static str,
+    /// The extra tokens.
+    pub extra_len: usize,
+    /// The policy's context in tokens.
+    pub context: usize,
+}
+
+/// `text` quoted for an error message, cut to its first 80 characters (a prompt too long for
+/// the context is usually far too long to print).
+pub(crate) fn quoted(text: &str) -> String {
+    const SHOWN: usize = 80;
+    match text.char_indices().nth(SHOWN) {
+        Some((cut, _)) => format!("{:?}… ({} characters)", &text[..cut], text.chars().count()),
+        None => format!("{text:?}"),
+    }
+}
 
 /// Refuses a sequence of `prompt_len + extra_len` tokens longer than the policy's context.
 /// `what` names the prompt (e.g. `RL step 3, prompt "7+8="`), `extra_key` the recipe key or
@@ -12,29 +41,49 @@ pub(crate) fn check_context(
     what: &str,
     prompt_len: usize,
     extra_len: usize,
-    extra_key: &str,
-) -> Result<(), String> {
+    extra_key: &'static str,
+) -> Result<(), ContextError> {
     if prompt_len + extra_len <= ctx.context {
         return Ok(());
     }
-    Err(format!(
-        "{what}: the prompt ({prompt_len} tokens) plus {extra_key} ({extra_len} tokens) exceeds the policy's context of {} tokens (max_position_embeddings); lower {extra_key} or shorten the prompts",
-        ctx.context
-    ))
+    Err(ContextError {
+        what: what.to_string(),
+        prompt_len,
+        extra_key,
+        extra_len,
+        context: ctx.context,
+    })
 }
 
 /// Encodes a prompt to generate from (special tokens added) and refuses it when it plus
-/// `rl.max_new_tokens` would not fit the policy's context. `what` names the prompt in the
-/// error (built only on failure).
+/// `rl.max_new_tokens` would not fit the policy's context. `at` is where the prompt is used
+/// and `what` names the prompt in the error (built only on failure).
 pub(crate) fn encode_rollout_prompt(
     ctx: &Ctx<'_>,
+    at: At,
     text: &str,
     what: impl FnOnce() -> String,
-) -> Result<Vec<u32>, String> {
-    let prompt = ctx.tok.encode(text, true).map_err(|e| e.to_string())?;
+) -> Result<Vec<u32>, RunError> {
+    let prompt = ctx
+        .tok
+        .encode(text, true)
+        .map_err(|e| RunError::controller(at, "encode", e))?;
     let max_new = ctx.recipe.rl.max_new_tokens;
     if prompt.len() + max_new > ctx.context {
         check_context(ctx, &what(), prompt.len(), max_new, "rl.max_new_tokens")?;
     }
     Ok(prompt)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn long_prompts_are_cut_when_quoted() {
+        assert_eq!(super::quoted("7+8="), "\"7+8=\"");
+        let q = super::quoted(&"é".repeat(300));
+        assert!(
+            q.ends_with("… (300 characters)") && q.chars().count() < 110,
+            "{q}"
+        );
+    }
 }

@@ -15,7 +15,10 @@ mod evaluate;
 mod lengths;
 mod progress;
 pub mod resume_point;
+mod rl_experience;
+mod rl_report;
 mod rl_step;
+mod run_error;
 pub mod run_folder;
 mod saving;
 mod setup;
@@ -26,10 +29,13 @@ pub use checkpoint::{latest_checkpoint, LoopState, Phase};
 pub use checkpoint_error::CheckpointError;
 pub use checksums::CHECKSUMS_FILE;
 pub use divergence::DivergenceError;
+pub use lengths::ContextError;
 pub use resume_point::{find_resume_point, ResumePoint};
+pub use run_error::{At, RunError};
 pub use run_folder::RunFolderError;
 pub use setup::{policy_dir, prompt_source};
 
+use crate::error::Cause;
 use crate::executor::ExecutorPool;
 use crate::monitor::{
     unix_ms_now, ActorInfo, ActorUpdate, MonitorHandle, RunFinished, RunInfo, RunOutcome,
@@ -95,11 +101,11 @@ pub(crate) struct Ctx<'a> {
     pub quiet: bool,
 }
 
-fn kl_controller(recipe: &Recipe) -> Result<KlController, String> {
+fn kl_controller(recipe: &Recipe) -> Result<KlController, RunError> {
     Ok(match recipe.rl.kl_target {
         Some(t) => KlController::Adaptive(
             AdaptiveKl::new(recipe.rl.kl_coef, t, recipe.rl.kl_horizon)
-                .map_err(|e| e.to_string())?,
+                .map_err(|e| RunError::controller(At::Setup, "kl_controller", e))?,
         ),
         None => KlController::Fixed(FixedKl {
             beta: recipe.rl.kl_coef,
@@ -113,11 +119,14 @@ pub async fn train(
     recipe: &Recipe,
     monitor: &MonitorHandle,
     opts: &TrainOptions,
-) -> Result<RunSummary, String> {
+) -> Result<RunSummary, RunError> {
     let started = Instant::now();
     let run_dir = recipe.run_dir();
-    std::fs::create_dir_all(&run_dir)
-        .map_err(|e| format!("cannot create run folder {}: {e}", run_dir.display()))?;
+    std::fs::create_dir_all(&run_dir).map_err(|source| RunError::Io {
+        action: "create the run folder",
+        path: run_dir.clone(),
+        source,
+    })?;
     monitor.report(RunInfo {
         name: recipe.run.name.clone(),
         recipe_toml: recipe.to_toml(),
@@ -127,7 +136,7 @@ pub async fn train(
     let result = run(recipe, monitor, opts, &run_dir, started).await;
     let (outcome, message, steps) = match &result {
         Ok(s) => (RunOutcome::Completed, None, s.steps),
-        Err(e) => (RunOutcome::Failed, Some(e.clone()), 0),
+        Err(e) => (RunOutcome::Failed, Some(e.to_string()), 0),
     };
     monitor.report(RunFinished {
         outcome,
@@ -146,7 +155,7 @@ async fn rl_loop(
     data: &dyn oxalign_rlhf::data::PromptSource,
     state: &mut LoopState,
     clock: WallClock,
-) -> Result<Option<PathBuf>, String> {
+) -> Result<Option<PathBuf>, RunError> {
     let recipe = ctx.recipe;
     let mut last_checkpoint = Some(state.checkpoint_dir(ctx.run_dir));
     let progress = progress::Progress::new(recipe.run.steps, state.step, ctx.quiet);
@@ -176,7 +185,7 @@ async fn rl_loop(
 }
 
 /// The loop state of a run that starts from nothing.
-fn fresh_state(recipe: &Recipe) -> Result<LoopState, String> {
+fn fresh_state(recipe: &Recipe) -> Result<LoopState, RunError> {
     Ok(LoopState {
         phase: Phase::Sft,
         sft_step: 0,
@@ -199,15 +208,15 @@ async fn run(
     opts: &TrainOptions,
     run_dir: &Path,
     started: Instant,
-) -> Result<RunSummary, String> {
+) -> Result<RunSummary, RunError> {
     let pdir = setup::policy_dir(recipe, run_dir)?;
-    let tok =
-        Tokenizer::from_dir(&pdir).map_err(|e| format!("tokenizer of {}: {e}", pdir.display()))?;
+    let setup = |phase, cause: Cause| RunError::controller(At::Setup, phase, cause);
+    let tok = Tokenizer::from_dir(&pdir).map_err(|e| setup("tokenizer", e.into()))?;
     let pad_id = tok.pad_token_id().or(tok.eos_token_id()).unwrap_or(0);
     let data = setup::prompt_source(recipe)?;
     let config = pdir.join("config.json");
     let context = oxalign_models::ModelConfig::from_file(&config)
-        .map_err(|e| format!("{}: {e}", config.display()))?
+        .map_err(|e| setup("model_config", e.into()))?
         .max_position_embeddings;
     let ctx = Ctx {
         recipe,
@@ -279,8 +288,13 @@ async fn run(
         wall_seconds: clock.now(),
         last_checkpoint,
     };
-    let text = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
-    std::fs::write(run_dir.join("summary.json"), text)
-        .map_err(|e| format!("cannot write summary.json: {e}"))?;
+    let path = run_dir.join("summary.json");
+    let text = serde_json::to_string_pretty(&summary).map_err(std::io::Error::other);
+    text.and_then(|t| std::fs::write(&path, t))
+        .map_err(|source| RunError::Io {
+            action: "write",
+            path,
+            source,
+        })?;
     Ok(summary)
 }

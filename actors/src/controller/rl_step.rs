@@ -1,33 +1,26 @@
-//! One RL step: generate, then reference log-probs, rewards, values and the trainer's own
-//! log-probs concurrently; experience; policy and critic updates concurrently; KL control;
-//! metrics to the monitor and a row of the live table.
+//! One RL step as a short pipeline over host data: rollout (the policy generates a
+//! [`RolloutBatch`]), score (reference log-probs, rewards, values and old log-probs,
+//! concurrently, into a [`ScoredBatch`]), experience (`rl_experience.rs`), update (policy and
+//! critic concurrently), refit, report (`rl_report.rs`). No tensor crosses a message.
 
 use super::divergence::{check_rollout, DivergenceError};
-use super::lengths::encode_rollout_prompt;
+use super::lengths::{encode_rollout_prompt, quoted};
+use super::rl_experience::{agg, estimator, experience, Experience};
+use super::rl_report::{self, StepOutcome, StepRow};
+use super::run_error::{At, RunError};
 use super::setup::Roles;
 use super::{Ctx, LoopState};
-use crate::monitor::{metric, StepMetrics};
-use crate::recipe::{Algorithm, EngineQuant, KlEstimatorName, KlModeName, LossAggName};
+use crate::batch::{RolloutBatch, RolloutRequest, SampleRequest, Sampling, ScoredBatch};
+use crate::recipe::{EngineQuant, KlModeName};
 use crate::roles::{
-    ask, CriticMsg, CriticWork, PolicyMsg, PolicyWork, ReferenceMsg, RewardMsg, Sequences,
+    ask, CriticMsg, CriticWork, PolicyMsg, PolicyTrainSummary, PolicyWork, ReferenceMsg, RewardMsg,
 };
-use candle_core::{Device, Tensor};
-use oxalign_models::{GenerationRequest, SamplingParams};
-use oxalign_rlhf::advantages::GaeConfig;
 use oxalign_rlhf::data::PromptSource;
-use oxalign_rlhf::losses::{KlEstimator, LossAgg, PpoConfig};
-use oxalign_rlhf::trainer::{build_experience, AdvantageKind, ExperienceConfig, PolicyLossConfig};
-use std::sync::Arc;
+use oxalign_rlhf::losses::PpoConfig;
+use oxalign_rlhf::trainer::PolicyLossConfig;
 use std::time::Instant;
 
-/// The numbers of one step shown in the table.
-pub(crate) struct StepRow {
-    pub reward_mean: f64,
-    /// The step's line of the live table.
-    pub line: String,
-    /// Key metrics for the progress bar.
-    pub brief: String,
-}
+pub(crate) use rl_report::header;
 
 /// Per-sample sampling seed: a pure function of run seed, step and sample index, so a
 /// resumed run samples exactly what the uninterrupted run would have.
@@ -39,249 +32,198 @@ fn sample_seed(seed: u64, step: u64, index: usize) -> u64 {
     x.wrapping_mul(0x94D0_49BB_1331_11EB)
 }
 
-fn estimator(e: KlEstimatorName) -> KlEstimator {
-    match e {
-        KlEstimatorName::K1 => KlEstimator::K1,
-        KlEstimatorName::K2 => KlEstimator::K2,
-        KlEstimatorName::K3 => KlEstimator::K3,
-    }
-}
-
-fn agg(a: LossAggName) -> LossAgg {
-    match a {
-        LossAggName::TokenMean => LossAgg::TokenMean,
-        LossAggName::SeqMeanTokenSum => LossAgg::SeqMeanTokenSum,
-        LossAggName::SeqMeanTokenMean => LossAgg::SeqMeanTokenMean,
-    }
-}
-
-/// The header of the live table.
-pub(crate) fn header() -> String {
-    format!(
-        "{:>5} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>7}",
-        "step", "reward", "acc", "kl", "pg_loss", "v_loss", "tok/s", "sec"
-    )
-}
-
-/// `[B, T-1]` tensor holding each row's response values at its response positions.
-fn place_response_values(
-    seqs: &Sequences,
-    values: &[Vec<f32>],
-    device: &Device,
-) -> candle_core::Result<Tensor> {
-    let t = seqs.padded_len();
-    let mut out = vec![0f32; seqs.len() * (t - 1)];
-    for (row, ((p, _), v)) in seqs.pairs.iter().zip(values).enumerate() {
-        for (j, x) in v.iter().enumerate() {
-            out[row * (t - 1) + p.len() - 1 + j] = *x;
-        }
-    }
-    Tensor::from_vec(out, (seqs.len(), t - 1), device)
-}
-
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
-
-pub(crate) async fn run_step(
+/// The step's prompts × samples as a rollout request, with each sample's reference answer.
+fn rollout_request(
     ctx: &Ctx<'_>,
-    roles: &Roles,
     data: &dyn PromptSource,
-    state: &mut LoopState,
+    state: &LoopState,
     step: u64,
-) -> Result<StepRow, String> {
-    let r = ctx.recipe;
-    let rl = &r.rl;
-    let t0 = Instant::now();
-    let mut m = StepMetrics::new(step);
-
-    // 1. Prompts and generation.
-    let items: Vec<_> = (0..rl.prompts_per_step as u64)
-        .map(|i| data.train_item(state.data_position + i))
-        .collect();
-    let mut requests = Vec::new();
+) -> Result<(RolloutRequest, Vec<Option<String>>), RunError> {
+    let (r, rl) = (ctx.recipe, &ctx.recipe.rl);
+    let mut request = RolloutRequest::default();
     let mut answers = Vec::new();
-    for it in &items {
-        let prompt = encode_rollout_prompt(ctx, &it.prompt, || {
-            format!("RL step {step}, prompt {:?}", it.prompt)
+    for group in 0..rl.prompts_per_step as u64 {
+        let it = data.train_item(state.data_position + group);
+        let prompt = encode_rollout_prompt(ctx, At::Rl(step), &it.prompt, || {
+            format!("RL step {step}, prompt {}", quoted(&it.prompt))
         })?;
         for _ in 0..rl.samples_per_prompt {
-            let mut q = GenerationRequest::new(prompt.clone(), rl.max_new_tokens);
-            q.sampling = SamplingParams {
-                temperature: rl.temperature as f32,
-                top_k: rl.top_k,
-                top_p: rl.top_p as f32,
-                seed: sample_seed(r.run.seed, step, requests.len()),
-            };
-            requests.push(q);
+            let sample_id = request.samples.len();
+            request.samples.push(SampleRequest {
+                sample_id: sample_id as u64,
+                group_id: group,
+                prompt: prompt.clone(),
+                max_new_tokens: rl.max_new_tokens,
+                sampling: Sampling {
+                    temperature: rl.temperature as f32,
+                    top_k: rl.top_k,
+                    top_p: rl.top_p as f32,
+                    seed: sample_seed(r.run.seed, step, sample_id),
+                },
+            });
             answers.push(it.answer.clone());
         }
     }
-    let n = requests.len();
-    let requests = Arc::new(requests);
+    Ok((request, answers))
+}
+
+/// The rollout stage's output.
+struct Rollout {
+    /// The policy's samples.
+    batch: RolloutBatch,
+    /// Their decoded responses.
+    texts: Vec<String>,
+    /// Each sample's reference answer.
+    answers: Vec<Option<String>>,
+    /// Responses that match their answer.
+    correct: usize,
+    /// Seconds of generation.
+    gen_secs: f64,
+}
+
+/// The rollout stage: the policy generates the step's samples, which are decoded.
+async fn rollout(
+    ctx: &Ctx<'_>,
+    roles: &Roles,
+    data: &dyn PromptSource,
+    state: &LoopState,
+    step: u64,
+) -> Result<Rollout, RunError> {
+    let at = At::Rl(step);
+    let (request, answers) = rollout_request(ctx, data, state, step)?;
     let timer = ctx.monitor.time("policy", "generate", step);
-    let completions = ask("policy", &roles.policy, |reply| PolicyMsg::Generate {
-        requests: requests.clone(),
-        label: format!("generate step {step}"),
-        reply,
+    let batch = ask("policy", "generate", &roles.policy, |reply| {
+        PolicyMsg::Generate {
+            request,
+            label: format!("generate step {step}"),
+            reply,
+        }
     })
     .await
-    .map_err(err)?;
+    .map_err(RunError::at(at))?;
     let gen_secs = timer.finish();
-    let seqs = Arc::new(Sequences {
-        pairs: requests
-            .iter()
-            .zip(&completions)
-            .map(|(q, c)| (q.prompt.clone(), c.tokens.clone()))
-            .collect(),
-        pad_id: ctx.pad_id,
-    });
-    let texts: Vec<String> = completions
+    let texts: Vec<String> = batch
+        .samples
         .iter()
-        .map(|c| ctx.tok.decode_generated(&c.tokens, true))
+        .map(|s| ctx.tok.decode_generated(&s.response, true))
         .collect::<Result<_, _>>()
-        .map_err(err)?;
-    let gen_tokens: usize = completions.iter().map(|c| c.tokens.len()).sum();
+        .map_err(|e| RunError::controller(at, "decode", e))?;
+    let correct = texts
+        .iter()
+        .zip(&answers)
+        .filter(|(t, a)| {
+            a.as_deref()
+                .is_some_and(|a| oxalign_rlhf::reward::ExactMatch::is_correct(t, a))
+        })
+        .count();
+    Ok(Rollout {
+        batch,
+        texts,
+        answers,
+        correct,
+        gen_secs,
+    })
+}
 
-    // 2. Reference log-probs, rewards, values and trainer log-probs, concurrently.
-    let t_score = Instant::now();
-    let answers = Arc::new(answers);
-    let texts = Arc::new(texts);
+/// The score stage: reference log-probs, rewards, values (PPO) and, for a quantized engine,
+/// the trainer's log-probs of `rollout`, concurrently.
+async fn score(
+    ctx: &Ctx<'_>,
+    roles: &Roles,
+    step: u64,
+    rollout: RolloutBatch,
+    texts: Vec<String>,
+    answers: Vec<Option<String>>,
+) -> Result<ScoredBatch, RunError> {
+    let seqs = rollout.sequences(ctx.pad_id);
     let timed = |actor: &'static str, phase: &'static str| ctx.monitor.time(actor, phase, step);
     let ref_fut = async {
         let _t = timed("reference", "reference_logprobs");
-        ask("reference", &roles.reference, |reply| {
-            ReferenceMsg::Logprobs {
+        ask(
+            "reference",
+            "reference_logprobs",
+            &roles.reference,
+            |reply| ReferenceMsg::Logprobs {
                 seqs: seqs.clone(),
+                reply,
+            },
+        )
+        .await
+    };
+    let reward_fut = async {
+        let _t = timed("reward", "reward");
+        ask("reward", "reward", &roles.reward, |reply| {
+            RewardMsg::Score {
+                seqs: seqs.clone(),
+                texts,
+                answers,
                 reply,
             }
         })
         .await
     };
-    let reward_fut = async {
-        let _t = timed("reward", "reward");
-        ask("reward", &roles.reward, |reply| RewardMsg::Score {
-            seqs: seqs.clone(),
-            texts: texts.clone(),
-            answers: answers.clone(),
-            reply,
-        })
-        .await
-    };
     let values_fut = async {
-        match &roles.critic {
-            Some(c) => {
-                let _t = timed("critic", "values");
-                ask("critic", c, |reply| CriticMsg::Values {
-                    seqs: seqs.clone(),
-                    reply,
-                })
-                .await
-                .map(Some)
-            }
-            None => Ok(None),
-        }
-    };
-    // π_old's log-probs: an f32 engine already reported them while sampling (same weights
-    // and precision as the trainer; the update measures the gap on its first minibatch), so
-    // only a quantized engine needs the trainer to score the rollout again.
-    let trainer_scores_old = r.engine.quant != EngineQuant::None;
-    let old_fut = async {
-        if !trainer_scores_old {
+        let Some(c) = &roles.critic else {
             return Ok(None);
-        }
-        let _t = timed("policy", "old_logprobs");
-        ask("policy", &roles.policy, |reply| PolicyMsg::Logprobs {
+        };
+        let _t = timed("critic", "values");
+        ask("critic", "values", c, |reply| CriticMsg::Values {
             seqs: seqs.clone(),
             reply,
         })
         .await
         .map(Some)
     };
-    let (ref_lp, scores, values, old_lp) = tokio::join!(ref_fut, reward_fut, values_fut, old_fut);
-    let (ref_lp, scores, values, old_lp) = (
-        ref_lp.map_err(err)?,
-        scores.map_err(err)?,
-        values.map_err(err)?,
-        old_lp.map_err(err)?,
-    );
-    let score_secs = t_score.elapsed().as_secs_f64();
-    let device = ref_lp.device().clone();
-    let rollout_lp = place_response_values(
-        &seqs,
-        &completions
-            .iter()
-            .map(|c| c.logprobs.clone())
-            .collect::<Vec<_>>(),
-        &device,
-    )
-    .map_err(err)?;
-    let old_lp = old_lp.unwrap_or_else(|| rollout_lp.clone());
-
-    // 3. Experience (a little tensor math, off the async runtime).
-    let kind = match rl.algorithm {
-        Algorithm::Ppo => AdvantageKind::Gae(GaeConfig {
-            gamma: rl.gamma,
-            lambda: rl.lam,
-        }),
-        Algorithm::Grpo => AdvantageKind::Grpo,
-        Algorithm::DrGrpo => AdvantageKind::DrGrpo,
-        Algorithm::Rloo => AdvantageKind::Rloo,
-        Algorithm::ReinforcePp => AdvantageKind::ReinforcePp { gamma: rl.gamma },
-    };
-    let beta = state.kl.beta();
-    let exp_cfg = ExperienceConfig {
-        kind,
-        group_size: rl.samples_per_prompt,
-        kl_coef: if rl.kl_mode == KlModeName::Reward {
-            beta
-        } else {
-            0.0
-        },
-        kl_estimator: estimator(rl.kl_estimator),
-        whiten: rl.whiten_advantages,
-    };
-    let exp = {
-        let (scores, old_lp, ref_lp, values, seqs) = (
-            scores.clone(),
-            old_lp.clone(),
-            ref_lp.clone(),
-            values.clone(),
-            seqs.clone(),
-        );
-        tokio::task::spawn_blocking(move || {
-            let mask = seqs.batch(&Device::Cpu)?.response_mask;
-            let mask = mask.to_device(old_lp.device()).map_err(err)?;
-            build_experience(&scores, &old_lp, &ref_lp, values.as_ref(), &mask, &exp_cfg)
-                .map_err(err)
+    // π_old's log-probs: an f32 engine already reported them while sampling (the trainer's
+    // weights in the trainer's precision; the update measures the gap on its first
+    // minibatch), so only a quantized engine needs the trainer to score the rollout again.
+    let trainer_scores_old = ctx.recipe.engine.quant != EngineQuant::None;
+    let old_fut = async {
+        if !trainer_scores_old {
+            return Ok(None);
+        }
+        let _t = timed("policy", "old_logprobs");
+        ask("policy", "old_logprobs", &roles.policy, |reply| {
+            PolicyMsg::Logprobs {
+                seqs: seqs.clone(),
+                reply,
+            }
         })
         .await
-        .map_err(err)??
+        .map(Some)
     };
-    let scored_mismatch = if trainer_scores_old {
-        Some(
-            masked_abs_diff(&old_lp, &rollout_lp, &seqs.batch(&device)?.response_mask)
-                .map_err(err)?,
-        )
-    } else {
-        None
-    };
+    let (ref_lp, rewards, values, old_lp) = tokio::join!(ref_fut, reward_fut, values_fut, old_fut);
+    let failed = RunError::at(At::Rl(step));
+    let engine_lp: Vec<Vec<f32>> = rollout.samples.iter().map(|s| s.logprobs.clone()).collect();
+    let rollout_logprobs = seqs.place_response_values(&engine_lp);
+    Ok(ScoredBatch {
+        old_logprobs: old_lp
+            .map_err(&failed)?
+            .unwrap_or_else(|| rollout_logprobs.clone()),
+        trainer_scored_old: trainer_scores_old,
+        rollout_logprobs,
+        rollout,
+        rewards: rewards.map_err(&failed)?,
+        ref_logprobs: ref_lp.map_err(&failed)?,
+        values: values.map_err(&failed)?,
+    })
+}
 
-    // Divergence of the rollout itself stops the step before any update.
-    let guard = &r.guard;
-    check_rollout(step, "kl", exp.stats.kl, guard.max_kl).map_err(err)?;
-    check_rollout(step, "reward_mean", exp.stats.score_mean, f64::INFINITY).map_err(err)?;
-    check_rollout(step, "adv_std", exp.stats.adv_std, f64::INFINITY).map_err(err)?;
-
-    // 4. Policy and critic updates, concurrently.
-    let t_train = Instant::now();
-    let shuffle_seed = sample_seed(r.run.seed ^ 0x5EED, step, 0);
-    let policy_work = Arc::new(PolicyWork {
-        seqs: seqs.clone(),
-        old_logprobs: old_lp.clone(),
-        advantages: exp.advantages.clone(),
-        ref_logprobs: ref_lp.clone(),
-        rollout_logprobs: rollout_lp,
+/// The update stage: the policy's and (PPO) the critic's updates on `exp`, concurrently.
+/// Returns the policy's summary and the critic's value loss; a divergence in either stops
+/// the step.
+async fn update(
+    ctx: &Ctx<'_>,
+    roles: &Roles,
+    step: u64,
+    exp: &Experience,
+    beta: f64,
+) -> Result<(PolicyTrainSummary, Option<f64>), RunError> {
+    let rl = &ctx.recipe.rl;
+    let timed = |actor: &'static str, phase: &'static str| ctx.monitor.time(actor, phase, step);
+    let shuffle_seed = sample_seed(ctx.recipe.run.seed ^ 0x5EED, step, 0);
+    let policy_work = PolicyWork {
+        batch: exp.batch.clone(),
         cfg: PolicyLossConfig {
             ppo: PpoConfig {
                 clip_low: rl.clip_eps,
@@ -303,42 +245,42 @@ pub(crate) async fn run_step(
         epochs: rl.ppo_epochs,
         minibatch_size: rl.minibatch_size,
         shuffle_seed,
-    });
+    };
     let policy_fut = async {
         let _t = timed("policy", "policy_train");
-        ask("policy", &roles.policy, |reply| PolicyMsg::Train {
-            work: policy_work,
-            reply,
+        ask("policy", "policy_train", &roles.policy, |reply| {
+            PolicyMsg::Train {
+                work: Box::new(policy_work),
+                reply,
+            }
         })
         .await
     };
     let critic_fut = async {
-        match (&roles.critic, &values, &exp.returns) {
-            (Some(c), Some(v), Some(ret)) => {
-                let _t = timed("critic", "critic_train");
-                let work = Arc::new(CriticWork {
-                    seqs: seqs.clone(),
-                    old_values: v.clone(),
-                    returns: ret.clone(),
-                    clip: Some(rl.value_clip),
-                    lr: rl.critic_lr,
-                    max_grad_norm: rl.max_grad_norm,
-                    epochs: rl.ppo_epochs,
-                    minibatch_size: rl.minibatch_size,
-                    shuffle_seed,
-                });
-                ask("critic", c, |reply| CriticMsg::Train { work, reply })
-                    .await
-                    .map(Some)
-            }
-            _ => Ok(None),
-        }
+        let b = &exp.batch;
+        let (Some(c), true) = (&roles.critic, b.old_values.is_some() && b.returns.is_some()) else {
+            return Ok(None);
+        };
+        let _t = timed("critic", "critic_train");
+        let work = CriticWork {
+            batch: b.clone(),
+            clip: Some(rl.value_clip),
+            lr: rl.critic_lr,
+            max_grad_norm: rl.max_grad_norm,
+            epochs: rl.ppo_epochs,
+            minibatch_size: rl.minibatch_size,
+            shuffle_seed,
+        };
+        ask("critic", "critic_train", c, |reply| CriticMsg::Train {
+            work: Box::new(work),
+            reply,
+        })
+        .await
+        .map(Some)
     };
     let (ps, vl) = tokio::join!(policy_fut, critic_fut);
-    let (ps, vl) = (ps.map_err(err)?, vl.map_err(err)?);
-    let train_secs = t_train.elapsed().as_secs_f64();
-    // The whole batch when the trainer scored it, else the update's first minibatch.
-    let mismatch = scored_mismatch.unwrap_or(ps.rollout_mismatch);
+    let failed = RunError::at(At::Rl(step));
+    let (ps, vl) = (ps.map_err(&failed)?, vl.map_err(&failed)?);
     let diverged = |role, phase, cause, lower| DivergenceError {
         role,
         phase,
@@ -348,111 +290,91 @@ pub(crate) async fn run_step(
         lower,
     };
     if let Some(cause) = ps.diverged.clone() {
-        return Err(diverged("policy", "policy_train", cause, "rl.lr").to_string());
+        return Err(diverged("policy", "policy_train", cause, "rl.lr").into());
     }
-    let vl = match vl {
+    match vl {
         Some(c) => match c.diverged {
-            Some(cause) => {
-                let e = diverged("critic", "critic_train", cause, "rl.critic_lr");
-                return Err(e.to_string());
-            }
-            None => Some(c.value_loss),
+            Some(cause) => Err(diverged("critic", "critic_train", cause, "rl.critic_lr").into()),
+            None => Ok((ps, Some(c.value_loss))),
         },
-        None => None,
-    };
+        None => Ok((ps, None)),
+    }
+}
+
+/// Runs RL step `step` (1-based) from `state`, which it advances (policy version, data
+/// position, KL controller) once the step's updates and refit succeeded.
+pub(crate) async fn run_step(
+    ctx: &Ctx<'_>,
+    roles: &Roles,
+    data: &dyn PromptSource,
+    state: &mut LoopState,
+    step: u64,
+) -> Result<StepRow, RunError> {
+    let at = At::Rl(step);
+    let rl = &ctx.recipe.rl;
+    let t0 = Instant::now();
+
+    // 1. Rollout.
+    let ro = rollout(ctx, roles, data, state, step).await?;
+    let (n, gen_secs, correct) = (ro.batch.len(), ro.gen_secs, ro.correct);
+    let gen_tokens = ro.batch.response_tokens();
+    let all_tokens: usize = ro
+        .batch
+        .samples
+        .iter()
+        .map(|s| s.prompt.len() + s.response.len())
+        .sum();
+
+    // 2. Score, 3. experience; divergence of the rollout itself stops the step here.
+    let t_score = Instant::now();
+    let scored = score(ctx, roles, step, ro.batch, ro.texts, ro.answers).await?;
+    let score_secs = t_score.elapsed().as_secs_f64();
+    let beta = state.kl.beta();
+    let exp = experience(at, rl, beta, scored, ctx.pad_id).await?;
+    let guard = &ctx.recipe.guard;
+    check_rollout(step, "kl", exp.stats.kl, guard.max_kl)?;
+    check_rollout(step, "reward_mean", exp.stats.score_mean, f64::INFINITY)?;
+    check_rollout(step, "adv_std", exp.stats.adv_std, f64::INFINITY)?;
+
+    // 4. Update, 5. refit: the engine takes the new weights, verified before the next rollout.
+    let t_train = Instant::now();
+    let (policy, value_loss) = update(ctx, roles, step, &exp, beta).await?;
+    let train_secs = t_train.elapsed().as_secs_f64();
     state.policy_version += 1;
-    // The engine takes the new weights in memory, verified before the next rollout.
     let timer = ctx.monitor.time("policy", "refit", step);
     let version = state.policy_version;
-    let refit = ask("policy", &roles.policy, |reply| PolicyMsg::Refit {
+    let refit = ask("policy", "refit", &roles.policy, |reply| PolicyMsg::Refit {
         version,
         reply,
     })
     .await
-    .map_err(err)?;
+    .map_err(RunError::at(at))?;
     timer.finish();
     state.data_position += rl.prompts_per_step as u64;
-    state.kl.update(exp.stats.kl, n as u64).map_err(err)?;
+    state
+        .kl
+        .update(exp.stats.kl, n as u64)
+        .map_err(|e| RunError::controller(at, "kl_controller", e))?;
 
-    // 5. Metrics.
-    let correct = texts
-        .iter()
-        .zip(answers.iter())
-        .filter(|(t, a)| {
-            a.as_deref()
-                .is_some_and(|a| oxalign_rlhf::reward::ExactMatch::is_correct(t, a))
-        })
-        .count();
-    let step_secs = t0.elapsed().as_secs_f64();
-    let all_tokens: usize = seqs.pairs.iter().map(|(p, r)| p.len() + r.len()).sum();
-    let s = &exp.stats;
-    for (k, v) in [
-        (metric::REWARD_MEAN, s.score_mean),
-        (metric::REWARD_STD, s.score_std),
-        ("accuracy", correct as f64 / n as f64),
-        (metric::KL, s.kl),
-        ("kl_coef", beta),
-        (metric::POLICY_LOSS, ps.stats.policy_loss),
-        (metric::ENTROPY, ps.stats.entropy),
-        (metric::CLIP_FRAC, ps.stats.clip_frac),
-        ("approx_kl", ps.stats.approx_kl),
-        ("grad_norm", ps.stats.step.grad_norm),
-        (metric::ADV_MEAN, s.adv_mean),
-        (metric::ADV_STD, s.adv_std),
-        (metric::RESPONSE_LEN, gen_tokens as f64 / n as f64),
-        ("logprob_mismatch_mean", mismatch.0),
-        ("logprob_mismatch_max", mismatch.1),
-        ("policy_version", state.policy_version as f64),
-        ("data_position", state.data_position as f64),
-        (metric::TOKENS_PER_SEC, all_tokens as f64 / step_secs),
-        ("gen_tokens_per_sec", gen_tokens as f64 / gen_secs.max(1e-9)),
-        (metric::STEP_SECONDS, step_secs),
-        ("time_generate", gen_secs),
-        ("time_score", score_secs),
-        ("time_train", train_secs),
-        ("refit_seconds", refit.seconds),
-        ("refit_verify_seconds", refit.verify_seconds),
-        ("refit_tensors_verified", refit.checksums_ok as f64),
-        (
-            "refit_probe_max_abs_diff",
-            refit.probe_max_abs_diff.unwrap_or(f32::NAN) as f64,
-        ),
-    ] {
-        m.values.insert(k.to_string(), v);
-    }
-    if let Some(v) = vl {
-        m.values.insert(metric::VALUE_LOSS.to_string(), v);
-    }
-    ctx.monitor.report(m);
-    let line = format!(
-        "{:>5} {:>8.3} {:>7.1}% {:>8.4} {:>9.4} {:>9} {:>8.0} {:>7.2}",
+    // 6. Report.
+    let outcome = StepOutcome {
         step,
-        s.score_mean,
-        100.0 * correct as f64 / n as f64,
-        s.kl,
-        ps.stats.policy_loss,
-        vl.map(|v| format!("{v:.4}")).unwrap_or_else(|| "-".into()),
-        all_tokens as f64 / step_secs,
-        step_secs
-    );
-    let brief = format!(
-        "reward {:.3}  kl {:.3}  {:.0} tok/s",
-        s.score_mean,
-        s.kl,
-        all_tokens as f64 / step_secs
-    );
-    Ok(StepRow {
-        reward_mean: s.score_mean,
-        line,
-        brief,
-    })
-}
-
-/// `(mean, max)` of `|a − b|` over the positions where `mask` is 1.
-fn masked_abs_diff(a: &Tensor, b: &Tensor, mask: &Tensor) -> candle_core::Result<(f64, f64)> {
-    let d = ((a - b)?.abs()? * mask)?;
-    let total = mask.sum_all()?.to_scalar::<f32>()?.max(1.0);
-    let mean = d.sum_all()?.to_scalar::<f32>()? / total;
-    let max = d.flatten_all()?.max(0)?.to_scalar::<f32>()?;
-    Ok((mean as f64, max as f64))
+        samples: n,
+        correct,
+        gen_tokens,
+        all_tokens,
+        beta,
+        exp: &exp,
+        policy: &policy,
+        value_loss,
+        refit: &refit,
+        policy_version: state.policy_version,
+        data_position: state.data_position,
+        step_secs: t0.elapsed().as_secs_f64(),
+        gen_secs,
+        score_secs,
+        train_secs,
+    };
+    ctx.monitor.report(rl_report::metrics(&outcome));
+    Ok(rl_report::row(&outcome))
 }

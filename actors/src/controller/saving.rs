@@ -3,7 +3,9 @@
 //! checksums and published atomically (see `checkpoint.rs`). Older checkpoints are pruned.
 
 use super::checkpoint::{self, LoopState, Phase};
+use super::run_error::{At, RunError};
 use super::Ctx;
+use crate::error::LOAD_OPTIMIZER;
 use crate::monitor::{unix_ms_now, CheckpointInfo};
 use crate::roles::{ask, CriticMsg, PolicyMsg};
 use ractor::ActorRef;
@@ -17,12 +19,15 @@ const TOKENIZER_FILES: &[&str] = &[
 ];
 
 /// Copies the tokenizer files present in `from` into `to`.
-pub(crate) fn copy_tokenizer(from: &Path, to: &Path) -> Result<(), String> {
+pub(crate) fn copy_tokenizer(from: &Path, to: &Path) -> Result<(), RunError> {
     for f in TOKENIZER_FILES {
         let src = from.join(f);
         if src.is_file() {
-            std::fs::copy(&src, to.join(f))
-                .map_err(|e| format!("cannot copy {}: {e}", src.display()))?;
+            std::fs::copy(&src, to.join(f)).map_err(|source| RunError::Io {
+                action: "copy",
+                path: src.clone(),
+                source,
+            })?;
         }
     }
     Ok(())
@@ -35,30 +40,47 @@ pub(crate) async fn save_checkpoint(
     policy: &ActorRef<PolicyMsg>,
     critic: Option<&ActorRef<CriticMsg>>,
     state: &LoopState,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, RunError> {
     let timer = ctx.monitor.time("controller", "checkpoint", state.step);
     let fin = state.checkpoint_dir(ctx.run_dir);
-    let fail = |e: &dyn std::fmt::Display| format!("checkpoint {}: {e}", fin.display());
-    let staged = checkpoint::staging_dir(&fin).map_err(|e| fail(&e))?;
+    let at = At::Checkpoint {
+        sft: state.phase == Phase::Sft,
+        step: match state.phase {
+            Phase::Sft => state.sft_step,
+            Phase::Rl => state.step,
+        },
+    };
+    let io = |action: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RunError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    let staged = checkpoint::staging_dir(&fin).map_err(io("stage checkpoint", &fin))?;
     let pdir = staged.join("policy");
-    ask("policy", policy, |reply| PolicyMsg::Save {
+    ask("policy", "save", policy, |reply| PolicyMsg::Save {
         dir: pdir.clone(),
         optimizer: true,
         reply,
     })
     .await
-    .map_err(|e| fail(&e))?;
+    .map_err(RunError::at(at))?;
     copy_tokenizer(ctx.policy_dir, &pdir)?;
     if let Some(c) = critic {
         let cdir = staged.join("critic");
-        ask("critic", c, |reply| CriticMsg::Save { dir: cdir, reply })
-            .await
-            .map_err(|e| fail(&e))?;
+        ask("critic", "save", c, |reply| CriticMsg::Save {
+            dir: cdir,
+            reply,
+        })
+        .await
+        .map_err(RunError::at(at))?;
     }
-    checkpoint::seal(&staged, state).map_err(|e| fail(&e))?;
-    checkpoint::publish(&staged, &fin).map_err(|e| fail(&e))?;
+    checkpoint::seal(&staged, state).map_err(io("seal checkpoint", &staged))?;
+    checkpoint::publish(&staged, &fin).map_err(io("publish checkpoint", &fin))?;
     checkpoint::prune(ctx.run_dir, ctx.recipe.run.keep_checkpoints)
-        .map_err(|e| format!("pruning checkpoints: {e}"))?;
+        .map_err(io("prune the checkpoints of", ctx.run_dir))?;
     timer.finish();
     if state.phase == Phase::Rl {
         ctx.monitor.report(CheckpointInfo {
@@ -70,17 +92,16 @@ pub(crate) async fn save_checkpoint(
     Ok(fin)
 }
 
-/// Loads the optimizer state saved in `dir/optimizer` into every replica of `role`.
+/// Loads the optimizer state saved in `dir/optimizer` into every replica of the policy.
 pub(crate) async fn load_policy_optimizer(
     policy: &ActorRef<PolicyMsg>,
     dir: PathBuf,
-) -> Result<(), String> {
-    ask("policy", policy, |reply| PolicyMsg::LoadOptimizer {
-        dir,
-        reply,
+) -> Result<(), RunError> {
+    ask("policy", LOAD_OPTIMIZER, policy, |reply| {
+        PolicyMsg::LoadOptimizer { dir, reply }
     })
     .await
-    .map_err(|e| format!("cannot restore the policy's optimizer state: {e}"))
+    .map_err(RunError::at(At::Setup))
 }
 
 /// Loads the critic's optimizer state saved in `dir/optimizer` (required: a resumed critic
@@ -88,11 +109,10 @@ pub(crate) async fn load_policy_optimizer(
 pub(crate) async fn load_critic_optimizer(
     critic: &ActorRef<CriticMsg>,
     dir: PathBuf,
-) -> Result<(), String> {
-    ask("critic", critic, |reply| CriticMsg::LoadOptimizer {
-        dir,
-        reply,
+) -> Result<(), RunError> {
+    ask("critic", LOAD_OPTIMIZER, critic, |reply| {
+        CriticMsg::LoadOptimizer { dir, reply }
     })
     .await
-    .map_err(|e| format!("cannot restore the critic's optimizer state: {e}"))
+    .map_err(RunError::at(At::Setup))
 }

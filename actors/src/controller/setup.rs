@@ -2,6 +2,8 @@
 //! inside the run folder), the tokenizer, the prompt source, and the role actors on their
 //! device groups.
 
+use super::run_error::{At, RunError};
+use crate::error::{Cause, RoleError};
 use crate::executor::ExecutorPool;
 use crate::monitor::{ActorInfo, MonitorHandle};
 use crate::placement::DeviceGroup;
@@ -51,7 +53,7 @@ impl Roles {
 
 /// The policy's model folder: the recipe's `model.path`, or a fresh model written to
 /// `<run>/init` (created once; a resumed run reuses it).
-pub fn policy_dir(recipe: &Recipe, run_dir: &Path) -> Result<PathBuf, String> {
+pub fn policy_dir(recipe: &Recipe, run_dir: &Path) -> Result<PathBuf, RunError> {
     if let Some(p) = &recipe.model.path {
         return Ok(PathBuf::from(p));
     }
@@ -59,19 +61,21 @@ pub fn policy_dir(recipe: &Recipe, run_dir: &Path) -> Result<PathBuf, String> {
     if dir.join("config.json").is_file() {
         return Ok(dir);
     }
+    let fail = |cause: Cause| RunError::controller(At::Setup, "init_model", cause);
+    let bad = |key: &str, e: &dyn std::fmt::Display| fail(Cause::BadInput(format!("{key}: {e}")));
     let family: Family = recipe
         .model
         .init_family
         .parse()
-        .map_err(|e| format!("model.init_family: {e}"))?;
+        .map_err(|e| bad("model.init_family", &e))?;
     let preset: Preset = recipe
         .model
         .init_preset
         .parse()
-        .map_err(|e| format!("model.init_preset: {e}"))?;
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    byte_tokenizer::write(&dir).map_err(|e| e.to_string())?;
-    let tok = Tokenizer::from_dir(&dir).map_err(|e| e.to_string())?;
+        .map_err(|e| bad("model.init_preset", &e))?;
+    std::fs::create_dir_all(&dir).map_err(|e| fail(Cause::io("create", &dir, e)))?;
+    byte_tokenizer::write(&dir).map_err(|e| fail(e.into()))?;
+    let tok = Tokenizer::from_dir(&dir).map_err(|e| fail(e.into()))?;
     let vocab = match preset {
         Preset::Tiny => tok.vocab_len(),
         Preset::Small => tok.vocab_len().max(32_000),
@@ -81,13 +85,14 @@ pub fn policy_dir(recipe: &Recipe, run_dir: &Path) -> Result<PathBuf, String> {
     cfg.eos_token_id = tok.stop_token_ids().to_vec();
     cfg.pad_token_id = tok.pad_token_id();
     let model = CausalLm::init_random(&cfg, recipe.run.seed, &candle_core::Device::Cpu)
-        .map_err(|e| e.to_string())?;
-    model.save(&dir).map_err(|e| e.to_string())?;
+        .map_err(|e| fail(e.into()))?;
+    model.save(&dir).map_err(|e| fail(e.into()))?;
     Ok(dir)
 }
 
 /// The prompt source of the recipe.
-pub fn prompt_source(recipe: &Recipe) -> Result<Arc<dyn PromptSource>, String> {
+pub fn prompt_source(recipe: &Recipe) -> Result<Arc<dyn PromptSource>, RunError> {
+    let fail = |cause: Cause| RunError::controller(At::Setup, "data", cause);
     Ok(match recipe.data.task {
         TaskKind::Arithmetic => Arc::new(ArithmeticTask::new(
             recipe.run.seed,
@@ -95,25 +100,40 @@ pub fn prompt_source(recipe: &Recipe) -> Result<Arc<dyn PromptSource>, String> {
             recipe.data.eval_size,
         )),
         TaskKind::Jsonl => {
-            let path = recipe
-                .data
-                .path
-                .as_deref()
-                .ok_or("data.path is required for task = \"jsonl\"")?;
+            let path = recipe.data.path.as_deref().ok_or_else(|| {
+                fail(Cause::BadInput(
+                    "data.path is required for task = \"jsonl\"".into(),
+                ))
+            })?;
             Arc::new(
                 PromptFile::load(
                     Path::new(path),
                     recipe.data.eval_path.as_deref().map(Path::new),
                     recipe.run.seed,
                 )
-                .map_err(|e| e.to_string())?,
+                .map_err(|e| fail(e.into()))?,
             )
         }
     })
 }
 
-fn group(spec: &str, key: &str) -> Result<DeviceGroup, String> {
-    DeviceGroup::parse(spec).map_err(|e| format!("placement.{key}: {e}"))
+/// The device group of `role` (`placement.<role>`), with its devices opened.
+fn group(spec: &str, role: &str) -> Result<(DeviceGroup, Vec<candle_core::Device>), RoleError> {
+    let bad = |e: &dyn std::fmt::Display| {
+        RoleError::new(
+            role,
+            "setup",
+            Cause::BadInput(format!("placement.{role}: {e}")),
+        )
+    };
+    let g = DeviceGroup::parse(spec).map_err(|e| bad(&e))?;
+    let devices = g.devices().map_err(|e| bad(&e))?;
+    Ok((g, devices))
+}
+
+/// A failure while building `role`'s replicas.
+fn setup_failed(role: &'static str) -> impl Fn(Cause) -> RunError {
+    move |cause| RunError::role(At::Setup, RoleError::new(role, "setup", cause))
 }
 
 /// Where the weights of each role come from when the actors start.
@@ -158,20 +178,23 @@ pub async fn spawn_policy(
     weights: &Path,
     monitor: &MonitorHandle,
     pool: &ExecutorPool,
-) -> Result<ActorRef<PolicyMsg>, String> {
-    let pg = group(&recipe.placement.policy, "policy")?;
+) -> Result<ActorRef<PolicyMsg>, RunError> {
+    let fail = setup_failed("policy");
+    let (pg, devices) =
+        group(&recipe.placement.policy, "policy").map_err(RunError::at(At::Setup))?;
     let mut trainers = Vec::new();
-    for dev in pg.devices().map_err(|e| e.to_string())? {
-        let m = CausalLm::load(weights, &dev).map_err(|e| e.to_string())?;
-        let mut trainer = PolicyTrainer::new(m, recipe.rl.lr, 0.0).map_err(|e| e.to_string())?;
+    for dev in devices {
+        let m = CausalLm::load(weights, &dev).map_err(|e| fail(e.into()))?;
+        let mut trainer = PolicyTrainer::new(m, recipe.rl.lr, 0.0).map_err(|e| fail(e.into()))?;
         trainer.max_sft_loss = recipe.guard.max_sft_loss;
         trainer.max_policy_loss = recipe.guard.max_policy_loss;
         trainer.max_update_kl = recipe.guard.max_update_kl;
-        trainers.push(PolicyReplica::new(
+        let replica = PolicyReplica::new(
             trainer,
             engine_config(recipe),
             recipe.engine.refit_tolerance as f32,
-        )?);
+        );
+        trainers.push(replica.map_err(&fail)?);
     }
     let policy_replicas = Replicas::new("policy", pg.specs.clone(), trainers, pool.clone());
     monitor.report(ActorInfo::new("policy", "policy", pg.names()));
@@ -181,7 +204,7 @@ pub async fn spawn_policy(
         PolicyState::new(policy_replicas, monitor.clone()),
     )
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| fail(e.into()))?;
     Ok(policy)
 }
 
@@ -192,18 +215,40 @@ pub async fn spawn_others(
     policy: ActorRef<PolicyMsg>,
     monitor: &MonitorHandle,
     pool: &ExecutorPool,
-) -> Result<Roles, String> {
-    let e = |e: oxalign_models::ModelError| e.to_string();
-    let rg = group(&recipe.placement.reference, "reference")?;
-    let refs = rg
-        .devices()
-        .map_err(|e| e.to_string())?
+) -> Result<Roles, RunError> {
+    let reference = spawn_reference(recipe, &src.reference, monitor, pool).await?;
+    let reward = spawn_reward(recipe, monitor, pool).await?;
+    let critic = if recipe.rl.algorithm == crate::recipe::Algorithm::Ppo {
+        Some(spawn_critic(recipe, src, monitor, pool).await?)
+    } else {
+        None
+    };
+    Ok(Roles {
+        policy,
+        reference,
+        reward,
+        critic,
+    })
+}
+
+/// The frozen reference: one f32 scoring engine per device of its group.
+async fn spawn_reference(
+    recipe: &Recipe,
+    weights: &Path,
+    monitor: &MonitorHandle,
+    pool: &ExecutorPool,
+) -> Result<ActorRef<ReferenceMsg>, RunError> {
+    let fail = setup_failed("reference");
+    let (rg, devices) =
+        group(&recipe.placement.reference, "reference").map_err(RunError::at(At::Setup))?;
+    let refs = devices
         .iter()
         .map(|d| {
-            let model = CausalLm::load(&src.reference, d).map_err(e)?;
-            Engine::from_model(&model, scoring_engine_config(recipe)).map_err(|e| e.to_string())
+            let model = CausalLm::load(weights, d)?;
+            Ok(Engine::from_model(&model, scoring_engine_config(recipe))?)
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, Cause>>()
+        .map_err(&fail)?;
     monitor.report(ActorInfo::new("reference", "reference", rg.names()));
     let (reference, _) = Actor::spawn(
         Some("reference".into()),
@@ -214,23 +259,34 @@ pub async fn spawn_others(
         ),
     )
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| fail(e.into()))?;
+    Ok(reference)
+}
 
-    let wg = group(&recipe.placement.reward, "reward")?;
+/// The reward: a verifier or a reward model per device of its group.
+async fn spawn_reward(
+    recipe: &Recipe,
+    monitor: &MonitorHandle,
+    pool: &ExecutorPool,
+) -> Result<ActorRef<RewardMsg>, RunError> {
+    let fail = setup_failed("reward");
+    let (wg, devices) =
+        group(&recipe.placement.reward, "reward").map_err(RunError::at(At::Setup))?;
     let mut scorers = Vec::new();
-    for dev in wg.devices().map_err(|e| e.to_string())? {
+    for dev in devices {
         scorers.push(match recipe.reward.kind {
             RewardKind::ExactMatch => Scorer::ExactMatch(ExactMatch {
                 correct: recipe.reward.correct,
                 incorrect: recipe.reward.incorrect,
             }),
             RewardKind::Model => {
-                let p = recipe
-                    .model
-                    .reward_path
-                    .as_deref()
-                    .ok_or("model.reward_path is required for reward.kind = \"model\"")?;
-                Scorer::Model(Box::new(RewardModel::load(Path::new(p), &dev).map_err(e)?))
+                let p = recipe.model.reward_path.as_deref().ok_or_else(|| {
+                    fail(Cause::BadInput(
+                        "model.reward_path is required for reward.kind = \"model\"".into(),
+                    ))
+                })?;
+                let m = RewardModel::load(Path::new(p), &dev).map_err(|e| fail(e.into()))?;
+                Scorer::Model(Box::new(m))
             }
         });
     }
@@ -244,63 +300,70 @@ pub async fn spawn_others(
         ),
     )
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| fail(e.into()))?;
+    Ok(reward)
+}
 
-    let critic = if recipe.rl.algorithm == crate::recipe::Algorithm::Ppo {
-        let cg = group(&recipe.placement.critic, "critic")?;
-        let mut ts = Vec::new();
-        for dev in cg.devices().map_err(|e| e.to_string())? {
-            let model = match &src.critic {
-                Some(p) => ValueModel::load(p, &dev).map_err(e)?,
-                None => {
-                    let policy = CausalLm::load(&src.reference, &dev).map_err(e)?;
-                    let w: HashMap<String, Tensor> = policy.weights().map_err(|e| e.to_string())?;
-                    let mut vm = ValueModel::from_backbone(
-                        policy.config().clone(),
-                        &w,
-                        recipe.run.seed ^ 0xC217,
-                        DType::F32,
-                        &dev,
-                    )
-                    .map_err(e)?;
-                    zero_value_head(&mut vm)?;
-                    vm
-                }
-            };
-            let mut trainer =
-                CriticTrainer::new(model, recipe.rl.critic_lr, 0.0).map_err(|e| e.to_string())?;
-            trainer.max_value_loss = recipe.guard.max_value_loss;
-            ts.push(trainer);
-        }
-        monitor.report(ActorInfo::new("critic", "critic", cg.names()));
-        let (c, _) = Actor::spawn(
-            Some("critic".into()),
-            Critic,
-            CriticState::new(
-                Replicas::new("critic", cg.specs.clone(), ts, pool.clone()),
-                monitor.clone(),
-            ),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-        Some(c)
-    } else {
-        None
-    };
-    Ok(Roles {
-        policy,
-        reference,
-        reward,
-        critic,
-    })
+/// The critic (PPO): a value model and its trainer per device of its group, from
+/// `src.critic` or from the reference's backbone with a zeroed value head.
+async fn spawn_critic(
+    recipe: &Recipe,
+    src: &RoleSources,
+    monitor: &MonitorHandle,
+    pool: &ExecutorPool,
+) -> Result<ActorRef<CriticMsg>, RunError> {
+    let fail = setup_failed("critic");
+    let (cg, devices) =
+        group(&recipe.placement.critic, "critic").map_err(RunError::at(At::Setup))?;
+    let mut ts = Vec::new();
+    for dev in devices {
+        let model = match &src.critic {
+            Some(p) => ValueModel::load(p, &dev).map_err(|e| fail(e.into()))?,
+            None => critic_from_backbone(recipe, &src.reference, &dev).map_err(&fail)?,
+        };
+        let mut trainer =
+            CriticTrainer::new(model, recipe.rl.critic_lr, 0.0).map_err(|e| fail(e.into()))?;
+        trainer.max_value_loss = recipe.guard.max_value_loss;
+        ts.push(trainer);
+    }
+    monitor.report(ActorInfo::new("critic", "critic", cg.names()));
+    let (c, _) = Actor::spawn(
+        Some("critic".into()),
+        Critic,
+        CriticState::new(
+            Replicas::new("critic", cg.specs.clone(), ts, pool.clone()),
+            monitor.clone(),
+        ),
+    )
+    .await
+    .map_err(|e| fail(e.into()))?;
+    Ok(c)
+}
+
+/// A value model on the backbone of the policy at `weights`, predicting 0 everywhere.
+fn critic_from_backbone(
+    recipe: &Recipe,
+    weights: &Path,
+    dev: &candle_core::Device,
+) -> Result<ValueModel, Cause> {
+    let policy = CausalLm::load(weights, dev)?;
+    let w: HashMap<String, Tensor> = policy.weights()?;
+    let mut vm = ValueModel::from_backbone(
+        policy.config().clone(),
+        &w,
+        recipe.run.seed ^ 0xC217,
+        DType::F32,
+        dev,
+    )?;
+    zero_value_head(&mut vm)?;
+    Ok(vm)
 }
 
 /// A new critic starts predicting 0 everywhere, so its first advantages are the raw returns.
-fn zero_value_head(vm: &mut ValueModel) -> Result<(), String> {
+fn zero_value_head(vm: &mut ValueModel) -> Result<(), Cause> {
     for (name, var) in vm.vars() {
         if name.starts_with("score.") {
-            var.set(&var.as_tensor().zeros_like().map_err(|e| e.to_string())?)
-                .map_err(|e| e.to_string())?;
+            var.set(&var.as_tensor().zeros_like()?)?;
         }
     }
     Ok(())

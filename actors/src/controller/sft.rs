@@ -4,36 +4,37 @@
 
 use super::checkpoint::Phase;
 use super::divergence::DivergenceError;
-use super::lengths::check_context;
+use super::lengths::{check_context, quoted};
+use super::run_error::{At, RunError};
 use super::saving::save_checkpoint;
 use super::start::WallClock;
 use super::{Ctx, LoopState};
+use crate::error::Cause;
 use crate::roles::{ask, PolicyMsg, Sequences};
 use oxalign_rlhf::data::PromptSource;
 use oxalign_rlhf::optim::LrSchedule;
 use ractor::ActorRef;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// Prompt ids and target ids of one SFT example.
 pub(crate) type TokenPair = (Vec<u32>, Vec<u32>);
 
 /// `prompt ids, answer ids + eos` for each item (items without an answer are skipped).
+/// `step` is the 1-based SFT step, for errors.
 pub(crate) fn sft_pairs(
     ctx: &Ctx<'_>,
+    step: u64,
     items: &[oxalign_rlhf::data::PromptItem],
-) -> Result<Vec<TokenPair>, String> {
+) -> Result<Vec<TokenPair>, RunError> {
     let eos = ctx.tok.eos_token_id();
+    let encode_failed = |e| RunError::controller(At::Sft(step), "encode", e);
     let mut out = Vec::new();
     for it in items {
         let Some(answer) = &it.answer else { continue };
-        let p = ctx
-            .tok
-            .encode(&it.prompt, true)
-            .map_err(|e| e.to_string())?;
-        let mut a = ctx.tok.encode(answer, false).map_err(|e| e.to_string())?;
+        let p = ctx.tok.encode(&it.prompt, true).map_err(encode_failed)?;
+        let mut a = ctx.tok.encode(answer, false).map_err(encode_failed)?;
         a.extend(eos);
-        let what = format!("SFT prompt {:?}", it.prompt);
+        let what = format!("SFT prompt {}", quoted(&it.prompt));
         check_context(ctx, &what, p.len(), a.len(), "its answer")?;
         out.push((p, a));
     }
@@ -49,7 +50,7 @@ pub(crate) async fn run_sft(
     data: &dyn PromptSource,
     state: &mut LoopState,
     clock: WallClock,
-) -> Result<(), String> {
+) -> Result<(), RunError> {
     let s = &ctx.recipe.sft;
     let schedule = LrSchedule::WarmupCosine {
         peak_lr: s.lr,
@@ -64,24 +65,26 @@ pub(crate) async fn run_sft(
             .map(|i| data.train_item(state.data_position + i))
             .collect();
         state.data_position += s.batch_size as u64;
-        let pairs = sft_pairs(ctx, &items)?;
+        let at = At::Sft(step + 1);
+        let pairs = sft_pairs(ctx, step + 1, &items)?;
         if pairs.is_empty() {
-            return Err("SFT needs prompts with answers; this batch had none".into());
+            let e = Cause::BadInput("SFT needs prompts with answers; this batch had none".into());
+            return Err(RunError::controller(at, "sft", e));
         }
-        let seqs = Arc::new(Sequences {
+        let seqs = Sequences {
             pairs,
             pad_id: ctx.pad_id,
-        });
+        };
         let lr = schedule.lr_at(step);
         let timer = ctx.monitor.time("policy", "sft", 0);
-        let done = ask("policy", policy, |reply| PolicyMsg::Sft {
+        let done = ask("policy", "sft", policy, |reply| PolicyMsg::Sft {
             seqs,
             lr,
             max_grad_norm: ctx.recipe.rl.max_grad_norm,
             reply,
         })
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(RunError::at(at))?;
         drop(timer);
         if let Some(cause) = done.diverged {
             let e = DivergenceError {
@@ -92,7 +95,7 @@ pub(crate) async fn run_sft(
                 cause,
                 lower: "sft.lr",
             };
-            return Err(e.to_string());
+            return Err(e.into());
         }
         let (nll, grad_norm) = (done.nll, done.grad_norm);
         state.sft_step = step + 1;

@@ -3,11 +3,13 @@
 //! evaluation and the RL-start checkpoint `step_000000`; or straight from an RL checkpoint.
 
 use super::checkpoint::{LoopState, Phase};
+use super::run_error::{At, RunError};
 use super::saving::{
     copy_tokenizer, load_critic_optimizer, load_policy_optimizer, save_checkpoint,
 };
 use super::setup::{self, RoleSources, Roles};
 use super::{evaluate, sft, Ctx};
+use crate::error::Cause;
 use crate::executor::ExecutorPool;
 use crate::recipe::Algorithm;
 use crate::roles::{ask, PolicyMsg};
@@ -39,7 +41,7 @@ pub(crate) async fn through_sft(
     state: &mut LoopState,
     from: Option<&Path>,
     clock: WallClock,
-) -> Result<Roles, String> {
+) -> Result<Roles, RunError> {
     let r = ctx.recipe;
     let reference_dir = ctx.run_dir.join("reference");
     let weights = from.map_or_else(|| ctx.policy_dir.to_path_buf(), |c| c.join("policy"));
@@ -54,20 +56,25 @@ pub(crate) async fn through_sft(
         sft::run_sft(ctx, &policy, data, state, clock).await?;
     }
     // The frozen reference is the policy as RL starts.
-    ask("policy", &policy, |reply| PolicyMsg::Save {
-        dir: reference_dir.clone(),
-        optimizer: false,
-        reply,
+    ask("policy", "save_reference", &policy, |reply| {
+        PolicyMsg::Save {
+            dir: reference_dir.clone(),
+            optimizer: false,
+            reply,
+        }
     })
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(RunError::at(At::Setup))?;
     copy_tokenizer(ctx.policy_dir, &reference_dir)?;
     if r.sft.steps > 0 {
         // RL starts from the SFT weights with a fresh optimizer (no SFT moments).
-        policy
-            .stop_and_wait(None, None)
-            .await
-            .map_err(|e| e.to_string())?;
+        policy.stop_and_wait(None, None).await.map_err(|e| {
+            RunError::controller(
+                At::Setup,
+                "restart_policy",
+                Cause::Unreachable(e.to_string()),
+            )
+        })?;
         policy = setup::spawn_policy(r, &reference_dir, ctx.monitor, pool).await?;
     }
     // Evaluated through the engine that RL starts with.
@@ -91,7 +98,7 @@ pub(crate) async fn from_rl_checkpoint(
     ctx: &Ctx<'_>,
     pool: &ExecutorPool,
     ckpt: &Path,
-) -> Result<Roles, String> {
+) -> Result<Roles, RunError> {
     let r = ctx.recipe;
     let policy = setup::spawn_policy(r, &ckpt.join("policy"), ctx.monitor, pool).await?;
     load_policy_optimizer(&policy, ckpt.join("policy")).await?;

@@ -1,13 +1,16 @@
 //! The critic actor: per-token values for rollouts and clipped value-loss updates, with
-//! data-parallel replicas like the policy.
+//! data-parallel replicas like the policy. Batches arrive as host data and become tensors on
+//! each replica's device inside its job.
 
 use super::divergence::{non_finite_weight, Divergence};
 use super::minibatch::{minibatch_order, Shard};
-use super::policy::{concat_rows, refuse_non_finite};
+use super::policy::concat_rows;
+use super::policy_train::refuse_non_finite;
 use super::{Busy, Sequences};
+use crate::batch::{ExperienceBatch, TokenArray};
+use crate::error::{Cause, RoleError, LOAD_OPTIMIZER};
 use crate::monitor::MonitorHandle;
-use crate::replicas::{shard_ranges, Replicas, RoleError};
-use candle_core::Tensor;
+use crate::replicas::{shard_ranges, Replicas};
 use oxalign_rlhf::losses::LossAgg;
 use oxalign_rlhf::trainer::CriticTrainer;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -15,14 +18,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// One critic update: regress values on `returns` over the response tokens.
+/// One critic update: regress values on the batch's `returns` over the response tokens.
+#[derive(Debug, Clone)]
 pub struct CriticWork {
-    /// The rollout's sequences.
-    pub seqs: Arc<Sequences>,
-    /// Values at rollout time `[B, T-1]`.
-    pub old_values: Tensor,
-    /// Targets `[B, T-1]`.
-    pub returns: Tensor,
+    /// Token ids, values at rollout time and targets (`old_values` and `returns` are
+    /// required).
+    pub batch: ExperienceBatch,
     /// Value clip range.
     pub clip: Option<f64>,
     /// Learning rate.
@@ -51,14 +52,14 @@ pub enum CriticMsg {
     /// Values `[B, T-1]` of `seqs`.
     Values {
         /// The sequences.
-        seqs: Arc<Sequences>,
+        seqs: Sequences,
         /// The values.
-        reply: RpcReplyPort<Result<Tensor, RoleError>>,
+        reply: RpcReplyPort<Result<TokenArray, RoleError>>,
     },
     /// One update; replies with the mean value loss and any divergence.
     Train {
-        /// The work.
-        work: Arc<CriticWork>,
+        /// The work (boxed: it is the largest message).
+        work: Box<CriticWork>,
         /// Mean loss.
         reply: RpcReplyPort<Result<CriticTrainSummary, RoleError>>,
     },
@@ -98,10 +99,17 @@ fn critic_update(
     ctx: &crate::replicas::ReplicaCtx<'_>,
     t: &mut CriticTrainer,
     w: &CriticWork,
-) -> Result<CriticTrainSummary, String> {
-    let e = |e: oxalign_rlhf::RlhfError| e.to_string();
+) -> Result<CriticTrainSummary, Cause> {
     let device = t.model.device().clone();
-    let full = w.seqs.batch(&device)?;
+    let b = &w.batch;
+    let full = b.seqs.batch(&device)?;
+    let (old_values, returns) = match (&b.old_values, &b.returns) {
+        (Some(v), Some(r)) => (v.to_tensor(&device)?, r.to_tensor(&device)?),
+        _ => {
+            let e = "a critic update needs the batch's old_values and returns (PPO experience)";
+            return Err(Cause::BadInput(e.into()));
+        }
+    };
     let order = minibatch_order(
         full.rows(),
         w.minibatch_size,
@@ -118,8 +126,8 @@ fn critic_update(
         let weight = shard.weight(ctx, LossAgg::TokenMean);
         let (loss, step) = match t.step(
             &shard.local,
-            &shard.pick(&w.old_values)?,
-            &shard.pick(&w.returns)?,
+            &shard.pick(&old_values)?,
+            &shard.pick(&returns)?,
             w.clip,
             LossAgg::TokenMean,
             w.lr,
@@ -130,7 +138,7 @@ fn critic_update(
             Ok(r) => r,
             Err(err) => match Divergence::from_rlhf(&err, n + 1) {
                 Some(d) => return Ok(stop(d)),
-                None => return Err(e(err)),
+                None => return Err(err.into()),
             },
         };
         n += 1;
@@ -140,9 +148,7 @@ fn critic_update(
         }
         total += loss;
     }
-    let diverged = non_finite_weight(&t.model.vars())
-        .map_err(|e| e.to_string())?
-        .map(|tensor| Divergence::Weights { tensor });
+    let diverged = non_finite_weight(&t.model.vars())?.map(|tensor| Divergence::Weights { tensor });
     Ok(CriticTrainSummary {
         value_loss: total / n.max(1) as f64,
         diverged,
@@ -173,27 +179,29 @@ impl Actor for Critic {
             CriticMsg::Values { seqs, reply } => {
                 let busy = Busy::start(&st.monitor, "critic", "values".into());
                 let n = seqs.len();
+                let seqs = Arc::new(seqs);
                 let r = st
                     .replicas
-                    .each(move |ctx, t| {
+                    .each("values", move |ctx, t| {
                         let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
                         if range.is_empty() {
                             return Ok(None);
                         }
                         let b = seqs.batch_rows(range, t.model.device())?;
-                        t.values(&b).map(Some).map_err(|e| e.to_string())
+                        Ok(Some(TokenArray::from_tensor(&t.values(&b)?)?))
                     })
                     .await
-                    .and_then(|parts| concat_rows("critic", parts));
+                    .and_then(|parts| concat_rows("critic", "values", parts));
                 busy.done(&r, n, started.elapsed().as_secs_f64());
                 let _ = reply.send(r);
             }
             CriticMsg::Train { work, reply } => {
                 let busy = Busy::start(&st.monitor, "critic", "critic_train".into());
-                let n = work.seqs.len() * work.epochs;
+                let n = work.batch.seqs.len() * work.epochs;
+                let work: Arc<CriticWork> = Arc::from(work);
                 let r = st
                     .replicas
-                    .each(move |ctx, t| critic_update(ctx, t, &work))
+                    .each("critic_train", move |ctx, t| critic_update(ctx, t, &work))
                     .await
                     .map(|mut v| v.swap_remove(0));
                 busy.done(&r, n, started.elapsed().as_secs_f64());
@@ -202,13 +210,11 @@ impl Actor for Critic {
             CriticMsg::Save { dir, reply } => {
                 let r = st
                     .replicas
-                    .each(move |ctx, t| {
+                    .each("save", move |ctx, t| {
                         if ctx.rank == 0 {
-                            refuse_non_finite("critic", &t.model.vars())?;
-                            t.model.save(&dir).map_err(|e| e.to_string())?;
-                            t.opt
-                                .save_state(&dir.join("optimizer"))
-                                .map_err(|e| e.to_string())?;
+                            refuse_non_finite(&t.model.vars())?;
+                            t.model.save(&dir)?;
+                            t.opt.save_state(&dir.join("optimizer"))?;
                         }
                         Ok(())
                     })
@@ -219,10 +225,8 @@ impl Actor for Critic {
             CriticMsg::LoadOptimizer { dir, reply } => {
                 let r = st
                     .replicas
-                    .each(move |_, t| {
-                        t.opt
-                            .load_state(&dir.join("optimizer"))
-                            .map_err(|e| e.to_string())
+                    .each(LOAD_OPTIMIZER, move |_, t| {
+                        Ok(t.opt.load_state(&dir.join("optimizer"))?)
                     })
                     .await
                     .map(|_| ());

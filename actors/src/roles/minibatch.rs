@@ -2,6 +2,7 @@
 //! rows this replica trains on, and the weight that makes the replicas' averaged gradient
 //! equal the full minibatch's. Shared by the policy and critic updates.
 
+use crate::error::Cause;
 use crate::replicas::{shard_ranges, ReplicaCtx};
 use candle_core::Tensor;
 use oxalign_rlhf::losses::LossAgg;
@@ -58,27 +59,23 @@ impl Shard {
         ctx: &ReplicaCtx<'_>,
         full: &TokenBatch,
         mb: &[usize],
-    ) -> Result<Self, String> {
-        let e = |e: oxalign_rlhf::RlhfError| e.to_string();
+    ) -> Result<Self, Cause> {
         let rows: Vec<usize> = mb[shard_ranges(mb.len(), ctx.world)[ctx.rank].clone()].to_vec();
         let idx = Tensor::from_vec(
             rows.iter().map(|&r| r as u32).collect::<Vec<_>>(),
             rows.len(),
             full.ids.device(),
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         Ok(Self {
-            global: full.select_rows(mb).map_err(e)?,
-            local: full.select_rows(&rows).map_err(e)?,
+            global: full.select_rows(mb)?,
+            local: full.select_rows(&rows)?,
             idx,
         })
     }
 
     /// This replica's rows of a `[B, ...]` tensor aligned with the full batch.
-    pub(crate) fn pick(&self, x: &Tensor) -> Result<Tensor, String> {
-        x.contiguous()
-            .and_then(|x| x.index_select(&self.idx, 0))
-            .map_err(|e| e.to_string())
+    pub(crate) fn pick(&self, x: &Tensor) -> Result<Tensor, Cause> {
+        Ok(x.contiguous()?.index_select(&self.idx, 0)?)
     }
 
     /// [`local_weight`] of this shard within its minibatch.

@@ -1,33 +1,36 @@
 //! The role actors: policy, reference, reward and critic. Each is a thin ractor facade over
 //! [`crate::replicas::Replicas`]; the tensor work runs on device executors through
-//! `oxalign-rlhf` and `oxalign-models`.
+//! `oxalign-rlhf` and `oxalign-models`. Messages carry the host data of [`crate::batch`],
+//! never tensors.
 
 mod critic;
 mod divergence;
 mod minibatch;
 mod policy;
+mod policy_replica;
+mod policy_train;
 mod reference;
 mod reward;
-mod sequences;
 
+pub use crate::batch::Sequences;
 pub use critic::{Critic, CriticMsg, CriticState, CriticTrainSummary, CriticWork};
 pub use divergence::{non_finite_weight, Divergence};
-pub use policy::{
-    Policy, PolicyMsg, PolicyReplica, PolicyState, PolicyTrainSummary, PolicyWork, SftStepSummary,
-};
+pub use policy::{Policy, PolicyMsg, PolicyState};
+pub use policy_replica::PolicyReplica;
+pub use policy_train::{PolicyTrainSummary, PolicyWork, SftStepSummary};
 pub use reference::{Reference, ReferenceMsg, ReferenceState};
 pub use reward::{Reward, RewardMsg, RewardState, Scorer};
-pub use sequences::Sequences;
 
+use crate::error::{Cause, RoleError};
 use crate::monitor::{ActorUpdate, MonitorHandle};
-use crate::replicas::RoleError;
 use ractor::rpc::CallResult;
 use ractor::{ActorRef, RpcReplyPort};
 
-/// Sends a request to `actor` and waits for the answer, mapping transport failures to a
-/// [`RoleError`] naming the role.
+/// Sends a request for `phase` to `actor` and waits for the answer, mapping transport
+/// failures to a [`RoleError`] naming the role and the phase.
 pub async fn ask<M, T>(
     role: &str,
+    phase: &'static str,
     actor: &ActorRef<M>,
     build: impl FnOnce(RpcReplyPort<Result<T, RoleError>>) -> M,
 ) -> Result<T, RoleError>
@@ -35,20 +38,16 @@ where
     M: ractor::Message,
     T: Send + 'static,
 {
+    let unreachable = |m: String| Err(RoleError::new(role, phase, Cause::Unreachable(m)));
     match actor.call(build, None).await {
         Ok(CallResult::Success(r)) => r,
-        Ok(CallResult::Timeout) => Err(RoleError::Actor {
-            role: role.into(),
-            message: "timed out".into(),
-        }),
-        Ok(CallResult::SenderError) => Err(RoleError::Actor {
-            role: role.into(),
-            message: "stopped before answering".into(),
-        }),
-        Err(e) => Err(RoleError::Actor {
-            role: role.into(),
-            message: e.to_string(),
-        }),
+        Ok(CallResult::Timeout) => Err(RoleError::new(
+            role,
+            phase,
+            Cause::Timeout { seconds: None },
+        )),
+        Ok(CallResult::SenderError) => unreachable("stopped before answering".into()),
+        Err(e) => unreachable(e.to_string()),
     }
 }
 

@@ -1,150 +1,46 @@
 //! The policy actor: generates rollouts with its engine (paged KV cache, continuous
-//! batching), reports trainer log-probs, trains (SFT and PPO) with data-parallel replicas,
-//! and refits the engine from the trainer after each update, verified and versioned.
+//! batching), reports old log-probs, trains (SFT and PPO) with data-parallel replicas, and
+//! refits the engine from the trainer after each update, verified and versioned. Messages
+//! carry host data only; the replicas' jobs (`policy_replica.rs`, `policy_train.rs`) move it
+//! onto their devices.
 
-use super::divergence::{non_finite_weight, Divergence};
-use super::minibatch::{local_weight, minibatch_order, Shard};
-use super::{Busy, Sequences};
+use super::minibatch::local_weight;
+use super::policy_replica::PolicyReplica;
+use super::policy_train::{ppo_update, refuse_non_finite, sft_step};
+use super::{Busy, PolicyTrainSummary, PolicyWork, SftStepSummary};
+use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray};
+use crate::error::{RoleError, LOAD_OPTIMIZER};
 use crate::monitor::MonitorHandle;
-use crate::replicas::{shard_ranges, ReplicaCtx, Replicas, RoleError};
-use candle_core::{Device, Tensor};
-use oxalign_models::engine::{Engine, EngineConfig, Probe, RefitReport, WeightUpdate};
-use oxalign_models::{Completion, GenerationRequest};
+use crate::replicas::{shard_ranges, Replicas};
+use oxalign_models::engine::RefitReport;
 use oxalign_rlhf::losses::LossAgg;
-use oxalign_rlhf::trainer::{PolicyLossConfig, PolicyStats, PolicyTrainer};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Everything one PPO update of the policy needs. `[B, T-1]` tensors align with
-/// `seqs.batch()`'s response mask.
-pub struct PolicyWork {
-    /// The rollout's sequences.
-    pub seqs: Arc<Sequences>,
-    /// Log-probs of the rollout policy π_old: the engine's own sampling log-probs when it
-    /// serves the trainer's f32 weights, the trainer's when the engine is quantized.
-    pub old_logprobs: Tensor,
-    /// Advantages.
-    pub advantages: Tensor,
-    /// Reference log-probs (for a KL loss term).
-    pub ref_logprobs: Tensor,
-    /// The engine's log-probs (for truncated importance sampling).
-    pub rollout_logprobs: Tensor,
-    /// Loss settings.
-    pub cfg: PolicyLossConfig,
-    /// Learning rate for this update.
-    pub lr: f64,
-    /// Passes over the batch.
-    pub epochs: usize,
-    /// Rows per minibatch (global, before the data-parallel split).
-    pub minibatch_size: usize,
-    /// Seed of the minibatch order.
-    pub shuffle_seed: u64,
-}
-
-/// Averages of one PPO update over its minibatches.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct PolicyTrainSummary {
-    /// Mean of the per-minibatch stats (rank 0's view; gradients are global).
-    pub stats: PolicyStats,
-    /// Minibatch updates applied.
-    pub updates: usize,
-    /// Updates skipped for a non-finite gradient.
-    pub skipped: usize,
-    /// Set when the update stopped on a divergence (the rest of the step was not applied).
-    pub diverged: Option<Divergence>,
-    /// Mean and max |trainer − engine| log-prob of the sampled tokens (nats), measured on the
-    /// first minibatch before any update (rank 0's rows).
-    pub rollout_mismatch: (f64, f64),
-}
-
-/// What one SFT step did.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct SftStepSummary {
-    /// Mean NLL per answer token (nats).
-    pub nll: f64,
-    /// Pre-clip global gradient norm.
-    pub grad_norm: f64,
-    /// Set when the step was not applied because it diverged.
-    pub diverged: Option<Divergence>,
-}
-
-/// One replica of the policy: the trainer and the engine that generates its rollouts.
-///
-/// The engine holds its own copy of the weights; a training step reaches it only through
-/// [`PolicyMsg::Refit`].
-pub struct PolicyReplica {
-    /// Model + optimizer.
-    pub trainer: PolicyTrainer,
-    /// Generation engine.
-    pub engine: Engine,
-    refit_tolerance: f32,
-}
-
-impl PolicyReplica {
-    /// A replica whose engine starts from the trainer's current weights.
-    pub fn new(
-        trainer: PolicyTrainer,
-        engine: EngineConfig,
-        refit_tolerance: f32,
-    ) -> Result<Self, String> {
-        let engine = Engine::from_model(&trainer.model, engine).map_err(|e| e.to_string())?;
-        Ok(Self {
-            trainer,
-            engine,
-            refit_tolerance,
-        })
-    }
-
-    /// Trainer log-probs `[rows, T-1]` of rows `range` under the current weights (fused
-    /// head: no `[B, T, V]` logits). The controller asks for them only when the engine is
-    /// quantized; an f32 engine's sampling log-probs already are π_old's.
-    fn logprobs(
-        &mut self,
-        seqs: &Sequences,
-        range: std::ops::Range<usize>,
-    ) -> Result<Tensor, String> {
-        let b = seqs.batch_rows(range, &dev(&self.trainer))?;
-        self.trainer.logprobs(&b).map_err(|e| e.to_string())
-    }
-
-    fn refit(&mut self, version: u64) -> Result<RefitReport, String> {
-        let model = &self.trainer.model;
-        let vocab = model.config().vocab_size as u32;
-        // A fixed probe sequence: the engine's log-probs on it must match the trainer's.
-        let probe_tokens: Vec<u32> = (0..16u32).map(|i| (i * 37 + 11) % vocab.max(1)).collect();
-        let probe = Probe::from_model(model, probe_tokens, self.refit_tolerance)
-            .map_err(|e| e.to_string())?;
-        let update = WeightUpdate::from_model(version, model).map_err(|e| e.to_string())?;
-        self.engine
-            .refit(&update, Some(&probe))
-            .map_err(|e| e.to_string())
-    }
-}
-
 /// Messages the policy understands.
 pub enum PolicyMsg {
-    /// Complete each request; results in request order.
+    /// Complete each sample of `request`; the batch holds them in request order.
     Generate {
-        /// The requests (prompt ids, sampling, limits).
-        requests: Arc<Vec<GenerationRequest>>,
+        /// Prompt ids, sampling and limits of each sample.
+        request: RolloutRequest,
         /// Label for the monitor, e.g. `"generate step 3"`.
         label: String,
-        /// The completions.
-        reply: RpcReplyPort<Result<Vec<Completion>, RoleError>>,
+        /// The samples and the policy version that generated them.
+        reply: RpcReplyPort<Result<RolloutBatch, RoleError>>,
     },
-    /// Trainer log-probs `[B, T-1]` of `seqs`.
+    /// Old log-probs `[B, T-1]` of `seqs` under the current weights.
     Logprobs {
         /// The sequences.
-        seqs: Arc<Sequences>,
+        seqs: Sequences,
         /// The log-probs.
-        reply: RpcReplyPort<Result<Tensor, RoleError>>,
+        reply: RpcReplyPort<Result<TokenArray, RoleError>>,
     },
     /// One SFT step on `seqs` (responses are the targets). Replies with its summary.
     Sft {
         /// The sequences.
-        seqs: Arc<Sequences>,
+        seqs: Sequences,
         /// Learning rate.
         lr: f64,
         /// Gradient clip.
@@ -154,8 +50,8 @@ pub enum PolicyMsg {
     },
     /// One PPO update.
     Train {
-        /// The work.
-        work: Arc<PolicyWork>,
+        /// The experience and the loss settings (boxed: it is the largest message).
+        work: Box<PolicyWork>,
         /// Summary.
         reply: RpcReplyPort<Result<PolicyTrainSummary, RoleError>>,
     },
@@ -204,99 +100,105 @@ impl PolicyState {
             name: "policy".into(),
         }
     }
-}
 
-fn dev(t: &PolicyTrainer) -> Device {
-    t.model.device().clone()
-}
-
-fn ppo_update(
-    ctx: &ReplicaCtx<'_>,
-    t: &mut PolicyTrainer,
-    w: &PolicyWork,
-) -> Result<PolicyTrainSummary, String> {
-    let e = |e: oxalign_rlhf::RlhfError| e.to_string();
-    let full = w.seqs.batch(&dev(t))?;
-    let mut sum = PolicyStats::default();
-    let (mut updates, mut skipped) = (0, 0);
-    let mut rollout_mismatch = (0.0, 0.0);
-    for mb in minibatch_order(full.rows(), w.minibatch_size, w.epochs, w.shuffle_seed) {
-        let shard = Shard::new(ctx, &full, &mb)?;
-        let weight = shard.weight(ctx, w.cfg.ppo.agg);
-        let s = match t.ppo_step(
-            &shard.local,
-            &shard.pick(&w.old_logprobs)?,
-            &shard.pick(&w.advantages)?,
-            Some(&shard.pick(&w.ref_logprobs)?),
-            Some(&shard.pick(&w.rollout_logprobs)?),
-            &w.cfg,
-            w.lr,
-            weight,
-            ctx.collective,
-        ) {
-            Ok(s) => s,
-            Err(err) => match Divergence::from_rlhf(&err, updates + 1) {
-                Some(d) => return Ok(stopped(updates, skipped, d)),
-                None => return Err(e(err)),
-            },
-        };
-        if updates == 0 {
-            rollout_mismatch = (s.rollout_mismatch_mean, s.rollout_mismatch_max);
-        }
-        updates += 1;
-        skipped += usize::from(s.step.skipped);
-        if s.step.skipped {
-            let d = Divergence::Gradient {
-                norm: s.step.grad_norm,
-                update: updates,
-            };
-            return Ok(stopped(updates, skipped, d));
-        }
-        sum.policy_loss += s.policy_loss;
-        sum.clip_frac += s.clip_frac;
-        sum.approx_kl += s.approx_kl;
-        sum.entropy += s.entropy;
-        sum.step.grad_norm += s.step.grad_norm;
+    async fn generate(&self, request: RolloutRequest) -> Result<RolloutBatch, RoleError> {
+        let request = Arc::new(request);
+        let parts = self
+            .replicas
+            .each("generate", move |ctx, rep| {
+                let range = shard_ranges(request.samples.len(), ctx.world)[ctx.rank].clone();
+                rep.generate(&request, range)
+            })
+            .await?;
+        let policy_version = parts.first().map_or(0, |p| p.0);
+        Ok(RolloutBatch {
+            policy_version,
+            samples: parts.into_iter().flat_map(|p| p.1).collect(),
+        })
     }
-    let n = updates.max(1) as f64;
-    sum.policy_loss /= n;
-    sum.clip_frac /= n;
-    sum.approx_kl /= n;
-    sum.entropy /= n;
-    sum.step.grad_norm /= n;
-    let diverged = non_finite_weight(&t.model.vars())
-        .map_err(|e| e.to_string())?
-        .map(|tensor| Divergence::Weights { tensor });
-    Ok(PolicyTrainSummary {
-        stats: sum,
-        updates,
-        skipped,
-        diverged,
-        rollout_mismatch,
-    })
-}
 
-/// Errors when a weight is not finite, so such weights are never saved.
-pub(crate) fn refuse_non_finite(
-    role: &str,
-    named: &[(String, candle_core::Var)],
-) -> Result<(), String> {
-    match non_finite_weight(named).map_err(|e| e.to_string())? {
-        Some(tensor) => Err(format!(
-            "{role}: weight tensor {tensor} holds NaN or infinity; not saving it"
-        )),
-        None => Ok(()),
+    async fn logprobs(&self, seqs: Sequences) -> Result<TokenArray, RoleError> {
+        let seqs = Arc::new(seqs);
+        let parts = self
+            .replicas
+            .each("old_logprobs", move |ctx, rep| {
+                let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
+                if range.is_empty() {
+                    return Ok(None);
+                }
+                rep.logprobs(&seqs, range).map(Some)
+            })
+            .await?;
+        concat_rows("policy", "old_logprobs", parts)
     }
-}
 
-/// The summary of an update that stopped on `d`.
-fn stopped(updates: usize, skipped: usize, d: Divergence) -> PolicyTrainSummary {
-    PolicyTrainSummary {
-        stats: PolicyStats::default(),
-        updates,
-        skipped,
-        diverged: Some(d),
-        rollout_mismatch: (0.0, 0.0),
+    async fn sft(
+        &self,
+        seqs: Sequences,
+        lr: f64,
+        max_grad_norm: f64,
+    ) -> Result<SftStepSummary, RoleError> {
+        let seqs = Arc::new(seqs);
+        let mut v = self
+            .replicas
+            .each("sft", move |ctx, rep| {
+                let t = &mut rep.trainer;
+                let device = t.model.device().clone();
+                let full = seqs.batch(&device)?;
+                let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
+                let local = seqs.batch_rows(range, &device)?;
+                let (tokens, rows) = (full.response_tokens(), full.rows());
+                let weight = local_weight(ctx, LossAgg::TokenMean, &local, tokens, rows);
+                sft_step(t, &local, lr, max_grad_norm, weight, ctx)
+            })
+            .await?;
+        Ok(v.swap_remove(0))
+    }
+
+    async fn train(&self, work: Box<PolicyWork>) -> Result<PolicyTrainSummary, RoleError> {
+        let work: Arc<PolicyWork> = Arc::from(work);
+        let mut v = self
+            .replicas
+            .each("policy_train", move |ctx, rep| {
+                ppo_update(ctx, &mut rep.trainer, &work)
+            })
+            .await?;
+        Ok(v.swap_remove(0))
+    }
+
+    async fn refit(&self, version: u64) -> Result<RefitReport, RoleError> {
+        let mut v = self
+            .replicas
+            .each("refit", move |_, rep| rep.refit(version))
+            .await?;
+        Ok(v.swap_remove(0))
+    }
+
+    async fn load_optimizer(&self, dir: PathBuf) -> Result<(), RoleError> {
+        self.replicas
+            .each(LOAD_OPTIMIZER, move |_, rep| {
+                Ok(rep.trainer.opt.load_state(&dir.join("optimizer"))?)
+            })
+            .await
+            .map(|_| ())
+    }
+
+    async fn save(&self, dir: PathBuf, optimizer: bool) -> Result<(), RoleError> {
+        self.replicas
+            .each("save", move |ctx, rep| {
+                let t = &mut rep.trainer;
+                if ctx.rank != 0 {
+                    return Ok(());
+                }
+                refuse_non_finite(&t.model.vars())?;
+                t.model.save(&dir)?;
+                if optimizer {
+                    t.opt.save_state(&dir.join("optimizer"))?;
+                }
+                Ok(())
+            })
+            .await
+            .map(|_| ())
     }
 }
 
@@ -320,45 +222,24 @@ impl Actor for Policy {
         st: &mut PolicyState,
     ) -> Result<(), ActorProcessingErr> {
         let started = Instant::now();
+        let secs = || started.elapsed().as_secs_f64();
         match msg {
             PolicyMsg::Generate {
-                requests,
+                request,
                 label,
                 reply,
             } => {
                 let busy = Busy::start(&st.monitor, &st.name, label);
-                let n = requests.len();
-                let r = st
-                    .replicas
-                    .each(move |ctx, rep| {
-                        let range = shard_ranges(requests.len(), ctx.world)[ctx.rank].clone();
-                        if range.is_empty() {
-                            return Ok(Vec::new());
-                        }
-                        rep.engine
-                            .generate(&requests[range])
-                            .map_err(|e| e.to_string())
-                    })
-                    .await
-                    .map(|parts| parts.into_iter().flatten().collect::<Vec<_>>());
-                busy.done(&r, n, started.elapsed().as_secs_f64());
+                let n = request.samples.len();
+                let r = st.generate(request).await;
+                busy.done(&r, n, secs());
                 let _ = reply.send(r);
             }
             PolicyMsg::Logprobs { seqs, reply } => {
                 let busy = Busy::start(&st.monitor, &st.name, "logprobs".into());
                 let n = seqs.len();
-                let r = st
-                    .replicas
-                    .each(move |ctx, rep| {
-                        let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
-                        if range.is_empty() {
-                            return Ok(None);
-                        }
-                        rep.logprobs(&seqs, range).map(Some)
-                    })
-                    .await
-                    .and_then(|parts| concat_rows("policy", parts));
-                busy.done(&r, n, started.elapsed().as_secs_f64());
+                let r = st.logprobs(seqs).await;
+                busy.done(&r, n, secs());
                 let _ = reply.send(r);
             }
             PolicyMsg::Sft {
@@ -369,46 +250,21 @@ impl Actor for Policy {
             } => {
                 let busy = Busy::start(&st.monitor, &st.name, "sft".into());
                 let n = seqs.len();
-                let r = st
-                    .replicas
-                    .each(move |ctx, rep| {
-                        let t = &mut rep.trainer;
-                        let full = seqs.batch(&dev(t))?;
-                        let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
-                        let local = seqs.batch_rows(range, &dev(t))?;
-                        let weight = local_weight(
-                            ctx,
-                            LossAgg::TokenMean,
-                            &local,
-                            full.response_tokens(),
-                            full.rows(),
-                        );
-                        sft_step(t, &local, lr, max_grad_norm, weight, ctx)
-                    })
-                    .await
-                    .map(|mut v| v.swap_remove(0));
-                busy.done(&r, n, started.elapsed().as_secs_f64());
+                let r = st.sft(seqs, lr, max_grad_norm).await;
+                busy.done(&r, n, secs());
                 let _ = reply.send(r);
             }
             PolicyMsg::Train { work, reply } => {
                 let busy = Busy::start(&st.monitor, &st.name, "policy_train".into());
-                let n = work.seqs.len() * work.epochs;
-                let r = st
-                    .replicas
-                    .each(move |ctx, rep| ppo_update(ctx, &mut rep.trainer, &work))
-                    .await
-                    .map(|mut v| v.swap_remove(0));
-                busy.done(&r, n, started.elapsed().as_secs_f64());
+                let n = work.batch.seqs.len() * work.epochs;
+                let r = st.train(work).await;
+                busy.done(&r, n, secs());
                 let _ = reply.send(r);
             }
             PolicyMsg::Refit { version, reply } => {
                 let busy = Busy::start(&st.monitor, &st.name, format!("refit v{version}"));
-                let r = st
-                    .replicas
-                    .each(move |_, rep| rep.refit(version))
-                    .await
-                    .map(|mut v| v.swap_remove(0));
-                busy.done(&r, 1, started.elapsed().as_secs_f64());
+                let r = st.refit(version).await;
+                busy.done(&r, 1, secs());
                 let _ = reply.send(r);
             }
             PolicyMsg::Save {
@@ -416,79 +272,22 @@ impl Actor for Policy {
                 optimizer,
                 reply,
             } => {
-                let r = st
-                    .replicas
-                    .each(move |ctx, rep| {
-                        let t = &mut rep.trainer;
-                        if ctx.rank != 0 {
-                            return Ok(());
-                        }
-                        refuse_non_finite("policy", &t.model.vars())?;
-                        t.model.save(&dir).map_err(|e| e.to_string())?;
-                        if optimizer {
-                            t.opt
-                                .save_state(&dir.join("optimizer"))
-                                .map_err(|e| e.to_string())?;
-                        }
-                        Ok(())
-                    })
-                    .await
-                    .map(|_| ());
-                let _ = reply.send(r);
+                let _ = reply.send(st.save(dir, optimizer).await);
             }
             PolicyMsg::LoadOptimizer { dir, reply } => {
-                let r = st
-                    .replicas
-                    .each(move |_, rep| {
-                        let t = &mut rep.trainer;
-                        t.opt
-                            .load_state(&dir.join("optimizer"))
-                            .map_err(|e| e.to_string())
-                    })
-                    .await
-                    .map(|_| ());
-                let _ = reply.send(r);
+                let _ = reply.send(st.load_optimizer(dir).await);
             }
         }
         Ok(())
     }
 }
 
-/// One SFT step of one replica; a divergence is reported in the summary, not applied.
-fn sft_step(
-    t: &mut PolicyTrainer,
-    local: &oxalign_rlhf::trainer::TokenBatch,
-    lr: f64,
-    max_grad_norm: f64,
-    weight: f64,
-    ctx: &ReplicaCtx<'_>,
-) -> Result<SftStepSummary, String> {
-    match t.sft_step(local, lr, max_grad_norm, weight, ctx.collective) {
-        Ok((nll, step)) => Ok(SftStepSummary {
-            nll,
-            grad_norm: step.grad_norm,
-            diverged: step.skipped.then_some(Divergence::Gradient {
-                norm: step.grad_norm,
-                update: 1,
-            }),
-        }),
-        Err(err) => match Divergence::from_rlhf(&err, 1) {
-            Some(d) => Ok(SftStepSummary {
-                nll: f64::NAN,
-                grad_norm: f64::NAN,
-                diverged: Some(d),
-            }),
-            None => Err(err.to_string()),
-        },
-    }
-}
-
-/// Concatenates per-replica `[b_i, T-1]` results along rows (skipping empty shards).
-pub(crate) fn concat_rows(role: &str, parts: Vec<Option<Tensor>>) -> Result<Tensor, RoleError> {
-    let parts: Vec<Tensor> = parts.into_iter().flatten().collect();
-    Tensor::cat(&parts, 0).map_err(|e| RoleError::Job {
-        role: role.into(),
-        rank: 0,
-        message: e.to_string(),
-    })
+/// Joins per-replica `[b_i, T-1]` results of `phase` along rows (skipping empty shards).
+pub(crate) fn concat_rows(
+    role: &str,
+    phase: &'static str,
+    parts: Vec<Option<TokenArray>>,
+) -> Result<TokenArray, RoleError> {
+    let parts: Vec<TokenArray> = parts.into_iter().flatten().collect();
+    TokenArray::concat_rows(parts).map_err(|e| RoleError::new(role, phase, e))
 }

@@ -4,9 +4,10 @@
 
 use super::policy::concat_rows;
 use super::{Busy, Sequences};
+use crate::batch::TokenArray;
+use crate::error::RoleError;
 use crate::monitor::MonitorHandle;
-use crate::replicas::{shard_ranges, Replicas, RoleError};
-use candle_core::Tensor;
+use crate::replicas::{shard_ranges, Replicas};
 use oxalign_models::engine::Engine;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::sync::Arc;
@@ -17,9 +18,9 @@ pub enum ReferenceMsg {
     /// Next-token log-probs `[B, T-1]` of `seqs` under the frozen model.
     Logprobs {
         /// The sequences.
-        seqs: Arc<Sequences>,
+        seqs: Sequences,
         /// The log-probs.
-        reply: RpcReplyPort<Result<Tensor, RoleError>>,
+        reply: RpcReplyPort<Result<TokenArray, RoleError>>,
     },
 }
 
@@ -62,18 +63,18 @@ impl Actor for Reference {
         let started = Instant::now();
         let busy = Busy::start(&st.monitor, "reference", "reference_logprobs".into());
         let n = seqs.len();
+        let seqs = Arc::new(seqs);
         let r = st
             .replicas
-            .each(move |ctx, m| {
+            .each("reference_logprobs", move |ctx, m| {
                 let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
                 if range.is_empty() {
                     return Ok(None);
                 }
-                let device = m.device().clone();
-                seqs.engine_logprobs(m, range, &device).map(Some)
+                seqs.engine_logprobs(m, range).map(Some)
             })
             .await
-            .and_then(|parts| concat_rows("reference", parts));
+            .and_then(|parts| concat_rows("reference", "reference_logprobs", parts));
         busy.done(&r, n, started.elapsed().as_secs_f64());
         let _ = reply.send(r);
         Ok(())

@@ -2,8 +2,9 @@
 //! classifier. A scorer that fails is an error for the step, never a silent zero.
 
 use super::{Busy, Sequences};
+use crate::error::{Cause, RoleError};
 use crate::monitor::MonitorHandle;
-use crate::replicas::{shard_ranges, Replicas, RoleError};
+use crate::replicas::{shard_ranges, Replicas};
 use oxalign_models::RewardModel;
 use oxalign_rlhf::reward::ExactMatch;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -23,11 +24,11 @@ pub enum RewardMsg {
     /// One score per row.
     Score {
         /// Token ids (for a reward model).
-        seqs: Arc<Sequences>,
+        seqs: Sequences,
         /// Decoded response texts (for verifiers).
-        texts: Arc<Vec<String>>,
+        texts: Vec<String>,
         /// Reference answers (for verifiers).
-        answers: Arc<Vec<Option<String>>>,
+        answers: Vec<Option<String>>,
         /// Scores.
         reply: RpcReplyPort<Result<Vec<f32>, RoleError>>,
     },
@@ -77,9 +78,10 @@ impl Actor for Reward {
         let started = Instant::now();
         let busy = Busy::start(&st.monitor, "reward", "reward".into());
         let n = seqs.len();
+        let (seqs, texts, answers) = (Arc::new(seqs), Arc::new(texts), Arc::new(answers));
         let r = st
             .replicas
-            .each(move |ctx, scorer| {
+            .each("reward", move |ctx, scorer| {
                 let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
                 match scorer {
                     Scorer::ExactMatch(v) => Ok(range
@@ -90,19 +92,12 @@ impl Actor for Reward {
                             return Ok(Vec::new());
                         }
                         let b = seqs.batch_rows(range, m.device())?;
-                        let s = m
-                            .forward(&b.ids, Some(&b.attention_mask))
-                            .map_err(|e| e.to_string())?;
-                        let s: Vec<f32> = s
-                            .to_dtype(candle_core::DType::F32)
-                            .and_then(|t| t.to_vec1())
-                            .map_err(|e| e.to_string())?;
-                        if let Some(bad) = s.iter().position(|x| !x.is_finite()) {
-                            return Err(format!(
-                                "reward model gave a non-finite score for row {bad}"
-                            ));
+                        let s = m.forward(&b.ids, Some(&b.attention_mask))?;
+                        let s: Vec<f32> = s.to_dtype(candle_core::DType::F32)?.to_vec1()?;
+                        match s.iter().position(|x| !x.is_finite()) {
+                            Some(row) => Err(non_finite_score(row, s[row])),
+                            None => Ok(s),
                         }
-                        Ok(s)
                     }
                 }
             })
@@ -112,4 +107,13 @@ impl Actor for Reward {
         let _ = reply.send(r);
         Ok(())
     }
+}
+
+/// A reward model's score that is NaN or infinite: the rollout diverged, nothing is applied.
+fn non_finite_score(row: usize, value: f32) -> Cause {
+    Cause::Diverged(super::Divergence::Rollout {
+        what: format!("the reward model's score of row {row}"),
+        value: value as f64,
+        limit: f64::INFINITY,
+    })
 }

@@ -1,12 +1,16 @@
-//! A rollout's token sequences as they travel between roles: prompt and response ids per
-//! row, plus the pad id. Each role packs them into tensors on its own device.
+//! [`Sequences`]: a batch's token ids as they travel between roles — prompt and response ids
+//! per row, plus the pad id. Plain data; each role packs them into tensors on its own device
+//! ([`Sequences::batch`]) inside its executor job.
 
+use super::TokenArray;
+use crate::error::Cause;
 use oxalign_models::engine::Engine;
 use oxalign_rlhf::trainer::TokenBatch;
+use oxalign_rlhf::RlhfError;
 use std::ops::Range;
 
 /// `(prompt, response)` token ids per row.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Sequences {
     /// One pair per row.
     pub pairs: Vec<(Vec<u32>, Vec<u32>)>,
@@ -37,13 +41,13 @@ impl Sequences {
     }
 
     /// Packs all rows on `device`.
-    pub fn batch(&self, device: &candle_core::Device) -> Result<TokenBatch, String> {
+    pub fn batch(&self, device: &candle_core::Device) -> Result<TokenBatch, RlhfError> {
         let refs: Vec<(&[u32], &[u32])> = self
             .pairs
             .iter()
             .map(|(p, r)| (p.as_slice(), r.as_slice()))
             .collect();
-        TokenBatch::new(&refs, self.pad_id, device).map_err(|e| e.to_string())
+        TokenBatch::new(&refs, self.pad_id, device)
     }
 
     /// Packs rows `range` on `device` with the whole batch's length `T`, so the shards of
@@ -52,11 +56,9 @@ impl Sequences {
         &self,
         range: Range<usize>,
         device: &candle_core::Device,
-    ) -> Result<TokenBatch, String> {
+    ) -> Result<TokenBatch, RlhfError> {
         let rows: Vec<usize> = range.collect();
-        self.batch(device)?
-            .select_rows(&rows)
-            .map_err(|e| e.to_string())
+        self.batch(device)?.select_rows(&rows)
     }
 
     /// Next-token log-probs `[rows, T-1]` of rows `range`, scored by `engine` (batched
@@ -67,18 +69,30 @@ impl Sequences {
         &self,
         engine: &mut Engine,
         range: Range<usize>,
-        device: &candle_core::Device,
-    ) -> Result<candle_core::Tensor, String> {
+    ) -> Result<TokenArray, Cause> {
         let t = self.padded_len();
         let seqs: Vec<Vec<u32>> = self.pairs[range]
             .iter()
             .map(|(p, r)| p.iter().chain(r).copied().collect())
             .collect();
-        let scores = engine.score(&seqs).map_err(|e| e.to_string())?;
-        let mut out = vec![0f32; seqs.len() * (t - 1)];
-        for (row, lp) in out.chunks_mut(t - 1).zip(&scores) {
-            row[..lp.len()].copy_from_slice(lp);
+        let scores = engine.score(&seqs)?;
+        let mut out = TokenArray::zeros(seqs.len(), t - 1);
+        for (i, lp) in scores.iter().enumerate() {
+            out.row_mut(i)[..lp.len()].copy_from_slice(lp);
         }
-        candle_core::Tensor::from_vec(out, (seqs.len(), t - 1), device).map_err(|e| e.to_string())
+        Ok(out)
+    }
+
+    /// `[B, T-1]` values placed at each row's response positions (zeros elsewhere):
+    /// `values[b][j]` predicts response token `j` of row `b`, like the trainer's next-token
+    /// arrays of [`Sequences::batch`].
+    pub fn place_response_values(&self, values: &[Vec<f32>]) -> TokenArray {
+        let t = self.padded_len();
+        let mut out = TokenArray::zeros(self.len(), t - 1);
+        for (row, ((p, _), v)) in self.pairs.iter().zip(values).enumerate() {
+            let start = p.len() - 1;
+            out.row_mut(row)[start..start + v.len()].copy_from_slice(v);
+        }
+        out
     }
 }

@@ -1,0 +1,20 @@
+//! Batches as data: what travels between the roles. Token ids, per-token f32 arrays
+//! ([`TokenArray`], `[B, T-1]`), finish reasons, sample and group ids and the policy version,
+//! all in host memory and serializable (serde, and safetensors bytes for the arrays). No
+//! candle `Tensor` crosses an actor message: each role moves a batch onto its own devices
+//! inside its executor job and answers with plain data again.
+
+mod experience;
+mod rollout;
+mod scored;
+mod sequences;
+mod token_array;
+
+pub use experience::ExperienceBatch;
+pub use rollout::{Finish, RolloutBatch, RolloutRequest, Sample, SampleRequest, Sampling};
+pub use scored::ScoredBatch;
+pub use sequences::Sequences;
+pub use token_array::{BatchError, TokenArray};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,152 @@
+//! The experience of one RL step: from a [`ScoredBatch`] (host data) to the
+//! [`ExperienceBatch`] both trainers learn from — advantages for the recipe's algorithm, KL in
+//! the reward or in the loss — with the batch statistics and the engine/trainer log-prob
+//! mismatch. The arithmetic is `oxalign-rlhf`'s, on CPU tensors, off the async runtime.
+
+use super::run_error::{At, RunError};
+use crate::batch::{ExperienceBatch, ScoredBatch, TokenArray};
+use crate::error::Cause;
+use crate::executor::ExecutorError;
+use crate::recipe::{Algorithm, KlEstimatorName, KlModeName, LossAggName, RlSection};
+use candle_core::{Device, Tensor};
+use oxalign_rlhf::advantages::GaeConfig;
+use oxalign_rlhf::losses::{KlEstimator, LossAgg};
+use oxalign_rlhf::trainer::{build_experience, AdvantageKind, ExperienceConfig, ExperienceStats};
+
+/// The experience stage's output.
+pub(crate) struct Experience {
+    /// What the trainers learn from.
+    pub batch: ExperienceBatch,
+    /// KL, score and advantage statistics.
+    pub stats: ExperienceStats,
+    /// Mean and max `|trainer - engine|` log-prob over the response tokens (nats), when the
+    /// trainer scored the whole rollout (a quantized engine); else the update measures it.
+    pub mismatch: Option<(f64, f64)>,
+}
+
+/// The recipe's KL estimator.
+pub(crate) fn estimator(e: KlEstimatorName) -> KlEstimator {
+    match e {
+        KlEstimatorName::K1 => KlEstimator::K1,
+        KlEstimatorName::K2 => KlEstimator::K2,
+        KlEstimatorName::K3 => KlEstimator::K3,
+    }
+}
+
+/// The recipe's loss aggregation.
+pub(crate) fn agg(a: LossAggName) -> LossAgg {
+    match a {
+        LossAggName::TokenMean => LossAgg::TokenMean,
+        LossAggName::SeqMeanTokenSum => LossAgg::SeqMeanTokenSum,
+        LossAggName::SeqMeanTokenMean => LossAgg::SeqMeanTokenMean,
+    }
+}
+
+/// The experience settings of `rl` with KL coefficient `beta`.
+fn config(rl: &RlSection, beta: f64) -> ExperienceConfig {
+    let kind = match rl.algorithm {
+        Algorithm::Ppo => AdvantageKind::Gae(GaeConfig {
+            gamma: rl.gamma,
+            lambda: rl.lam,
+        }),
+        Algorithm::Grpo => AdvantageKind::Grpo,
+        Algorithm::DrGrpo => AdvantageKind::DrGrpo,
+        Algorithm::Rloo => AdvantageKind::Rloo,
+        Algorithm::ReinforcePp => AdvantageKind::ReinforcePp { gamma: rl.gamma },
+    };
+    ExperienceConfig {
+        kind,
+        group_size: rl.samples_per_prompt,
+        kl_coef: if rl.kl_mode == KlModeName::Reward {
+            beta
+        } else {
+            0.0
+        },
+        kl_estimator: estimator(rl.kl_estimator),
+        whiten: rl.whiten_advantages,
+    }
+}
+
+/// Builds the experience of `scored` (token ids padded with `pad_id`) on a blocking thread.
+pub(crate) async fn experience(
+    at: At,
+    rl: &RlSection,
+    beta: f64,
+    scored: ScoredBatch,
+    pad_id: u32,
+) -> Result<Experience, RunError> {
+    let cfg = config(rl, beta);
+    tokio::task::spawn_blocking(move || build(scored, pad_id, &cfg))
+        .await
+        .map_err(blocking_panic)
+        .and_then(|r| r)
+        .map_err(|e| RunError::controller(at, "experience", e))
+}
+
+fn build(scored: ScoredBatch, pad_id: u32, cfg: &ExperienceConfig) -> Result<Experience, Cause> {
+    let cpu = Device::Cpu;
+    let seqs = scored.rollout.sequences(pad_id);
+    let mask = seqs.batch(&cpu)?.response_mask;
+    let old_lp = scored.old_logprobs.to_tensor(&cpu)?;
+    let ref_lp = scored.ref_logprobs.to_tensor(&cpu)?;
+    let rollout_lp = scored.rollout_logprobs.to_tensor(&cpu)?;
+    let values = scored
+        .values
+        .as_ref()
+        .map(|v| v.to_tensor(&cpu))
+        .transpose()?;
+    let exp = build_experience(
+        &scored.rewards,
+        &old_lp,
+        &ref_lp,
+        values.as_ref(),
+        &mask,
+        cfg,
+    )?;
+    let mismatch = if scored.trainer_scored_old {
+        Some(logprob_mismatch(&old_lp, &rollout_lp, &mask)?)
+    } else {
+        None
+    };
+    let returns = exp
+        .returns
+        .as_ref()
+        .map(TokenArray::from_tensor)
+        .transpose()?;
+    let batch = ExperienceBatch {
+        seqs,
+        policy_version: scored.rollout.policy_version,
+        old_logprobs: scored.old_logprobs,
+        advantages: TokenArray::from_tensor(&exp.advantages)?,
+        ref_logprobs: scored.ref_logprobs,
+        rollout_logprobs: scored.rollout_logprobs,
+        old_values: scored.values,
+        returns,
+    };
+    Ok(Experience {
+        batch,
+        stats: exp.stats,
+        mismatch,
+    })
+}
+
+/// Mean and max over the response tokens of `|old - rollout|` (both `[B, T-1]`).
+fn logprob_mismatch(
+    old_lp: &Tensor,
+    rollout_lp: &Tensor,
+    mask: &Tensor,
+) -> candle_core::Result<(f64, f64)> {
+    let d = ((old_lp - rollout_lp)?.abs()? * mask)?;
+    let total = mask.sum_all()?.to_scalar::<f32>()?.max(1.0);
+    let mean = d.sum_all()?.to_scalar::<f32>()? / total;
+    let max = d.flatten_all()?.max(0)?.to_scalar::<f32>()?;
+    Ok((mean as f64, max as f64))
+}
+
+/// A panic of a blocking task as a typed cause.
+fn blocking_panic(e: tokio::task::JoinError) -> Cause {
+    Cause::Executor(ExecutorError::Panicked {
+        device: "the blocking pool".into(),
+        message: e.to_string(),
+    })
+}

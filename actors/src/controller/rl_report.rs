@@ -1,0 +1,126 @@
+//! The report stage of an RL step: its metrics to the monitor (and so to `metrics.jsonl`,
+//! the dashboard and Prometheus) and its row of the live table. It computes nothing that
+//! feeds back into training.
+
+use super::rl_experience::Experience;
+use crate::monitor::{metric, StepMetrics};
+use crate::roles::PolicyTrainSummary;
+use oxalign_models::engine::RefitReport;
+
+/// The numbers of one step shown in the table.
+pub(crate) struct StepRow {
+    pub reward_mean: f64,
+    /// The step's line of the live table.
+    pub line: String,
+    /// Key metrics for the progress bar.
+    pub brief: String,
+}
+
+/// The header of the live table.
+pub(crate) fn header() -> String {
+    format!(
+        "{:>5} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>7}",
+        "step", "reward", "acc", "kl", "pg_loss", "v_loss", "tok/s", "sec"
+    )
+}
+
+/// What one step measured, gathered for the report.
+pub(crate) struct StepOutcome<'a> {
+    pub step: u64,
+    /// Samples in the rollout.
+    pub samples: usize,
+    /// Completions that match their reference answer.
+    pub correct: usize,
+    /// Generated tokens, and prompt plus generated tokens.
+    pub gen_tokens: usize,
+    pub all_tokens: usize,
+    pub beta: f64,
+    pub exp: &'a Experience,
+    pub policy: &'a PolicyTrainSummary,
+    pub value_loss: Option<f64>,
+    pub refit: &'a RefitReport,
+    pub policy_version: u64,
+    pub data_position: u64,
+    /// Seconds: the whole step, generation, scoring, training.
+    pub step_secs: f64,
+    pub gen_secs: f64,
+    pub score_secs: f64,
+    pub train_secs: f64,
+}
+
+/// The step's metrics (every key of `metrics.jsonl`).
+pub(crate) fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
+    let mut m = StepMetrics::new(o.step);
+    let (s, ps, n) = (&o.exp.stats, &o.policy.stats, o.samples as f64);
+    // The whole batch when the trainer scored it, else the update's first minibatch.
+    let mismatch = o.exp.mismatch.unwrap_or(o.policy.rollout_mismatch);
+    for (k, v) in [
+        (metric::REWARD_MEAN, s.score_mean),
+        (metric::REWARD_STD, s.score_std),
+        ("accuracy", o.correct as f64 / n),
+        (metric::KL, s.kl),
+        ("kl_coef", o.beta),
+        (metric::POLICY_LOSS, ps.policy_loss),
+        (metric::ENTROPY, ps.entropy),
+        (metric::CLIP_FRAC, ps.clip_frac),
+        ("approx_kl", ps.approx_kl),
+        ("grad_norm", ps.step.grad_norm),
+        (metric::ADV_MEAN, s.adv_mean),
+        (metric::ADV_STD, s.adv_std),
+        (metric::RESPONSE_LEN, o.gen_tokens as f64 / n),
+        ("logprob_mismatch_mean", mismatch.0),
+        ("logprob_mismatch_max", mismatch.1),
+        ("policy_version", o.policy_version as f64),
+        ("data_position", o.data_position as f64),
+        (metric::TOKENS_PER_SEC, o.all_tokens as f64 / o.step_secs),
+        (
+            "gen_tokens_per_sec",
+            o.gen_tokens as f64 / o.gen_secs.max(1e-9),
+        ),
+        (metric::STEP_SECONDS, o.step_secs),
+        ("time_generate", o.gen_secs),
+        ("time_score", o.score_secs),
+        ("time_train", o.train_secs),
+        ("refit_seconds", o.refit.seconds),
+        ("refit_verify_seconds", o.refit.verify_seconds),
+        ("refit_tensors_verified", o.refit.checksums_ok as f64),
+        (
+            "refit_probe_max_abs_diff",
+            o.refit.probe_max_abs_diff.unwrap_or(f32::NAN) as f64,
+        ),
+    ] {
+        m.values.insert(k.to_string(), v);
+    }
+    if let Some(v) = o.value_loss {
+        m.values.insert(metric::VALUE_LOSS.to_string(), v);
+    }
+    m
+}
+
+/// The step's table row and progress-bar text.
+pub(crate) fn row(o: &StepOutcome<'_>) -> StepRow {
+    let s = &o.exp.stats;
+    let tok_s = o.all_tokens as f64 / o.step_secs;
+    let line = format!(
+        "{:>5} {:>8.3} {:>7.1}% {:>8.4} {:>9.4} {:>9} {:>8.0} {:>7.2}",
+        o.step,
+        s.score_mean,
+        100.0 * o.correct as f64 / o.samples as f64,
+        s.kl,
+        o.policy.stats.policy_loss,
+        o.value_loss
+            .map(|v| format!("{v:.4}"))
+            .unwrap_or_else(|| "-".into()),
+        tok_s,
+        o.step_secs
+    );
+    let brief = format!(
+        "reward {:.3}  kl {:.3}  {:.0} tok/s",
+        s.score_mean, s.kl, tok_s
+    );
+    StepRow {
+        reward_mean: s.score_mean,
+        line,
+        brief,
+    }
+}

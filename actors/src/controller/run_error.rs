@@ -1,0 +1,142 @@
+//! [`RunError`]: why a training run stopped, as a typed value. It names where (`setup`,
+//! `SFT step 4`, `RL step 3`, an evaluation), the role and phase that failed and the typed
+//! cause, and says whether the user's input is at fault ([`RunError::is_bad_input`]: exit
+//! code 2 at the CLI) or the run failed (exit code 1). It detects nothing itself.
+
+use super::checkpoint_error::CheckpointError;
+use super::divergence::DivergenceError;
+use super::lengths::ContextError;
+use crate::error::{Cause, RoleError};
+use std::path::PathBuf;
+
+/// Where in a run something failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum At {
+    /// Building the run: model folders, tokenizer, data, the role actors.
+    Setup,
+    /// A supervised warm-up step (1-based).
+    Sft(u64),
+    /// An RL step (1-based).
+    Rl(u64),
+    /// A held-out evaluation (`eval init`, `eval sft`, `eval final`).
+    Eval(&'static str),
+    /// Writing the checkpoint of the SFT or RL step.
+    Checkpoint {
+        /// True for an SFT checkpoint.
+        sft: bool,
+        /// Its step.
+        step: u64,
+    },
+}
+
+impl std::fmt::Display for At {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            At::Setup => write!(f, "setup"),
+            At::Sft(s) => write!(f, "SFT step {s}"),
+            At::Rl(s) => write!(f, "RL step {s}"),
+            At::Eval(label) => write!(f, "{label}"),
+            At::Checkpoint { sft: true, step } => write!(f, "checkpoint of SFT step {step}"),
+            At::Checkpoint { sft: false, step } => write!(f, "checkpoint of RL step {step}"),
+        }
+    }
+}
+
+/// Why a run stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A role (or the controller's own work) failed.
+    #[error("{at}: {source}")]
+    Role {
+        /// Where in the run.
+        at: At,
+        /// The role, the phase and the cause.
+        #[source]
+        source: RoleError,
+    },
+    /// Training diverged; nothing of the failing step was applied or saved.
+    #[error(transparent)]
+    Diverged(#[from] DivergenceError),
+    /// The checkpoint resumed from cannot be used.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// A prompt (plus what is generated or trained after it) exceeds the policy's context.
+    #[error(transparent)]
+    Context(#[from] ContextError),
+    /// A file of the run folder could not be written.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        /// What was attempted.
+        action: &'static str,
+        /// The file or folder.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl RunError {
+    /// `source` at `at`.
+    pub fn role(at: At, source: RoleError) -> Self {
+        RunError::Role { at, source }
+    }
+
+    /// The controller's own work of `phase` failed at `at` with `cause`.
+    pub fn controller(at: At, phase: &'static str, cause: impl Into<Cause>) -> Self {
+        RunError::Role {
+            at,
+            source: RoleError::new("controller", phase, cause),
+        }
+    }
+
+    /// A closure turning a [`RoleError`] into a [`RunError`] at `at`, for `map_err`.
+    pub fn at(at: At) -> impl Fn(RoleError) -> RunError {
+        move |source| RunError::Role { at, source }
+    }
+
+    /// True when the user's input is at fault (a data file, a model folder, a recipe value,
+    /// a checkpoint, a prompt too long): exit code 2. False for a failure during the run
+    /// (divergence, a tensor error, a panic, a timeout, a write that failed): exit code 1.
+    pub fn is_bad_input(&self) -> bool {
+        match self {
+            RunError::Role { source, .. } => source.is_bad_input(),
+            RunError::Checkpoint(_) | RunError::Context(_) => true,
+            RunError::Diverged(_) | RunError::Io { .. } => false,
+        }
+    }
+
+    /// True when training diverged (the newest checkpoint holds the last good weights, but
+    /// resuming with the same recipe would diverge again).
+    pub fn is_divergence(&self) -> bool {
+        matches!(self, RunError::Diverged(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_names_step_role_phase_and_cause() {
+        let e = RunError::role(
+            At::Rl(3),
+            RoleError::new("reward", "reward", Cause::BadInput("no answer".into())).on_rank(0),
+        );
+        assert_eq!(
+            e.to_string(),
+            "RL step 3: reward, reward (replica 0): no answer"
+        );
+        assert!(e.is_bad_input());
+        let e = RunError::controller(
+            At::Sft(2),
+            "sft",
+            candle_core::Error::Msg("out of memory".into()),
+        );
+        assert!(!e.is_bad_input());
+        assert!(
+            e.to_string().starts_with("SFT step 2: controller, sft: "),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,136 @@
+//! [`Cause`]: the kind of a failure inside a role's work, as a typed value, so that a NaN,
+//! an out-of-memory tensor error, bad data, a panic and a timeout stay distinguishable all the
+//! way to the user. It does not know which role or step failed (see [`super::RoleError`]).
+
+use crate::batch::BatchError;
+use crate::executor::ExecutorError;
+use crate::roles::Divergence;
+use oxalign_models::engine::EngineError;
+use oxalign_models::tokenizer::TokenizerError;
+use oxalign_models::ModelError;
+use oxalign_rlhf::RlhfError;
+use std::path::PathBuf;
+
+/// Why a piece of role work failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Cause {
+    /// A tensor operation failed (shape, dtype, device, out of memory).
+    #[error("tensor operation failed: {0}")]
+    Tensor(#[from] candle_core::Error),
+    /// Loading, saving or building a model failed.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The generation engine refused a request or failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// A trainer step, loss, dataset or optimizer state failed.
+    #[error(transparent)]
+    Rlhf(#[from] RlhfError),
+    /// A tokenizer could not be loaded or used.
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    /// A batch does not have the shape its arrays need.
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+    /// Training produced non-finite or exploding numbers.
+    #[error(transparent)]
+    Diverged(#[from] Divergence),
+    /// The input cannot be used; the message names what and what was expected.
+    #[error("{0}")]
+    BadInput(String),
+    /// A file or folder could not be read or written.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        /// What was attempted (`read`, `write`, `create`, `copy`).
+        action: &'static str,
+        /// The file or folder.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The job panicked on its executor, or the executor has stopped.
+    #[error(transparent)]
+    Executor(#[from] ExecutorError),
+    /// No answer came within the time limit.
+    #[error("no answer within the time limit{}", seconds.map(|s| format!(" of {s} s")).unwrap_or_default())]
+    Timeout {
+        /// The limit, in seconds, when one was set.
+        seconds: Option<f64>,
+    },
+    /// The actor could not start.
+    #[error("the actor could not start: {0}")]
+    Spawn(#[from] ractor::SpawnErr),
+    /// The actor could not be reached or stopped before answering.
+    #[error("actor unreachable: {0}")]
+    Unreachable(String),
+}
+
+impl Cause {
+    /// An I/O failure on `path`.
+    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Cause::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// True when the cause is the user's input (data, model folders, recipe values,
+    /// checkpoint contents) rather than a failure during the run. The CLI exits with 2 for
+    /// these and 1 for the rest.
+    pub fn is_bad_input(&self) -> bool {
+        match self {
+            Cause::BadInput(_) | Cause::Tokenizer(_) => true,
+            Cause::Model(e) => !matches!(e, ModelError::Candle(_) | ModelError::Io { .. }),
+            Cause::Engine(e) => match e {
+                EngineError::InvalidRequest { .. }
+                | EngineError::Capacity { .. }
+                | EngineError::Config { .. } => true,
+                EngineError::Model(m) => {
+                    !matches!(m, ModelError::Candle(_) | ModelError::Io { .. })
+                }
+                _ => false,
+            },
+            Cause::Rlhf(e) => matches!(
+                e,
+                RlhfError::Data(_)
+                    | RlhfError::StateMismatch { .. }
+                    | RlhfError::Json { .. }
+                    | RlhfError::InvalidArgument { .. }
+            ),
+            Cause::Tensor(_)
+            | Cause::Batch(_)
+            | Cause::Diverged(_)
+            | Cause::Io { .. }
+            | Cause::Executor(_)
+            | Cause::Timeout { .. }
+            | Cause::Spawn(_)
+            | Cause::Unreachable(_) => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_input_is_told_apart_from_run_failures() {
+        assert!(Cause::BadInput("prompt too long".into()).is_bad_input());
+        assert!(Cause::Rlhf(RlhfError::Data("x.jsonl:3: bad".into())).is_bad_input());
+        let nan = Cause::Diverged(Divergence::Weights {
+            tensor: "lm_head.weight".into(),
+        });
+        assert!(!nan.is_bad_input());
+        let panic = Cause::Executor(ExecutorError::Panicked {
+            device: "cpu:0".into(),
+            message: "boom".into(),
+        });
+        assert!(!panic.is_bad_input());
+        assert!(panic.to_string().contains("boom"), "{panic}");
+        let oom = Cause::Tensor(candle_core::Error::Msg("out of memory".into()));
+        assert!(!oom.is_bad_input());
+        assert!(oom.to_string().contains("out of memory"), "{oom}");
+    }
+}
