@@ -1,6 +1,6 @@
 //! The differentiable building blocks of the decoder — RMSNorm, RoPE application, softmax,
-//! linear, embedding, token log-probs. RMSNorm, RoPE and token log-probs are the fused,
-//! differentiable kernels of `oxalign-kernels`; softmax, linear and embedding are composed
+//! linear, embedding, token log-probs, the SwiGLU gate. RMSNorm, RoPE, token log-probs and
+//! SwiGLU are the fused, differentiable kernels of `oxalign-kernels`; softmax, linear and embedding are composed
 //! candle ops with a backward pass. candle's fused `rms_norm`, `softmax_last_dim` and `rope*`
 //! (no backward) are deliberately not used.
 
@@ -49,9 +49,14 @@ pub fn log_softmax_last_dim(x: &Tensor) -> Result<Tensor> {
     shifted.broadcast_sub(&lse)
 }
 
-/// SiLU `x * sigmoid(x)` (candle's unary op, which has a backward pass).
-pub fn silu(x: &Tensor) -> Result<Tensor> {
-    x.silu()
+/// `silu(gate) * up`, fused on the CPU (one `[.., intermediate]` tensor less kept for the
+/// backward pass); f16/bf16 are computed in f32 and cast back.
+pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    match gate.dtype() {
+        DType::F32 | DType::F64 => oxalign_kernels::ops::swiglu(gate, up),
+        dt => oxalign_kernels::ops::swiglu(&gate.to_dtype(DType::F32)?, &up.to_dtype(DType::F32)?)?
+            .to_dtype(dt),
+    }
 }
 
 /// `x @ weight^T (+ bias)`. `x`: `[..., in]`, `weight`: `[out, in]`, `bias`: `[out]`.

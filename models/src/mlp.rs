@@ -1,8 +1,9 @@
 //! The SiLU-gated feed-forward block of a decoder layer:
-//! `down(silu(gate(x)) * up(x))`, with optional biases (llama `mlp_bias`). Nothing else.
+//! `down(silu(gate(x)) * up(x))` (the gate fused: `oxalign_kernels::ops::swiglu`), with
+//! optional biases (llama `mlp_bias`). Nothing else.
 
 use crate::config::ModelConfig;
-use crate::layers::{linear, silu};
+use crate::layers::{linear, swiglu};
 use crate::param_store::ParamStore;
 use candle_core::{Result, Tensor};
 
@@ -38,8 +39,8 @@ impl Mlp {
 
     /// `x`: `[B, T, H]` -> `[B, T, H]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gate = silu(&linear(x, &self.gate_w, self.gate_b.as_ref())?)?;
+        let gate = linear(x, &self.gate_w, self.gate_b.as_ref())?;
         let up = linear(x, &self.up_w, self.up_b.as_ref())?;
-        linear(&(gate * up)?, &self.down_w, self.down_b.as_ref())
+        linear(&swiglu(&gate, &up)?, &self.down_w, self.down_b.as_ref())
     }
 }

@@ -20,6 +20,7 @@ pub mod reference;
 mod rms_norm;
 mod rope;
 pub mod rows;
+mod swiglu;
 #[cfg(test)]
 mod testing;
 mod token_logprobs;
@@ -32,4 +33,5 @@ pub use entropy::entropy;
 pub use lm_head::{lm_head_logprobs, HeadOutputs};
 pub use rms_norm::rms_norm;
 pub use rope::rope;
+pub use swiglu::swiglu;
 pub use token_logprobs::token_logprobs;

@@ -1,0 +1,194 @@
+//! Fused SwiGLU `silu(gate) * up`, the gate of Llama/Qwen2/Mistral feed-forward blocks, as a
+//! differentiable candle op on the CPU. Composed, autograd keeps `silu(gate)` alive for the
+//! backward pass next to `gate`, `up` and the product; fused, only the inputs are kept, so
+//! training holds one `[B, T, intermediate]` tensor less per layer. Other devices get the
+//! composed ops. The projections themselves are not here.
+
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
+
+use super::cpu_math::{contiguous_slice, Real};
+use super::validate;
+
+const OP: &str = "swiglu";
+/// Elements per rayon task.
+const CHUNK: usize = 1 << 14;
+
+/// `silu(gate) * up` elementwise, `silu(x) = x / (1 + e^-x)`.
+///
+/// `gate` and `up`: the same shape and dtype (f32, or f64 on CPU). Differentiable in both.
+pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    validate::float_dtype(OP, "gate", gate)?;
+    validate::same_dtype(OP, "gate", gate, "up", up)?;
+    validate::same_device(OP, gate, "up", up)?;
+    if gate.dims() != up.dims() {
+        candle_core::bail!(
+            "{OP}: `up` must have the shape of `gate` {:?}, got {:?}",
+            gate.dims(),
+            up.dims()
+        );
+    }
+    if !gate.device().is_cpu() {
+        return gate.silu()? * up;
+    }
+    gate.contiguous()?.apply_op2(&up.contiguous()?, SwiGlu)
+}
+
+/// Forward op: `(gate, up) -> silu(gate) * up`.
+struct SwiGlu;
+
+/// Backward op: `(gate, up, grad) -> [2, ...]`: the gradients of gate and up, stacked.
+struct SwiGluGrad;
+
+#[inline(always)]
+fn sigmoid<T: Real>(x: T) -> T {
+    T::ONE / (T::ONE + (-x).exp())
+}
+
+fn fwd<T: Real>(g: &[T], u: &[T]) -> Vec<T> {
+    let mut out = vec![T::ZERO; g.len()];
+    out.par_chunks_mut(CHUNK)
+        .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
+        .for_each(|(o, (g, u))| {
+            for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
+                *o = g * sigmoid(g) * u;
+            }
+        });
+    out
+}
+
+fn bwd<T: Real>(g: &[T], u: &[T], dy: &[T]) -> Vec<T> {
+    let n = g.len();
+    let mut out = vec![T::ZERO; 2 * n];
+    let (dg, du) = out.split_at_mut(n);
+    dg.par_chunks_mut(CHUNK)
+        .zip(du.par_chunks_mut(CHUNK))
+        .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
+        .zip(dy.par_chunks(CHUNK))
+        .for_each(|(((dg, du), (g, u)), dy)| {
+            for i in 0..g.len() {
+                let s = sigmoid(g[i]);
+                let silu = g[i] * s;
+                du[i] = dy[i] * silu;
+                dg[i] = dy[i] * u[i] * s * (T::ONE + g[i] * (T::ONE - s));
+            }
+        });
+    out
+}
+
+impl CustomOp2 for SwiGlu {
+    fn name(&self) -> &'static str {
+        "swiglu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let out = match (s1, s2) {
+            (CpuStorage::F32(_), CpuStorage::F32(_)) => CpuStorage::F32(fwd(
+                contiguous_slice::<f32>(s1, l1, OP, "gate")?,
+                contiguous_slice::<f32>(s2, l2, OP, "up")?,
+            )),
+            (CpuStorage::F64(_), CpuStorage::F64(_)) => CpuStorage::F64(fwd(
+                contiguous_slice::<f64>(s1, l1, OP, "gate")?,
+                contiguous_slice::<f64>(s2, l2, OP, "up")?,
+            )),
+            (a, _) => validate::unsupported_cpu_dtype(OP, a)?,
+        };
+        Ok((out, l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        gate: &Tensor,
+        up: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let both = gate.apply_op3_no_bwd(up, &grad.contiguous()?, &SwiGluGrad)?;
+        let shape = gate.shape();
+        Ok((
+            Some(both.get(0)?.reshape(shape)?),
+            Some(both.get(1)?.reshape(shape)?),
+        ))
+    }
+}
+
+impl CustomOp3 for SwiGluGrad {
+    fn name(&self) -> &'static str {
+        "swiglu-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        const BWD: &str = "swiglu backward";
+        let out = match (s1, s2, s3) {
+            (CpuStorage::F32(_), CpuStorage::F32(_), CpuStorage::F32(_)) => CpuStorage::F32(bwd(
+                contiguous_slice::<f32>(s1, l1, BWD, "gate")?,
+                contiguous_slice::<f32>(s2, l2, BWD, "up")?,
+                contiguous_slice::<f32>(s3, l3, BWD, "grad")?,
+            )),
+            (CpuStorage::F64(_), CpuStorage::F64(_), CpuStorage::F64(_)) => CpuStorage::F64(bwd(
+                contiguous_slice::<f64>(s1, l1, BWD, "gate")?,
+                contiguous_slice::<f64>(s2, l2, BWD, "up")?,
+                contiguous_slice::<f64>(s3, l3, BWD, "grad")?,
+            )),
+            (a, _, _) => validate::unsupported_cpu_dtype(BWD, a)?,
+        };
+        Ok((out, Shape::from((2, l1.shape().elem_count()))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::testing::{assert_close, finite_difference_check, random_tensor};
+    use candle_core::{DType, Var};
+
+    #[test]
+    fn forward_and_backward_match_composed() -> Result<()> {
+        let g = Var::from_tensor(&(random_tensor(&[3, 37, 70], 1.0, 1)? * 6.0)?)?;
+        let u = Var::from_tensor(&random_tensor(&[3, 37, 70], 2.0, 2)?)?;
+        let w = random_tensor(&[3, 37, 70], 1.0, 3)?;
+        let fused = swiglu(g.as_tensor(), u.as_tensor())?;
+        let composed = (g.as_tensor().silu()? * u.as_tensor())?;
+        assert_close(&fused, &composed, 1e-6, "swiglu forward")?;
+        let gf = fused.mul(&w)?.sum_all()?.backward()?;
+        let gc = composed.mul(&w)?.sum_all()?.backward()?;
+        for (v, what) in [(&g, "d gate"), (&u, "d up")] {
+            let a = gf.get(v.as_tensor()).expect("fused grad");
+            let b = gc.get(v.as_tensor()).expect("composed grad");
+            assert_close(a, b, 1e-5, what)?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn backward_matches_finite_differences() -> Result<()> {
+        let g = (random_tensor(&[2, 5], 3.0, 4)?).to_dtype(DType::F64)?;
+        let u = random_tensor(&[2, 5], 1.0, 5)?.to_dtype(DType::F64)?;
+        let w = random_tensor(&[2, 5], 1.0, 6)?.to_dtype(DType::F64)?;
+        finite_difference_check(&g, |g| swiglu(g, &u)?.mul(&w)?.sum_all(), 1e-6)?;
+        finite_difference_check(&u, |u| swiglu(&g, u)?.mul(&w)?.sum_all(), 1e-6)
+    }
+
+    #[test]
+    fn mismatched_shapes_are_named() -> Result<()> {
+        let g = random_tensor(&[2, 5], 1.0, 1)?;
+        let u = random_tensor(&[2, 4], 1.0, 2)?;
+        let err = swiglu(&g, &u).unwrap_err().to_string();
+        assert!(err.contains("`up` must have the shape of `gate`"), "{err}");
+        Ok(())
+    }
+}
