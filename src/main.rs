@@ -52,6 +52,8 @@ impl Command {
 fn main() {
     // Before any thread exists: candle's element-wise ops run inline (no spinning pool).
     oxalign_kernels::cpu_threads::configure_cpu_threads();
+    // Freed tensor buffers stay mapped for the next step (no page faults, no re-zeroing).
+    oxalign_kernels::host_memory::configure_host_allocator();
     // Logs go to stderr, filtered by RUST_LOG (default: warnings only).
     tracing_subscriber::fmt()
         .with_env_filter(

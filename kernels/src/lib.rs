@@ -4,6 +4,7 @@
 pub mod collective;
 pub mod cpu_threads;
 pub mod device;
+pub mod host_memory;
 pub mod linear;
 pub mod ops;
 
