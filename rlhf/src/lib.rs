@@ -14,4 +14,4 @@ pub mod trainer;
 
 pub use error::{Result, RlhfError};
 pub use kl_controller::{AdaptiveKl, FixedKl, KlController};
-pub use mask::{broadcast_to_tokens, masked_mean, masked_sum};
+pub use mask::{broadcast_to_tokens, masked_abs_diff, masked_mean, masked_sum};

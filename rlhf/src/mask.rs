@@ -167,3 +167,17 @@ pub fn broadcast_to_tokens(values: &Tensor, mask: &Tensor) -> Result<Tensor> {
     let wide = values.unsqueeze(1)?.broadcast_as((b, s))?.contiguous()?;
     zero_unmasked_out(&wide, &predicate(mask)?)
 }
+
+/// `(mean, max)` of `|a − b|` over the positions where `mask` is 1, in nats when `a` and `b`
+/// are log-probs (`(0, 0)` for an empty mask). All three `[B, T]`; `a` is detached.
+pub fn masked_abs_diff(a: &Tensor, b: &Tensor, mask: &Tensor) -> Result<(f64, f64)> {
+    let mask = mask.to_dtype(a.dtype())?;
+    let d = ((a.detach() - b)?.abs()? * &mask)?;
+    let count = scalar(&mask.sum_all()?)?;
+    if count == 0.0 {
+        return Ok((0.0, 0.0));
+    }
+    let sum = scalar(&d.sum_all()?)?;
+    let max = scalar(&d.flatten_all()?.max(0)?)?;
+    Ok((sum / count, max))
+}

@@ -8,9 +8,10 @@ use crate::batch::{ExperienceBatch, ScoredBatch, TokenArray};
 use crate::error::Cause;
 use crate::executor::ExecutorError;
 use crate::recipe::{Algorithm, KlEstimatorName, KlModeName, LossAggName, RlSection};
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 use oxalign_rlhf::advantages::GaeConfig;
 use oxalign_rlhf::losses::{KlEstimator, LossAgg};
+use oxalign_rlhf::masked_abs_diff;
 use oxalign_rlhf::trainer::{build_experience, AdvantageKind, ExperienceConfig, ExperienceStats};
 
 /// The experience stage's output.
@@ -104,7 +105,7 @@ fn build(scored: ScoredBatch, pad_id: u32, cfg: &ExperienceConfig) -> Result<Exp
         cfg,
     )?;
     let mismatch = if scored.trainer_scored_old {
-        Some(logprob_mismatch(&old_lp, &rollout_lp, &mask)?)
+        Some(masked_abs_diff(&old_lp, &rollout_lp, &mask)?)
     } else {
         None
     };
@@ -128,19 +129,6 @@ fn build(scored: ScoredBatch, pad_id: u32, cfg: &ExperienceConfig) -> Result<Exp
         stats: exp.stats,
         mismatch,
     })
-}
-
-/// Mean and max over the response tokens of `|old - rollout|` (both `[B, T-1]`).
-fn logprob_mismatch(
-    old_lp: &Tensor,
-    rollout_lp: &Tensor,
-    mask: &Tensor,
-) -> candle_core::Result<(f64, f64)> {
-    let d = ((old_lp - rollout_lp)?.abs()? * mask)?;
-    let total = mask.sum_all()?.to_scalar::<f32>()?.max(1.0);
-    let mean = d.sum_all()?.to_scalar::<f32>()? / total;
-    let max = d.flatten_all()?.max(0)?.to_scalar::<f32>()?;
-    Ok((mean as f64, max as f64))
 }
 
 /// A panic of a blocking task as a typed cause.

@@ -9,6 +9,7 @@ use super::{scalar, TokenBatch};
 use crate::losses::{
     entropy_bonus, kl_loss, ppo_policy_loss, sft_loss, truncated_is_weights, KlEstimator, PpoConfig,
 };
+use crate::mask::masked_abs_diff;
 use crate::optim::AdamW;
 use crate::Result;
 use candle_core::{Tensor, Var};
@@ -235,17 +236,4 @@ impl PolicyTrainer {
         let (loss, _) = sft_loss(&lp, &batch.response_mask)?;
         scalar(&loss)
     }
-}
-
-/// `(mean, max)` of `|a − b|` over the positions where `mask` is 1 (0 for an empty mask).
-fn masked_abs_diff(a: &Tensor, b: &Tensor, mask: &Tensor) -> Result<(f64, f64)> {
-    let mask = mask.to_dtype(a.dtype())?;
-    let d = ((a.detach() - b)?.abs()? * &mask)?;
-    let count = scalar(&mask.sum_all()?)?;
-    if count == 0.0 {
-        return Ok((0.0, 0.0));
-    }
-    let sum = scalar(&d.sum_all()?)?;
-    let max = scalar(&d.flatten_all()?.max(0)?)?;
-    Ok((sum / count, max))
 }
