@@ -115,6 +115,9 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// A device, and on the CPU the role that owns the executor.
+type ExecutorKey = (DeviceSpec, Option<String>);
+
 /// All device executors of a process.
 ///
 /// * A GPU has one executor, shared by the roles placed on it (one ordered stream of work
@@ -130,7 +133,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// in the same order and two groups can never wait on each other.
 #[derive(Clone, Default)]
 pub struct ExecutorPool {
-    inner: Arc<Mutex<HashMap<(DeviceSpec, Option<String>), Arc<DeviceExecutor>>>>,
+    inner: Arc<Mutex<HashMap<ExecutorKey, Arc<DeviceExecutor>>>>,
     group_lock: Arc<Mutex<()>>,
 }
 
