@@ -10,9 +10,11 @@ use crate::executor::ExecutorError;
 use crate::recipe::{Algorithm, KlEstimatorName, KlModeName, LossAggName, RlSection};
 use candle_core::Device;
 use oxalign_rlhf::advantages::GaeConfig;
-use oxalign_rlhf::losses::{KlEstimator, LossAgg};
+use oxalign_rlhf::losses::{KlEstimator, LossAgg, PpoConfig};
 use oxalign_rlhf::masked_abs_diff;
-use oxalign_rlhf::trainer::{build_experience, AdvantageKind, ExperienceConfig, ExperienceStats};
+use oxalign_rlhf::trainer::{
+    build_experience, AdvantageKind, ExperienceConfig, ExperienceStats, PolicyLossConfig,
+};
 
 /// The experience stage's output.
 pub(crate) struct Experience {
@@ -44,6 +46,28 @@ pub(crate) fn agg(a: LossAggName) -> LossAgg {
 }
 
 /// The experience settings of `rl` with KL coefficient `beta`.
+/// The policy's loss settings for a step with KL coefficient `beta`: the clip range is
+/// `[1 − clip_eps, 1 + clip_eps_high]` (DAPO's clip-higher when `clip_eps_high` is set).
+pub(crate) fn policy_loss_config(rl: &RlSection, beta: f64) -> PolicyLossConfig {
+    PolicyLossConfig {
+        ppo: PpoConfig {
+            clip_low: rl.clip_eps,
+            clip_high: rl.clip_eps_high.unwrap_or(rl.clip_eps),
+            dual_clip: rl.dual_clip,
+            agg: agg(rl.loss_agg),
+        },
+        kl_loss_coef: if rl.kl_mode == KlModeName::Loss {
+            beta
+        } else {
+            0.0
+        },
+        kl_estimator: estimator(rl.kl_estimator),
+        entropy_coef: rl.entropy_coef,
+        tis_cap: rl.tis_cap,
+        max_grad_norm: rl.max_grad_norm,
+    }
+}
+
 fn config(rl: &RlSection, beta: f64) -> ExperienceConfig {
     let kind = match rl.algorithm {
         Algorithm::Ppo => AdvantageKind::Gae(GaeConfig {
@@ -137,4 +161,19 @@ fn blocking_panic(e: tokio::task::JoinError) -> Cause {
         device: "the blocking pool".into(),
         message: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_high_defaults_to_clip_eps_and_follows_clip_eps_high() {
+        let mut rl = RlSection::default();
+        let c = policy_loss_config(&rl, 0.0).ppo;
+        assert_eq!((c.clip_low, c.clip_high), (0.2, 0.2));
+        rl.clip_eps_high = Some(0.28);
+        let c = policy_loss_config(&rl, 0.0).ppo;
+        assert_eq!((c.clip_low, c.clip_high), (0.2, 0.28));
+    }
 }

@@ -5,19 +5,17 @@
 
 use super::divergence::{check_rollout, DivergenceError};
 use super::lengths::{encode_rollout_prompt, quoted};
-use super::rl_experience::{agg, estimator, experience, Experience};
+use super::rl_experience::{agg, experience, policy_loss_config, Experience};
 use super::rl_report::{self, StepOutcome, StepRow};
 use super::run_error::{At, RunError};
 use super::setup::Roles;
 use super::{Ctx, LoopState};
 use crate::batch::{RolloutBatch, RolloutRequest, SampleRequest, Sampling, ScoredBatch};
-use crate::recipe::{EngineQuant, KlModeName};
+use crate::recipe::EngineQuant;
 use crate::roles::{
     ask, CriticMsg, CriticWork, PolicyMsg, PolicyTrainSummary, PolicyWork, ReferenceMsg, RewardMsg,
 };
 use oxalign_rlhf::data::PromptSource;
-use oxalign_rlhf::losses::PpoConfig;
-use oxalign_rlhf::trainer::PolicyLossConfig;
 use std::time::Instant;
 
 pub(crate) use rl_report::header;
@@ -224,23 +222,7 @@ async fn update(
     let shuffle_seed = sample_seed(ctx.recipe.run.seed ^ 0x5EED, step, 0);
     let policy_work = PolicyWork {
         batch: exp.batch.clone(),
-        cfg: PolicyLossConfig {
-            ppo: PpoConfig {
-                clip_low: rl.clip_eps,
-                clip_high: rl.clip_eps,
-                dual_clip: rl.dual_clip,
-                agg: agg(rl.loss_agg),
-            },
-            kl_loss_coef: if rl.kl_mode == KlModeName::Loss {
-                beta
-            } else {
-                0.0
-            },
-            kl_estimator: estimator(rl.kl_estimator),
-            entropy_coef: rl.entropy_coef,
-            tis_cap: rl.tis_cap,
-            max_grad_norm: rl.max_grad_norm,
-        },
+        cfg: policy_loss_config(rl, beta),
         lr: rl.lr,
         epochs: rl.ppo_epochs,
         minibatch_size: rl.minibatch_size,
@@ -265,6 +247,7 @@ async fn update(
         let work = CriticWork {
             batch: b.clone(),
             clip: Some(rl.value_clip),
+            agg: agg(rl.loss_agg),
             lr: rl.critic_lr,
             max_grad_norm: rl.max_grad_norm,
             epochs: rl.ppo_epochs,

@@ -252,8 +252,10 @@ pub struct RlSection {
     pub lr: f64,
     /// Critic learning rate. Default `1e-4`.
     pub critic_lr: f64,
-    /// PPO clip range ε. Default `0.2`.
+    /// PPO clip range ε (the lower one, `1 − ε`). Default `0.2`.
     pub clip_eps: f64,
+    /// Upper clip range ε_high (`1 + ε_high`), DAPO's clip-higher (e.g. `0.28`); none = `clip_eps`.
+    pub clip_eps_high: Option<f64>,
     /// Dual-clip constant c (> 1) for negative advantages; none by default.
     pub dual_clip: Option<f64>,
     /// Critic value clip range. Default `0.2`.
@@ -274,8 +276,8 @@ pub struct RlSection {
     pub kl_target: Option<f64>,
     /// Adaptive KL horizon in samples. Default `10000`.
     pub kl_horizon: f64,
-    /// Loss aggregation: `token_mean`, `seq_mean_token_sum` or `seq_mean_token_mean`.
-    /// Default `"token_mean"`.
+    /// Loss aggregation of the policy and the critic: `token_mean`, `seq_mean_token_sum` or
+    /// `seq_mean_token_mean`. Default `"token_mean"`.
     pub loss_agg: LossAggName,
     /// Whiten advantages over the batch. Default `true`.
     pub whiten_advantages: bool,
@@ -307,6 +309,7 @@ impl Default for RlSection {
             lr: 1e-5,
             critic_lr: 1e-4,
             clip_eps: 0.2,
+            clip_eps_high: None,
             dual_clip: None,
             value_clip: 0.2,
             gamma: 1.0,

@@ -96,3 +96,13 @@ fn validate_checks_batch_arithmetic_and_groups() {
     assert!(e.contains("rl.samples_per_prompt"), "{e}");
     assert!(validate(&Recipe::default(), Path::new("r.toml")).is_ok());
 }
+
+#[test]
+fn clip_eps_high_is_a_positive_upper_clip() {
+    let r = parse("[rl]\nclip_eps_high = 0.28\n", &[]).unwrap();
+    assert_eq!(r.rl.clip_eps_high, Some(0.28));
+    assert!(validate(&r, Path::new("r.toml")).is_ok());
+    let r = parse("[rl]\nclip_eps_high = -0.1\n", &[]).unwrap();
+    let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();
+    assert!(e.contains("rl.clip_eps_high"), "{e}");
+}

@@ -84,6 +84,9 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
     positive("guard.max_kl", r.guard.max_kl, &bad)?;
     positive("guard.max_update_kl", r.guard.max_update_kl, &bad)?;
     positive("rl.clip_eps", r.rl.clip_eps, &bad)?;
+    if let Some(high) = r.rl.clip_eps_high {
+        positive("rl.clip_eps_high", high, &bad)?;
+    }
     positive("rl.max_grad_norm", r.rl.max_grad_norm, &bad)?;
     if r.sft.steps > 0 {
         positive("sft.batch_size", r.sft.batch_size as f64, &bad)?;

@@ -26,6 +26,8 @@ pub struct CriticWork {
     pub batch: ExperienceBatch,
     /// Value clip range.
     pub clip: Option<f64>,
+    /// How per-token value losses are aggregated (the recipe's `rl.loss_agg`).
+    pub agg: LossAgg,
     /// Learning rate.
     pub lr: f64,
     /// Gradient clip.
@@ -123,13 +125,13 @@ fn critic_update(
     };
     for mb in order {
         let shard = Shard::new(ctx, &full, &mb)?;
-        let weight = shard.weight(ctx, LossAgg::TokenMean);
+        let weight = shard.weight(ctx, w.agg);
         let (loss, step) = match t.step(
             &shard.local,
             &shard.pick(&old_values)?,
             &shard.pick(&returns)?,
             w.clip,
-            LossAgg::TokenMean,
+            w.agg,
             w.lr,
             w.max_grad_norm,
             weight,
