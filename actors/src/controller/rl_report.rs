@@ -59,6 +59,7 @@ pub(crate) fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
         (metric::REWARD_STD, s.score_std),
         ("accuracy", o.correct as f64 / n),
         (metric::KL, s.kl),
+        ("kl_seq", s.kl_seq),
         ("kl_coef", o.beta),
         (metric::POLICY_LOSS, ps.policy_loss),
         (metric::ENTROPY, ps.entropy),

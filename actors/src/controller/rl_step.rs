@@ -336,7 +336,7 @@ pub(crate) async fn run_step(
     state.data_position += rl.prompts_per_step as u64;
     state
         .kl
-        .update(exp.stats.kl, n as u64)
+        .update(exp.stats.kl_seq, n as u64)
         .map_err(|e| RunError::controller(at, "kl_controller", e))?;
 
     // 6. Report.

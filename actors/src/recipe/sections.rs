@@ -272,7 +272,8 @@ pub struct RlSection {
     pub kl_estimator: KlEstimatorName,
     /// Where the KL goes: `reward` (per-token penalty) or `loss`. Default `"reward"`.
     pub kl_mode: KlModeName,
-    /// Adaptive KL target (Ziegler et al. 2019); none = fixed β.
+    /// Adaptive KL target in nats per sequence (the summed per-token KL, Ziegler et al. 2019);
+    /// none = fixed β.
     pub kl_target: Option<f64>,
     /// Adaptive KL horizon in samples. Default `10000`.
     pub kl_horizon: f64,

@@ -61,8 +61,11 @@ pub struct Experience {
 /// Statistics of a batch of experience.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct ExperienceStats {
-    /// Mean per-token KL(policy ‖ reference) over response tokens.
+    /// Mean per-token KL(policy ‖ reference) over response tokens (the recipe's estimator).
     pub kl: f64,
+    /// Mean over sequences of the summed per-token KL (nats per sequence): the unit of the
+    /// adaptive KL controller's target (Ziegler et al. 2019).
+    pub kl_seq: f64,
     /// Mean sequence score.
     pub score_mean: f64,
     /// Std of the sequence scores.
@@ -87,6 +90,11 @@ pub fn build_experience(
     let score_t = Tensor::from_slice(scores, scores.len(), device)?;
     let kl = kl_per_token(logprobs, ref_logprobs, mask, cfg.kl_estimator)?;
     let kl_mean = scalar(&masked_mean(&kl, mask)?)?;
+    let kl_seq = scalar(
+        &(&kl * mask.to_dtype(kl.dtype())?)?
+            .sum(D::Minus1)?
+            .mean_all()?,
+    )?;
     let (advantages, returns) = match cfg.kind {
         AdvantageKind::Gae(g) => {
             let values = values.ok_or_else(|| {
@@ -155,10 +163,39 @@ pub fn build_experience(
         returns,
         stats: ExperienceStats {
             kl: kl_mean,
+            kl_seq,
             score_mean,
             score_std: score_var.sqrt(),
             adv_mean,
             adv_std,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// The adaptive controller's unit is nats per sequence: a response of 3 tokens at 0.1
+    /// nats each carries 0.3, one of 1 token 0.1, so the batch's per-sequence KL is 0.2 while
+    /// its per-token mean is 0.1.
+    #[test]
+    fn kl_is_reported_per_token_and_per_sequence() -> Result<()> {
+        let dev = Device::Cpu;
+        let mask = Tensor::new(&[[0f32, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]], &dev)?;
+        let logprobs = Tensor::new(&[[-1f32, -1.0, -1.0, -1.0], [-1.0, -1.0, -1.0, -1.0]], &dev)?;
+        let ref_logprobs = (&logprobs - 0.1)?;
+        let cfg = ExperienceConfig {
+            kind: AdvantageKind::Grpo,
+            group_size: 2,
+            kl_coef: 0.0,
+            kl_estimator: KlEstimator::K1,
+            whiten: false,
+        };
+        let e = build_experience(&[1.0, 0.0], &logprobs, &ref_logprobs, None, &mask, &cfg)?;
+        assert!((e.stats.kl - 0.1).abs() < 1e-6, "{}", e.stats.kl);
+        assert!((e.stats.kl_seq - 0.2).abs() < 1e-6, "{}", e.stats.kl_seq);
+        Ok(())
+    }
 }
