@@ -2,7 +2,9 @@
 //! only on that device's executor thread, joined by a `Collective` when there are several.
 //!
 //! Roles call [`Replicas::each`] with a job; it runs on every replica at once and returns
-//! the results in rank order. Splitting a batch into shards is [`shard_ranges`].
+//! the results in rank order. A replica whose job panicked is poisoned and refuses all later
+//! work (the supervisor rebuilds the role); rank 0's job is where an injected fault fires.
+//! Splitting a batch into shards is [`shard_ranges`].
 
 use crate::error::Cause;
 pub use crate::error::RoleError;
@@ -82,19 +84,27 @@ impl<T: Send + 'static> Replicas<T> {
                 let job = job.clone();
                 let state = self.states[rank].clone();
                 let coll = self.collectives[rank].clone();
+                let faults = self.pool.faults().clone();
+                let role = self.role.clone();
                 move || {
-                    let mut guard = state.lock().unwrap_or_else(|p| p.into_inner());
+                    // Peers may be waiting in a collective for this rank: release them when
+                    // it fails or panics.
+                    let abort = AbortPeers(coll.as_deref());
+                    // A replica a panic left half-updated is never used again.
+                    let Ok(mut guard) = state.lock() else {
+                        return Err(Cause::Poisoned);
+                    };
+                    if rank == 0 {
+                        faults.inject(&role, phase)?;
+                    }
                     let ctx = ReplicaCtx {
                         rank,
                         world,
                         collective: coll.as_deref().map(|c| c as &dyn Collective),
                     };
                     let out = job(&ctx, &mut guard);
-                    if out.is_err() {
-                        // Peers may be waiting in a collective for this rank: release them.
-                        if let Some(c) = coll.as_deref() {
-                            c.abort("a peer replica failed");
-                        }
+                    if out.is_ok() {
+                        std::mem::forget(abort);
                     }
                     out
                 }
@@ -109,6 +119,18 @@ impl<T: Send + 'static> Replicas<T> {
             }
         }
         Ok(out)
+    }
+}
+
+/// Aborts a replica's collective when dropped: on an error return or while a panic unwinds
+/// (a successful job forgets it).
+struct AbortPeers<'a>(Option<&'a ThreadCollective>);
+
+impl Drop for AbortPeers<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.0 {
+            c.abort("a peer replica failed");
+        }
     }
 }
 

@@ -272,7 +272,7 @@ fn fused_step(slot: &mut ParamSlot, grad: &Tensor, h: &StepHyper) -> Result<()> 
     slot.exp_avg_sq.inplace_op2(grad, &moment(h.beta2, true))?;
     let (step_size, inv_bc2_sqrt) = h.corrections(slot.step);
     let update = ParamUpdate {
-        decay: (h.weight_decay != 0.0).then(|| 1.0 - h.lr * h.weight_decay),
+        decay: (h.weight_decay != 0.0).then_some(1.0 - h.lr * h.weight_decay),
         inv_bias_correction2_sqrt: inv_bc2_sqrt,
         eps: h.eps,
         step_size,
