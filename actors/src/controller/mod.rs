@@ -6,6 +6,9 @@
 //! the small experience computation, on a blocking thread. A run starts fresh (through SFT,
 //! checkpointed as it goes) or from a checkpoint chosen by [`find_resume_point`]; a
 //! diverging step stops it with a [`DivergenceError`] before anything of that step is saved.
+//! Every role call has the recipe's time limit; an RL step whose role panicked, failed or
+//! timed out is replayed from the newest checkpoint once the role is rebuilt (`rl_loop.rs`,
+//! `supervisor.rs`), within the restart budget.
 
 pub mod checkpoint;
 mod checkpoint_error;

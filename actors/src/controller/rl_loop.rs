@@ -57,7 +57,8 @@ pub(crate) async fn rl_loop(
                     "{}",
                     supervisor::restart_note(step, &note, &names, &last_checkpoint, &budget)
                 );
-                *state = supervisor::rebuild(ctx, pool, roles, &names, &last_checkpoint).await?;
+                *state =
+                    supervisor::rebuild(ctx, pool, roles, &names, &last_checkpoint, step).await?;
                 restarts += 1;
                 continue;
             }

@@ -112,29 +112,46 @@ pub(crate) fn to_respawn(failure: &Failure, moved: bool, ppo: bool) -> Vec<&'sta
 /// Respawns `names` from the checkpoint `ckpt` (policy and critic with their optimizer
 /// states; reference and reward from their sources), retiring their executors, and returns
 /// the loop state of `ckpt` to replay from. Each respawn counts one restart in the monitor.
+/// A failure to rebuild stops the run, named at RL step `step`.
 pub(crate) async fn rebuild(
     ctx: &Ctx<'_>,
     pool: &ExecutorPool,
     roles: &mut Roles,
     names: &[&'static str],
     ckpt: &Path,
+    step: u64,
 ) -> Result<LoopState, RunError> {
     // No retired thread stays blocked in an injected hang.
     pool.faults().release_hangs();
     for name in names {
         ctx.monitor.report(ActorUpdate::restarting(*name));
-        stop(roles, name).await?;
-        let placement = placement_of(ctx, name);
-        let group = DeviceGroup::parse(placement).map_err(|e| {
-            RunError::role(
-                At::Setup,
-                RoleError::new(*name, "restart", Cause::BadInput(e.to_string())),
-            )
-        })?;
-        pool.retire(name, &group.specs);
-        respawn(ctx, pool, roles, name, ckpt).await?;
+        rebuild_one(ctx, pool, roles, name, ckpt)
+            .await
+            .map_err(|e| match e {
+                RunError::Role { source, .. } => RunError::role(At::Rl(step), source),
+                other => other,
+            })?;
     }
     Ok(checkpoint::read_state(ckpt)?)
+}
+
+/// Stops role `name`, retires its executors and spawns it again.
+async fn rebuild_one(
+    ctx: &Ctx<'_>,
+    pool: &ExecutorPool,
+    roles: &mut Roles,
+    name: &'static str,
+    ckpt: &Path,
+) -> Result<(), RunError> {
+    stop(roles, name).await?;
+    let group = DeviceGroup::parse(placement_of(ctx, name)).map_err(|e| {
+        RunError::role(
+            At::Setup,
+            RoleError::new(name, "restart", Cause::BadInput(e.to_string())),
+        )
+    })?;
+    pool.retire(name, &group.specs);
+    respawn(ctx, pool, roles, name, ckpt).await
 }
 
 /// `placement.<name>` of the recipe.
