@@ -153,6 +153,25 @@ pub fn shard_ranges(rows: usize, world: usize) -> Vec<Range<usize>> {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn a_replica_a_panic_poisoned_is_never_used_again() {
+        let specs = vec![DeviceSpec::cpu(0)];
+        let r = Replicas::new("reward", specs, vec![0u32], ExecutorPool::new());
+        let bump = |_: &ReplicaCtx<'_>, n: &mut u32| -> Result<u32, Cause> {
+            *n += 1;
+            Ok(*n)
+        };
+        assert_eq!(r.each("reward", bump).await.unwrap(), [1]);
+        let half = |_: &ReplicaCtx<'_>, n: &mut u32| -> Result<u32, Cause> {
+            *n += 100;
+            panic!("half-way")
+        };
+        let e = r.each("reward", half).await.unwrap_err();
+        assert!(matches!(*e.cause, Cause::Executor(_)), "{e}");
+        let e = r.each("reward", bump).await.unwrap_err();
+        assert!(matches!(*e.cause, Cause::Poisoned), "{e}");
+    }
+
     #[test]
     fn shards_cover_rows_in_order() {
         assert_eq!(shard_ranges(5, 2), vec![0..3, 3..5]);
