@@ -172,6 +172,28 @@ mod tests {
         assert!(matches!(*e.cause, Cause::Poisoned), "{e}");
     }
 
+    #[tokio::test]
+    async fn a_panicking_replica_releases_its_peers_at_once() {
+        let specs = vec![DeviceSpec::cpu(0), DeviceSpec::cpu(1)];
+        let r = Replicas::new("policy", specs, vec![(), ()], ExecutorPool::new());
+        let started = std::time::Instant::now();
+        let e = r
+            .each("policy_train", |ctx: &ReplicaCtx<'_>, _: &mut ()| {
+                if ctx.rank == 0 {
+                    panic!("rank 0 fails before the collective");
+                }
+                let c = ctx.collective.expect("two replicas");
+                c.barrier().map_err(|e| Cause::Unreachable(e.to_string()))
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(*e.cause, Cause::Executor(_)), "{e}");
+        assert!(
+            started.elapsed().as_secs() < 10,
+            "rank 1 waited for the timeout"
+        );
+    }
+
     #[test]
     fn shards_cover_rows_in_order() {
         assert_eq!(shard_ranges(5, 2), vec![0..3, 3..5]);
