@@ -84,7 +84,7 @@ const SUMMARY: &[&str] = &[
 
 /// A finished run's files.
 struct Run {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     out: Output,
     metrics: Vec<Value>,
     summary: Option<Value>,
@@ -94,6 +94,11 @@ struct Run {
 fn train(faults: &str, extra: &[&str]) -> Run {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("r.toml"), format!("{RECIPE}{faults}")).unwrap();
+    train_in(dir, extra)
+}
+
+/// Runs `oxalign train r.toml --quiet EXTRA` in `dir` (which holds `r.toml`).
+fn train_in(dir: tempfile::TempDir, extra: &[&str]) -> Run {
     let mut args = vec!["train", "r.toml", "--quiet"];
     args.extend_from_slice(extra);
     let out = Command::new(env!("CARGO_BIN_EXE_oxalign"))
@@ -113,7 +118,7 @@ fn train(faults: &str, extra: &[&str]) -> Run {
         .map(|t| serde_json::from_str(&t).unwrap())
         .unwrap_or(Value::Null);
     Run {
-        _dir: dir,
+        dir,
         out,
         metrics,
         summary,
@@ -234,6 +239,28 @@ fn a_spent_restart_budget_fails_with_the_resume_command() {
     ] {
         assert!(err.contains(want), "expected {want:?} in: {err}");
     }
+    // The command it shows continues the run; with a budget again, the fault (armed anew in
+    // the new process) is recovered and the run ends with the clean run's metrics.
+    let again = [
+        "--resume",
+        "runs/f",
+        "--allow-change",
+        "supervision.max_restarts",
+    ];
+    let r = train_in(r.dir, &again);
+    assert!(r.out.status.success(), "resume failed: {}", stderr(&r));
+    let clean = clean();
+    assert_eq!(
+        r.metrics.len(),
+        clean.metrics.len(),
+        "each step exactly once"
+    );
+    for (x, y) in clean.metrics.iter().zip(&r.metrics) {
+        for k in EXACT {
+            assert_eq!(x[k], y[k], "resumed: step {}: {k} differs", x["step"]);
+        }
+    }
+    assert_eq!(r.metrics[1]["restarts"].as_f64(), Some(1.0));
 }
 
 #[test]
