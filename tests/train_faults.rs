@@ -151,16 +151,16 @@ fn restarts_of(r: &Run, actor: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {actor} in actors.json: {}", r.actors))
 }
 
-/// Runs with one fault; checks the run completed with `restarted` rebuilt once each and the
-/// failed step reporting one restart, and that its metrics equal the clean run's.
-fn recovers(fault: &str, step: u64, restarted: &[&str], extra: &[&str]) {
+/// Runs with one fault; checks the run completed with `restarted` rebuilt once each, the
+/// failure reported as `says` and the failed step reporting one restart, and that its metrics
+/// equal the clean run's.
+fn recovers(fault: &str, step: u64, restarted: &[&str], extra: &[&str], says: &str) {
     let r = train(fault, extra);
     let err = stderr(&r);
     assert!(r.out.status.success(), "{fault}: the run failed: {err}");
-    assert!(
-        err.contains("restarting"),
-        "{fault}: no restart reported: {err}"
-    );
+    for want in [says, "restarting"] {
+        assert!(err.contains(want), "{fault}: expected {want:?} in: {err}");
+    }
     let clean = clean();
     assert_eq!(
         r.metrics.len(),
@@ -201,14 +201,17 @@ fn a_panic_in_policy_training_rewinds_policy_and_critic() {
     // Step 3 replays from step_000002: the policy may have half-updated, the critic's update
     // ran alongside, so both are rebuilt from the checkpoint.
     let f = fault("policy", "policy_train", 3, "panic");
-    recovers(&f, 3, &["policy", "critic"], &[]);
+    let says =
+        "RL step 3: policy, policy_train (replica 0): job on cpu:0/policy panicked: injected fault";
+    recovers(&f, 3, &["policy", "critic"], &[], says);
 }
 
 #[test]
 fn an_error_from_the_reward_rebuilds_only_the_reward() {
     // Step 1 fails before any update, right after step_000000: only the reward is rebuilt.
     let f = fault("reward", "reward", 1, "error");
-    recovers(&f, 1, &["reward"], &[]);
+    let says = "RL step 1: reward, reward (replica 0): injected fault: error in reward, reward";
+    recovers(&f, 1, &["reward"], &[], says);
 }
 
 #[test]
@@ -216,13 +219,15 @@ fn a_hang_in_the_reference_is_ended_by_the_timeout() {
     // Step 2 replays step 1 from step_000000, so the policy and critic are rewound too.
     let f = fault("reference", "reference_logprobs", 2, "hang");
     let timeout = ["--set", "supervision.call_timeout_s=10"];
-    recovers(&f, 2, &["policy", "reference", "critic"], &timeout);
+    let says = "RL step 2: reference, reference_logprobs: no answer within the time limit of 10 s";
+    recovers(&f, 2, &["policy", "reference", "critic"], &timeout, says);
 }
 
 #[test]
 fn an_executor_panic_in_the_critic_is_recovered() {
     let f = fault("critic", "critic_train", 2, "panic");
-    recovers(&f, 2, &["policy", "critic"], &[]);
+    let says = "RL step 2: critic, critic_train (replica 0): job on cpu:0/critic panicked";
+    recovers(&f, 2, &["policy", "critic"], &[], says);
 }
 
 #[test]
