@@ -3,12 +3,16 @@
 //! Role actors are async facades on tokio; they hand closures to the executor of each
 //! device they own and await the answer through a oneshot, so tensor math never blocks a
 //! tokio worker. A panic inside a job is caught and returned as an error (the supervisor
-//! decides what to do), and the thread keeps serving. This file knows nothing about roles.
+//! decides what to do), and the thread keeps serving. A retired executor (one whose role is
+//! being rebuilt, perhaps with a job still hung on it) is detached, never joined. This file
+//! knows nothing about roles.
 
+use crate::faults::FaultPlan;
 use crossbeam_channel::{unbounded, Sender};
 use oxalign_kernels::device::{DeviceKind, DeviceSpec};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -35,6 +39,8 @@ pub struct DeviceExecutor {
     name: String,
     tx: Option<Sender<Job>>,
     thread: Option<JoinHandle<()>>,
+    /// Set when retired: dropping it then detaches the thread instead of joining it.
+    detached: AtomicBool,
 }
 
 impl DeviceExecutor {
@@ -53,7 +59,14 @@ impl DeviceExecutor {
             name: name.to_string(),
             tx: Some(tx),
             thread: Some(thread),
+            detached: AtomicBool::new(false),
         }
+    }
+
+    /// Takes no more jobs after the queued ones, and lets the thread end on its own: dropping
+    /// this executor no longer waits for it (a job may be hung on it).
+    pub fn detach(&self) {
+        self.detached.store(true, Ordering::SeqCst);
     }
 
     /// The device name this executor serves.
@@ -100,7 +113,9 @@ impl Drop for DeviceExecutor {
     fn drop(&mut self) {
         drop(self.tx.take());
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            if !self.detached.load(Ordering::SeqCst) {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -131,11 +146,17 @@ type ExecutorKey = (DeviceSpec, Option<String>);
 /// Jobs that must run together on several devices (data-parallel replicas that meet in a
 /// collective) are queued on all of them under one lock, so every executor sees group jobs
 /// in the same order and two groups can never wait on each other.
+///
+/// The pool also carries the run's [`FaultPlan`], which role jobs consult where they run.
 #[derive(Clone, Default)]
 pub struct ExecutorPool {
     inner: Arc<Mutex<HashMap<ExecutorKey, Arc<DeviceExecutor>>>>,
     group_lock: Arc<Mutex<()>>,
+    faults: FaultPlan,
 }
+
+/// A device, and the role that owns the executor on the CPU (`None`: a GPU's shared one).
+type ExecutorKey = (DeviceSpec, Option<String>);
 
 impl ExecutorPool {
     /// An empty pool; executors start on first use.
@@ -143,16 +164,47 @@ impl ExecutorPool {
         Self::default()
     }
 
+    /// An empty pool whose jobs inject the faults of `faults`.
+    pub fn with_faults(faults: FaultPlan) -> Self {
+        Self {
+            faults,
+            ..Self::default()
+        }
+    }
+
+    /// The run's fault plan (empty unless the recipe has `[[faults]]`).
+    pub fn faults(&self) -> &FaultPlan {
+        &self.faults
+    }
+
+    fn key(spec: DeviceSpec, role: &str) -> ExecutorKey {
+        (
+            spec,
+            (spec.kind == DeviceKind::Cpu).then(|| role.to_string()),
+        )
+    }
+
+    /// Retires the executors `role` runs on for `specs` (detached: a hung job does not
+    /// block anyone); the next job of any role on those devices starts a fresh thread.
+    pub fn retire(&self, role: &str, specs: &[DeviceSpec]) {
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for spec in specs {
+            if let Some(old) = map.remove(&Self::key(*spec, role)) {
+                old.detach();
+            }
+        }
+    }
+
     /// The executor that runs `role`'s jobs on `spec`, started on first use: the device's
     /// own on a GPU, the role's own on the CPU.
     pub fn get(&self, spec: DeviceSpec, role: &str) -> Arc<DeviceExecutor> {
-        let owner = (spec.kind == DeviceKind::Cpu).then(|| role.to_string());
-        let name = match &owner {
+        let key = Self::key(spec, role);
+        let name = match &key.1 {
             Some(r) => format!("{spec}/{r}"),
             None => spec.to_string(),
         };
         let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry((spec, owner))
+        map.entry(key)
             .or_insert_with(|| Arc::new(DeviceExecutor::spawn(&name)))
             .clone()
     }
@@ -204,6 +256,21 @@ mod tests {
         let err = ex.run(|| -> u32 { panic!("boom") }).await.unwrap_err();
         assert!(err.to_string().contains("boom"), "{err}");
         assert_eq!(ex.run(|| 7).await.unwrap(), 7, "executor survives a panic");
+    }
+
+    #[tokio::test]
+    async fn a_retired_executor_is_replaced_without_waiting_for_its_hung_job() {
+        let pool = ExecutorPool::new();
+        let spec = DeviceSpec::cpu(0);
+        let old = pool.get(spec, "reference");
+        let (tx, rx) = crossbeam_channel::bounded::<()>(0);
+        let hung = old.submit(move || rx.recv().is_ok());
+        pool.retire("reference", &[spec]);
+        drop(old); // detached: does not join the blocked thread
+        let new = pool.get(spec, "reference");
+        assert_eq!(new.run(|| 3).await.unwrap(), 3, "a fresh thread serves");
+        drop(tx);
+        assert!(!hung.await.unwrap().unwrap());
     }
 
     #[tokio::test]

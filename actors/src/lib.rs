@@ -6,6 +6,7 @@ pub mod batch;
 pub mod controller;
 pub mod error;
 pub mod executor;
+pub mod faults;
 pub mod monitor;
 pub mod placement;
 pub mod recipe;

@@ -2,7 +2,9 @@
 //! only on that device's executor thread, joined by a `Collective` when there are several.
 //!
 //! Roles call [`Replicas::each`] with a job; it runs on every replica at once and returns
-//! the results in rank order. Splitting a batch into shards is [`shard_ranges`].
+//! the results in rank order. A replica whose job panicked is poisoned and refuses all later
+//! work (the supervisor rebuilds the role); rank 0's job is where an injected fault fires.
+//! Splitting a batch into shards is [`shard_ranges`].
 
 use crate::error::Cause;
 pub use crate::error::RoleError;
@@ -82,19 +84,27 @@ impl<T: Send + 'static> Replicas<T> {
                 let job = job.clone();
                 let state = self.states[rank].clone();
                 let coll = self.collectives[rank].clone();
+                let faults = self.pool.faults().clone();
+                let role = self.role.clone();
                 move || {
-                    let mut guard = state.lock().unwrap_or_else(|p| p.into_inner());
+                    // Peers may be waiting in a collective for this rank: release them when
+                    // it fails or panics.
+                    let abort = AbortPeers(coll.as_deref());
+                    // A replica a panic left half-updated is never used again.
+                    let Ok(mut guard) = state.lock() else {
+                        return Err(Cause::Poisoned);
+                    };
+                    if rank == 0 {
+                        faults.inject(&role, phase)?;
+                    }
                     let ctx = ReplicaCtx {
                         rank,
                         world,
                         collective: coll.as_deref().map(|c| c as &dyn Collective),
                     };
                     let out = job(&ctx, &mut guard);
-                    if out.is_err() {
-                        // Peers may be waiting in a collective for this rank: release them.
-                        if let Some(c) = coll.as_deref() {
-                            c.abort("a peer replica failed");
-                        }
+                    if out.is_ok() {
+                        std::mem::forget(abort);
                     }
                     out
                 }
@@ -109,6 +119,18 @@ impl<T: Send + 'static> Replicas<T> {
             }
         }
         Ok(out)
+    }
+}
+
+/// Aborts a replica's collective when dropped: on an error return or while a panic unwinds
+/// (a successful job forgets it).
+struct AbortPeers<'a>(Option<&'a ThreadCollective>);
+
+impl Drop for AbortPeers<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.0 {
+            c.abort("a peer replica failed");
+        }
     }
 }
 
@@ -130,6 +152,47 @@ pub fn shard_ranges(rows: usize, world: usize) -> Vec<Range<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_replica_a_panic_poisoned_is_never_used_again() {
+        let specs = vec![DeviceSpec::cpu(0)];
+        let r = Replicas::new("reward", specs, vec![0u32], ExecutorPool::new());
+        let bump = |_: &ReplicaCtx<'_>, n: &mut u32| -> Result<u32, Cause> {
+            *n += 1;
+            Ok(*n)
+        };
+        assert_eq!(r.each("reward", bump).await.unwrap(), [1]);
+        let half = |_: &ReplicaCtx<'_>, n: &mut u32| -> Result<u32, Cause> {
+            *n += 100;
+            panic!("half-way")
+        };
+        let e = r.each("reward", half).await.unwrap_err();
+        assert!(matches!(*e.cause, Cause::Executor(_)), "{e}");
+        let e = r.each("reward", bump).await.unwrap_err();
+        assert!(matches!(*e.cause, Cause::Poisoned), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_panicking_replica_releases_its_peers_at_once() {
+        let specs = vec![DeviceSpec::cpu(0), DeviceSpec::cpu(1)];
+        let r = Replicas::new("policy", specs, vec![(), ()], ExecutorPool::new());
+        let started = std::time::Instant::now();
+        let e = r
+            .each("policy_train", |ctx: &ReplicaCtx<'_>, _: &mut ()| {
+                if ctx.rank == 0 {
+                    panic!("rank 0 fails before the collective");
+                }
+                let c = ctx.collective.expect("two replicas");
+                c.barrier().map_err(|e| Cause::Unreachable(e.to_string()))
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(*e.cause, Cause::Executor(_)), "{e}");
+        assert!(
+            started.elapsed().as_secs() < 10,
+            "rank 1 waited for the timeout"
+        );
+    }
 
     #[test]
     fn shards_cover_rows_in_order() {

@@ -17,6 +17,9 @@ use oxalign_rlhf::trainer::{PolicyLossConfig, PolicyTrainer};
 use ractor::Actor;
 use std::collections::HashMap;
 
+/// The time limit of each role call.
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
 fn config() -> ModelConfig {
     let mut c = ModelConfig::preset(Family::Llama, Preset::Tiny, 64);
     c.num_hidden_layers = 2;
@@ -99,7 +102,7 @@ async fn update_with(world: usize, agg: LossAgg) -> HashMap<String, Tensor> {
         minibatch_size: 4,
         shuffle_seed: 9,
     };
-    let summary = ask("policy", "policy_train", &policy, |reply| {
+    let summary = ask("policy", "policy_train", &policy, LIMIT, |reply| {
         PolicyMsg::Train {
             work: Box::new(work),
             reply,
@@ -110,9 +113,8 @@ async fn update_with(world: usize, agg: LossAgg) -> HashMap<String, Tensor> {
     assert_eq!(summary.updates, 4);
     assert_eq!(summary.skipped, 0);
     // The engine refits to the updated weights, verified by checksums and the probe.
-    let report = ask("policy", "refit", &policy, |reply| PolicyMsg::Refit {
-        version: 1,
-        reply,
+    let report = ask("policy", "refit", &policy, LIMIT, |reply| {
+        PolicyMsg::Refit { version: 1, reply }
     })
     .await
     .unwrap();
@@ -121,7 +123,7 @@ async fn update_with(world: usize, agg: LossAgg) -> HashMap<String, Tensor> {
     assert!(report.probe_max_abs_diff.unwrap() < 1e-4);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_path_buf();
-    ask("policy", "save", &policy, |reply| PolicyMsg::Save {
+    ask("policy", "save", &policy, LIMIT, |reply| PolicyMsg::Save {
         dir: d,
         optimizer: false,
         reply,

@@ -25,7 +25,10 @@ states, and a SHA-256 of every file) and summary.json at the end.\n\n\
 --resume continues from the newest checkpoint that verifies (a damaged newer one is set aside \
 with a warning), cuts metrics.jsonl back to that step, and refuses a recipe that changed \
 except for the keys named with --allow-change. A step whose loss, gradient or weights diverge \
-(see the recipe's [guard] section) stops the run before anything of it is saved (exit code 1)."
+(see the recipe's [guard] section) stops the run before anything of it is saved (exit code 1). \
+A role that panics, fails or passes [supervision] call_timeout_s during an RL step is rebuilt \
+from the newest checkpoint and the steps since it are replayed, at most max_restarts times \
+within restart_window steps; past that the run stops (exit code 1) with the --resume command."
 )]
 pub struct Args {
     /// The recipe file.
@@ -41,7 +44,8 @@ pub struct Args {
     #[arg(long, value_name = "RUN_DIR")]
     pub resume: Option<PathBuf>,
     /// With --resume: let this key differ from the run's recipe.toml (repeatable). Only
-    /// run.steps, run.checkpoint_every, run.keep_checkpoints and sft.checkpoint_every may.
+    /// run.steps, run.checkpoint_every, run.keep_checkpoints, sft.checkpoint_every, the
+    /// supervision.* keys and faults may.
     #[arg(long = "allow-change", value_name = "KEY", requires = "resume")]
     pub allow_change: Vec<String>,
     /// Serve the live dashboard on this address, e.g. 127.0.0.1:8265.

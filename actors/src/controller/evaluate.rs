@@ -60,10 +60,12 @@ pub(crate) async fn accuracy(
             request.samples.push(r.clone());
         }
     }
-    let out = ask("policy", "generate", policy, |reply| PolicyMsg::Generate {
-        request,
-        label: label.to_string(),
-        reply,
+    let out = ask("policy", "generate", policy, ctx.timeout, |reply| {
+        PolicyMsg::Generate {
+            request,
+            label: label.to_string(),
+            reply,
+        }
     })
     .await
     .map_err(RunError::at(At::Eval(label)))?

@@ -6,6 +6,9 @@
 //! the small experience computation, on a blocking thread. A run starts fresh (through SFT,
 //! checkpointed as it goes) or from a checkpoint chosen by [`find_resume_point`]; a
 //! diverging step stops it with a [`DivergenceError`] before anything of that step is saved.
+//! Every role call has the recipe's time limit; an RL step whose role panicked, failed or
+//! timed out is replayed from the newest checkpoint once the role is rebuilt (`rl_loop.rs`,
+//! `supervisor.rs`), within the restart budget.
 
 pub mod checkpoint;
 mod checkpoint_error;
@@ -16,6 +19,7 @@ mod lengths;
 mod progress;
 pub mod resume_point;
 mod rl_experience;
+mod rl_loop;
 mod rl_report;
 mod rl_step;
 mod run_error;
@@ -24,6 +28,7 @@ mod saving;
 mod setup;
 mod sft;
 mod start;
+mod supervisor;
 
 pub use checkpoint::{latest_checkpoint, LoopState, Phase};
 pub use checkpoint_error::CheckpointError;
@@ -31,12 +36,14 @@ pub use checksums::CHECKSUMS_FILE;
 pub use divergence::DivergenceError;
 pub use lengths::ContextError;
 pub use resume_point::{find_resume_point, ResumePoint};
+pub use rl_loop::RESTARTS;
 pub use run_error::{At, RunError};
 pub use run_folder::RunFolderError;
 pub use setup::{policy_dir, prompt_source};
 
 use crate::error::Cause;
 use crate::executor::ExecutorPool;
+use crate::faults::FaultPlan;
 use crate::monitor::{
     unix_ms_now, ActorInfo, ActorUpdate, MonitorHandle, RunFinished, RunInfo, RunOutcome,
 };
@@ -99,6 +106,8 @@ pub(crate) struct Ctx<'a> {
     pub monitor: &'a MonitorHandle,
     pub pad_id: u32,
     pub quiet: bool,
+    /// How long one role call may take (`supervision.call_timeout_s`).
+    pub timeout: std::time::Duration,
 }
 
 fn kl_controller(recipe: &Recipe) -> Result<KlController, RunError> {
@@ -147,43 +156,6 @@ pub async fn train(
     result
 }
 
-/// Runs RL steps until `run.steps`, checkpointing every `run.checkpoint_every` steps and at
-/// the end; returns the newest checkpoint folder.
-async fn rl_loop(
-    ctx: &Ctx<'_>,
-    roles: &setup::Roles,
-    data: &dyn oxalign_rlhf::data::PromptSource,
-    state: &mut LoopState,
-    clock: WallClock,
-) -> Result<Option<PathBuf>, RunError> {
-    let recipe = ctx.recipe;
-    let mut last_checkpoint = Some(state.checkpoint_dir(ctx.run_dir));
-    let progress = progress::Progress::new(recipe.run.steps, state.step, ctx.quiet);
-    if state.step < recipe.run.steps {
-        progress.line(&rl_step::header());
-    }
-    while state.step < recipe.run.steps {
-        let step = state.step + 1;
-        ctx.monitor
-            .report(ActorUpdate::working("controller", format!("step {step}")));
-        let row = rl_step::run_step(ctx, roles, data, state, step).await?;
-        progress.line(&row.line);
-        progress.step(row.brief);
-        state.reward_first.get_or_insert(row.reward_mean);
-        state.reward_last = Some(row.reward_mean);
-        state.step = step;
-        let every = recipe.run.checkpoint_every;
-        if (every > 0 && step.is_multiple_of(every)) || step == recipe.run.steps {
-            state.wall_seconds = clock.now();
-            let dir =
-                saving::save_checkpoint(ctx, &roles.policy, roles.critic.as_ref(), state).await?;
-            last_checkpoint = Some(dir);
-        }
-    }
-    progress.finish();
-    Ok(last_checkpoint)
-}
-
 /// The loop state of a run that starts from nothing.
 fn fresh_state(recipe: &Recipe) -> Result<LoopState, RunError> {
     Ok(LoopState {
@@ -227,8 +199,9 @@ async fn run(
         monitor,
         pad_id,
         quiet: opts.quiet,
+        timeout: recipe.supervision.call_timeout(),
     };
-    let pool = ExecutorPool::new();
+    let pool = ExecutorPool::with_faults(FaultPlan::new(&recipe.faults));
     let mut state = match &opts.resume_from {
         Some(ckpt) => {
             let state = checkpoint::read_state(ckpt)?;
@@ -257,7 +230,7 @@ async fn run(
     ));
     monitor.report(ActorUpdate::working("controller", "setup"));
     let from = opts.resume_from.as_deref();
-    let roles = match (state.phase, from) {
+    let mut roles = match (state.phase, from) {
         (Phase::Rl, Some(ckpt)) => start::from_rl_checkpoint(&ctx, &pool, ckpt).await?,
         _ => start::through_sft(&ctx, &pool, data.as_ref(), &mut state, from, clock).await?,
     };
@@ -266,7 +239,8 @@ async fn run(
             println!("held-out accuracy before RL: {:.1}%", 100.0 * a);
         }
     }
-    let last_checkpoint = rl_loop(&ctx, &roles, data.as_ref(), &mut state, clock).await?;
+    let last_checkpoint =
+        rl_loop::rl_loop(&ctx, &pool, &mut roles, data.as_ref(), &mut state, clock).await?;
     let final_acc = if data.eval_items().is_empty() {
         None
     } else {

@@ -7,8 +7,10 @@ use crate::monitor::{metric, StepMetrics};
 use crate::roles::PolicyTrainSummary;
 use oxalign_models::engine::RefitReport;
 
-/// The numbers of one step shown in the table.
+/// What one step reports: its metrics and the numbers shown in the table.
 pub(crate) struct StepRow {
+    /// Every key of the step's `metrics.jsonl` line (the loop adds `restarts`).
+    pub metrics: StepMetrics,
     pub reward_mean: f64,
     /// The step's line of the live table.
     pub line: String,
@@ -48,8 +50,8 @@ pub(crate) struct StepOutcome<'a> {
     pub train_secs: f64,
 }
 
-/// The step's metrics (every key of `metrics.jsonl`).
-pub(crate) fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
+/// The step's metrics (every key of `metrics.jsonl` but `restarts`).
+fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
     let mut m = StepMetrics::new(o.step);
     let (s, ps, n) = (&o.exp.stats, &o.policy.stats, o.samples as f64);
     // The whole batch when the trainer scored it, else the update's first minibatch.
@@ -98,7 +100,7 @@ pub(crate) fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
     m
 }
 
-/// The step's table row and progress-bar text.
+/// The step's metrics, table row and progress-bar text.
 pub(crate) fn row(o: &StepOutcome<'_>) -> StepRow {
     let s = &o.exp.stats;
     let tok_s = o.all_tokens as f64 / o.step_secs;
@@ -120,6 +122,7 @@ pub(crate) fn row(o: &StepOutcome<'_>) -> StepRow {
         s.score_mean, s.kl, tok_s
     );
     StepRow {
+        metrics: metrics(o),
         reward_mean: s.score_mean,
         line,
         brief,

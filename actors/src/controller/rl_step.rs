@@ -90,7 +90,7 @@ async fn rollout(
     let at = At::Rl(step);
     let (request, answers) = rollout_request(ctx, data, state, step)?;
     let timer = ctx.monitor.time("policy", "generate", step);
-    let batch = ask("policy", "generate", &roles.policy, |reply| {
+    let batch = ask("policy", "generate", &roles.policy, ctx.timeout, |reply| {
         PolicyMsg::Generate {
             request,
             label: format!("generate step {step}"),
@@ -141,6 +141,7 @@ async fn score(
             "reference",
             "reference_logprobs",
             &roles.reference,
+            ctx.timeout,
             |reply| ReferenceMsg::Logprobs {
                 seqs: seqs.clone(),
                 reply,
@@ -150,7 +151,7 @@ async fn score(
     };
     let reward_fut = async {
         let _t = timed("reward", "reward");
-        ask("reward", "reward", &roles.reward, |reply| {
+        ask("reward", "reward", &roles.reward, ctx.timeout, |reply| {
             RewardMsg::Score {
                 seqs: seqs.clone(),
                 texts,
@@ -165,9 +166,11 @@ async fn score(
             return Ok(None);
         };
         let _t = timed("critic", "values");
-        ask("critic", "values", c, |reply| CriticMsg::Values {
-            seqs: seqs.clone(),
-            reply,
+        ask("critic", "values", c, ctx.timeout, |reply| {
+            CriticMsg::Values {
+                seqs: seqs.clone(),
+                reply,
+            }
         })
         .await
         .map(Some)
@@ -181,12 +184,16 @@ async fn score(
             return Ok(None);
         }
         let _t = timed("policy", "old_logprobs");
-        ask("policy", "old_logprobs", &roles.policy, |reply| {
-            PolicyMsg::Logprobs {
+        ask(
+            "policy",
+            "old_logprobs",
+            &roles.policy,
+            ctx.timeout,
+            |reply| PolicyMsg::Logprobs {
                 seqs: seqs.clone(),
                 reply,
-            }
-        })
+            },
+        )
         .await
         .map(Some)
     };
@@ -230,12 +237,16 @@ async fn update(
     };
     let policy_fut = async {
         let _t = timed("policy", "policy_train");
-        ask("policy", "policy_train", &roles.policy, |reply| {
-            PolicyMsg::Train {
+        ask(
+            "policy",
+            "policy_train",
+            &roles.policy,
+            ctx.timeout,
+            |reply| PolicyMsg::Train {
                 work: Box::new(policy_work),
                 reply,
-            }
-        })
+            },
+        )
         .await
     };
     let critic_fut = async {
@@ -254,9 +265,11 @@ async fn update(
             minibatch_size: rl.minibatch_size,
             shuffle_seed,
         };
-        ask("critic", "critic_train", c, |reply| CriticMsg::Train {
-            work: Box::new(work),
-            reply,
+        ask("critic", "critic_train", c, ctx.timeout, |reply| {
+            CriticMsg::Train {
+                work: Box::new(work),
+                reply,
+            }
         })
         .await
         .map(Some)
@@ -285,7 +298,8 @@ async fn update(
 }
 
 /// Runs RL step `step` (1-based) from `state`, which it advances (policy version, data
-/// position, KL controller) once the step's updates and refit succeeded.
+/// position, KL controller) once the step's updates and refit succeeded. Returns what the
+/// step reports; the loop sends it to the monitor (a replayed step is not reported again).
 pub(crate) async fn run_step(
     ctx: &Ctx<'_>,
     roles: &Roles,
@@ -326,9 +340,8 @@ pub(crate) async fn run_step(
     state.policy_version += 1;
     let timer = ctx.monitor.time("policy", "refit", step);
     let version = state.policy_version;
-    let refit = ask("policy", "refit", &roles.policy, |reply| PolicyMsg::Refit {
-        version,
-        reply,
+    let refit = ask("policy", "refit", &roles.policy, ctx.timeout, |reply| {
+        PolicyMsg::Refit { version, reply }
     })
     .await
     .map_err(RunError::at(at))?;
@@ -358,6 +371,5 @@ pub(crate) async fn run_step(
         score_secs,
         train_secs,
     };
-    ctx.monitor.report(rl_report::metrics(&outcome));
     Ok(rl_report::row(&outcome))
 }

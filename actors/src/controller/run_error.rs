@@ -63,6 +63,18 @@ pub enum RunError {
     /// A prompt (plus what is generated or trained after it) exceeds the policy's context.
     #[error(transparent)]
     Context(#[from] ContextError),
+    /// A role kept failing: one more restart would exceed `supervision.max_restarts`
+    /// within `supervision.restart_window` RL steps.
+    #[error("{source}\nthe restart budget is spent: supervision.max_restarts = {max} restarts within supervision.restart_window = {window} RL steps")]
+    RestartBudget {
+        /// `supervision.max_restarts`.
+        max: u32,
+        /// `supervision.restart_window`.
+        window: u64,
+        /// The failure that would have needed one more restart.
+        #[source]
+        source: Box<RunError>,
+    },
     /// A file of the run folder could not be written.
     #[error("cannot {action} {}: {source}", path.display())]
     Io {
@@ -102,7 +114,7 @@ impl RunError {
         match self {
             RunError::Role { source, .. } => source.is_bad_input(),
             RunError::Checkpoint(_) | RunError::Context(_) => true,
-            RunError::Diverged(_) | RunError::Io { .. } => false,
+            RunError::Diverged(_) | RunError::Io { .. } | RunError::RestartBudget { .. } => false,
         }
     }
 

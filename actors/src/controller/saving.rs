@@ -60,17 +60,19 @@ pub(crate) async fn save_checkpoint(
     };
     let staged = checkpoint::staging_dir(&fin).map_err(io("stage checkpoint", &fin))?;
     let pdir = staged.join("policy");
-    ask("policy", "save", policy, |reply| PolicyMsg::Save {
-        dir: pdir.clone(),
-        optimizer: true,
-        reply,
+    ask("policy", "save", policy, ctx.timeout, |reply| {
+        PolicyMsg::Save {
+            dir: pdir.clone(),
+            optimizer: true,
+            reply,
+        }
     })
     .await
     .map_err(RunError::at(at))?;
     copy_tokenizer(ctx.policy_dir, &pdir)?;
     if let Some(c) = critic {
         let cdir = staged.join("critic");
-        ask("critic", "save", c, |reply| CriticMsg::Save {
+        ask("critic", "save", c, ctx.timeout, |reply| CriticMsg::Save {
             dir: cdir,
             reply,
         })
@@ -94,10 +96,11 @@ pub(crate) async fn save_checkpoint(
 
 /// Loads the optimizer state saved in `dir/optimizer` into every replica of the policy.
 pub(crate) async fn load_policy_optimizer(
+    ctx: &Ctx<'_>,
     policy: &ActorRef<PolicyMsg>,
     dir: PathBuf,
 ) -> Result<(), RunError> {
-    ask("policy", LOAD_OPTIMIZER, policy, |reply| {
+    ask("policy", LOAD_OPTIMIZER, policy, ctx.timeout, |reply| {
         PolicyMsg::LoadOptimizer { dir, reply }
     })
     .await
@@ -107,10 +110,11 @@ pub(crate) async fn load_policy_optimizer(
 /// Loads the critic's optimizer state saved in `dir/optimizer` (required: a resumed critic
 /// never starts from a fresh optimizer silently).
 pub(crate) async fn load_critic_optimizer(
+    ctx: &Ctx<'_>,
     critic: &ActorRef<CriticMsg>,
     dir: PathBuf,
 ) -> Result<(), RunError> {
-    ask("critic", LOAD_OPTIMIZER, critic, |reply| {
+    ask("critic", LOAD_OPTIMIZER, critic, ctx.timeout, |reply| {
         CriticMsg::LoadOptimizer { dir, reply }
     })
     .await

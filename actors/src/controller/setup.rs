@@ -232,7 +232,7 @@ pub async fn spawn_others(
 }
 
 /// The frozen reference: one f32 scoring engine per device of its group.
-async fn spawn_reference(
+pub(crate) async fn spawn_reference(
     recipe: &Recipe,
     weights: &Path,
     monitor: &MonitorHandle,
@@ -264,7 +264,7 @@ async fn spawn_reference(
 }
 
 /// The reward: a verifier or a reward model per device of its group.
-async fn spawn_reward(
+pub(crate) async fn spawn_reward(
     recipe: &Recipe,
     monitor: &MonitorHandle,
     pool: &ExecutorPool,
@@ -306,7 +306,7 @@ async fn spawn_reward(
 
 /// The critic (PPO): a value model and its trainer per device of its group, from
 /// `src.critic` or from the reference's backbone with a zeroed value head.
-async fn spawn_critic(
+pub(crate) async fn spawn_critic(
     recipe: &Recipe,
     src: &RoleSources,
     monitor: &MonitorHandle,

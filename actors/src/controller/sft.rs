@@ -77,11 +77,13 @@ pub(crate) async fn run_sft(
         };
         let lr = schedule.lr_at(step);
         let timer = ctx.monitor.time("policy", "sft", 0);
-        let done = ask("policy", "sft", policy, |reply| PolicyMsg::Sft {
-            seqs,
-            lr,
-            max_grad_norm: ctx.recipe.rl.max_grad_norm,
-            reply,
+        let done = ask("policy", "sft", policy, ctx.timeout, |reply| {
+            PolicyMsg::Sft {
+                seqs,
+                lr,
+                max_grad_norm: ctx.recipe.rl.max_grad_norm,
+                reply,
+            }
         })
         .await
         .map_err(RunError::at(at))?;

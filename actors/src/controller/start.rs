@@ -47,7 +47,7 @@ pub(crate) async fn through_sft(
     let weights = from.map_or_else(|| ctx.policy_dir.to_path_buf(), |c| c.join("policy"));
     let mut policy = setup::spawn_policy(r, &weights, ctx.monitor, pool).await?;
     if let Some(ckpt) = from {
-        load_policy_optimizer(&policy, ckpt.join("policy")).await?;
+        load_policy_optimizer(ctx, &policy, ckpt.join("policy")).await?;
     } else if r.sft.steps > 0 {
         let a = evaluate::accuracy(ctx, &policy, data.eval_items(), "eval init").await?;
         state.accuracy_init = Some(a.greedy);
@@ -56,7 +56,7 @@ pub(crate) async fn through_sft(
         sft::run_sft(ctx, &policy, data, state, clock).await?;
     }
     // The frozen reference is the policy as RL starts.
-    ask("policy", "save_reference", &policy, |reply| {
+    ask("policy", "save_reference", &policy, ctx.timeout, |reply| {
         PolicyMsg::Save {
             dir: reference_dir.clone(),
             optimizer: false,
@@ -101,14 +101,14 @@ pub(crate) async fn from_rl_checkpoint(
 ) -> Result<Roles, RunError> {
     let r = ctx.recipe;
     let policy = setup::spawn_policy(r, &ckpt.join("policy"), ctx.monitor, pool).await?;
-    load_policy_optimizer(&policy, ckpt.join("policy")).await?;
+    load_policy_optimizer(ctx, &policy, ckpt.join("policy")).await?;
     let sources = RoleSources {
         reference: ctx.run_dir.join("reference"),
         critic: (r.rl.algorithm == Algorithm::Ppo).then(|| ckpt.join("critic")),
     };
     let roles = setup::spawn_others(r, &sources, policy, ctx.monitor, pool).await?;
     if let Some(critic) = &roles.critic {
-        load_critic_optimizer(critic, ckpt.join("critic")).await?;
+        load_critic_optimizer(ctx, critic, ckpt.join("critic")).await?;
     }
     Ok(roles)
 }

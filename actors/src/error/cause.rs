@@ -64,6 +64,13 @@ pub enum Cause {
     /// The actor could not be reached or stopped before answering.
     #[error("actor unreachable: {0}")]
     Unreachable(String),
+    /// A replica's state was left half-updated by a job that panicked; it is never used
+    /// again (the supervisor rebuilds the role).
+    #[error("the replica was poisoned by an earlier panic and must be rebuilt")]
+    Poisoned,
+    /// A fault from the recipe's `[[faults]]` fired.
+    #[error("injected fault: {0}")]
+    Injected(String),
 }
 
 impl Cause {
@@ -106,7 +113,9 @@ impl Cause {
             | Cause::Executor(_)
             | Cause::Timeout { .. }
             | Cause::Spawn(_)
-            | Cause::Unreachable(_) => false,
+            | Cause::Unreachable(_)
+            | Cause::Poisoned
+            | Cause::Injected(_) => false,
         }
     }
 }

@@ -198,14 +198,19 @@ impl MonitorState {
 
     fn upsert_actor(&mut self, info: &ActorInfo) -> ActorChange {
         match self.actors.iter_mut().find(|a| a.name == info.name) {
-            Some(existing) if existing == info => ActorChange::None,
             Some(existing) => {
+                // An actor its supervisor respawned registers again: the count carries over.
+                let mut info = info.clone();
+                info.restarts = info.restarts.max(existing.restarts);
+                if *existing == info {
+                    return ActorChange::None;
+                }
                 let record_changed = existing.role != info.role
                     || existing.devices != info.devices
                     || existing.status != info.status
                     || existing.current_work != info.current_work
                     || existing.restarts != info.restarts;
-                *existing = info.clone();
+                *existing = info;
                 if record_changed {
                     ActorChange::Record
                 } else {
@@ -344,6 +349,9 @@ mod tests {
             (p.status, p.restarts, p.current_work.clone()),
             (ActorStatus::Idle, 1, None)
         );
+        // a respawned actor registers again and keeps its restart count
+        s.apply(&ActorInfo::new("policy", "policy", vec!["cpu:0".into()]).into());
+        assert_eq!(s.snapshot().actors[0].restarts, 1);
 
         // an update for an unknown actor registers it
         assert_eq!(

@@ -8,11 +8,13 @@
 mod overrides;
 mod resume_check;
 mod sections;
+mod supervision;
 mod validate;
 
 pub use overrides::apply_override;
 pub use resume_check::{changed_keys, check_resume, RESUMABLE_KEYS};
 pub use sections::*;
+pub use supervision::{FaultKind, FaultSpec, SupervisionSection, FAULT_PHASES};
 pub use validate::validate;
 
 use serde::{Deserialize, Serialize};
@@ -41,6 +43,11 @@ pub struct Recipe {
     pub placement: PlacementSection,
     /// `[guard]`: divergence limits.
     pub guard: GuardSection,
+    /// `[supervision]`: call timeouts and the restart budget.
+    pub supervision: SupervisionSection,
+    /// `[[faults]]`: failures to inject (none by default).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<FaultSpec>,
 }
 
 /// Why a recipe could not be used. Each variant names where the problem is.

@@ -7,12 +7,17 @@ use super::{Recipe, RecipeError};
 use std::collections::BTreeMap;
 
 /// Keys that can change on resume without changing what any step computes (how long the run
-/// is and how often it is saved). Each still has to be named with `--allow-change`.
+/// is, how often it is saved, how it is supervised and which faults are injected). Each still
+/// has to be named with `--allow-change`.
 pub const RESUMABLE_KEYS: &[&str] = &[
     "run.steps",
     "run.checkpoint_every",
     "run.keep_checkpoints",
     "sft.checkpoint_every",
+    "supervision.call_timeout_s",
+    "supervision.max_restarts",
+    "supervision.restart_window",
+    "faults",
 ];
 
 /// Keys a resume sets itself (the run continues in its own folder).

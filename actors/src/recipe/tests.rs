@@ -105,4 +105,39 @@ fn clip_eps_high_is_a_positive_upper_clip() {
     let r = parse("[rl]\nclip_eps_high = -0.1\n", &[]).unwrap();
     let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();
     assert!(e.contains("rl.clip_eps_high"), "{e}");
+
+fn supervision_and_faults_parse_validate_and_round_trip() {
+    let text = "[supervision]\ncall_timeout_s = 5\n\n[[faults]]\nrole = \"critic\"\nphase = \"critic_train\"\nstep = 2\nkind = \"hang\"\n";
+    let r = parse(text, &[]).unwrap();
+    assert_eq!(r.supervision.call_timeout_s, 5.0);
+    assert_eq!(r.supervision.max_restarts, 3);
+    assert_eq!(r.faults[0].kind, FaultKind::Hang);
+    validate(&r, Path::new("r.toml")).unwrap();
+    assert_eq!(
+        parse(&r.to_toml(), &[]).unwrap(),
+        r,
+        "recipe.toml reads back"
+    );
+    assert!(!Recipe::default().to_toml().contains("faults"));
+
+    let grpo = parse(text, &["rl.algorithm=\"grpo\"", "rl.samples_per_prompt=2"]).unwrap();
+    let e = validate(&grpo, Path::new("r.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("faults[0].role") && e.contains("no critic"),
+        "{e}"
+    );
+    let slow = parse("", &["supervision.call_timeout_s=0"]).unwrap();
+    let e = validate(&slow, Path::new("r.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("supervision.call_timeout_s"), "{e}");
+    let e = parse(
+        "[[faults]]\nrole = \"policy\"\nphase = \"generate\"\nstep = 1\nkind = \"crash\"\n",
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("faults") && e.contains("panic"), "{e}");
 }

@@ -155,7 +155,7 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
     ] {
         crate::placement::DeviceGroup::parse(spec).map_err(|e| bad(key, e.to_string()))?;
     }
-    Ok(())
+    super::supervision::validate(r, &bad)
 }
 
 fn positive(

@@ -25,13 +25,16 @@ use crate::error::{Cause, RoleError};
 use crate::monitor::{ActorUpdate, MonitorHandle};
 use ractor::rpc::CallResult;
 use ractor::{ActorRef, RpcReplyPort};
+use std::time::Duration;
 
-/// Sends a request for `phase` to `actor` and waits for the answer, mapping transport
-/// failures to a [`RoleError`] naming the role and the phase.
+/// Sends a request for `phase` to `actor` and waits for the answer at most `timeout`,
+/// mapping transport failures to a [`RoleError`] naming the role and the phase (a call past
+/// its time is [`Cause::Timeout`]; the actor may still be busy with it).
 pub async fn ask<M, T>(
     role: &str,
     phase: &'static str,
     actor: &ActorRef<M>,
+    timeout: Duration,
     build: impl FnOnce(RpcReplyPort<Result<T, RoleError>>) -> M,
 ) -> Result<T, RoleError>
 where
@@ -39,12 +42,14 @@ where
     T: Send + 'static,
 {
     let unreachable = |m: String| Err(RoleError::new(role, phase, Cause::Unreachable(m)));
-    match actor.call(build, None).await {
+    match actor.call(build, Some(timeout)).await {
         Ok(CallResult::Success(r)) => r,
         Ok(CallResult::Timeout) => Err(RoleError::new(
             role,
             phase,
-            Cause::Timeout { seconds: None },
+            Cause::Timeout {
+                seconds: Some(timeout.as_secs_f64()),
+            },
         )),
         Ok(CallResult::SenderError) => unreachable("stopped before answering".into()),
         Err(e) => unreachable(e.to_string()),

@@ -1,0 +1,87 @@
+//! The RL loop: runs steps until `run.steps`, reports each step once (with its `restarts`),
+//! checkpoints every `run.checkpoint_every` steps, and supervises the roles: a step whose
+//! role failed is replayed from the newest checkpoint after the roles are rebuilt
+//! (`supervisor.rs`), within the restart budget.
+
+use super::checkpoint::LoopState;
+use super::run_error::RunError;
+use super::setup::Roles;
+use super::start::WallClock;
+use super::supervisor::{self, Budget};
+use super::{progress, rl_step, saving, Ctx};
+use crate::executor::ExecutorPool;
+use crate::monitor::ActorUpdate;
+use crate::recipe::Algorithm;
+use oxalign_rlhf::data::PromptSource;
+use std::path::PathBuf;
+
+/// The name of the per-step restart count in `metrics.jsonl`: restarts since the previous
+/// step's line (0 on a clean step).
+pub const RESTARTS: &str = "restarts";
+
+/// Runs RL steps until `run.steps`, checkpointing every `run.checkpoint_every` steps and at
+/// the end; returns the newest checkpoint folder. `roles` may be rebuilt on the way.
+pub(crate) async fn rl_loop(
+    ctx: &Ctx<'_>,
+    pool: &ExecutorPool,
+    roles: &mut Roles,
+    data: &dyn PromptSource,
+    state: &mut LoopState,
+    clock: WallClock,
+) -> Result<Option<PathBuf>, RunError> {
+    let recipe = ctx.recipe;
+    let mut last_checkpoint = state.checkpoint_dir(ctx.run_dir);
+    let mut checkpoint_step = state.step;
+    let progress = progress::Progress::new(recipe.run.steps, state.step, ctx.quiet);
+    if state.step < recipe.run.steps {
+        progress.line(&rl_step::header());
+    }
+    let mut budget = Budget::new(&recipe.supervision);
+    // Steps up to `reported` have their metrics line; a replay runs them again silently.
+    let mut reported = state.step;
+    let mut restarts = 0u32;
+    while state.step < recipe.run.steps {
+        let step = state.step + 1;
+        ctx.monitor
+            .report(ActorUpdate::working("controller", format!("step {step}")));
+        pool.faults().set_step(step);
+        let row = match rl_step::run_step(ctx, roles, data, state, step).await {
+            Ok(row) => row,
+            Err(e) => {
+                let note = e.to_string();
+                let failure = budget.charge(step, e)?;
+                let moved = state.step > checkpoint_step;
+                let ppo = recipe.rl.algorithm == Algorithm::Ppo;
+                let names = supervisor::to_respawn(&failure, moved, ppo);
+                eprintln!(
+                    "{}",
+                    supervisor::restart_note(step, &note, &names, &last_checkpoint, &budget)
+                );
+                *state =
+                    supervisor::rebuild(ctx, pool, roles, &names, &last_checkpoint, step).await?;
+                restarts += 1;
+                continue;
+            }
+        };
+        state.reward_first.get_or_insert(row.reward_mean);
+        state.reward_last = Some(row.reward_mean);
+        state.step = step;
+        if step > reported {
+            ctx.monitor
+                .report(row.metrics.with(RESTARTS, f64::from(restarts)));
+            progress.line(&row.line);
+            progress.step(row.brief);
+            (reported, restarts) = (step, 0);
+        }
+        let every = recipe.run.checkpoint_every;
+        if (every > 0 && step.is_multiple_of(every)) || step == recipe.run.steps {
+            state.wall_seconds = clock.now();
+            last_checkpoint =
+                saving::save_checkpoint(ctx, &roles.policy, roles.critic.as_ref(), state).await?;
+            checkpoint_step = step;
+        }
+    }
+    pool.faults().set_step(0);
+    progress.finish();
+    Ok(Some(last_checkpoint))
+}

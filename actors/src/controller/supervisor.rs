@@ -1,0 +1,302 @@
+//! Supervision of the roles during RL steps: which failures are retried, the restart budget,
+//! and rebuilding roles from the newest checkpoint.
+//!
+//! A role's panic, error or timeout during an RL step is retried: the failed role is
+//! respawned (never reused: its replicas may be poisoned, its executor hung), the policy and
+//! critic are rewound to the newest checkpoint when they may have moved past it, the loop
+//! state is read back from that checkpoint, and the steps since it are replayed with the same
+//! seeds (a pure function of run seed, step and index), so no rollout is applied twice and
+//! none is lost. Divergence, bad input and the controller's own failures are not retried.
+
+use super::checkpoint::{self, LoopState};
+use super::run_error::{At, RunError};
+use super::saving::{load_critic_optimizer, load_policy_optimizer};
+use super::setup::{self, RoleSources, Roles};
+use super::Ctx;
+use crate::error::{Cause, RoleError};
+use crate::executor::ExecutorPool;
+use crate::monitor::ActorUpdate;
+use crate::placement::DeviceGroup;
+use crate::recipe::SupervisionSection;
+use ractor::ActorRef;
+use std::path::Path;
+use std::time::Duration;
+
+/// How long a killed actor may take to stop.
+const KILL_WAIT: Duration = Duration::from_secs(30);
+
+/// A retried failure: the role and the phase that failed.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    /// `policy`, `reference`, `reward` or `critic`.
+    pub role: String,
+    /// The phase it failed in (`policy_train`, `reward`, ...).
+    pub phase: &'static str,
+}
+
+/// The restart budget: at most `max_restarts` restarts within `restart_window` RL steps.
+pub(crate) struct Budget {
+    max: u32,
+    window: u64,
+    /// The RL step of each restart so far.
+    restarts: Vec<u64>,
+}
+
+impl Budget {
+    /// The budget of `[supervision]`.
+    pub(crate) fn new(s: &SupervisionSection) -> Self {
+        Self {
+            max: s.max_restarts,
+            window: s.restart_window,
+            restarts: Vec::new(),
+        }
+    }
+
+    /// Charges a restart for `e` at RL step `step`. Returns `e` itself when it is not
+    /// retried, and [`RunError::RestartBudget`] when the budget is spent.
+    pub(crate) fn charge(&mut self, step: u64, e: RunError) -> Result<Failure, RunError> {
+        let Some(failure) = retried(&e) else {
+            return Err(e);
+        };
+        let window = self.window;
+        self.restarts.retain(|s| s + window > step);
+        if self.restarts.len() >= self.max as usize {
+            return Err(RunError::RestartBudget {
+                max: self.max,
+                window,
+                source: Box::new(e),
+            });
+        }
+        self.restarts.push(step);
+        Ok(failure)
+    }
+
+    /// Restarts charged within the window ending at the last charged step.
+    pub(crate) fn used(&self) -> usize {
+        self.restarts.len()
+    }
+
+    /// The most restarts the window allows.
+    pub(crate) fn max(&self) -> u32 {
+        self.max
+    }
+}
+
+/// The failed role when `e` is retried: a role's own failure that is neither bad input nor
+/// a divergence.
+fn retried(e: &RunError) -> Option<Failure> {
+    let RunError::Role { source, .. } = e else {
+        return None;
+    };
+    let role_known = ["policy", "reference", "reward", "critic"].contains(&source.role.as_str());
+    let diverged = matches!(*source.cause, Cause::Diverged(_));
+    (role_known && !diverged && !source.is_bad_input()).then(|| Failure {
+        role: source.role.clone(),
+        phase: source.phase,
+    })
+}
+
+/// The roles to respawn after `failure`: the failed one, and the policy and critic when
+/// they may hold updates the checkpoint does not (`moved`: steps completed since it, or the
+/// failure came in the update or refit, after one of them may have updated).
+pub(crate) fn to_respawn(failure: &Failure, moved: bool, ppo: bool) -> Vec<&'static str> {
+    let updating = matches!(failure.phase, "policy_train" | "critic_train" | "refit");
+    let rewind = moved || updating;
+    ["policy", "reference", "reward", "critic"]
+        .into_iter()
+        .filter(|r| *r != "critic" || ppo)
+        .filter(|r| *r == failure.role || (rewind && matches!(*r, "policy" | "critic")))
+        .collect()
+}
+
+/// Respawns `names` from the checkpoint `ckpt` (policy and critic with their optimizer
+/// states; reference and reward from their sources), retiring their executors, and returns
+/// the loop state of `ckpt` to replay from. Each respawn counts one restart in the monitor.
+/// A failure to rebuild stops the run, named at RL step `step`.
+pub(crate) async fn rebuild(
+    ctx: &Ctx<'_>,
+    pool: &ExecutorPool,
+    roles: &mut Roles,
+    names: &[&'static str],
+    ckpt: &Path,
+    step: u64,
+) -> Result<LoopState, RunError> {
+    // No retired thread stays blocked in an injected hang.
+    pool.faults().release_hangs();
+    for name in names {
+        ctx.monitor.report(ActorUpdate::restarting(*name));
+        rebuild_one(ctx, pool, roles, name, ckpt)
+            .await
+            .map_err(|e| match e {
+                RunError::Role { source, .. } => RunError::role(At::Rl(step), source),
+                other => other,
+            })?;
+    }
+    Ok(checkpoint::read_state(ckpt)?)
+}
+
+/// Stops role `name`, retires its executors and spawns it again.
+async fn rebuild_one(
+    ctx: &Ctx<'_>,
+    pool: &ExecutorPool,
+    roles: &mut Roles,
+    name: &'static str,
+    ckpt: &Path,
+) -> Result<(), RunError> {
+    stop(roles, name).await?;
+    let group = DeviceGroup::parse(placement_of(ctx, name)).map_err(|e| {
+        RunError::role(
+            At::Setup,
+            RoleError::new(name, "restart", Cause::BadInput(e.to_string())),
+        )
+    })?;
+    pool.retire(name, &group.specs);
+    respawn(ctx, pool, roles, name, ckpt).await
+}
+
+/// `placement.<name>` of the recipe.
+fn placement_of<'a>(ctx: &Ctx<'a>, name: &str) -> &'a str {
+    let p = &ctx.recipe.placement;
+    match name {
+        "policy" => &p.policy,
+        "reference" => &p.reference,
+        "reward" => &p.reward,
+        _ => &p.critic,
+    }
+}
+
+/// Kills role `name` (ending a hung call) and waits until it is gone.
+async fn stop(roles: &Roles, name: &str) -> Result<(), RunError> {
+    async fn kill<M: ractor::Message>(a: &ActorRef<M>) -> Result<(), String> {
+        a.kill_and_wait(Some(KILL_WAIT))
+            .await
+            .map_err(|e| e.to_string())
+    }
+    let r = match name {
+        "policy" => kill(&roles.policy).await,
+        "reference" => kill(&roles.reference).await,
+        "reward" => kill(&roles.reward).await,
+        _ => match &roles.critic {
+            Some(c) => kill(c).await,
+            None => Ok(()),
+        },
+    };
+    r.map_err(|m| {
+        RunError::role(
+            At::Setup,
+            RoleError::new(name, "restart", Cause::Unreachable(m)),
+        )
+    })
+}
+
+/// Spawns role `name` again into `roles`, from `ckpt` for the policy and critic.
+async fn respawn(
+    ctx: &Ctx<'_>,
+    pool: &ExecutorPool,
+    roles: &mut Roles,
+    name: &str,
+    ckpt: &Path,
+) -> Result<(), RunError> {
+    let (r, m) = (ctx.recipe, ctx.monitor);
+    match name {
+        "policy" => {
+            let dir = ckpt.join("policy");
+            let p = setup::spawn_policy(r, &dir, m, pool).await?;
+            load_policy_optimizer(ctx, &p, dir).await?;
+            roles.policy = p;
+        }
+        "reference" => {
+            let dir = ctx.run_dir.join("reference");
+            roles.reference = setup::spawn_reference(r, &dir, m, pool).await?;
+        }
+        "reward" => roles.reward = setup::spawn_reward(r, m, pool).await?,
+        _ => {
+            let src = RoleSources {
+                reference: ctx.run_dir.join("reference"),
+                critic: Some(ckpt.join("critic")),
+            };
+            let c = setup::spawn_critic(r, &src, m, pool).await?;
+            load_critic_optimizer(ctx, &c, ckpt.join("critic")).await?;
+            roles.critic = Some(c);
+        }
+    }
+    Ok(())
+}
+
+/// The message shown when a step is replayed.
+pub(crate) fn restart_note(
+    step: u64,
+    e: &str,
+    names: &[&str],
+    ckpt: &Path,
+    budget: &Budget,
+) -> String {
+    format!(
+        "warning: {e}\nrestarting {} from {} and replaying up to RL step {step} (restart {} of {} allowed in the window)",
+        names.join(", "),
+        ckpt.display(),
+        budget.used(),
+        budget.max()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(role: &str, phase: &'static str) -> Failure {
+        Failure {
+            role: role.into(),
+            phase,
+        }
+    }
+
+    #[test]
+    fn only_the_failed_role_unless_the_policy_may_have_moved() {
+        assert_eq!(
+            to_respawn(&failure("reward", "reward"), false, true),
+            ["reward"]
+        );
+        assert_eq!(
+            to_respawn(&failure("reward", "reward"), true, true),
+            ["policy", "reward", "critic"]
+        );
+        assert_eq!(
+            to_respawn(&failure("critic", "critic_train"), false, true),
+            ["policy", "critic"]
+        );
+        assert_eq!(
+            to_respawn(&failure("policy", "policy_train"), false, false),
+            ["policy"]
+        );
+    }
+
+    #[test]
+    fn the_budget_counts_restarts_in_a_window_of_steps() {
+        let s = SupervisionSection {
+            call_timeout_s: 1.0,
+            max_restarts: 2,
+            restart_window: 3,
+        };
+        let mut b = Budget::new(&s);
+        let fail = || {
+            RunError::role(
+                At::Rl(1),
+                RoleError::new("reward", "reward", Cause::Injected("error".into())),
+            )
+        };
+        assert!(b.charge(1, fail()).is_ok());
+        assert!(b.charge(2, fail()).is_ok());
+        let spent = b.charge(3, fail()).unwrap_err();
+        assert!(matches!(spent, RunError::RestartBudget { .. }), "{spent}");
+        assert!(b.charge(5, fail()).is_ok(), "steps 1 and 2 left the window");
+        let bad = RunError::role(
+            At::Rl(6),
+            RoleError::new("reward", "reward", Cause::BadInput("no".into())),
+        );
+        assert!(
+            matches!(b.charge(6, bad), Err(RunError::Role { .. })),
+            "not retried"
+        );
+    }
+}
