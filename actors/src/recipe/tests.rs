@@ -105,7 +105,9 @@ fn clip_eps_high_is_a_positive_upper_clip() {
     let r = parse("[rl]\nclip_eps_high = -0.1\n", &[]).unwrap();
     let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();
     assert!(e.contains("rl.clip_eps_high"), "{e}");
+}
 
+#[test]
 fn supervision_and_faults_parse_validate_and_round_trip() {
     let text = "[supervision]\ncall_timeout_s = 5\n\n[[faults]]\nrole = \"critic\"\nphase = \"critic_train\"\nstep = 2\nkind = \"hang\"\n";
     let r = parse(text, &[]).unwrap();
