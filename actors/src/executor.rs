@@ -130,9 +130,6 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// A device, and on the CPU the role that owns the executor.
-type ExecutorKey = (DeviceSpec, Option<String>);
-
 /// All device executors of a process.
 ///
 /// * A GPU has one executor, shared by the roles placed on it (one ordered stream of work
