@@ -62,13 +62,12 @@ impl std::fmt::Display for Family {
 }
 
 impl std::str::FromStr for Family {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        Family::from_model_type(s).ok_or_else(|| {
-            format!(
-                "unknown model family {s:?}; expected one of: {}",
-                Family::supported_model_types().join(", ")
-            )
+    type Err = crate::error::UnknownName;
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        Family::from_model_type(s).ok_or_else(|| crate::error::UnknownName {
+            what: "model family",
+            got: s.to_string(),
+            expected: format!("one of: {}", Family::supported_model_types().join(", ")),
         })
     }
 }

@@ -96,4 +96,28 @@ pub enum ModelError {
 }
 
 /// Result alias for this crate's fallible non-tensor operations.
+/// A name (model family, preset, quantization mode) that is not one of the known ones.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("unknown {what} {got:?}; expected {expected}")]
+pub struct UnknownName {
+    /// What was being named, e.g. `model family`.
+    pub what: &'static str,
+    /// The name given.
+    pub got: String,
+    /// The accepted names, as the message shows them.
+    pub expected: String,
+}
+
+/// A sampling setting out of its range.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{name} must be {expected}, got {value}")]
+pub struct InvalidSampling {
+    /// The setting, e.g. `top_p`.
+    pub name: &'static str,
+    /// Its value.
+    pub value: f32,
+    /// The accepted range, e.g. `in (0, 1]`.
+    pub expected: &'static str,
+}
+
 pub type Result<T, E = ModelError> = std::result::Result<T, E>;

@@ -73,7 +73,7 @@ impl CausalLm {
                     "prompt token {t} is not below vocab_size {vocab}"
                 )));
             }
-            r.sampling.validate().map_err(bad)?;
+            r.sampling.validate().map_err(|e| bad(e.to_string()))?;
         }
         let mut out: Vec<Completion> = requests
             .iter()

@@ -35,12 +35,16 @@ impl std::fmt::Display for Preset {
 }
 
 impl std::str::FromStr for Preset {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::error::UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         Preset::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown model preset {s:?}; expected one of: tiny, small"))
+            .ok_or_else(|| crate::error::UnknownName {
+                what: "model preset",
+                got: s.to_string(),
+                expected: "one of: tiny, small".into(),
+            })
     }
 }
 

@@ -44,15 +44,21 @@ impl SamplingParams {
     }
 
     /// Checks ranges (`temperature >= 0`, `0 < top_p <= 1`, finite values).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), crate::error::InvalidSampling> {
+        use crate::error::InvalidSampling;
         if !self.temperature.is_finite() || self.temperature < 0.0 {
-            return Err(format!(
-                "temperature must be >= 0, got {}",
-                self.temperature
-            ));
+            return Err(InvalidSampling {
+                name: "temperature",
+                value: self.temperature,
+                expected: ">= 0",
+            });
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(format!("top_p must be in (0, 1], got {}", self.top_p));
+            return Err(InvalidSampling {
+                name: "top_p",
+                value: self.top_p,
+                expected: "in (0, 1]",
+            });
         }
         Ok(())
     }

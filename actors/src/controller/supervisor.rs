@@ -167,10 +167,8 @@ fn placement_of<'a>(ctx: &Ctx<'a>, name: &str) -> &'a str {
 
 /// Kills role `name` (ending a hung call) and waits until it is gone.
 async fn stop(roles: &Roles, name: &str) -> Result<(), RunError> {
-    async fn kill<M: ractor::Message>(a: &ActorRef<M>) -> Result<(), String> {
-        a.kill_and_wait(Some(KILL_WAIT))
-            .await
-            .map_err(|e| e.to_string())
+    async fn kill<M: ractor::Message>(a: &ActorRef<M>) -> Result<(), ractor::RactorErr<()>> {
+        a.kill_and_wait(Some(KILL_WAIT)).await
     }
     let r = match name {
         "policy" => kill(&roles.policy).await,
@@ -184,7 +182,7 @@ async fn stop(roles: &Roles, name: &str) -> Result<(), RunError> {
     r.map_err(|m| {
         RunError::role(
             At::Setup,
-            RoleError::new(name, "restart", Cause::Unreachable(m)),
+            RoleError::new(name, "restart", Cause::Unreachable(m.to_string())),
         )
     })
 }

@@ -19,7 +19,7 @@ struct KernelModule {
     /// Module name in candle's per-device cache (must be unique across the process).
     name: &'static str,
     source: &'static str,
-    ptx: OnceLock<std::result::Result<String, String>>,
+    ptx: OnceLock<std::result::Result<String, cudarc::nvrtc::CompileError>>,
 }
 
 impl KernelModule {
@@ -34,14 +34,12 @@ impl KernelModule {
     fn ptx(&self) -> Result<&str> {
         let compiled = self.ptx.get_or_init(|| {
             let src = format!("{COMMON}\n{}", self.source);
-            cudarc::nvrtc::compile_ptx(src)
-                .map(|ptx| ptx.to_src())
-                .map_err(|e| format!("{e:?}"))
+            cudarc::nvrtc::compile_ptx(src).map(|ptx| ptx.to_src())
         });
         match compiled {
             Ok(ptx) => Ok(ptx.as_str()),
             Err(e) => Err(candle_core::Error::Cuda(
-                format!("NVRTC failed to compile kernel module {}: {e}", self.name).into(),
+                format!("NVRTC failed to compile kernel module {}: {e:?}", self.name).into(),
             )),
         }
     }

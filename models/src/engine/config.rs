@@ -19,15 +19,17 @@ pub enum QuantMode {
 }
 
 impl std::str::FromStr for QuantMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::error::UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "none" | "f32" => Ok(QuantMode::None),
             "int8" | "q8" | "q8_0" => Ok(QuantMode::Int8),
             "q4" | "int4" | "q4_0" => Ok(QuantMode::Q4),
-            _ => Err(format!(
-                "unknown quant mode {s:?}; expected none, int8 or q4"
-            )),
+            _ => Err(crate::error::UnknownName {
+                what: "quant mode",
+                got: s.to_string(),
+                expected: "none, int8 or q4".into(),
+            }),
         }
     }
 }

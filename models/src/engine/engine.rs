@@ -298,7 +298,7 @@ impl Engine {
                     "prompt token {t} is not below vocab_size {vocab}"
                 )));
             }
-            req.sampling.validate().map_err(bad)?;
+            req.sampling.validate().map_err(|e| bad(e.to_string()))?;
             if !r.stop_strings.is_empty() && !has_detok {
                 return Err(bad(
                     "stop strings need a detokenizer (generate_with_stops(.., Some(f)))".into(),
