@@ -106,19 +106,6 @@ struct LmHeadGrad<T> {
     grad: Vec<T>,
 }
 
-fn check_targets(targets: &[u32], vocab: usize) -> Result<()> {
-    if let Some((row, &id)) = targets
-        .iter()
-        .enumerate()
-        .find(|(_, &id)| id as usize >= vocab)
-    {
-        candle_core::bail!(
-            "{OP}: target id {id} at flat position {row} is out of range for a vocabulary of {vocab}"
-        );
-    }
-    Ok(())
-}
-
 fn dims_of(l1: &Layout, l2: &Layout) -> Result<HeadDims> {
     let (n, hidden) = l1.shape().dims2()?;
     let (vocab, _) = l2.shape().dims2()?;
@@ -156,7 +143,7 @@ impl CustomOp3 for LmHead {
     ) -> Result<(CpuStorage, Shape)> {
         let targets = contiguous_slice::<u32>(s3, l3, OP, "targets")?;
         let d = dims_of(l1, l2)?;
-        check_targets(targets, d.vocab)?;
+        validate::targets_in_vocab(OP, targets, d.vocab)?;
         let t = self.temperature;
         let out = match (s1, s2) {
             (CpuStorage::F32(_), CpuStorage::F32(_)) => {

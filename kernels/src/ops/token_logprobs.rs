@@ -49,19 +49,6 @@ struct TokenLogprobs;
 /// Backward op: `(logits [rows, V], targets [rows], grad [rows]) -> grad_logits [rows, V]`.
 struct TokenLogprobsGrad;
 
-fn check_targets(targets: &[u32], vocab: usize) -> Result<()> {
-    if let Some((row, &id)) = targets
-        .iter()
-        .enumerate()
-        .find(|(_, &id)| id as usize >= vocab)
-    {
-        candle_core::bail!(
-            "token_logprobs: target id {id} at flat position {row} is out of range for a vocabulary of {vocab}"
-        );
-    }
-    Ok(())
-}
-
 fn fwd_rows<T: Real>(logits: &[T], targets: &[u32], vocab: usize) -> Vec<T> {
     let mut out = vec![T::ZERO; targets.len()];
     let per_task = rows_per_task(vocab);
@@ -120,7 +107,7 @@ impl CustomOp2 for TokenLogprobs {
     ) -> Result<(CpuStorage, Shape)> {
         let vocab = l1.dims().last().copied().unwrap_or(1);
         let targets = contiguous_slice::<u32>(s2, l2, "token_logprobs", "targets")?;
-        check_targets(targets, vocab)?;
+        validate::targets_in_vocab("token_logprobs", targets, vocab)?;
         let out = match s1 {
             CpuStorage::F32(_) => {
                 let z = contiguous_slice::<f32>(s1, l1, "token_logprobs", "logits")?;
@@ -183,7 +170,7 @@ impl CustomOp3 for TokenLogprobsGrad {
     ) -> Result<(CpuStorage, Shape)> {
         let vocab = l1.dims().last().copied().unwrap_or(1);
         let targets = contiguous_slice::<u32>(s2, l2, "token_logprobs backward", "targets")?;
-        check_targets(targets, vocab)?;
+        validate::targets_in_vocab("token_logprobs", targets, vocab)?;
         let out = match (s1, s3) {
             (CpuStorage::F32(_), CpuStorage::F32(_)) => {
                 let z = contiguous_slice::<f32>(s1, l1, "token_logprobs backward", "logits")?;

@@ -52,6 +52,20 @@ pub(crate) fn token_ids(op: &str, arg: &str, t: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// Every id of `targets` must be below `vocab`; the error names the first that is not.
+pub(crate) fn targets_in_vocab(op: &str, targets: &[u32], vocab: usize) -> Result<()> {
+    if let Some((row, &id)) = targets
+        .iter()
+        .enumerate()
+        .find(|(_, &id)| id as usize >= vocab)
+    {
+        candle_core::bail!(
+            "{op}: target id {id} at flat position {row} is out of range for a vocabulary of {vocab}"
+        );
+    }
+    Ok(())
+}
+
 /// The error for a CPU storage dtype a kernel has no implementation for.
 pub(crate) fn unsupported_cpu_dtype<T>(op: &str, s: &CpuStorage) -> Result<T> {
     use candle_core::backend::BackendStorage;
