@@ -152,7 +152,7 @@ fn main() -> Result<()> {
             &shape,
             &hidden,
             Box::new(move |x| {
-                let o = ops::lm_head_logprobs(x, &w1, &t1, 1.0)?;
+                let o = ops::lm_head_logprobs(x, &w1, &t1, ops::TokenDistribution::MODEL)?;
                 o.logprobs + o.entropy
             }),
             Box::new(move |x| {

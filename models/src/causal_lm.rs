@@ -11,7 +11,7 @@ use crate::layers::linear;
 use crate::param_spec::{causal_lm_specs, init_tensors};
 use crate::param_store::ParamStore;
 use candle_core::{DType, Device, Tensor, Var};
-use oxalign_kernels::ops::{lm_head_logprobs, HeadOutputs};
+use oxalign_kernels::ops::{lm_head_logprobs, HeadOutputs, TokenDistribution};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -192,12 +192,13 @@ impl CausalLm {
         attention_mask: Option<&Tensor>,
     ) -> candle_core::Result<Tensor> {
         Ok(self
-            .next_token_outputs(input_ids, attention_mask, 1.0)?
+            .next_token_outputs(input_ids, attention_mask, TokenDistribution::MODEL)?
             .logprobs)
     }
 
     /// Log-prob of each next token and the entropy of each next-token distribution, both
-    /// `[B, T-1]` in nats, under `softmax(logits / temperature)`, from the fused LM head
+    /// `[B, T-1]` in nats, under `dist`: `softmax(logits / T)` over its top-k / top-p kept set
+    /// (the distribution a rollout sampled from; see [`TokenDistribution`]), from the fused LM head
     /// ([`oxalign_kernels::ops::lm_head_logprobs`]): the `[B, T, V]` logits and their
     /// gradient are never materialised. Differentiable in every weight; pad entries are
     /// meaningless (mask them with `attention_mask[:, 1:]`).
@@ -205,7 +206,7 @@ impl CausalLm {
         &self,
         input_ids: &Tensor,
         attention_mask: Option<&Tensor>,
-        temperature: f64,
+        dist: TokenDistribution,
     ) -> candle_core::Result<HeadOutputs> {
         let t = input_ids.dim(1)?;
         if t < 2 {
@@ -220,12 +221,7 @@ impl CausalLm {
             DType::F32 | DType::F64 => self.lm_head.clone(),
             _ => self.lm_head.to_dtype(DType::F32)?,
         };
-        lm_head_logprobs(
-            &hidden.to_dtype(weight.dtype())?,
-            &weight,
-            &targets,
-            temperature,
-        )
+        lm_head_logprobs(&hidden.to_dtype(weight.dtype())?, &weight, &targets, dist)
     }
 
     /// An empty KV cache sized for this model.

@@ -49,8 +49,9 @@ pub enum FinishReason {
 pub struct Completion {
     /// Generated token ids (excluding the prompt; including the stop token, if any).
     pub tokens: Vec<u32>,
-    /// Log-prob in nats of each generated token under the policy at temperature 1 with no
-    /// top-k/top-p truncation (what a trainer recomputes from the same weights).
+    /// Log-prob in nats of each generated token under the distribution it was sampled from
+    /// (`softmax(logits / T)` over the top-k / top-p kept set; `T = 1` for greedy), what a
+    /// trainer recomputes from the same weights under the same `TokenDistribution`.
     pub logprobs: Vec<f32>,
     /// Why generation ended.
     pub finish_reason: FinishReason,

@@ -48,6 +48,7 @@ pub use config::{Family, ModelConfig, RopeScaling};
 pub use error::ModelError;
 pub use generate::{Completion, FinishReason, GenerationRequest};
 pub use kv_cache::KvCache;
+pub use oxalign_kernels::ops::{TokenDistribution, Truncation};
 pub use param_store::ParamStore;
 pub use preset::Preset;
 pub use reward_model::RewardModel;

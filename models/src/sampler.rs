@@ -1,9 +1,9 @@
 //! Token sampling from one row of logits: greedy (temperature 0), temperature, top-k, top-p,
 //! with a seeded RNG per sequence. It also reports the sampled token's log-prob under the
-//! *unmodified* policy (temperature 1, no truncation). One O(V) pass per row, no sort of
-//! the vocabulary. No batching or stopping logic here.
+//! distribution it was drawn from (tempered and truncated, see [`TokenDistribution`]). One
+//! O(V) pass per row, no sort of the vocabulary. No batching or stopping logic here.
 
-use oxalign_kernels::ops::rows;
+use oxalign_kernels::ops::{rows, TokenDistribution};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::cell::RefCell;
@@ -72,8 +72,8 @@ pub struct Sampler {
 }
 
 thread_local! {
-    /// Per-thread `[V]` scratch for the tempered weights of the row being sampled.
-    static WEIGHTS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Per-thread `[V]` scratch: the weights and the tempered logits of the row being sampled.
+    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
 impl Sampler {
@@ -88,110 +88,83 @@ impl Sampler {
         &self.params
     }
 
+    /// The distribution this sampler draws from, the one its log-probs are taken under.
+    pub fn distribution(&self) -> TokenDistribution {
+        let p = &self.params;
+        TokenDistribution::of_sampling(p.temperature as f64, p.top_k, p.top_p as f64)
+    }
+
     /// Picks a token from `logits` (one row, length V) and returns it with its log-prob in
-    /// nats under the temperature-1, untruncated softmax of `logits` (the value a trainer
-    /// recomputes, with the trainer kernel's own arithmetic). Non-finite logits are never
-    /// chosen unless all are.
+    /// nats under the distribution it was drawn from: `softmax(logits / T)` over the
+    /// top-k / top-p kept set ([`TokenDistribution`]), with the trainer kernel's own
+    /// arithmetic, so a trainer scoring the token under [`Sampler::distribution`] gets the
+    /// same value. Greedy decoding reports the model's own (`T = 1`) log-prob. Non-finite
+    /// logits are never chosen unless all are.
     ///
-    /// Cost: O(V) with no allocation and no sort of the vocabulary; top-k selects in O(V)
-    /// and sorts only the k survivors, top-p sorts lazily, only as far as the nucleus
-    /// reaches.
+    /// Cost: O(V) with no allocation; top-k selects in O(V), top-p sorts lazily, only as far
+    /// as the nucleus reaches.
     #[inline]
     pub fn sample(&mut self, logits: &[f32]) -> (u32, f32) {
-        let token = if self.params.temperature == 0.0 {
-            argmax(logits)
-        } else {
-            WEIGHTS.with(|w| {
-                let mut w = w.borrow_mut();
-                w.resize(logits.len(), 0.0);
-                self.sample_stochastic(logits, &mut w)
-            })
-        };
-        (token as u32, rows::token_logprob(logits, token))
+        let max = rows::max(logits);
+        if self.params.temperature == 0.0 || max == f32::NEG_INFINITY {
+            // Greedy, or nothing can be sampled (all NaN or -inf): the first maximum.
+            let token = argmax(logits);
+            return (token as u32, rows::token_logprob(logits, token));
+        }
+        SCRATCH.with(|s| {
+            let (weights, tempered) = &mut *s.borrow_mut();
+            weights.resize(logits.len(), 0.0);
+            self.sample_stochastic(logits, max, weights, tempered)
+        })
     }
 
     #[inline]
-    fn sample_stochastic(&mut self, logits: &[f32], weights: &mut [f32]) -> usize {
-        let max = rows::max(logits);
-        if max == f32::NEG_INFINITY {
-            // All NaN or -inf: nothing can be sampled; fall back to the first maximum.
-            return argmax(logits);
-        }
+    fn sample_stochastic(
+        &mut self,
+        logits: &[f32],
+        max: f32,
+        weights: &mut [f32],
+        tempered: &mut Vec<f32>,
+    ) -> (u32, f32) {
         let inv_t = 1.0 / self.params.temperature;
         let total = rows::tempered_weights(logits, max, inv_t, weights);
-        let (top_k, top_p) = (self.params.top_k, self.params.top_p);
-        let truncated = (top_k > 0 && top_k < logits.len()) || top_p < 1.0;
-        if !truncated {
-            // Inverse CDF in vocabulary order: the same distribution as any other order.
-            let mut u = self.rng.random::<f64>() * total;
-            let mut last = 0;
-            for (i, &w) in weights.iter().enumerate() {
-                if w > 0.0 {
-                    if u < w as f64 {
-                        return i;
-                    }
-                    u -= w as f64;
-                    last = i;
-                }
-            }
-            return last;
+        let cut = self.distribution().truncation;
+        if inv_t == 1.0 && cut.is_off(logits.len()) {
+            let token = self.inverse_cdf(weights, total, |_| true);
+            return (token as u32, rows::token_logprob(logits, token));
         }
-        let kept = truncate(logits, weights, total, top_k, top_p);
-        let kept_total: f64 = kept.iter().map(|&i| weights[i] as f64).sum();
-        let mut u = self.rng.random::<f64>() * kept_total;
-        for &i in &kept {
-            let w = weights[i] as f64;
-            if u < w {
-                return i;
-            }
-            u -= w;
-        }
-        kept[kept.len() - 1]
+        tempered.clear();
+        tempered.extend(logits.iter().map(|&x| x * inv_t));
+        let tau = rows::kept_threshold(tempered, cut);
+        let token = if tau == f32::NEG_INFINITY {
+            self.inverse_cdf(weights, total, |_| true)
+        } else {
+            let kept = |i: usize| tempered[i] >= tau;
+            let kept_total: f64 = (0..logits.len())
+                .filter(|&i| kept(i))
+                .map(|i| weights[i] as f64)
+                .sum();
+            self.inverse_cdf(weights, kept_total, kept)
+        };
+        (token as u32, rows::kept_logprob(tempered, tau, token))
     }
-}
 
-/// The tokens that survive top-k (ties with the k-th logit kept) and then top-p (the
-/// smallest most-likely prefix whose probability, renormalised after top-k, reaches
-/// `top_p`), in descending logit order (lower id first on ties).
-fn truncate(logits: &[f32], weights: &[f32], total: f64, top_k: usize, top_p: f32) -> Vec<usize> {
-    let desc = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
-    let mut cand: Vec<usize> = (0..logits.len()).filter(|&i| weights[i] > 0.0).collect();
-    if cand.is_empty() {
-        return vec![argmax(logits)];
-    }
-    let mut mass = total;
-    if top_k > 0 && top_k < cand.len() {
-        cand.select_nth_unstable_by(top_k - 1, desc);
-        let kth = logits[cand[top_k - 1]];
-        cand.retain(|&i| logits[i] >= kth);
-        mass = cand.iter().map(|&i| weights[i] as f64).sum();
-    }
-    if top_p >= 1.0 {
-        cand.sort_unstable_by(desc);
-        return cand;
-    }
-    // Nucleus: sort lazily in growing chunks until the kept mass reaches top_p.
-    let target = top_p as f64 * mass;
-    let (mut sorted, mut cum, mut chunk) = (0, 0.0f64, 64usize);
-    loop {
-        let end = (sorted + chunk).min(cand.len());
-        let rest = &mut cand[sorted..];
-        if end - sorted < rest.len() {
-            rest.select_nth_unstable_by(end - sorted - 1, desc);
-        }
-        rest[..end - sorted].sort_unstable_by(desc);
-        for n in sorted..end {
-            cum += weights[cand[n]] as f64;
-            if cum >= target {
-                cand.truncate(n + 1);
-                return cand;
+    /// Draws an index with probability `weights[i] / total` among the `kept` ones (`total`
+    /// is their sum), walking in vocabulary order.
+    #[inline]
+    fn inverse_cdf(&mut self, weights: &[f32], total: f64, kept: impl Fn(usize) -> bool) -> usize {
+        let mut u = self.rng.random::<f64>() * total;
+        let mut last = 0;
+        for (i, &w) in weights.iter().enumerate() {
+            if w > 0.0 && kept(i) {
+                if u < w as f64 {
+                    return i;
+                }
+                u -= w as f64;
+                last = i;
             }
         }
-        if end == cand.len() {
-            return cand;
-        }
-        sorted = end;
-        chunk *= 4;
+        last
     }
 }
 
@@ -204,4 +177,76 @@ pub fn argmax(logits: &[f32]) -> usize {
         return 0;
     }
     logits.iter().position(|&v| v == max).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// Draws `n` tokens and returns, per token, (how often it came, its reported log-prob).
+    fn draw(params: SamplingParams, logits: &[f32], n: usize) -> BTreeMap<u32, (usize, f32)> {
+        let mut s = Sampler::new(params);
+        let mut seen = BTreeMap::new();
+        for _ in 0..n {
+            let (t, lp) = s.sample(logits);
+            let e = seen.entry(t).or_insert((0, lp));
+            e.0 += 1;
+            assert_eq!(e.1, lp, "one log-prob per token");
+        }
+        seen
+    }
+
+    /// The reported log-prob is the log of the probability the token is drawn with: the
+    /// frequencies match it and the kept tokens' probabilities sum to 1.
+    #[test]
+    fn log_probs_are_those_of_the_distribution_sampled() {
+        let logits: Vec<f32> = (0..50)
+            .map(|i| ((i * 37 % 11) as f32) * 0.4 - 1.0)
+            .collect();
+        for (t, k, p) in [
+            (0.7f32, 20, 1.0f32),
+            (0.7, 0, 0.8),
+            (1.3, 5, 0.9),
+            (0.5, 0, 1.0),
+        ] {
+            let params = SamplingParams {
+                temperature: t,
+                top_k: k,
+                top_p: p,
+                seed: 3,
+            };
+            let n = 40_000;
+            let seen = draw(params, &logits, n);
+            let mass: f64 = seen.values().map(|&(_, lp)| (lp as f64).exp()).sum();
+            assert!(
+                (mass - 1.0).abs() < 1e-4,
+                "t {t} k {k} p {p}: kept mass {mass}"
+            );
+            for (tok, &(count, lp)) in &seen {
+                let (freq, prob) = (count as f64 / n as f64, (lp as f64).exp());
+                let se = (prob * (1.0 - prob) / n as f64).sqrt();
+                assert!(
+                    (freq - prob).abs() < 5.0 * se + 1e-3,
+                    "t {t} k {k} p {p} token {tok}: freq {freq} vs p {prob}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn top_k_log_probs_renormalise_over_the_k_kept() {
+        let logits = [0.0f32, 3.0, 1.0, 2.9, -1.0];
+        let params = SamplingParams {
+            temperature: 0.7,
+            top_k: 2,
+            top_p: 1.0,
+            seed: 1,
+        };
+        let seen = draw(params, &logits, 500);
+        assert_eq!(seen.keys().copied().collect::<Vec<_>>(), vec![1, 3]);
+        let (z1, z3) = (3.0f64 / 0.7, 2.9f64 / 0.7);
+        let lse = (z1.exp() + z3.exp()).ln();
+        assert!((seen[&1].1 as f64 - (z1 - lse)).abs() < 1e-5);
+    }
 }

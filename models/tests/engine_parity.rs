@@ -8,7 +8,9 @@ mod common;
 use candle_core::{Device, Tensor, D};
 use common::{batch1, ids, tiny};
 use oxalign_models::engine::{Engine, EngineConfig, EngineRequest};
-use oxalign_models::{CausalLm, Family, FinishReason, GenerationRequest, SamplingParams};
+use oxalign_models::{
+    CausalLm, Family, FinishReason, GenerationRequest, Sampler, SamplingParams, TokenDistribution,
+};
 
 fn engine_config() -> EngineConfig {
     // Small blocks and a small token budget: several blocks per sequence, chunked prefill.
@@ -29,7 +31,7 @@ fn requests(greedy: bool) -> Vec<GenerationRequest> {
                 SamplingParams::greedy()
             } else {
                 SamplingParams {
-                    temperature: 1.0,
+                    temperature: if i < 3 { 0.7 } else { 1.0 },
                     top_k: if i % 2 == 0 { 0 } else { 20 },
                     top_p: if i == 3 { 0.9 } else { 1.0 },
                     seed: 100 + i,
@@ -40,13 +42,19 @@ fn requests(greedy: bool) -> Vec<GenerationRequest> {
         .collect()
 }
 
-/// Trainer-forward log-probs of `completion` after `prompt`.
-fn trainer_logprobs(m: &CausalLm, prompt: &[u32], completion: &[u32]) -> Vec<f32> {
+/// Trainer-forward log-probs of `completion` after `prompt`, under `dist`.
+fn trainer_logprobs(
+    m: &CausalLm,
+    prompt: &[u32],
+    completion: &[u32],
+    dist: TokenDistribution,
+) -> Vec<f32> {
     let mut all = prompt.to_vec();
     all.extend_from_slice(completion);
     let lp = m
-        .next_token_logprobs(&batch1(&all), None)
+        .next_token_outputs(&batch1(&all), None, dist)
         .unwrap()
+        .logprobs
         .squeeze(0)
         .unwrap()
         .to_vec1::<f32>()
@@ -64,7 +72,9 @@ fn engine_logprobs_equal_trainer_forward() {
             let out = engine.generate(&reqs).unwrap();
             for (r, c) in reqs.iter().zip(&out) {
                 assert_eq!(c.tokens.len(), 9);
-                let want = trainer_logprobs(&m, &r.prompt, &c.tokens);
+                // Under the distribution sampled (T = 0.7, top-k 20, top-p 0.9 among them).
+                let dist = Sampler::new(r.sampling.clone()).distribution();
+                let want = trainer_logprobs(&m, &r.prompt, &c.tokens, dist);
                 for (a, b) in c.logprobs.iter().zip(&want) {
                     assert!(
                         (a - b).abs() <= 1e-5,
@@ -230,4 +240,35 @@ fn batched_scoring_equals_trainer_for_mixed_lengths_and_frees_the_pool() {
         0,
         "scoring must release its blocks"
     );
+}
+
+/// Scoring under the rollouts' distribution (tempered, truncated; a scored token outside the
+/// kept set widens it) equals the trainer's fused head under the same distribution.
+#[test]
+fn scoring_under_a_truncated_distribution_equals_trainer() {
+    let m = CausalLm::init_random(&tiny(Family::Llama), 77, &Device::Cpu).unwrap();
+    let mut engine = Engine::from_model(&m, engine_config()).unwrap();
+    let seqs: Vec<Vec<u32>> = (0..3).map(|i| ids(300 + i, 11, 64)).collect();
+    for dist in [
+        TokenDistribution::of_sampling(0.7, 20, 1.0),
+        TokenDistribution::of_sampling(0.7, 0, 1.0),
+        TokenDistribution::of_sampling(1.2, 5, 0.8),
+    ] {
+        let got = engine.score_under(&seqs, dist).unwrap();
+        for (seq, lp) in seqs.iter().zip(&got) {
+            let want = trainer_logprobs(&m, &seq[..1], &seq[1..], dist);
+            for (a, b) in lp.iter().zip(&want) {
+                assert!(
+                    a.is_finite() && (a - b).abs() <= 1e-5,
+                    "{dist:?}: {a} vs {b}"
+                );
+            }
+        }
+        // Random tokens are mostly outside a top-5 set: their log-probs differ from T = 1's.
+        let plain = engine.score(&seqs).unwrap();
+        assert!(got[0]
+            .iter()
+            .zip(&plain[0])
+            .any(|(a, b)| (a - b).abs() > 1e-3));
+    }
 }

@@ -73,7 +73,8 @@ pub struct Sample {
     pub prompt: Vec<u32>,
     /// Generated token ids (with the stop token, if any).
     pub response: Vec<u32>,
-    /// The engine's log-prob of each response token (nats, temperature 1, no truncation).
+    /// The engine's log-prob of each response token (nats) under the distribution sampled
+    /// (the request's temperature, top-k and top-p).
     pub logprobs: Vec<f32>,
     /// Why generation ended.
     pub finish: Finish,

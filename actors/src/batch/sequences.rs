@@ -5,6 +5,7 @@
 use super::TokenArray;
 use crate::error::Cause;
 use oxalign_models::engine::Engine;
+use oxalign_models::TokenDistribution;
 use oxalign_rlhf::trainer::TokenBatch;
 use oxalign_rlhf::RlhfError;
 use std::ops::Range;
@@ -61,7 +62,7 @@ impl Sequences {
         self.batch(device)?.select_rows(&rows)
     }
 
-    /// Next-token log-probs `[rows, T-1]` of rows `range`, scored by `engine` (batched
+    /// Next-token log-probs `[rows, T-1]` of rows `range` under `dist`, scored by `engine` (batched
     /// prefill forwards, no `[B, T, V]` logits), laid out like the trainer's
     /// `next_token_logprobs` of [`Sequences::batch_rows`]: `T` is the whole batch's longest
     /// sequence, row `b` holds its `len_b - 1` values first and zeros after (padding).
@@ -69,13 +70,14 @@ impl Sequences {
         &self,
         engine: &mut Engine,
         range: Range<usize>,
+        dist: TokenDistribution,
     ) -> Result<TokenArray, Cause> {
         let t = self.padded_len();
         let seqs: Vec<Vec<u32>> = self.pairs[range]
             .iter()
             .map(|(p, r)| p.iter().chain(r).copied().collect())
             .collect();
-        let scores = engine.score(&seqs)?;
+        let scores = engine.score_under(&seqs, dist)?;
         let mut out = TokenArray::zeros(seqs.len(), t - 1);
         for (i, lp) in scores.iter().enumerate() {
             out.row_mut(i)[..lp.len()].copy_from_slice(lp);

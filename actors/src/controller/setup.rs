@@ -189,6 +189,7 @@ pub async fn spawn_policy(
         trainer.max_sft_loss = recipe.guard.max_sft_loss;
         trainer.max_policy_loss = recipe.guard.max_policy_loss;
         trainer.max_update_kl = recipe.guard.max_update_kl;
+        trainer.rollout_distribution = recipe.rl.rollout_distribution();
         let replica = PolicyReplica::new(
             trainer,
             engine_config(recipe),
@@ -256,6 +257,7 @@ pub(crate) async fn spawn_reference(
         ReferenceState::new(
             Replicas::new("reference", rg.specs.clone(), refs, pool.clone()),
             monitor.clone(),
+            recipe.rl.rollout_distribution(),
         ),
     )
     .await

@@ -288,7 +288,9 @@ pub struct RlSection {
     pub tis_cap: Option<f64>,
     /// Maximum new tokens per response. Default `16`.
     pub max_new_tokens: usize,
-    /// Sampling temperature for rollouts. Default `1.0`.
+    /// Sampling temperature for rollouts. Log-probs (π_old, π_θ, reference, entropy) are
+    /// taken under the distribution sampled: `softmax(logits / temperature)` over the top-k /
+    /// top-p kept set (see `RlSection::rollout_distribution`). Default `1.0`.
     pub temperature: f64,
     /// Nucleus sampling p. Default `1.0`.
     pub top_p: f64,
@@ -297,6 +299,15 @@ pub struct RlSection {
     /// How many policy versions a rollout batch may lag the trainer. Only `0` (on-policy) is
     /// implemented; other values are refused by validation. Default `0`.
     pub max_staleness: u64,
+}
+
+impl RlSection {
+    /// The distribution rollouts are sampled from, the one every policy and reference
+    /// log-prob of the step is taken under: `softmax(logits / temperature)` over the top-k /
+    /// top-p kept set (the model's own distribution for greedy decoding).
+    pub fn rollout_distribution(&self) -> oxalign_models::TokenDistribution {
+        oxalign_models::TokenDistribution::of_sampling(self.temperature, self.top_k, self.top_p)
+    }
 }
 
 impl Default for RlSection {

@@ -9,13 +9,15 @@ use crate::error::RoleError;
 use crate::monitor::MonitorHandle;
 use crate::replicas::{shard_ranges, Replicas};
 use oxalign_models::engine::Engine;
+use oxalign_models::TokenDistribution;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::sync::Arc;
 use std::time::Instant;
 
 /// Messages the reference understands.
 pub enum ReferenceMsg {
-    /// Next-token log-probs `[B, T-1]` of `seqs` under the frozen model.
+    /// Next-token log-probs `[B, T-1]` of `seqs` under the frozen model and the rollouts'
+    /// distribution.
     Logprobs {
         /// The sequences.
         seqs: Sequences,
@@ -31,12 +33,22 @@ pub struct Reference;
 pub struct ReferenceState {
     replicas: Replicas<Engine>,
     monitor: MonitorHandle,
+    dist: TokenDistribution,
 }
 
 impl ReferenceState {
-    /// State over built replicas.
-    pub fn new(replicas: Replicas<Engine>, monitor: MonitorHandle) -> Self {
-        Self { replicas, monitor }
+    /// State over built replicas, scoring under `dist` (the rollouts' distribution, so the
+    /// KL compares like with like and is exactly 0 before the policy moves).
+    pub fn new(
+        replicas: Replicas<Engine>,
+        monitor: MonitorHandle,
+        dist: TokenDistribution,
+    ) -> Self {
+        Self {
+            replicas,
+            monitor,
+            dist,
+        }
     }
 }
 
@@ -64,6 +76,7 @@ impl Actor for Reference {
         let busy = Busy::start(&st.monitor, "reference", "reference_logprobs".into());
         let n = seqs.len();
         let seqs = Arc::new(seqs);
+        let dist = st.dist;
         let r = st
             .replicas
             .each("reference_logprobs", move |ctx, m| {
@@ -71,7 +84,7 @@ impl Actor for Reference {
                 if range.is_empty() {
                     return Ok(None);
                 }
-                seqs.engine_logprobs(m, range).map(Some)
+                seqs.engine_logprobs(m, range, dist).map(Some)
             })
             .await
             .and_then(|parts| concat_rows("reference", "reference_logprobs", parts));

@@ -4,11 +4,16 @@
 //! log-prob and entropy that RL losses need). The backward pass recomputes logits block by
 //! block. CPU kernels in `lm_head_cpu.rs`; on other devices the same math is composed from
 //! candle ops (which does build the logits). No masking here: callers weight the results.
+//!
+//! The distribution is `softmax(logits / T)` over a kept set (`truncation.rs`), the one the
+//! rollout sampled from: with top-k / top-p the CPU kernel builds one block of whole rows at a
+//! time to find each row's kept set.
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
 use super::cpu_math::{contiguous_slice, Real};
-use super::lm_head_cpu::{self, BackwardRows, HeadDims};
+use super::lm_head_cpu::{self, BackwardRows, HeadDims, COLS};
+use super::truncation::{TokenDistribution, Truncation};
 use super::validate;
 
 const OP: &str = "lm_head_logprobs";
@@ -18,32 +23,40 @@ const OP: &str = "lm_head_logprobs";
 pub struct HeadOutputs {
     /// `log p(target)` in nats.
     pub logprobs: Tensor,
-    /// Entropy of the whole next-token distribution, in nats.
+    /// Entropy of the next-token distribution (over its kept set), in nats.
     pub entropy: Tensor,
 }
 
 /// Log-prob of each target token and the entropy of each row's distribution under
-/// `softmax(hidden · weightᵀ / temperature)`, without materialising the logits.
+/// `softmax(hidden · weightᵀ / T)` restricted to `dist`'s kept set (widened to reach the
+/// target when it fell outside), without materialising the logits.
 ///
 /// * `hidden`: `[..., H]` f32 (f64 on CPU too), e.g. `[B, T, H]` final-normed states.
 /// * `weight`: `[V, H]`, the LM head (same dtype and device).
 /// * `targets`: the leading dims of `hidden`, u32 ids in `0..V` (no gradient).
-/// * `temperature`: > 0; 1 is the model's own distribution.
+/// * `dist`: temperature > 0 and truncation; [`TokenDistribution::MODEL`] is the model's own
+///   distribution.
 ///
-/// Both outputs are differentiable in `hidden` and `weight`. Equal (to float rounding) to
-/// `token_logprobs(linear(hidden, weight) / T, targets)` and `entropy(...)` of the same logits.
+/// Both outputs are differentiable in `hidden` and `weight` (the kept set held fixed).
+/// Untruncated, they equal (to float rounding) `token_logprobs(linear(hidden, weight) / T,
+/// targets)` and `entropy(...)` of the same logits.
 pub fn lm_head_logprobs(
     hidden: &Tensor,
     weight: &Tensor,
     targets: &Tensor,
-    temperature: f64,
+    dist: TokenDistribution,
 ) -> Result<HeadOutputs> {
+    let temperature = dist.temperature;
     validate::float_dtype(OP, "hidden", hidden)?;
     validate::same_dtype(OP, "hidden", hidden, "weight", weight)?;
     validate::same_device(OP, hidden, "weight", weight)?;
     validate::same_device(OP, hidden, "targets", targets)?;
     if !(temperature.is_finite() && temperature > 0.0) {
         candle_core::bail!("{OP}: `temperature` must be a finite number > 0, got {temperature}");
+    }
+    let top_p = dist.truncation.top_p;
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        candle_core::bail!("{OP}: `top_p` must be in (0, 1], got {top_p}");
     }
     let dims = hidden.dims();
     let Some((&h, lead)) = dims.split_last() else {
@@ -67,14 +80,9 @@ pub fn lm_head_logprobs(
     let out = if hidden.device().is_cpu() {
         let hf = hidden.reshape((n, h))?.contiguous()?;
         let tf = targets.reshape(n)?.contiguous()?;
-        hf.apply_op3(&weight.contiguous()?, &tf, LmHead { temperature })?
+        hf.apply_op3(&weight.contiguous()?, &tf, LmHead { dist })?
     } else {
-        composed(
-            &hidden.reshape((n, h))?,
-            weight,
-            &targets.reshape(n)?,
-            temperature,
-        )?
+        composed(&hidden.reshape((n, h))?, weight, &targets.reshape(n)?, dist)?
     };
     Ok(HeadOutputs {
         logprobs: out.narrow(1, 0, 1)?.reshape(lead)?,
@@ -83,19 +91,43 @@ pub fn lm_head_logprobs(
 }
 
 /// The same `[N, 2]` (log-prob, entropy) from composed candle ops, for devices without a
-/// fused kernel.
-fn composed(hidden: &Tensor, weight: &Tensor, targets: &Tensor, t: f64) -> Result<Tensor> {
-    let logits = (hidden.matmul(&weight.t()?)? / t)?;
+/// fused kernel. A truncation finds each row's kept set on the host and pushes the other
+/// logits to a large negative value (their probability underflows to exactly 0).
+fn composed(
+    hidden: &Tensor,
+    weight: &Tensor,
+    targets: &Tensor,
+    dist: TokenDistribution,
+) -> Result<Tensor> {
+    let mut logits = (hidden.matmul(&weight.t()?)? / dist.temperature)?;
+    if !dist.truncation.is_off(weight.dim(0)?) {
+        let keep = kept_mask(&logits, targets, dist.truncation)?;
+        let floor =
+            Tensor::full(-1e30f32, logits.shape(), logits.device())?.to_dtype(logits.dtype())?;
+        logits = keep.where_cond(&logits, &floor)?;
+    }
     let lp = super::token_logprobs(&logits, targets)?;
     let ent = super::entropy(&logits)?;
     Tensor::stack(&[lp, ent], 1)
 }
 
-/// Forward op: `(hidden [N, H], weight [V, H], targets [N]) -> [N, 3]`, columns
-/// (log-prob, entropy, logsumexp). The third column is kept for the backward pass and is not
-/// differentiable.
+/// `[N, V]` u8, 1 where a tempered logit is in its row's kept set (widened to the target).
+fn kept_mask(logits: &Tensor, targets: &Tensor, cut: Truncation) -> Result<Tensor> {
+    let z: Vec<Vec<f32>> = logits.detach().to_dtype(DType::F32)?.to_vec2()?;
+    let y: Vec<u32> = targets.to_vec1()?;
+    let mut mask = Vec::with_capacity(z.len() * z.first().map_or(0, Vec::len));
+    for (row, &t) in z.iter().zip(&y) {
+        let tau = super::rows::kept_threshold(row, cut).min(row[t as usize]);
+        mask.extend(row.iter().map(|&x| u8::from(x >= tau)));
+    }
+    Tensor::from_vec(mask, logits.shape(), logits.device())
+}
+
+/// Forward op: `(hidden [N, H], weight [V, H], targets [N]) -> [N, 4]`, columns
+/// (log-prob, entropy, logsumexp, kept threshold). The last two are kept for the backward
+/// pass and are not differentiable.
 struct LmHead {
-    temperature: f64,
+    dist: TokenDistribution,
 }
 
 /// Backward op: `(hidden, weight, targets) -> [N·H + V·H]`, the gradients of hidden and
@@ -118,13 +150,20 @@ fn fwd_typed<T: Real + 'static>(
     s2: &CpuStorage,
     l2: &Layout,
     targets: &[u32],
-    temperature: f64,
+    dist: TokenDistribution,
 ) -> Result<Vec<T>> {
     let d = dims_of(l1, l2)?;
     let h = contiguous_slice::<T>(s1, l1, OP, "hidden")?;
     let w = contiguous_slice::<T>(s2, l2, OP, "weight")?;
-    let scale = T::from_f64(1.0 / temperature);
-    Ok(lm_head_cpu::forward(h, w, targets, d, scale))
+    let scale = T::from_f64(1.0 / dist.temperature);
+    Ok(lm_head_cpu::forward(
+        h,
+        w,
+        targets,
+        d,
+        scale,
+        dist.truncation,
+    ))
 }
 
 impl CustomOp3 for LmHead {
@@ -144,7 +183,7 @@ impl CustomOp3 for LmHead {
         let targets = contiguous_slice::<u32>(s3, l3, OP, "targets")?;
         let d = dims_of(l1, l2)?;
         validate::targets_in_vocab(OP, targets, d.vocab)?;
-        let t = self.temperature;
+        let t = self.dist;
         let out = match (s1, s2) {
             (CpuStorage::F32(_), CpuStorage::F32(_)) => {
                 CpuStorage::F32(fwd_typed::<f32>(s1, l1, s2, l2, targets, t)?)
@@ -154,7 +193,7 @@ impl CustomOp3 for LmHead {
             }
             (a, _) => validate::unsupported_cpu_dtype(OP, a)?,
         };
-        Ok((out, Shape::from((d.n, 3))))
+        Ok((out, Shape::from((d.n, COLS))))
     }
 
     fn bwd(
@@ -170,7 +209,7 @@ impl CustomOp3 for LmHead {
         let flat = match hidden.dtype() {
             DType::F64 => {
                 let op = LmHeadGrad::<f64> {
-                    temperature: self.temperature,
+                    temperature: self.dist.temperature,
                     res: res.flatten_all()?.to_vec1()?,
                     grad: grad_res.flatten_all()?.to_vec1()?,
                 };
@@ -178,7 +217,7 @@ impl CustomOp3 for LmHead {
             }
             _ => {
                 let op = LmHeadGrad::<f32> {
-                    temperature: self.temperature,
+                    temperature: self.dist.temperature,
                     res: res.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?,
                     grad: grad_res.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?,
                 };

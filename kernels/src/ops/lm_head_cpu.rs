@@ -3,6 +3,8 @@
 //!
 //! * Forward: rayon over blocks of rows; per block, the vocabulary is swept in chunks with an
 //!   online log-sum-exp (running max, sum of exponentials and their logit-weighted sum).
+//!   Under a top-k / top-p truncation a block's rows are built whole instead, since the kept
+//!   set depends on the whole row (`truncation.rs`).
 //! * Backward: the logits of each (row block, vocabulary chunk) are recomputed, turned into
 //!   `dz` in place, and multiplied into the gradients of `h` and `W`. Rayon runs over
 //!   vocabulary chunks, so each task owns its rows of `dW`; `dh` is summed over tasks.
@@ -14,6 +16,7 @@ use rayon::prelude::*;
 
 use super::cpu_math::{row_exp_sums, row_max, Real};
 use super::head_gemm::{gemm_rm, MatRef};
+use super::truncation::{kept_threshold, Truncation};
 
 /// Rows per forward task and per backward row block.
 const ROW_BLOCK: usize = 128;
@@ -75,19 +78,32 @@ impl<T: Real> RowStats<T> {
     }
 }
 
-/// Forward: `[n, 3]` rows of `(log p(target), entropy, logsumexp)` of `softmax(scale · h Wᵀ)`.
+/// Columns of the forward output: log-prob, entropy, logsumexp, kept threshold.
+pub(crate) const COLS: usize = 4;
+
+/// Forward: `[n, 4]` rows of `(log p(target), entropy, logsumexp, τ)` of `softmax(scale · h
+/// Wᵀ)` restricted to the tempered logits `≥ τ` (see `truncation.rs`; `τ = -inf` when `cut`
+/// keeps everything).
 pub(crate) fn forward<T: Real + 'static>(
     h: &[T],
     w: &[T],
     targets: &[u32],
     d: HeadDims,
     scale: T,
+    cut: Truncation,
 ) -> Vec<T> {
-    let mut out = vec![T::ZERO; d.n * 3];
-    out.par_chunks_mut(ROW_BLOCK * 3)
+    let mut out = vec![T::ZERO; d.n * COLS];
+    let truncated = !cut.is_off(d.vocab);
+    out.par_chunks_mut(ROW_BLOCK * COLS)
         .zip(h.par_chunks(ROW_BLOCK * d.hidden))
         .zip(targets.par_chunks(ROW_BLOCK))
-        .for_each(|((out, hb), tb)| forward_block(out, hb, tb, w, d, scale));
+        .for_each(|((out, hb), tb)| {
+            if truncated {
+                forward_block_truncated(out, hb, tb, w, d, scale, cut)
+            } else {
+                forward_block(out, hb, tb, w, d, scale)
+            }
+        });
     out
 }
 
@@ -116,11 +132,46 @@ fn forward_block<T: Real + 'static>(
             }
         }
     }
-    for (r, o) in out.chunks_mut(3).enumerate() {
+    for (r, o) in out.chunks_mut(COLS).enumerate() {
         let (lse, ent) = stats[r].finish();
         o[0] = target_logit[r] - lse;
         o[1] = ent;
         o[2] = lse;
+        o[3] = T::NEG_INFINITY;
+    }
+}
+
+/// [`forward_block`] under a truncation: each row's logits are built whole (`ROW_BLOCK × V`
+/// floats at once), its kept threshold is found, lowered to the target's logit when the
+/// target fell below it, and only kept logits enter the softmax.
+fn forward_block_truncated<T: Real + 'static>(
+    out: &mut [T],
+    hb: &[T],
+    targets: &[u32],
+    w: &[T],
+    d: HeadDims,
+    scale: T,
+    cut: Truncation,
+) {
+    let rows = targets.len();
+    let mut z = vec![T::ZERO; rows * d.vocab];
+    let lhs = MatRef::row_major(hb, rows, d.hidden);
+    let wm = MatRef::row_major(w, d.vocab, d.hidden);
+    gemm_rm(&mut z, lhs, wm.t(), scale, false, T::ONE);
+    let mut kept = Vec::with_capacity(d.vocab);
+    for ((row, o), &y) in z.chunks(d.vocab).zip(out.chunks_mut(COLS)).zip(targets) {
+        let zy = row[y as usize];
+        let tau = kept_threshold(row, cut);
+        let tau = if zy < tau { zy } else { tau };
+        kept.clear();
+        kept.extend(row.iter().copied().filter(|&x| x >= tau));
+        let mut stats = RowStats::<T>::new();
+        stats.absorb(&kept);
+        let (lse, ent) = stats.finish();
+        o[0] = zy - lse;
+        o[1] = ent;
+        o[2] = lse;
+        o[3] = tau;
     }
 }
 
@@ -130,9 +181,11 @@ pub(crate) struct BackwardRows<T> {
     pub index: Vec<usize>,
     /// Their hidden states, row-major `[rows, hidden]`.
     pub hidden: Vec<T>,
-    /// Target id, logsumexp, entropy, d loss / d logprob, d loss / d entropy per row.
+    /// Target id, logsumexp, kept threshold, entropy, d loss / d logprob, d loss / d entropy
+    /// per row.
     pub target: Vec<u32>,
     pub lse: Vec<T>,
+    pub tau: Vec<T>,
     pub entropy: Vec<T>,
     pub g_logprob: Vec<T>,
     pub g_entropy: Vec<T>,
@@ -140,18 +193,19 @@ pub(crate) struct BackwardRows<T> {
 
 impl<T: Real> BackwardRows<T> {
     /// Keeps the rows whose upstream gradients are not both zero. `res` and `grad` are the
-    /// forward output and its gradient, `[n, 3]` each.
+    /// forward output and its gradient, `[n, COLS]` each.
     pub fn select(h: &[T], targets: &[u32], res: &[T], grad: &[T], hidden: usize) -> Self {
         let mut rows = Self {
             index: Vec::new(),
             hidden: Vec::new(),
             target: Vec::new(),
             lse: Vec::new(),
+            tau: Vec::new(),
             entropy: Vec::new(),
             g_logprob: Vec::new(),
             g_entropy: Vec::new(),
         };
-        for (i, (r, g)) in res.chunks(3).zip(grad.chunks(3)).enumerate() {
+        for (i, (r, g)) in res.chunks(COLS).zip(grad.chunks(COLS)).enumerate() {
             if g[0] == T::ZERO && g[1] == T::ZERO {
                 continue;
             }
@@ -160,6 +214,7 @@ impl<T: Real> BackwardRows<T> {
                 .extend_from_slice(&h[i * hidden..(i + 1) * hidden]);
             rows.target.push(targets[i]);
             rows.lse.push(r[2]);
+            rows.tau.push(r[3]);
             rows.entropy.push(r[1]);
             rows.g_logprob.push(g[0]);
             rows.g_entropy.push(g[1]);
@@ -267,12 +322,18 @@ fn backward_chunk<T: Real + 'static>(
 }
 
 /// Overwrites one row's logits `z` (vocabulary `c0..`) with `∂loss/∂z`:
-/// `g_lp (1[y] − p) − g_ent · p (log p + H)`, with `log p = z − lse`.
+/// `g_lp (1[y] − p) − g_ent · p (log p + H)`, with `log p = z − lse`, and 0 for logits below
+/// the kept threshold (the kept set is held fixed: the gradient almost everywhere).
 #[inline]
 fn logits_to_grad<T: Real>(z: &mut [T], rows: &BackwardRows<T>, i: usize, c0: usize) {
-    let (lse, ent) = (rows.lse[i], rows.entropy[i]);
+    let (lse, ent, tau) = (rows.lse[i], rows.entropy[i], rows.tau[i]);
     let (g_lp, g_ent) = (rows.g_logprob[i], rows.g_entropy[i]);
+    let truncated = tau > T::NEG_INFINITY;
     for v in z.iter_mut() {
+        if truncated && *v < tau {
+            *v = T::ZERO;
+            continue;
+        }
         let logp = *v - lse;
         let p = logp.exp();
         *v = -(g_lp * p) - g_ent * p * (logp + ent);

@@ -6,6 +6,21 @@ use crate::ops::reference;
 use crate::ops::testing::{assert_close, finite_difference_check, random_ids, random_tensor};
 use candle_core::{Device, Var};
 
+/// The untruncated distribution at temperature `t`.
+fn tempered(t: f64) -> TokenDistribution {
+    TokenDistribution {
+        temperature: t,
+        truncation: Truncation::OFF,
+    }
+}
+
+fn truncated(t: f64, top_k: usize, top_p: f64) -> TokenDistribution {
+    TokenDistribution {
+        temperature: t,
+        truncation: Truncation { top_k, top_p },
+    }
+}
+
 /// The composed reference: full logits, then the reference log-prob and entropy.
 fn composed_ref(h: &Tensor, w: &Tensor, y: &Tensor, t: f64) -> Result<(Tensor, Tensor)> {
     let dims = h.dims().to_vec();
@@ -29,7 +44,7 @@ fn forward_matches_composed_across_block_edges() -> Result<()> {
         let h = random_tensor(&[b, t, hd], 1.0, 3 + v as u64)?;
         let w = random_tensor(&[v, hd], 0.8, 5 + hd as u64)?;
         let y = random_ids(&[b, t], v, 9)?;
-        let fused = lm_head_logprobs(&h, &w, &y, temp)?;
+        let fused = lm_head_logprobs(&h, &w, &y, tempered(temp))?;
         let (lp, ent) = composed_ref(&h, &w, &y, temp)?;
         assert_eq!(fused.logprobs.dims(), &[b, t]);
         assert_close(&fused.logprobs, &lp, 2e-5, "log-probs")?;
@@ -43,7 +58,7 @@ fn large_logits_stay_finite_and_shift_invariant() -> Result<()> {
     let h = (random_tensor(&[2, 7, 8], 1.0, 1)? * 40.0)?;
     let w = random_tensor(&[700, 8], 1.0, 2)?;
     let y = random_ids(&[2, 7], 700, 3)?;
-    let fused = lm_head_logprobs(&h, &w, &y, 1.0)?;
+    let fused = lm_head_logprobs(&h, &w, &y, tempered(1.0))?;
     let (lp, ent) = composed_ref(&h, &w, &y, 1.0)?;
     assert_close(&fused.logprobs, &lp, 1e-4, "large log-probs")?;
     assert_close(&fused.entropy, &ent, 1e-4, "large entropy")?;
@@ -72,7 +87,7 @@ fn backward_matches_composed_autograd() -> Result<()> {
     let loss = |lp: Tensor, ent: Tensor| -> Result<Tensor> {
         lp.mul(&a)?.sum_all()? + ent.mul(&c)?.sum_all()?
     };
-    let fused = lm_head_logprobs(h.as_tensor(), w.as_tensor(), &y, 0.9)?;
+    let fused = lm_head_logprobs(h.as_tensor(), w.as_tensor(), &y, tempered(0.9))?;
     let g_fused = loss(fused.logprobs, fused.entropy)?.backward()?;
     let (lp, ent) = composed_ref(h.as_tensor(), w.as_tensor(), &y, 0.9)?;
     let g_comp = loss(lp, ent)?.backward()?;
@@ -96,7 +111,7 @@ fn backward_matches_finite_differences() -> Result<()> {
     let a = random_tensor(&[2, 3], 1.0, 24)?.to_dtype(DType::F64)?;
     let c = random_tensor(&[2, 3], 1.0, 25)?.to_dtype(DType::F64)?;
     let loss = |h: &Tensor, w: &Tensor| -> Result<Tensor> {
-        let o = lm_head_logprobs(h, w, &y, 0.8)?;
+        let o = lm_head_logprobs(h, w, &y, tempered(0.8))?;
         o.logprobs.mul(&a)?.sum_all()? + o.entropy.mul(&c)?.sum_all()?
     };
     finite_difference_check(&h, |h| loss(h, &w), 1e-6)?;
@@ -108,23 +123,150 @@ fn bad_inputs_name_the_argument() -> Result<()> {
     let h = random_tensor(&[1, 2, 4], 1.0, 1)?;
     let w = random_tensor(&[6, 4], 1.0, 2)?;
     let y = Tensor::new(&[[0u32, 6]], &Device::Cpu)?;
-    let err = lm_head_logprobs(&h, &w, &y, 1.0).unwrap_err().to_string();
+    let err = lm_head_logprobs(&h, &w, &y, tempered(1.0))
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("target id 6") && err.contains("vocabulary of 6"),
         "{err}"
     );
     let y = Tensor::new(&[[0u32, 1]], &Device::Cpu)?;
-    let err = lm_head_logprobs(&h, &w, &y, 0.0).unwrap_err().to_string();
+    let err = lm_head_logprobs(&h, &w, &y, tempered(0.0))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("`temperature`"), "{err}");
     let w_bad = random_tensor(&[6, 3], 1.0, 2)?;
-    let err = lm_head_logprobs(&h, &w_bad, &y, 1.0)
+    let err = lm_head_logprobs(&h, &w_bad, &y, tempered(1.0))
         .unwrap_err()
         .to_string();
     assert!(err.contains("`weight` must be [V, 4]"), "{err}");
     let y_bad = Tensor::new(&[0u32, 1], &Device::Cpu)?;
-    let err = lm_head_logprobs(&h, &w, &y_bad, 1.0)
+    let err = lm_head_logprobs(&h, &w, &y_bad, tempered(1.0))
         .unwrap_err()
         .to_string();
     assert!(err.contains("`targets` must have shape [1, 2]"), "{err}");
+    Ok(())
+}
+
+/// An independent reference of the truncated distribution, in f64: sort each row of `z / t`,
+/// keep the top `k`, then the prefix reaching `p` (ties kept), widen to the target, and
+/// return (log-prob, entropy) per row.
+fn truncated_ref(z: &[Vec<f64>], y: &[u32], t: f64, k: usize, p: f64) -> Vec<(f64, f64)> {
+    z.iter()
+        .zip(y)
+        .map(|(row, &yi)| {
+            let zt: Vec<f64> = row.iter().map(|x| x / t).collect();
+            let mut sorted = zt.clone();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            let kk = if k == 0 {
+                sorted.len()
+            } else {
+                k.min(sorted.len())
+            };
+            let top = &sorted[..kk];
+            let mass: f64 = top.iter().map(|x| x.exp()).sum();
+            let (mut cum, mut tau) = (0.0, top[kk - 1]);
+            for &x in top {
+                cum += x.exp();
+                if cum >= p * mass {
+                    tau = x;
+                    break;
+                }
+            }
+            let tau = tau.min(zt[yi as usize]);
+            let kept: Vec<f64> = zt.iter().copied().filter(|&x| x >= tau).collect();
+            let lse = kept.iter().map(|x| x.exp()).sum::<f64>().ln();
+            let ent = -kept
+                .iter()
+                .map(|x| (x - lse).exp() * (x - lse))
+                .sum::<f64>();
+            (zt[yi as usize] - lse, ent)
+        })
+        .collect()
+}
+
+#[test]
+fn truncated_forward_matches_an_independent_reference() -> Result<()> {
+    let (n, hd, v) = (150, 8, 700);
+    let h = random_tensor(&[n, hd], 1.0, 31)?.to_dtype(DType::F64)?;
+    let w = random_tensor(&[v, hd], 1.0, 32)?.to_dtype(DType::F64)?;
+    let y = random_ids(&[n], v, 33)?;
+    let z: Vec<Vec<f64>> = h.matmul(&w.t()?)?.to_vec2()?;
+    let ids: Vec<u32> = y.to_vec1()?;
+    for &(t, k, p) in &[(0.7, 20, 1.0), (1.0, 0, 0.9), (0.7, 20, 0.9), (1.3, 1, 1.0)] {
+        let o = lm_head_logprobs(&h, &w, &y, truncated(t, k, p))?;
+        let (lp, ent): (Vec<f64>, Vec<f64>) = (o.logprobs.to_vec1()?, o.entropy.to_vec1()?);
+        for (i, (wlp, went)) in truncated_ref(&z, &ids, t, k, p).into_iter().enumerate() {
+            assert!(
+                (lp[i] - wlp).abs() < 1e-9,
+                "row {i} (t {t} k {k} p {p}): {} vs {wlp}",
+                lp[i]
+            );
+            assert!(
+                (ent[i] - went).abs() < 1e-9,
+                "row {i} entropy: {} vs {went}",
+                ent[i]
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn truncated_backward_matches_finite_differences_and_the_composed_path() -> Result<()> {
+    let h = random_tensor(&[2, 4, 5], 1.0, 41)?.to_dtype(DType::F64)?;
+    let w = random_tensor(&[40, 5], 1.0, 42)?.to_dtype(DType::F64)?;
+    let y = random_ids(&[2, 4], 40, 43)?;
+    let a = random_tensor(&[2, 4], 1.0, 44)?.to_dtype(DType::F64)?;
+    let c = random_tensor(&[2, 4], 1.0, 45)?.to_dtype(DType::F64)?;
+    let dist = truncated(0.7, 12, 0.9);
+    let loss = |h: &Tensor, w: &Tensor| -> Result<Tensor> {
+        let o = lm_head_logprobs(h, w, &y, dist)?;
+        o.logprobs.mul(&a)?.sum_all()? + o.entropy.mul(&c)?.sum_all()?
+    };
+    finite_difference_check(&h, |h| loss(h, &w), 1e-6)?;
+    finite_difference_check(&w, |w| loss(&h, w), 1e-6)?;
+    // The composed path (the non-CPU fallback) gives the same values and gradients.
+    let (hv, wv) = (Var::from_tensor(&h)?, Var::from_tensor(&w)?);
+    let o = lm_head_logprobs(hv.as_tensor(), wv.as_tensor(), &y, dist)?;
+    let g_fused = (o.logprobs.mul(&a)?.sum_all()? + o.entropy.mul(&c)?.sum_all()?)?.backward()?;
+    let n = 8;
+    let comp = composed(
+        &hv.as_tensor().reshape((n, 5))?,
+        wv.as_tensor(),
+        &y.reshape(n)?,
+        dist,
+    )?;
+    let (lp, ent) = (
+        comp.narrow(1, 0, 1)?.reshape((2, 4))?,
+        comp.narrow(1, 1, 1)?.reshape((2, 4))?,
+    );
+    assert_close(&o.logprobs, &lp, 1e-9, "composed log-probs")?;
+    let g_comp = (lp.mul(&a)?.sum_all()? + ent.mul(&c)?.sum_all()?)?.backward()?;
+    for (var, what) in [(&hv, "d hidden"), (&wv, "d weight")] {
+        let x = g_fused.get(var.as_tensor()).expect("fused grad");
+        let want = g_comp.get(var.as_tensor()).expect("composed grad");
+        assert_close(x, want, 1e-9, what)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_target_outside_the_kept_set_widens_it() -> Result<()> {
+    // Row logits 3, 2, 1, 0 (t = 1): top-k 1 keeps only token 0; scoring token 2 widens the
+    // kept set to {0, 1, 2}.
+    let h = Tensor::new(&[[1.0f64]], &Device::Cpu)?;
+    let w = Tensor::new(&[[3.0f64], [2.0], [1.0], [0.0]], &Device::Cpu)?;
+    let y = Tensor::new(&[2u32], &Device::Cpu)?;
+    let lp: Vec<f64> = lm_head_logprobs(&h, &w, &y, truncated(1.0, 1, 1.0))?
+        .logprobs
+        .to_vec1()?;
+    let want = 1.0 - (3.0f64.exp() + 2.0f64.exp() + 1.0f64.exp()).ln();
+    assert!((lp[0] - want).abs() < 1e-12, "{} vs {want}", lp[0]);
+    let y0 = Tensor::new(&[0u32], &Device::Cpu)?;
+    let lp0: Vec<f64> = lm_head_logprobs(&h, &w, &y0, truncated(1.0, 1, 1.0))?
+        .logprobs
+        .to_vec1()?;
+    assert_eq!(lp0[0], 0.0);
     Ok(())
 }

@@ -24,6 +24,7 @@ mod swiglu;
 #[cfg(test)]
 mod testing;
 mod token_logprobs;
+mod truncation;
 mod validate;
 
 pub use attention::causal_attention;
@@ -35,3 +36,4 @@ pub use rms_norm::rms_norm;
 pub use rope::rope;
 pub use swiglu::swiglu;
 pub use token_logprobs::token_logprobs;
+pub use truncation::{TokenDistribution, Truncation};

@@ -4,6 +4,7 @@
 //! and a trainer log-prob of the same logits row are bit-identical. No tensors here.
 
 use super::cpu_math::{exp_f32, row_logsumexp, row_max, row_sum_sq};
+use super::truncation::{self, Truncation};
 
 /// `log_softmax(row)[index]` in nats, computed exactly as the `token_logprobs` kernel does
 /// (f32, stable around the row maximum).
@@ -13,6 +14,21 @@ use super::cpu_math::{exp_f32, row_logsumexp, row_max, row_sum_sq};
 #[inline]
 pub fn token_logprob(row: &[f32], index: usize) -> f32 {
     row[index] - row_logsumexp(row)
+}
+
+/// The kept threshold `τ` of one row of tempered logits (`logits / T`) under `cut`: the
+/// sampler and the fused LM head keep `{j : tempered[j] ≥ τ}` (`-inf`: everything). The
+/// same function as the trainer's, so both sides keep the same tokens of the same logits.
+#[inline]
+pub fn kept_threshold(tempered: &[f32], cut: Truncation) -> f32 {
+    truncation::kept_threshold(tempered, cut)
+}
+
+/// `log p(index)` under the softmax of `tempered` restricted to the values `≥ tau`, with the
+/// fused LM head's arithmetic for a truncated row.
+#[inline]
+pub fn kept_logprob(tempered: &[f32], tau: f32, index: usize) -> f32 {
+    truncation::kept_logprob(tempered, tau, index)
 }
 
 /// Largest value of `row`, NaNs skipped (`-inf` when none is left).

@@ -18,6 +18,7 @@ use crate::generate::{Completion, FinishReason, GenerationRequest};
 use crate::rope::RotaryEmbedding;
 use crate::sampler::Sampler;
 use candle_core::{Device, Tensor};
+use oxalign_kernels::ops::TokenDistribution;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -118,8 +119,9 @@ impl Engine {
     }
 
     /// Completes every request, like [`CausalLm::generate`] (same per-request seeded
-    /// sampling, stop tokens, `max_new_tokens`, and each token's log-prob in nats at
-    /// temperature 1), with continuous batching over the paged KV cache.
+    /// sampling, stop tokens, `max_new_tokens`, and each token's log-prob in nats under the
+    /// distribution it was sampled from, see [`Sampler::sample`]), with continuous batching
+    /// over the paged KV cache.
     pub fn generate(&mut self, requests: &[GenerationRequest]) -> EngineResult<Vec<Completion>> {
         let reqs: Vec<EngineRequest> = requests.iter().cloned().map(Into::into).collect();
         self.generate_with_stops(&reqs, None)
@@ -323,7 +325,19 @@ impl Engine {
     /// `seq[t+1]` given `seq[..=t]`, `len - 1` values per sequence (the same quantity as
     /// [`CausalLm::next_token_logprobs`]). Sequences need at least 2 tokens.
     pub fn score(&mut self, sequences: &[Vec<u32>]) -> EngineResult<Vec<Vec<f32>>> {
+        self.score_under(sequences, TokenDistribution::MODEL)
+    }
+
+    /// [`Engine::score`] under `dist` (tempered, truncated; the kept set widened to reach each
+    /// scored token), the same values as the trainer's
+    /// [`CausalLm::next_token_outputs`](crate::CausalLm::next_token_outputs) with `dist`.
+    pub fn score_under(
+        &mut self,
+        sequences: &[Vec<u32>],
+        dist: TokenDistribution,
+    ) -> EngineResult<Vec<Vec<f32>>> {
         let scorer = Scorer {
+            dist,
             weights: &self.weights,
             dims: self.dims,
             inv_freq: &self.inv_freq,
@@ -396,6 +410,7 @@ impl Engine {
                 inv_freq: &self.inv_freq,
                 vocab: self.model.vocab_size,
                 max_batched_tokens: self.config.max_batched_tokens,
+                dist: TokenDistribution::MODEL,
             };
             let got = scorer
                 .score(&mut self.pool, std::slice::from_ref(&p.tokens))?

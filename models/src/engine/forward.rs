@@ -8,7 +8,7 @@ use crate::engine::block_pool::BlockPool;
 use crate::engine::paged_attention::paged_attention;
 use crate::engine::weights::EngineWeights;
 use candle_core::Result;
-use oxalign_kernels::ops::rows;
+use oxalign_kernels::ops::{rows, TokenDistribution};
 use rayon::prelude::*;
 
 /// Which logits an item wants back.
@@ -39,9 +39,10 @@ pub(crate) struct StepItem<'a> {
 pub(crate) enum Head<'a> {
     /// Full logits `[rows, V]` (the sampler needs them).
     Logits,
-    /// One log-prob per wanted row, of the target token given for that row (scoring). The
-    /// logits are computed [`HEAD_CHUNK`] rows at a time and never held for the whole batch.
-    TargetLogprobs(&'a [u32]),
+    /// One log-prob per wanted row, of the target token given for that row, under the
+    /// distribution (scoring). The logits are computed [`HEAD_CHUNK`] rows at a time and never
+    /// held for the whole batch.
+    TargetLogprobs(&'a [u32], TokenDistribution),
 }
 
 /// Rows of logits alive at once when the head returns target log-probs.
@@ -117,7 +118,7 @@ pub(crate) fn paged_forward(
     rows::rms_norm_rows(&picked, &w.norm, w.eps, &mut normed);
     match head {
         Head::Logits => Ok(Some(w.lm_head.forward_host(&normed, rows_wanted.len())?)),
-        Head::TargetLogprobs(targets) => {
+        Head::TargetLogprobs(targets, dist) => {
             if targets.len() != rows_wanted.len() {
                 candle_core::bail!(
                     "{} scoring targets for {} wanted rows",
@@ -125,14 +126,20 @@ pub(crate) fn paged_forward(
                     rows_wanted.len()
                 );
             }
-            head_logprobs(w, &normed, targets).map(Some)
+            head_logprobs(w, &normed, targets, dist).map(Some)
         }
     }
 }
 
-/// `log_softmax(lm_head(h_r))[target_r]` for every row of `normed` (`[rows, hidden]`),
-/// [`HEAD_CHUNK`] rows of logits at a time (the `[rows, V]` logits are never held at once).
-fn head_logprobs(w: &EngineWeights, normed: &[f32], targets: &[u32]) -> Result<Vec<f32>> {
+/// `log p(target_r)` under `dist` of `lm_head(h_r)` for every row of `normed` (`[rows,
+/// hidden]`), [`HEAD_CHUNK`] rows of logits at a time (the `[rows, V]` logits are never held
+/// at once).
+fn head_logprobs(
+    w: &EngineWeights,
+    normed: &[f32],
+    targets: &[u32],
+    dist: TokenDistribution,
+) -> Result<Vec<f32>> {
     let hidden = w.hidden;
     let mut out = Vec::with_capacity(targets.len());
     for (chunk, tg) in normed
@@ -148,11 +155,26 @@ fn head_logprobs(w: &EngineWeights, normed: &[f32], targets: &[u32]) -> Result<V
         let lps: Vec<f32> = logits
             .par_chunks(vocab)
             .zip(tg.par_iter())
-            .map(|(row, &t)| rows::token_logprob(row, t as usize))
+            .map(|(row, &t)| target_logprob(row, t as usize, dist))
             .collect();
         out.extend(lps);
     }
     Ok(out)
+}
+
+/// `log p(target)` of one logits row under `dist`, with the arithmetic of the sampler (and
+/// so of the trainer's fused head): the kept set widened to reach the target.
+fn target_logprob(row: &[f32], target: usize, dist: TokenDistribution) -> f32 {
+    if dist == TokenDistribution::MODEL {
+        return rows::token_logprob(row, target);
+    }
+    let inv_t = (1.0 / dist.temperature) as f32;
+    let tempered: Vec<f32> = row.iter().map(|&x| x * inv_t).collect();
+    if dist.truncation.is_off(row.len()) {
+        return rows::token_logprob(&tempered, target);
+    }
+    let tau = rows::kept_threshold(&tempered, dist.truncation).min(tempered[target]);
+    rows::kept_logprob(&tempered, tau, target)
 }
 
 /// RoPE tables `[tokens, head_dim/2]` of every new token's position, exactly as

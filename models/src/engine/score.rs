@@ -8,6 +8,7 @@ use crate::engine::block_pool::BlockPool;
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::forward::{paged_forward, AttnDims, Head, StepItem, WantLogits};
 use crate::engine::weights::EngineWeights;
+use oxalign_kernels::ops::TokenDistribution;
 
 /// What scoring needs from the engine.
 pub(crate) struct Scorer<'a> {
@@ -16,6 +17,8 @@ pub(crate) struct Scorer<'a> {
     pub inv_freq: &'a [f32],
     pub vocab: usize,
     pub max_batched_tokens: usize,
+    /// The distribution the log-probs are taken under.
+    pub dist: TokenDistribution,
 }
 
 impl Scorer<'_> {
@@ -163,7 +166,7 @@ impl Scorer<'_> {
             self.inv_freq,
             pool,
             items,
-            Head::TargetLogprobs(targets),
+            Head::TargetLogprobs(targets, self.dist),
         )?
         .ok_or_else(|| EngineError::Stalled("scoring returned no log-probs".into()))
     }

@@ -14,7 +14,7 @@ use crate::optim::AdamW;
 use crate::Result;
 use candle_core::{Tensor, Var};
 use oxalign_kernels::collective::Collective;
-use oxalign_kernels::ops::HeadOutputs;
+use oxalign_kernels::ops::{HeadOutputs, TokenDistribution};
 use oxalign_models::CausalLm;
 
 /// Loss settings of a PPO policy update.
@@ -69,6 +69,11 @@ pub struct PolicyTrainer {
     /// current one before a minibatch update is applied (same rule): a policy that has
     /// moved this far in one step has collapsed. Default infinite.
     pub max_update_kl: f64,
+    /// The distribution rollouts are sampled from (temperature, top-k, top-p): PPO's
+    /// log-probs, ratios, KL and entropy are taken under it, and so is [`Self::logprobs`],
+    /// so they match the engine's sampling log-probs. SFT and [`Self::nll`] always use the
+    /// model's own distribution. Default [`TokenDistribution::MODEL`].
+    pub rollout_distribution: TokenDistribution,
     vars: Vec<Var>,
 }
 
@@ -82,23 +87,26 @@ impl PolicyTrainer {
             max_sft_loss: f64::INFINITY,
             max_policy_loss: f64::INFINITY,
             max_update_kl: f64::INFINITY,
+            rollout_distribution: TokenDistribution::MODEL,
             vars,
         })
     }
 
-    /// Next-token log-probs `[B, T-1]` (nats) of `batch` under the current weights, detached.
+    /// Next-token log-probs `[B, T-1]` (nats) of `batch` under the current weights and
+    /// [`Self::rollout_distribution`], detached.
     pub fn logprobs(&self, batch: &TokenBatch) -> Result<Tensor> {
         Ok(self
-            .model
-            .next_token_logprobs(&batch.ids, Some(&batch.attention_mask))?
+            .head_outputs(batch, self.rollout_distribution)?
+            .logprobs
             .detach())
     }
 
-    /// Token log-probs and entropies `[B, T-1]` from the fused head (no `[B, T, V]` logits).
-    fn head_outputs(&self, batch: &TokenBatch) -> Result<HeadOutputs> {
+    /// Token log-probs and entropies `[B, T-1]` under `dist`, from the fused head (no
+    /// `[B, T, V]` logits).
+    fn head_outputs(&self, batch: &TokenBatch, dist: TokenDistribution) -> Result<HeadOutputs> {
         Ok(self
             .model
-            .next_token_outputs(&batch.ids, Some(&batch.attention_mask), 1.0)?)
+            .next_token_outputs(&batch.ids, Some(&batch.attention_mask), dist)?)
     }
 
     /// One supervised step on the response tokens of `batch` (prompt masked out).
@@ -114,7 +122,7 @@ impl PolicyTrainer {
         collective: Option<&dyn Collective>,
     ) -> Result<(f64, StepStats)> {
         self.opt.set_lr(lr);
-        let lp = self.head_outputs(batch)?.logprobs;
+        let lp = self.head_outputs(batch, TokenDistribution::MODEL)?.logprobs;
         let (loss, stats) = sft_loss(&lp, &batch.response_mask)?;
         let device = lp.device().clone();
         check_loss(
@@ -158,7 +166,7 @@ impl PolicyTrainer {
         let HeadOutputs {
             logprobs: lp,
             entropy: token_entropy,
-        } = self.head_outputs(batch)?;
+        } = self.head_outputs(batch, self.rollout_distribution)?;
         let (rollout_mismatch_mean, rollout_mismatch_max) = match rollout_logprobs {
             Some(r) => masked_abs_diff(&lp, r, mask)?,
             None => (0.0, 0.0),
@@ -232,7 +240,10 @@ impl PolicyTrainer {
 
     /// Mean NLL per response token of `batch` (no update), e.g. for SFT evaluation.
     pub fn nll(&self, batch: &TokenBatch) -> Result<f64> {
-        let lp = self.logprobs(batch)?;
+        let lp = self
+            .head_outputs(batch, TokenDistribution::MODEL)?
+            .logprobs
+            .detach();
         let (loss, _) = sft_loss(&lp, &batch.response_mask)?;
         scalar(&loss)
     }
