@@ -105,6 +105,14 @@ fn aggregation_modes_by_hand() {
         (1.5 + 4.0) / 2.0,
         1e-12,
     );
+    // Dr. GRPO: token sums over a constant horizon of 4, mean over the 2 non-empty sequences.
+    assert_close1(
+        "seq-mean-token-sum-norm",
+        agg(LossAgg::SeqMeanTokenSumNorm { horizon: 4 }),
+        (3.0 + 4.0) / 4.0 / 2.0,
+        1e-12,
+    );
+    assert!(aggregate_loss(&loss, &mask, LossAgg::SeqMeanTokenSumNorm { horizon: 0 }).is_err());
     let d = aggregate_loss_with_denominator(&loss, &mask, LossAgg::TokenMean, 10.0).unwrap();
     assert_close1("global denominator", scalar(&d), 0.7, 1e-12);
     let zero = from_vec(vec![0.0; 9], &[3, 3], DType::F64);
@@ -112,6 +120,7 @@ fn aggregation_modes_by_hand() {
         LossAgg::TokenMean,
         LossAgg::SeqMeanTokenSum,
         LossAgg::SeqMeanTokenMean,
+        LossAgg::SeqMeanTokenSumNorm { horizon: 3 },
     ] {
         assert_eq!(scalar(&aggregate_loss(&loss, &zero, a).unwrap()), 0.0);
     }

@@ -36,12 +36,15 @@ pub(crate) fn estimator(e: KlEstimatorName) -> KlEstimator {
     }
 }
 
-/// The recipe's loss aggregation.
-pub(crate) fn agg(a: LossAggName) -> LossAgg {
-    match a {
+/// The recipe's loss aggregation (Dr. GRPO's horizon is `rl.max_new_tokens`).
+pub(crate) fn agg(rl: &RlSection) -> LossAgg {
+    match rl.loss_agg() {
         LossAggName::TokenMean => LossAgg::TokenMean,
         LossAggName::SeqMeanTokenSum => LossAgg::SeqMeanTokenSum,
         LossAggName::SeqMeanTokenMean => LossAgg::SeqMeanTokenMean,
+        LossAggName::SeqMeanTokenSumNorm => LossAgg::SeqMeanTokenSumNorm {
+            horizon: rl.max_new_tokens,
+        },
     }
 }
 
@@ -54,7 +57,7 @@ pub(crate) fn policy_loss_config(rl: &RlSection, beta: f64) -> PolicyLossConfig 
             clip_low: rl.clip_eps,
             clip_high: rl.clip_eps_high.unwrap_or(rl.clip_eps),
             dual_clip: rl.dual_clip,
-            agg: agg(rl.loss_agg),
+            agg: agg(rl),
         },
         kl_loss_coef: if rl.kl_mode == KlModeName::Loss {
             beta

@@ -258,7 +258,7 @@ async fn update(
         let work = CriticWork {
             batch: b.clone(),
             clip: Some(rl.value_clip),
-            agg: agg(rl.loss_agg),
+            agg: agg(rl),
             lr: rl.critic_lr,
             max_grad_norm: rl.max_grad_norm,
             epochs: rl.ppo_epochs,

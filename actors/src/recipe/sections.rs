@@ -53,6 +53,9 @@ pub enum LossAggName {
     SeqMeanTokenSum,
     /// Mean over each sequence's tokens, mean over sequences.
     SeqMeanTokenMean,
+    /// Sum over each sequence's tokens divided by `rl.max_new_tokens`, mean over sequences:
+    /// Dr. GRPO's constant normaliser.
+    SeqMeanTokenSumNorm,
 }
 
 /// Where prompts come from.
@@ -277,9 +280,12 @@ pub struct RlSection {
     pub kl_target: Option<f64>,
     /// Adaptive KL horizon in samples. Default `10000`.
     pub kl_horizon: f64,
-    /// Loss aggregation of the policy and the critic: `token_mean`, `seq_mean_token_sum` or
-    /// `seq_mean_token_mean`. Default `"token_mean"`.
-    pub loss_agg: LossAggName,
+    /// Loss aggregation of the policy and the critic: `token_mean`, `seq_mean_token_sum`,
+    /// `seq_mean_token_mean` or `seq_mean_token_sum_norm` (Σ over a sequence's tokens divided
+    /// by `max_new_tokens`). Default: `seq_mean_token_sum_norm` for `dr_grpo` (its constant
+    /// normaliser, Liu et al. 2025), `token_mean` otherwise (see `RlSection::loss_agg`).
+    #[serde(rename = "loss_agg")]
+    pub loss_agg_choice: Option<LossAggName>,
     /// Whiten advantages over the batch. Default `true`.
     pub whiten_advantages: bool,
     /// Global gradient-norm clip. Default `1.0`.
@@ -302,6 +308,15 @@ pub struct RlSection {
 }
 
 impl RlSection {
+    /// The loss aggregation in force: the recipe's, or the algorithm's own default.
+    pub fn loss_agg(&self) -> LossAggName {
+        match (self.loss_agg_choice, self.algorithm) {
+            (Some(a), _) => a,
+            (None, Algorithm::DrGrpo) => LossAggName::SeqMeanTokenSumNorm,
+            (None, _) => LossAggName::TokenMean,
+        }
+    }
+
     /// The distribution rollouts are sampled from, the one every policy and reference
     /// log-prob of the step is taken under: `softmax(logits / temperature)` over the top-k /
     /// top-p kept set (the model's own distribution for greedy decoding).
@@ -332,7 +347,7 @@ impl Default for RlSection {
             kl_mode: KlModeName::Reward,
             kl_target: None,
             kl_horizon: 10000.0,
-            loss_agg: LossAggName::TokenMean,
+            loss_agg_choice: None,
             whiten_advantages: true,
             max_grad_norm: 1.0,
             tis_cap: None,

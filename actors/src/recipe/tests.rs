@@ -143,3 +143,19 @@ fn supervision_and_faults_parse_validate_and_round_trip() {
     .to_string();
     assert!(e.contains("faults") && e.contains("panic"), "{e}");
 }
+
+#[test]
+fn dr_grpo_defaults_to_its_constant_normaliser() {
+    let r = parse("[rl]\nalgorithm = \"dr_grpo\"\n", &[]).unwrap();
+    assert_eq!(r.rl.loss_agg(), LossAggName::SeqMeanTokenSumNorm);
+    let r = parse(
+        "[rl]\nalgorithm = \"dr_grpo\"\nloss_agg = \"token_mean\"\n",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(r.rl.loss_agg(), LossAggName::TokenMean);
+    assert_eq!(
+        parse("", &[]).unwrap().rl.loss_agg(),
+        LossAggName::TokenMean
+    );
+}

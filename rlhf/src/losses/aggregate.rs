@@ -17,6 +17,13 @@ pub enum LossAgg {
     SeqMeanTokenSum,
     /// mean over sequences of (Σ_t m·ℓ / Σ_t m) (the original GRPO paper).
     SeqMeanTokenMean,
+    /// mean over sequences of Σ_t m·ℓ / `horizon`: Dr. GRPO's constant normaliser (Liu et al.
+    /// 2025; TRL's `dr_grpo`, veRL's `seq-mean-token-sum-norm`), with `horizon` the generation
+    /// budget (max new tokens), so no sequence's length changes its tokens' weight.
+    SeqMeanTokenSumNorm {
+        /// The constant divisor, in tokens (> 0).
+        horizon: usize,
+    },
 }
 
 /// Aggregates a per-token loss over the response tokens.
@@ -54,6 +61,16 @@ fn aggregate(loss: &Tensor, mask: &Tensor, agg: LossAgg, denom: Option<f64>) -> 
     let numerator = match agg {
         LossAgg::TokenMean => l.sum_all()?,
         LossAgg::SeqMeanTokenSum => l.sum(1)?.sum_all()?,
+        LossAgg::SeqMeanTokenSumNorm { horizon } => {
+            if horizon == 0 {
+                return Err(crate::RlhfError::invalid(
+                    "horizon",
+                    horizon,
+                    "must be at least 1 token",
+                ));
+            }
+            l.sum_all()?.affine(1.0 / horizon as f64, 0.0)?
+        }
         LossAgg::SeqMeanTokenMean => {
             let lens = m.sum(1)?.maximum(1.0)?;
             l.sum(1)?.div(&lens)?.sum_all()?
@@ -64,7 +81,9 @@ fn aggregate(loss: &Tensor, mask: &Tensor, agg: LossAgg, denom: Option<f64>) -> 
         None => {
             let count = match agg {
                 LossAgg::TokenMean => m.sum_all()?,
-                LossAgg::SeqMeanTokenSum | LossAgg::SeqMeanTokenMean => {
+                LossAgg::SeqMeanTokenSum
+                | LossAgg::SeqMeanTokenMean
+                | LossAgg::SeqMeanTokenSumNorm { .. } => {
                     m.sum(1)?.gt(0.0)?.to_dtype(dtype)?.sum_all()?
                 }
             };

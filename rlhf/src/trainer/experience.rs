@@ -132,20 +132,27 @@ pub fn build_experience(
             )
         }
         AdvantageKind::Grpo | AdvantageKind::DrGrpo | AdvantageKind::Rloo => {
-            // A KL-in-reward penalty on group methods charges each sequence its summed KL.
-            let seq_kl = (kl.to_dtype(score_t.dtype())? * mask.to_dtype(score_t.dtype())?)?
-                .sum(D::Minus1)?;
-            let shaped = (&score_t - seq_kl.affine(cfg.kl_coef, 0.0)?)?;
+            // Scores are normalised within the group; a KL-in-reward penalty is not (dividing
+            // β·KL by a near-zero group std would blow it up): each token is charged the KL
+            // still to come in its sequence, as a γ = 1 return of per-token −β·kl rewards
+            // (OpenRLHF's placement for group baselines).
             let per_seq = match cfg.kind {
                 AdvantageKind::Grpo => {
-                    group_relative_advantages(&shaped, cfg.group_size, GroupNorm::MeanStd, 1e-6)?
+                    group_relative_advantages(&score_t, cfg.group_size, GroupNorm::MeanStd, 1e-6)?
                 }
                 AdvantageKind::DrGrpo => {
-                    group_relative_advantages(&shaped, cfg.group_size, GroupNorm::MeanOnly, 0.0)?
+                    group_relative_advantages(&score_t, cfg.group_size, GroupNorm::MeanOnly, 0.0)?
                 }
-                _ => rloo_advantages(&shaped, cfg.group_size)?,
+                _ => rloo_advantages(&score_t, cfg.group_size)?,
             };
-            (broadcast_to_tokens(&per_seq, mask)?, None)
+            let adv = broadcast_to_tokens(&per_seq, mask)?;
+            let adv = if cfg.kl_coef > 0.0 {
+                let penalty = kl_to_go(&kl, mask)?.affine(cfg.kl_coef, 0.0)?;
+                (adv - penalty.to_dtype(score_t.dtype())?)?
+            } else {
+                adv
+            };
+            (adv, None)
         }
     };
     let n = scores.len() as f64;
@@ -172,6 +179,14 @@ pub fn build_experience(
     })
 }
 
+/// `Σ_{s ≥ t} m_s · kl_s` per row: the KL a token's sequence still carries from `t` on.
+fn kl_to_go(kl: &Tensor, mask: &Tensor) -> Result<Tensor> {
+    let masked = (kl * mask.to_dtype(kl.dtype())?)?;
+    let total = masked.sum_keepdim(D::Minus1)?;
+    let before = (masked.cumsum(D::Minus1)? - &masked)?;
+    Ok((total.broadcast_sub(&before)? * mask.to_dtype(kl.dtype())?)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,6 +211,37 @@ mod tests {
         let e = build_experience(&[1.0, 0.0], &logprobs, &ref_logprobs, None, &mask, &cfg)?;
         assert!((e.stats.kl - 0.1).abs() < 1e-6, "{}", e.stats.kl);
         assert!((e.stats.kl_seq - 0.2).abs() < 1e-6, "{}", e.stats.kl_seq);
+        Ok(())
+    }
+
+    /// GRPO with KL in the reward: the scores are normalised within the group, the KL
+    /// penalty is not. A group whose scores differ by 1e-3 (std ~7e-4) used to turn a KL
+    /// difference of 0.1 nats into an advantage gap of ~14; now the penalty stays β·KL.
+    #[test]
+    fn grpo_kl_in_reward_is_not_divided_by_the_group_std() -> Result<()> {
+        let dev = Device::Cpu;
+        let mask = Tensor::new(&[[1f32, 1.0], [1.0, 1.0]], &dev)?;
+        let logprobs = Tensor::new(&[[-1f32, -1.0], [-1.0, -1.0]], &dev)?;
+        // Row 0 carries 0.05 + 0.05 nats of k1 KL, row 1 none.
+        let ref_logprobs = Tensor::new(&[[-1.05f32, -1.05], [-1.0, -1.0]], &dev)?;
+        let cfg = ExperienceConfig {
+            kind: AdvantageKind::Grpo,
+            group_size: 2,
+            kl_coef: 0.1,
+            kl_estimator: KlEstimator::K1,
+            whiten: false,
+        };
+        let e = build_experience(&[1.0, 1.001], &logprobs, &ref_logprobs, None, &mask, &cfg)?;
+        let a: Vec<Vec<f32>> = e.advantages.to_vec2()?;
+        // Group-normalised scores: ∓0.0005 / (std + 1e-6), std = 0.001/√2 (Bessel, n − 1).
+        let base = (0.0005 / (0.001 / 2f64.sqrt() + 1e-6)) as f32;
+        // Token 0 of row 0 still has 0.1 nats to come, token 1 has 0.05: β = 0.1.
+        assert!((a[0][0] - (-base - 0.01)).abs() < 1e-4, "{a:?}");
+        assert!((a[0][1] - (-base - 0.005)).abs() < 1e-4, "{a:?}");
+        assert!(
+            (a[1][0] - base).abs() < 1e-4 && (a[1][1] - base).abs() < 1e-4,
+            "{a:?}"
+        );
         Ok(())
     }
 }
