@@ -16,7 +16,10 @@ use oxalign_rlhf::trainer::{PolicyLossConfig, PolicyTrainer, TokenBatch};
 const T: f32 = 0.7;
 const TOP_K: usize = 20;
 
-fn rollouts(model: &CausalLm) -> (Vec<(Vec<u32>, Vec<u32>)>, Vec<Vec<f32>>) {
+/// `(prompt, response)` token ids per row.
+type Pairs = Vec<(Vec<u32>, Vec<u32>)>;
+
+fn rollouts(model: &CausalLm) -> (Pairs, Vec<Vec<f32>>) {
     let mut engine = Engine::from_model(model, EngineConfig::default()).unwrap();
     let requests: Vec<GenerationRequest> = (0..6u32)
         .map(|i| {

@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Parser;
 use oxalign_actors::controller::{self, latest_checkpoint, RunError, TrainOptions};
 use oxalign_actors::monitor::{Monitor, MonitorConfig};
-use oxalign_actors::recipe::{validate, Recipe};
+use oxalign_actors::recipe::{validate, warnings, Recipe};
 
 use super::train_resume::{claim_fresh, claim_resume};
 use crate::user_error::{IntoUserError, UserError};
@@ -110,6 +110,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .unwrap_or_else(|| ".".into());
     }
     validate(&recipe, &args.recipe).user_err("")?;
+    for w in warnings(&recipe) {
+        eprintln!("warning: {}: {w}", args.recipe.display());
+    }
     if args.check {
         println!(
             "{}: ok ({:?}, {} RL steps of {} prompts × {} samples, policy on {}, outputs in {})",

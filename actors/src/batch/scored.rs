@@ -24,4 +24,8 @@ pub struct ScoredBatch {
     pub rollout_logprobs: TokenArray,
     /// Critic values `[B, T-1]` (PPO only).
     pub values: Option<TokenArray>,
+    /// The critic's value of the state after each row's last token (PPO only): what GAE
+    /// bootstraps from for a response cut off by `max_new_tokens`.
+    #[serde(default)]
+    pub last_values: Option<Vec<f32>>,
 }

@@ -59,7 +59,8 @@ fn batches_round_trip_through_serde() {
             vec![-1.25; 2],
             vec![-2.25; 3],
         ]),
-        values: None,
+        values: Some(array(3, 4, 0.5)),
+        last_values: Some(vec![0.1, 0.2, 0.3]),
     };
     assert_eq!(json_round_trip(&scored), scored);
     let e = experience();

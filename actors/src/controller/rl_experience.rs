@@ -4,16 +4,21 @@
 //! mismatch. The arithmetic is `oxalign-rlhf`'s, on CPU tensors, off the async runtime.
 
 use super::run_error::{At, RunError};
+use crate::batch::Finish;
 use crate::batch::{ExperienceBatch, ScoredBatch, TokenArray};
 use crate::error::Cause;
 use crate::executor::ExecutorError;
-use crate::recipe::{Algorithm, KlEstimatorName, KlModeName, LossAggName, RlSection};
+use crate::recipe::{
+    Algorithm, KlEstimatorName, KlModeName, LossAggName, RlSection, TruncatedName,
+};
 use candle_core::Device;
-use oxalign_rlhf::advantages::GaeConfig;
+use oxalign_rlhf::advantages::{GaeBootstrap, GaeConfig};
 use oxalign_rlhf::losses::{KlEstimator, LossAgg, PpoConfig};
 use oxalign_rlhf::masked_abs_diff;
+use oxalign_rlhf::reward::OverlongShaping;
 use oxalign_rlhf::trainer::{
-    build_experience, AdvantageKind, ExperienceConfig, ExperienceStats, PolicyLossConfig,
+    build_experience, AdvantageKind, CriticInputs, ExperienceConfig, ExperienceStats,
+    PolicyLossConfig,
 };
 
 /// The experience stage's output.
@@ -104,15 +109,63 @@ pub(crate) async fn experience(
     pad_id: u32,
 ) -> Result<Experience, RunError> {
     let cfg = config(rl, beta);
-    tokio::task::spawn_blocking(move || build(scored, pad_id, &cfg))
+    let shaping = RewardShaping::of(rl);
+    tokio::task::spawn_blocking(move || build(scored, pad_id, &cfg, shaping))
         .await
         .map_err(blocking_panic)
         .and_then(|r| r)
         .map_err(|e| RunError::controller(at, "experience", e))
 }
 
-fn build(scored: ScoredBatch, pad_id: u32, cfg: &ExperienceConfig) -> Result<Experience, Cause> {
+/// How the rollout's length limit changes the scores the advantages are built from.
+#[derive(Debug, Clone, Copy)]
+struct RewardShaping {
+    /// DAPO's soft overlong punishment, when set.
+    overlong: Option<OverlongShaping>,
+    /// Rows cut off by the length limit bootstrap from the critic instead of ending.
+    bootstrap_truncated: bool,
+}
+
+impl RewardShaping {
+    fn of(rl: &RlSection) -> Self {
+        Self {
+            overlong: rl.overlong_buffer.map(|buffer| OverlongShaping {
+                max_len: rl.max_new_tokens,
+                buffer,
+                penalty: rl.overlong_penalty,
+            }),
+            bootstrap_truncated: rl.truncated == TruncatedName::Bootstrap,
+        }
+    }
+
+    /// The scores after shaping, and per row whether it bootstraps (score then 0).
+    fn apply(&self, scored: &ScoredBatch) -> (Vec<f32>, Vec<f32>) {
+        let mut scores = scored.rewards.clone();
+        let mut truncated = vec![0f32; scores.len()];
+        for ((score, cut), sample) in scores
+            .iter_mut()
+            .zip(truncated.iter_mut())
+            .zip(&scored.rollout.samples)
+        {
+            if let Some(o) = &self.overlong {
+                *score += o.shaping(sample.response.len()) as f32;
+            }
+            if self.bootstrap_truncated && sample.finish == Finish::Length {
+                (*score, *cut) = (0.0, 1.0);
+            }
+        }
+        (scores, truncated)
+    }
+}
+
+fn build(
+    scored: ScoredBatch,
+    pad_id: u32,
+    cfg: &ExperienceConfig,
+    shaping: RewardShaping,
+) -> Result<Experience, Cause> {
     let cpu = Device::Cpu;
+    let (scores, truncated) = shaping.apply(&scored);
     let seqs = scored.rollout.sequences(pad_id);
     let mask = seqs.batch(&cpu)?.response_mask;
     let old_lp = scored.old_logprobs.to_tensor(&cpu)?;
@@ -123,14 +176,21 @@ fn build(scored: ScoredBatch, pad_id: u32, cfg: &ExperienceConfig) -> Result<Exp
         .as_ref()
         .map(|v| v.to_tensor(&cpu))
         .transpose()?;
-    let exp = build_experience(
-        &scored.rewards,
-        &old_lp,
-        &ref_lp,
-        values.as_ref(),
-        &mask,
-        cfg,
-    )?;
+    let last = match (&scored.last_values, shaping.bootstrap_truncated) {
+        (Some(l), true) => Some((
+            candle_core::Tensor::from_slice(l, l.len(), &cpu)?,
+            candle_core::Tensor::from_slice(&truncated, truncated.len(), &cpu)?,
+        )),
+        _ => None,
+    };
+    let critic = values.as_ref().map(|values| CriticInputs {
+        values,
+        bootstrap: last.as_ref().map(|(last_value, truncated)| GaeBootstrap {
+            last_value,
+            truncated,
+        }),
+    });
+    let exp = build_experience(&scores, &old_lp, &ref_lp, critic, &mask, cfg)?;
     let mismatch = if scored.trainer_scored_old {
         Some(masked_abs_diff(&old_lp, &rollout_lp, &mask)?)
     } else {
@@ -178,5 +238,75 @@ mod tests {
         rl.clip_eps_high = Some(0.28);
         let c = policy_loss_config(&rl, 0.0).ppo;
         assert_eq!((c.clip_low, c.clip_high), (0.2, 0.28));
+    }
+
+    fn sample(id: u64, response: Vec<u32>, finish: Finish) -> crate::batch::Sample {
+        crate::batch::Sample {
+            sample_id: id,
+            group_id: id,
+            prompt: vec![1, 2],
+            logprobs: vec![-1.0; response.len()],
+            response,
+            finish,
+        }
+    }
+
+    /// With `truncated = "bootstrap"`, a response cut by the length limit is not scored and
+    /// GAE bootstraps from the critic's value after it; one that stopped keeps its score.
+    /// The overlong penalty lowers the score of a response that runs into the buffer.
+    #[test]
+    fn truncated_rows_bootstrap_and_long_rows_are_shaped() -> Result<(), Cause> {
+        let rollout = crate::batch::RolloutBatch {
+            policy_version: 0,
+            samples: vec![
+                sample(0, vec![5, 6, 7], Finish::Stop),
+                sample(1, vec![5, 6, 8], Finish::Length),
+            ],
+        };
+        let seqs = rollout.sequences(0);
+        let values = seqs.place_response_values(&[vec![0.1, 0.2, 0.3], vec![0.1, 0.2, 0.3]]);
+        let scored = ScoredBatch {
+            rewards: vec![1.0, 1.0],
+            ref_logprobs: seqs.place_response_values(&[vec![-1.0; 3], vec![-1.0; 3]]),
+            old_logprobs: seqs.place_response_values(&[vec![-1.0; 3], vec![-1.0; 3]]),
+            rollout_logprobs: seqs.place_response_values(&[vec![-1.0; 3], vec![-1.0; 3]]),
+            values: Some(values),
+            last_values: Some(vec![9.0, 0.5]),
+            rollout,
+            ..Default::default()
+        };
+        let mut rl = RlSection {
+            gamma: 1.0,
+            lam: 1.0,
+            whiten_advantages: false,
+            max_new_tokens: 3,
+            truncated: TruncatedName::Bootstrap,
+            ..RlSection::default()
+        };
+        let cfg = config(&rl, 0.0);
+        let e = build(scored.clone(), 0, &cfg, RewardShaping::of(&rl))?;
+        let adv = e.batch.advantages;
+        // Row 0 (stopped): 1 − V(s_last) = 1 − 0.3 at its last response token (column 3);
+        // row 1 (cut off): score 0, bootstrap V = 0.5, so 0.5 − 0.3.
+        assert!((adv.data()[3] - 0.7).abs() < 1e-6, "{:?}", adv.data());
+        assert!(
+            (adv.data()[adv.cols() + 3] - 0.2).abs() < 1e-6,
+            "{:?}",
+            adv.data()
+        );
+        // Terminal (the default): both rows scored, no bootstrap; a 2-token overlong buffer
+        // on a 3-token budget with a penalty of 0.5 takes all 0.5 off a 3-token response.
+        rl.truncated = TruncatedName::Terminal;
+        rl.overlong_buffer = Some(2);
+        rl.overlong_penalty = 0.5;
+        let e = build(scored, 0, &config(&rl, 0.0), RewardShaping::of(&rl))?;
+        let adv = e.batch.advantages;
+        assert!((adv.data()[3] - 0.2).abs() < 1e-6, "{:?}", adv.data());
+        assert!(
+            (adv.data()[adv.cols() + 3] - 0.2).abs() < 1e-6,
+            "{:?}",
+            adv.data()
+        );
+        Ok(())
     }
 }

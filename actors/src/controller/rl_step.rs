@@ -13,7 +13,8 @@ use super::{Ctx, LoopState};
 use crate::batch::{RolloutBatch, RolloutRequest, SampleRequest, Sampling, ScoredBatch};
 use crate::recipe::EngineQuant;
 use crate::roles::{
-    ask, CriticMsg, CriticWork, PolicyMsg, PolicyTrainSummary, PolicyWork, ReferenceMsg, RewardMsg,
+    ask, split_state_values, CriticMsg, CriticWork, PolicyMsg, PolicyTrainSummary, PolicyWork,
+    ReferenceMsg, RewardMsg,
 };
 use oxalign_rlhf::data::PromptSource;
 use std::time::Instant;
@@ -173,7 +174,7 @@ async fn score(
             }
         })
         .await
-        .map(Some)
+        .map(|full| Some(split_state_values(&full, &seqs)))
     };
     // π_old's log-probs: an f32 engine already reported them while sampling (the trainer's
     // weights in the trainer's precision; the update measures the gap on its first
@@ -201,6 +202,7 @@ async fn score(
     let failed = RunError::at(At::Rl(step));
     let engine_lp: Vec<Vec<f32>> = rollout.samples.iter().map(|s| s.logprobs.clone()).collect();
     let rollout_logprobs = seqs.place_response_values(&engine_lp);
+    let (values, last_values) = values.map_err(&failed)?.unzip();
     Ok(ScoredBatch {
         old_logprobs: old_lp
             .map_err(&failed)?
@@ -210,7 +212,8 @@ async fn score(
         rollout,
         rewards: rewards.map_err(&failed)?,
         ref_logprobs: ref_lp.map_err(&failed)?,
-        values: values.map_err(&failed)?,
+        values,
+        last_values,
     })
 }
 

@@ -10,12 +10,14 @@ mod resume_check;
 mod sections;
 mod supervision;
 mod validate;
+mod validate_rl;
 
 pub use overrides::apply_override;
 pub use resume_check::{changed_keys, check_resume, RESUMABLE_KEYS};
 pub use sections::*;
 pub use supervision::{FaultKind, FaultSpec, SupervisionSection, FAULT_PHASES};
 pub use validate::validate;
+pub use validate_rl::warnings;
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

@@ -58,6 +58,17 @@ pub enum LossAggName {
     SeqMeanTokenSumNorm,
 }
 
+/// What a response cut off by `rl.max_new_tokens` is.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TruncatedName {
+    /// The episode ended there: the response is scored as it stands.
+    Terminal,
+    /// It has not ended (PPO only): its score is not used, and GAE bootstraps from the
+    /// critic's value of the state after the cut (time-limit bootstrapping, Pardo et al. 2018).
+    Bootstrap,
+}
+
 /// Where prompts come from.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -294,6 +305,16 @@ pub struct RlSection {
     pub tis_cap: Option<f64>,
     /// Maximum new tokens per response. Default `16`.
     pub max_new_tokens: usize,
+    /// A response cut off by `max_new_tokens` (finish reason `length`): `terminal` (scored as
+    /// it stands) or `bootstrap` (PPO only: not scored, GAE bootstraps from the critic's value
+    /// after the cut). Default `"terminal"`.
+    pub truncated: TruncatedName,
+    /// DAPO's soft overlong punishment: responses longer than `max_new_tokens −
+    /// overlong_buffer` tokens lose up to `overlong_penalty` reward, linearly over the buffer
+    /// (Yu et al. 2025). Tokens, `1..=max_new_tokens`; none = off.
+    pub overlong_buffer: Option<usize>,
+    /// The overlong penalty at `max_new_tokens`, in reward units (≥ 0). Default `1.0`.
+    pub overlong_penalty: f64,
     /// Sampling temperature for rollouts. Log-probs (π_old, π_θ, reference, entropy) are
     /// taken under the distribution sampled: `softmax(logits / temperature)` over the top-k /
     /// top-p kept set (see `RlSection::rollout_distribution`). Default `1.0`.
@@ -352,6 +373,9 @@ impl Default for RlSection {
             max_grad_norm: 1.0,
             tis_cap: None,
             max_new_tokens: 16,
+            truncated: TruncatedName::Terminal,
+            overlong_buffer: None,
+            overlong_penalty: 1.0,
             temperature: 1.0,
             top_p: 1.0,
             top_k: 0,

@@ -159,3 +159,51 @@ fn dr_grpo_defaults_to_its_constant_normaliser() {
         LossAggName::TokenMean
     );
 }
+
+/// Each combination that would fail at run time or silently do nothing is refused by
+/// `--check`, naming the key.
+#[test]
+fn check_refuses_inconsistent_rl_options() {
+    let grpo = "[rl]\nalgorithm = \"grpo\"\nsamples_per_prompt = 4\nminibatch_size = 32\n";
+    for (extra, key) in [
+        ("truncated = \"bootstrap\"\n", "rl.truncated"),
+        ("overlong_buffer = 0\n", "rl.overlong_buffer"),
+        ("overlong_buffer = 17\n", "rl.overlong_buffer"),
+        (
+            "overlong_buffer = 4\noverlong_penalty = -1.0\n",
+            "rl.overlong_penalty",
+        ),
+        ("temperature = 0.0\n", "rl.temperature"),
+        ("temperature = 0.0\ntop_k = 5\n", "rl.top_k"),
+        ("kl_coef = 0.0\nkl_target = 6.0\n", "rl.kl_target"),
+    ] {
+        let r = parse(&format!("{grpo}{extra}"), &[]).unwrap();
+        let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();
+        assert!(e.contains(key), "{extra}: {e}");
+    }
+    let ppo = "[rl]\ntruncated = \"bootstrap\"\novershoot = 1\n";
+    assert!(parse(ppo, &[]).is_err(), "unknown keys stay refused");
+    let r = parse("[rl]\ntruncated = \"bootstrap\"\n", &[]).unwrap();
+    validate(&r, Path::new("r.toml")).unwrap();
+    let r = parse(
+        "[rl]\ntruncated = \"bootstrap\"\noverlong_buffer = 4\n",
+        &[],
+    )
+    .unwrap();
+    let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();
+    assert!(e.contains("rl.overlong_buffer"), "{e}");
+    let r = parse(&format!("{grpo}overlong_buffer = 4\n"), &[]).unwrap();
+    validate(&r, Path::new("r.toml")).unwrap();
+}
+
+#[test]
+fn k1_as_a_loss_warns() {
+    let r = parse("[rl]\nkl_mode = \"loss\"\n", &[]).unwrap();
+    let w = warnings(&r);
+    assert!(
+        w.len() == 1 && w[0].contains("k1") && w[0].contains("k2"),
+        "{w:?}"
+    );
+    let r = parse("[rl]\nkl_mode = \"loss\"\nkl_estimator = \"k3\"\n", &[]).unwrap();
+    assert!(warnings(&r).is_empty());
+}

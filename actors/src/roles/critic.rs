@@ -51,7 +51,8 @@ pub struct CriticTrainSummary {
 
 /// Messages the critic understands.
 pub enum CriticMsg {
-    /// Values `[B, T-1]` of `seqs`.
+    /// Values of every state `[B, T]` of `seqs` (column t: after tokens `..=t`; the first
+    /// `T-1` columns align with next-token log-probs, see [`split_state_values`]).
     Values {
         /// The sequences.
         seqs: Sequences,
@@ -190,7 +191,7 @@ impl Actor for Critic {
                             return Ok(None);
                         }
                         let b = seqs.batch_rows(range, t.model.device())?;
-                        Ok(Some(TokenArray::from_tensor(&t.values(&b)?)?))
+                        Ok(Some(TokenArray::from_tensor(&t.state_values(&b)?)?))
                     })
                     .await
                     .and_then(|parts| concat_rows("critic", "values", parts));
@@ -237,4 +238,20 @@ impl Actor for Critic {
         }
         Ok(())
     }
+}
+
+/// Splits the critic's `[B, T]` state values of `seqs` into the `[B, T-1]` values aligned with
+/// next-token log-probs and, per row, the value of the state after its last token.
+pub fn split_state_values(full: &TokenArray, seqs: &Sequences) -> (TokenArray, Vec<f32>) {
+    let (rows, cols) = (full.rows(), full.cols());
+    let width = cols.saturating_sub(1);
+    let mut values = TokenArray::zeros(rows, width);
+    let mut last = Vec::with_capacity(rows);
+    for (i, (p, r)) in seqs.pairs.iter().enumerate() {
+        let len = p.len() + r.len();
+        let row = &full.data()[i * cols..(i + 1) * cols];
+        values.row_mut(i).copy_from_slice(&row[..width]);
+        last.push(row[len.clamp(1, cols) - 1]);
+    }
+    (values, last)
 }

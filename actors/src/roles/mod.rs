@@ -13,7 +13,9 @@ mod reference;
 mod reward;
 
 pub use crate::batch::Sequences;
-pub use critic::{Critic, CriticMsg, CriticState, CriticTrainSummary, CriticWork};
+pub use critic::{
+    split_state_values, Critic, CriticMsg, CriticState, CriticTrainSummary, CriticWork,
+};
 pub use divergence::{non_finite_weight, Divergence};
 pub use policy::{Policy, PolicyMsg, PolicyState};
 pub use policy_replica::PolicyReplica;

@@ -4,5 +4,7 @@
 //! only judges text against reference answers.
 
 mod exact_match;
+mod overlong;
 
 pub use exact_match::ExactMatch;
+pub use overlong::OverlongShaping;

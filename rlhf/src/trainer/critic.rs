@@ -40,6 +40,16 @@ impl CriticTrainer {
         Ok(self.forward(batch)?.detach())
     }
 
+    /// V of every state `[B, T]`, detached: column t is the value after tokens `..=t`, so
+    /// the column of a row's last real token is the value of the state after its response
+    /// (what GAE bootstraps from when the response was cut off).
+    pub fn state_values(&self, batch: &TokenBatch) -> Result<Tensor> {
+        Ok(self
+            .model
+            .forward(&batch.ids, Some(&batch.attention_mask))?
+            .detach())
+    }
+
     fn forward(&self, batch: &TokenBatch) -> Result<Tensor> {
         let t = batch.ids.dim(1)?;
         Ok(self

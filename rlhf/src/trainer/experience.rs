@@ -7,7 +7,7 @@
 use super::scalar;
 use crate::advantages::{
     gae, group_relative_advantages, masked_whiten, reinforce_pp_advantages, rloo_advantages,
-    GaeConfig, GroupNorm, WhitenOptions,
+    GaeBootstrap, GaeConfig, GroupNorm, WhitenOptions,
 };
 use crate::losses::{kl_per_token, kl_shaped_rewards, KlEstimator};
 use crate::mask::{broadcast_to_tokens, masked_mean};
@@ -76,13 +76,24 @@ pub struct ExperienceStats {
     pub adv_std: f64,
 }
 
+/// What GAE needs from the critic.
+#[derive(Debug, Clone, Copy)]
+pub struct CriticInputs<'a> {
+    /// `[B, T-1]` values V(s_t), aligned with next-token log-probs.
+    pub values: &'a Tensor,
+    /// Rows cut off by the length limit and the value after their last token: they
+    /// bootstrap instead of ending (their score should then be 0: the response has not ended).
+    /// `None` treats every row as terminated.
+    pub bootstrap: Option<GaeBootstrap<'a>>,
+}
+
 /// Builds advantages (and returns) from sequence `scores` `[B]`, policy `logprobs` and
-/// `ref_logprobs` `[B, T-1]`, critic `values` `[B, T-1]` (GAE only) and the response `mask`.
+/// `ref_logprobs` `[B, T-1]`, the critic's values (GAE only) and the response `mask`.
 pub fn build_experience(
     scores: &[f32],
     logprobs: &Tensor,
     ref_logprobs: &Tensor,
-    values: Option<&Tensor>,
+    critic: Option<CriticInputs<'_>>,
     mask: &Tensor,
     cfg: &ExperienceConfig,
 ) -> Result<Experience> {
@@ -97,7 +108,7 @@ pub fn build_experience(
     )?;
     let (advantages, returns) = match cfg.kind {
         AdvantageKind::Gae(g) => {
-            let values = values.ok_or_else(|| {
+            let critic = critic.ok_or_else(|| {
                 crate::RlhfError::invalid("values", "none", "GAE needs critic values")
             })?;
             let (rewards, _) = kl_shaped_rewards(
@@ -108,7 +119,7 @@ pub fn build_experience(
                 cfg.kl_coef,
                 cfg.kl_estimator,
             )?;
-            let out = gae(&rewards, values, mask, g, None)?;
+            let out = gae(&rewards, critic.values, mask, g, critic.bootstrap)?;
             let adv = if cfg.whiten {
                 masked_whiten(&out.advantages, mask, WhitenOptions::default())?
             } else {

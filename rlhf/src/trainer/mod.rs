@@ -12,7 +12,7 @@ mod token_batch;
 
 pub use critic::CriticTrainer;
 pub use experience::{
-    build_experience, AdvantageKind, Experience, ExperienceConfig, ExperienceStats,
+    build_experience, AdvantageKind, CriticInputs, Experience, ExperienceConfig, ExperienceStats,
 };
 pub use grads::{apply_gradients, check_loss, StepStats};
 pub use policy::{PolicyLossConfig, PolicyStats, PolicyTrainer};
