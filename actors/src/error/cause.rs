@@ -8,6 +8,7 @@ use crate::roles::Divergence;
 use oxalign_models::engine::EngineError;
 use oxalign_models::tokenizer::TokenizerError;
 use oxalign_models::ModelError;
+use oxalign_rlhf::reward::http::HttpRewardError;
 use oxalign_rlhf::RlhfError;
 use std::path::PathBuf;
 
@@ -68,6 +69,11 @@ pub enum Cause {
     /// again (the supervisor rebuilds the role).
     #[error("the replica was poisoned by an earlier panic and must be rebuilt")]
     Poisoned,
+    /// The HTTP reward service gave no usable rewards (down, too slow, failing past its
+    /// retries, circuit open, or a response that breaks the schema); the message names the
+    /// URL, the attempts and the last failure.
+    #[error(transparent)]
+    RewardService(#[from] HttpRewardError),
     /// A fault from the recipe's `[[faults]]` fired.
     #[error("injected fault: {0}")]
     Injected(String),
@@ -106,6 +112,9 @@ impl Cause {
                     | RlhfError::Json { .. }
                     | RlhfError::InvalidArgument { .. }
             ),
+            // A service that stays down or answers badly is a failure of the run (retried by
+            // the supervisor, exit 1); only its settings are the user's input.
+            Cause::RewardService(e) => e.is_config(),
             Cause::Tensor(_)
             | Cause::Batch(_)
             | Cause::Diverged(_)
