@@ -377,3 +377,140 @@ pub(super) fn validate(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn parse(text: &str) -> Result<Recipe, RecipeError> {
+        Recipe::parse(text, Path::new("r.toml"), &[])
+    }
+
+    /// The message of `--check` on `text`.
+    fn refused(text: &str) -> String {
+        let r = match parse(text) {
+            Ok(r) => r,
+            Err(e) => return e.to_string(),
+        };
+        super::super::validate(&r, Path::new("r.toml"))
+            .expect_err("refused")
+            .to_string()
+    }
+
+    #[test]
+    fn the_default_reward_serializes_as_before() {
+        let toml = Recipe::default().to_toml();
+        let reward = &toml[toml.find("[reward]").unwrap()..];
+        let reward = &reward[..reward.find("\n[").unwrap_or(reward.len())];
+        assert_eq!(
+            reward.trim(),
+            "[reward]\nkind = \"exact_match\"\ncorrect = 1.0\nincorrect = 0.0"
+        );
+    }
+
+    #[test]
+    fn verifiers_and_http_parse_round_trip_and_build() {
+        let text = r#"
+[reward]
+kind = "verifiers"
+
+[[reward.verifiers]]
+kind = "exact_match"
+extract = "regex"
+pattern = 'Answer: (\d+)'
+
+[[reward.verifiers]]
+kind = "length_penalty"
+weight = 0.01
+target_tokens = 32
+
+[[reward.verifiers]]
+kind = "json_valid"
+weight = 0.5
+"#;
+        let r = parse(text).unwrap();
+        assert_eq!(parse(&r.to_toml()).unwrap(), r);
+        let v = r.reward.build_verifiers().unwrap();
+        let check = r
+            .reward
+            .answer_check()
+            .unwrap()
+            .expect("an exact-match term");
+        assert!(check.is_correct("so. Answer: 12", Some("12")));
+        let s = oxalign_rlhf::reward::Sample {
+            response: "Answer: 12",
+            answer: Some("12"),
+            response_tokens: 40,
+        };
+        assert!((v.score(&s) - (1.0 - 0.08)).abs() < 1e-12);
+
+        let r = parse("[reward]\nkind = \"http\"\n[reward.http]\nurl = \"http://127.0.0.1:9/s\"\n")
+            .unwrap();
+        assert_eq!(parse(&r.to_toml()).unwrap(), r);
+        let cfg = r.reward.http.as_ref().unwrap().config().unwrap();
+        assert_eq!(cfg.timeout, Duration::from_secs(30));
+        assert_eq!(
+            (cfg.max_retries, cfg.concurrency, cfg.rows_per_request),
+            (3, 4, 64)
+        );
+        assert!(
+            r.reward.answer_check().unwrap().is_none(),
+            "a service defines no accuracy"
+        );
+        super::super::validate(&r, Path::new("r.toml")).unwrap();
+    }
+
+    #[test]
+    fn bad_reward_settings_name_their_key() {
+        let http = |extra: &str| {
+            format!("[reward]\nkind = \"http\"\n[reward.http]\nurl = \"http://h:1/s\"\n{extra}")
+        };
+        let verifier =
+            |body: &str| format!("[reward]\nkind = \"verifiers\"\n[[reward.verifiers]]\n{body}");
+        for (text, wants) in [
+            (verifier("kind = \"judge\""), vec!["reward.verifiers", "judge", "exact_match"]),
+            (
+                verifier("kind = \"regex\"\npattern = \"(unclosed\""),
+                vec!["reward.verifiers[0].pattern", "(unclosed", "unclosed group"],
+            ),
+            (
+                verifier("kind = \"exact_match\"\nextract = \"regex\"\npattern = \"\\\\d+\""),
+                vec!["reward.verifiers[0].pattern", "capture group"],
+            ),
+            (verifier("kind = \"regex\""), vec!["reward.verifiers[0].pattern", "missing"]),
+            (verifier("kind = \"length_penalty\""), vec!["reward.verifiers[0].target_tokens"]),
+            (
+                verifier("kind = \"json_valid\"\ntarget_tokens = 3"),
+                vec!["reward.verifiers[0].target_tokens", "not a key"],
+            ),
+            (
+                verifier("kind = \"json_valid\"\nweight = 0.0"),
+                vec!["reward.verifiers", "non-zero weight"],
+            ),
+            ("[reward]\nkind = \"verifiers\"\n".into(), vec!["reward.verifiers", "at least one"]),
+            (
+                "[[reward.verifiers]]\nkind = \"json_valid\"\n".into(),
+                vec!["reward.verifiers", "reward.kind = \"verifiers\""],
+            ),
+            ("[reward]\nkind = \"http\"\n".into(), vec!["reward.http", "url"]),
+            (
+                "[reward]\nkind = \"http\"\n[reward.http]\nurl = \"ftp://h/s\"\n".into(),
+                vec!["reward.http.url", "ftp://h/s", "http://"],
+            ),
+            (http("timeout_s = 0"), vec!["reward.http.timeout_s", "more than 0"]),
+            (http("concurrency = 0"), vec!["reward.http.concurrency"]),
+            (http("backoff_max_s = 0.1"), vec!["reward.http.backoff_max_s"]),
+            (http("retries = 2"), vec!["reward.http", "retries", "max_retries"]),
+            (
+                format!("{}\n[[faults]]\nrole = \"reward\"\nphase = \"reward\"\nstep = 1\nkind = \"error\"\n", http("")),
+                vec!["faults[0].role", "HTTP reward"],
+            ),
+        ] {
+            let e = refused(&text);
+            for w in wants {
+                assert!(e.contains(w), "{text}\nexpected {w:?} in: {e}");
+            }
+        }
+    }
+}
