@@ -2,7 +2,8 @@
 //! match gives the run the same rewards, losses and checkpoints as the built-in exact-match
 //! reward (without the accuracy, which only a verifier defines), and a service that dies
 //! mid-run fails it with exit code 1, a message naming the URL, the attempts and the last
-//! failure, and no checkpoint past the last good step. `--check` names bad reward settings.
+//! failure, and no checkpoint past the last good step. A verifier sum of one exact-match
+//! verifier is the built-in reward, accuracy included. `--check` names bad reward settings.
 
 use axum::routing::post;
 use axum::{Json, Router};
@@ -10,7 +11,7 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Tiny GRPO (no critic): a short SFT warm-up so some answers are right, then 3 RL steps of
 /// 16 responses, each checkpointed.
@@ -159,11 +160,21 @@ const SAME: &[&str] = &[
     "policy_version",
 ];
 
+/// The run with the built-in exact-match reward, shared by the tests.
+fn local() -> &'static Run {
+    static LOCAL: OnceLock<(tempfile::TempDir, Run)> = OnceLock::new();
+    let (_, run) = LOCAL.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let run = train(dir.path(), RECIPE, &[]);
+        assert!(run.out.status.success(), "local run: {}", stderr(&run));
+        (dir, run)
+    });
+    run
+}
+
 #[test]
 fn a_service_scoring_exact_match_trains_like_the_built_in_reward() {
-    let local = tempfile::tempdir().unwrap();
-    let l = train(local.path(), RECIPE, &[]);
-    assert!(l.out.status.success(), "local run: {}", stderr(&l));
+    let l = local();
     let served = tempfile::tempdir().unwrap();
     let url = exact_match_service(usize::MAX);
     let h = train(
@@ -193,13 +204,31 @@ fn a_service_scoring_exact_match_trains_like_the_built_in_reward() {
         assert!(y.get("accuracy").is_none(), "a service defines none: {y}");
     }
     assert_eq!(l.checkpoints, h.checkpoints);
-    let (ls, hs) = (l.summary.unwrap(), h.summary.unwrap());
+    let (ls, hs) = (l.summary.as_ref().unwrap(), h.summary.as_ref().unwrap());
     assert!(ls["accuracy_final"].is_number(), "{ls}");
     assert!(
         hs["accuracy_final"].is_null(),
         "no accuracy without a verifier: {hs}"
     );
     assert_eq!(ls["reward_last"], hs["reward_last"]);
+}
+
+#[test]
+fn one_exact_match_verifier_is_the_exact_match_reward() {
+    let dir = tempfile::tempdir().unwrap();
+    let verifiers =
+        "\n[reward]\nkind = \"verifiers\"\n\n[[reward.verifiers]]\nkind = \"exact_match\"\n";
+    let v = train(dir.path(), &format!("{RECIPE}{verifiers}"), &[]);
+    assert!(v.out.status.success(), "verifiers run: {}", stderr(&v));
+    let l = local();
+    assert_eq!(v.metrics.len(), l.metrics.len());
+    for (x, y) in l.metrics.iter().zip(&v.metrics) {
+        for k in SAME.iter().chain(&["accuracy"]) {
+            assert_eq!(x[k], y[k], "step {}: {k} differs", x["step"]);
+        }
+    }
+    let (ls, vs) = (l.summary.as_ref().unwrap(), v.summary.as_ref().unwrap());
+    assert_eq!(ls["accuracy_final"], vs["accuracy_final"]);
 }
 
 #[test]
