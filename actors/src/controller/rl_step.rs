@@ -30,6 +30,13 @@ fn sample_seed(seed: u64, step: u64, index: usize) -> u64 {
     x.wrapping_mul(0x94D0_49BB_1331_11EB)
 }
 
+/// Each sample's prompt text and reference answer, in sample order.
+#[derive(Default)]
+struct RowTexts {
+    prompts: Vec<String>,
+    answers: Vec<Option<String>>,
+}
+
 /// The step's prompts × samples as a rollout request, with each sample's prompt text and
 /// reference answer.
 fn rollout_request(
@@ -37,10 +44,10 @@ fn rollout_request(
     data: &dyn PromptSource,
     state: &LoopState,
     step: u64,
-) -> Result<(RolloutRequest, Vec<String>, Vec<Option<String>>), RunError> {
+) -> Result<(RolloutRequest, RowTexts), RunError> {
     let (r, rl) = (ctx.recipe, &ctx.recipe.rl);
     let mut request = RolloutRequest::default();
-    let (mut prompts, mut answers) = (Vec::new(), Vec::new());
+    let mut rows = RowTexts::default();
     for group in 0..rl.prompts_per_step as u64 {
         let it = data.train_item(state.data_position + group);
         let prompt = encode_rollout_prompt(ctx, At::Rl(step), &it.prompt, || {
@@ -60,23 +67,21 @@ fn rollout_request(
                     seed: sample_seed(r.run.seed, step, sample_id),
                 },
             });
-            prompts.push(it.prompt.clone());
-            answers.push(it.answer.clone());
+            rows.prompts.push(it.prompt.clone());
+            rows.answers.push(it.answer.clone());
         }
     }
-    Ok((request, prompts, answers))
+    Ok((request, rows))
 }
 
 /// The rollout stage's output.
 struct Rollout {
     /// The policy's samples.
     batch: RolloutBatch,
-    /// Each sample's prompt text.
-    prompts: Vec<String>,
     /// Their decoded responses.
     texts: Vec<String>,
-    /// Each sample's reference answer.
-    answers: Vec<Option<String>>,
+    /// Each sample's prompt text and reference answer.
+    rows: RowTexts,
     /// Responses that match their answer, when the reward defines accuracy.
     correct: Option<usize>,
     /// Seconds of generation.
@@ -92,7 +97,7 @@ async fn rollout(
     step: u64,
 ) -> Result<Rollout, RunError> {
     let at = At::Rl(step);
-    let (request, prompts, answers) = rollout_request(ctx, data, state, step)?;
+    let (request, rows) = rollout_request(ctx, data, state, step)?;
     let timer = ctx.monitor.time("policy", "generate", step);
     let batch = ask("policy", "generate", &roles.policy, ctx.timeout, |reply| {
         PolicyMsg::Generate {
@@ -113,15 +118,14 @@ async fn rollout(
     let correct = ctx.answer_check.as_ref().map(|check| {
         texts
             .iter()
-            .zip(&answers)
+            .zip(&rows.answers)
             .filter(|(t, a)| check.is_correct(t, a.as_deref()))
             .count()
     });
     Ok(Rollout {
         batch,
-        prompts,
         texts,
-        answers,
+        rows,
         correct,
         gen_secs,
     })
@@ -134,8 +138,8 @@ async fn score(
     roles: &Roles,
     step: u64,
     rollout: RolloutBatch,
-    [prompts, texts]: [Vec<String>; 2],
-    answers: Vec<Option<String>>,
+    texts: Vec<String>,
+    rows: RowTexts,
 ) -> Result<ScoredBatch, RunError> {
     let seqs = rollout.sequences(ctx.pad_id);
     let timed = |actor: &'static str, phase: &'static str| ctx.monitor.time(actor, phase, step);
@@ -158,9 +162,9 @@ async fn score(
         ask("reward", "reward", &roles.reward, ctx.timeout, |reply| {
             RewardMsg::Score {
                 seqs: seqs.clone(),
-                prompts,
+                prompts: rows.prompts,
                 texts,
-                answers,
+                answers: rows.answers,
                 reply,
             }
         })
@@ -329,8 +333,7 @@ pub(crate) async fn run_step(
 
     // 2. Score, 3. experience; divergence of the rollout itself stops the step here.
     let t_score = Instant::now();
-    let texts = [ro.prompts, ro.texts];
-    let scored = score(ctx, roles, step, ro.batch, texts, ro.answers).await?;
+    let scored = score(ctx, roles, step, ro.batch, ro.texts, ro.rows).await?;
     let score_secs = t_score.elapsed().as_secs_f64();
     let beta = state.kl.beta();
     let exp = experience(at, rl, beta, scored, ctx.pad_id).await?;
