@@ -276,37 +276,45 @@ pub(crate) async fn spawn_reward(
         group(&recipe.placement.reward, "reward").map_err(RunError::at(At::Setup))?;
     let w = &recipe.reward;
     let bad_key = |e: RewardKeyError| fail(Cause::BadInput(e.to_string()));
-    let scoring = if w.kind == RewardKind::Http {
-        let section = w.http.clone().unwrap_or_default();
-        let client =
-            HttpReward::new(section.config().map_err(bad_key)?).map_err(|e| fail(e.into()))?;
-        Scoring::Service(Arc::new(client))
-    } else {
-        let mut scorers = Vec::new();
-        for dev in devices {
-            scorers.push(match w.kind {
-                RewardKind::Verifiers => Scorer::Verifiers(w.build_verifiers().map_err(bad_key)?),
-                RewardKind::Model => {
-                    let p = recipe.model.reward_path.as_deref().ok_or_else(|| {
-                        fail(Cause::BadInput(
-                            "model.reward_path is required for reward.kind = \"model\"".into(),
-                        ))
-                    })?;
-                    let m = RewardModel::load(Path::new(p), &dev).map_err(|e| fail(e.into()))?;
-                    Scorer::Model(Box::new(m))
-                }
-                RewardKind::ExactMatch | RewardKind::Http => Scorer::ExactMatch(ExactMatch {
-                    correct: w.correct,
-                    incorrect: w.incorrect,
-                }),
-            });
+    let one_per_device = |make: &dyn Fn() -> Scorer| devices.iter().map(|_| make()).collect();
+    let scorers: Vec<Scorer> = match w.kind {
+        RewardKind::ExactMatch => one_per_device(&|| {
+            Scorer::ExactMatch(ExactMatch {
+                correct: w.correct,
+                incorrect: w.incorrect,
+            })
+        }),
+        RewardKind::Verifiers => {
+            let v = w.build_verifiers().map_err(bad_key)?;
+            one_per_device(&|| Scorer::Verifiers(v.clone()))
         }
-        Scoring::Local(Replicas::new(
+        RewardKind::Model => {
+            let p = recipe.model.reward_path.as_deref().ok_or_else(|| {
+                fail(Cause::BadInput(
+                    "model.reward_path is required for reward.kind = \"model\"".into(),
+                ))
+            })?;
+            let load = |dev| RewardModel::load(Path::new(p), dev).map_err(|e| fail(e.into()));
+            let models: Result<Vec<_>, _> = devices.iter().map(load).collect();
+            models?
+                .into_iter()
+                .map(|m| Scorer::Model(Box::new(m)))
+                .collect()
+        }
+        RewardKind::Http => Vec::new(),
+    };
+    let scoring = match w.kind {
+        RewardKind::Http => {
+            let section = w.http.clone().unwrap_or_default();
+            let cfg = section.config().map_err(bad_key)?;
+            Scoring::Service(Arc::new(HttpReward::new(cfg).map_err(|e| fail(e.into()))?))
+        }
+        _ => Scoring::Local(Replicas::new(
             "reward",
             wg.specs.clone(),
             scorers,
             pool.clone(),
-        ))
+        )),
     };
     monitor.report(ActorInfo::new("reward", "reward", wg.names()));
     let (reward, _) = Actor::spawn(

@@ -151,4 +151,38 @@ mod tests {
         assert!(!oom.is_bad_input());
         assert!(oom.to_string().contains("out of memory"), "{oom}");
     }
+
+    #[test]
+    fn a_failing_reward_service_is_a_run_failure_its_settings_bad_input() {
+        let down = Cause::RewardService(HttpRewardError::Failed {
+            url: "http://127.0.0.1:9/score".into(),
+            rows: 8,
+            attempts: 4,
+            last: "connection refused".into(),
+        });
+        assert!(!down.is_bad_input(), "retried by the supervisor, exit 1");
+        let msg = down.to_string();
+        for want in [
+            "http://127.0.0.1:9/score",
+            "4 attempt(s)",
+            "connection refused",
+        ] {
+            assert!(msg.contains(want), "{msg}");
+        }
+        let garbled = Cause::RewardService(HttpRewardError::BadResponse {
+            url: "http://h/s".into(),
+            rows: 2,
+            attempts: 1,
+            message: "expected 2 rewards".into(),
+        });
+        assert!(
+            !garbled.is_bad_input(),
+            "a broken service is not the user's input"
+        );
+        let config = Cause::RewardService(HttpRewardError::Config {
+            url: "ftp://h".into(),
+            message: "expected an http:// or https:// URL".into(),
+        });
+        assert!(config.is_bad_input());
+    }
 }
