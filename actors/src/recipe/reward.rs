@@ -132,8 +132,9 @@ pub struct HttpRewardSection {
     pub timeout_s: f64,
     /// Retries after a request's first attempt. Default `3`.
     pub max_retries: u32,
-    /// Seconds of backoff before the first retry, doubled for each later one, then
-    /// jittered (uniformly within [backoff_min_s, the doubled value]). Default `0.5`.
+    /// Seconds of backoff before the first retry, doubled for each later one (capped at
+    /// `backoff_max_s`), then jittered: the wait is uniform between half of `backoff_min_s`
+    /// and that value. Default `0.5`.
     pub backoff_min_s: f64,
     /// Longest backoff between two attempts, in seconds. Default `8`.
     pub backoff_max_s: f64,

@@ -34,7 +34,8 @@ pub struct HttpRewardConfig {
     pub timeout: Duration,
     /// Retries after the first attempt of a request.
     pub max_retries: u32,
-    /// Backoff before the first retry; doubled each retry, then jittered.
+    /// Backoff before the first retry; doubled each retry (capped at `max_backoff`), then
+    /// jittered uniformly down to half of `min_backoff`.
     pub min_backoff: Duration,
     /// Longest backoff between two attempts.
     pub max_backoff: Duration,
