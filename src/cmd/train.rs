@@ -159,16 +159,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         match result {
             Ok(summary) => {
                 let pct = |x: Option<f64>| x.map(|a| format!("{:.1}%", 100.0 * a)).unwrap_or_else(|| "-".into());
+                let measured = [summary.accuracy_init, summary.accuracy_sft, summary.accuracy_final].iter().any(Option::is_some);
+                let accuracy = if measured {
+                    format!(
+                        "  held-out accuracy (greedy): init {}, after SFT {}, after RL {}\n  held-out accuracy (8 samples per prompt): after SFT {}, after RL {}",
+                        pct(summary.accuracy_init),
+                        pct(summary.accuracy_sft),
+                        pct(summary.accuracy_final),
+                        pct(summary.sampled_accuracy_sft),
+                        pct(summary.sampled_accuracy_final),
+                    )
+                } else {
+                    "  held-out accuracy: not measured (the reward has no exact-match check)".to_string()
+                };
                 println!(
-                    "\nrun {} finished: {} RL steps in {:.1}s\n  held-out accuracy (greedy): init {}, after SFT {}, after RL {}\n  held-out accuracy (8 samples per prompt): after SFT {}, after RL {}\n  outputs: {}/ (metrics.jsonl, summary.json, checkpoints/)",
+                    "\nrun {} finished: {} RL steps in {:.1}s\n{accuracy}\n  outputs: {}/ (metrics.jsonl, summary.json, checkpoints/)",
                     summary.name,
                     summary.steps,
                     summary.wall_seconds,
-                    pct(summary.accuracy_init),
-                    pct(summary.accuracy_sft),
-                    pct(summary.accuracy_final),
-                    pct(summary.sampled_accuracy_sft),
-                    pct(summary.sampled_accuracy_final),
                     summary.run_dir.display()
                 );
                 Ok(())

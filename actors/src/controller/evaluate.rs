@@ -1,6 +1,8 @@
-//! Held-out accuracy of the policy, judged by exact match with the reference answers:
-//! greedy (the policy's single best answer) and sampled (the mean over several samples at
-//! the rollout temperature, the quantity RL optimises).
+//! Held-out accuracy of the policy, judged by the reward's exact-match check (its answer
+//! extraction included) against the reference answers: greedy (the policy's single best
+//! answer) and sampled (the mean over several samples at the rollout temperature, the
+//! quantity RL optimises). A reward without an exact-match check defines no accuracy, and
+//! nothing is evaluated.
 
 use super::lengths::{encode_rollout_prompt, quoted};
 use super::run_error::{At, RunError};
@@ -8,7 +10,6 @@ use super::Ctx;
 use crate::batch::{RolloutRequest, SampleRequest, Sampling};
 use crate::roles::{ask, PolicyMsg};
 use oxalign_rlhf::data::PromptItem;
-use oxalign_rlhf::reward::ExactMatch;
 use ractor::ActorRef;
 
 /// Samples per prompt for the sampled accuracy.
@@ -23,16 +24,19 @@ pub(crate) struct Accuracy {
     pub sampled: f64,
 }
 
-/// Greedy and sampled accuracy on `items` (zeros when there are none). Seeds are fixed,
-/// so the same weights give the same numbers.
+/// Greedy and sampled accuracy on `items` (zeros when there are none), or `None` when the
+/// reward defines no accuracy. Seeds are fixed, so the same weights give the same numbers.
 pub(crate) async fn accuracy(
     ctx: &Ctx<'_>,
     policy: &ActorRef<PolicyMsg>,
     items: &[PromptItem],
     label: &'static str,
-) -> Result<Accuracy, RunError> {
+) -> Result<Option<Accuracy>, RunError> {
+    let Some(check) = &ctx.answer_check else {
+        return Ok(None);
+    };
     if items.is_empty() {
-        return Ok(Accuracy::default());
+        return Ok(Some(Accuracy::default()));
     }
     let rl = &ctx.recipe.rl;
     let mut request = RolloutRequest::default();
@@ -80,10 +84,7 @@ pub(crate) async fn accuracy(
                 .tok
                 .decode_generated(&c.response, true)
                 .map_err(|e| RunError::controller(At::Eval(label), "decode", e))?;
-            let ok = it
-                .answer
-                .as_deref()
-                .is_some_and(|a| ExactMatch::is_correct(&text, a));
+            let ok = check.is_correct(&text, it.answer.as_deref());
             match (k, ok) {
                 (0, true) => greedy += 1,
                 (_, true) => sampled += 1,
@@ -92,8 +93,8 @@ pub(crate) async fn accuracy(
         }
     }
     let n = items.len() as f64;
-    Ok(Accuracy {
+    Ok(Some(Accuracy {
         greedy: greedy as f64 / n,
         sampled: sampled as f64 / (n * SAMPLES as f64),
-    })
+    }))
 }

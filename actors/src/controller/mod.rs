@@ -49,6 +49,7 @@ use crate::monitor::{
 };
 use crate::recipe::Recipe;
 use oxalign_models::tokenizer::Tokenizer;
+use oxalign_rlhf::reward::AnswerMatch;
 use oxalign_rlhf::{AdaptiveKl, FixedKl, KlController};
 use serde::Serialize;
 use start::WallClock;
@@ -108,6 +109,9 @@ pub(crate) struct Ctx<'a> {
     pub quiet: bool,
     /// How long one role call may take (`supervision.call_timeout_s`).
     pub timeout: std::time::Duration,
+    /// The exact-match check that defines accuracy, when the reward has one (per-step
+    /// `accuracy` and the held-out evaluations are reported only then).
+    pub answer_check: Option<AnswerMatch>,
 }
 
 fn kl_controller(recipe: &Recipe) -> Result<KlController, RunError> {
@@ -190,6 +194,10 @@ async fn run(
     let context = oxalign_models::ModelConfig::from_file(&config)
         .map_err(|e| setup("model_config", e.into()))?
         .max_position_embeddings;
+    let answer_check = recipe
+        .reward
+        .answer_check()
+        .map_err(|e| setup("reward", Cause::BadInput(e.to_string())))?;
     let ctx = Ctx {
         recipe,
         run_dir,
@@ -200,6 +208,7 @@ async fn run(
         pad_id,
         quiet: opts.quiet,
         timeout: recipe.supervision.call_timeout(),
+        answer_check,
     };
     let pool = ExecutorPool::with_faults(FaultPlan::new(&recipe.faults));
     let mut state = match &opts.resume_from {
@@ -244,7 +253,7 @@ async fn run(
     let final_acc = if data.eval_items().is_empty() {
         None
     } else {
-        Some(evaluate::accuracy(&ctx, &roles.policy, data.eval_items(), "eval final").await?)
+        evaluate::accuracy(&ctx, &roles.policy, data.eval_items(), "eval final").await?
     };
     roles.stop();
     monitor.report(ActorUpdate::idle("controller"));

@@ -31,8 +31,8 @@ pub(crate) struct StepOutcome<'a> {
     pub step: u64,
     /// Samples in the rollout.
     pub samples: usize,
-    /// Completions that match their reference answer.
-    pub correct: usize,
+    /// Completions that match their reference answer, when the reward defines accuracy.
+    pub correct: Option<usize>,
     /// Generated tokens, and prompt plus generated tokens.
     pub gen_tokens: usize,
     pub all_tokens: usize,
@@ -59,7 +59,6 @@ fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
     for (k, v) in [
         (metric::REWARD_MEAN, s.score_mean),
         (metric::REWARD_STD, s.score_std),
-        ("accuracy", o.correct as f64 / n),
         (metric::KL, s.kl),
         ("kl_seq", s.kl_seq),
         ("kl_coef", o.beta),
@@ -97,6 +96,11 @@ fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
     if let Some(v) = o.value_loss {
         m.values.insert(metric::VALUE_LOSS.to_string(), v);
     }
+    // Only a reward with an exact-match check defines accuracy; otherwise there is none
+    // (not a 0).
+    if let Some(c) = o.correct {
+        m.values.insert(metric::ACCURACY.to_string(), c as f64 / n);
+    }
     m
 }
 
@@ -104,11 +108,15 @@ fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
 pub(crate) fn row(o: &StepOutcome<'_>) -> StepRow {
     let s = &o.exp.stats;
     let tok_s = o.all_tokens as f64 / o.step_secs;
+    let acc = o.correct.map_or_else(
+        || "-".to_string(),
+        |c| format!("{:.1}%", 100.0 * c as f64 / o.samples as f64),
+    );
     let line = format!(
-        "{:>5} {:>8.3} {:>7.1}% {:>8.4} {:>9.4} {:>9} {:>8.0} {:>7.2}",
+        "{:>5} {:>8.3} {:>8} {:>8.4} {:>9.4} {:>9} {:>8.0} {:>7.2}",
         o.step,
         s.score_mean,
-        100.0 * o.correct as f64 / o.samples as f64,
+        acc,
         s.kl,
         o.policy.stats.policy_loss,
         o.value_loss

@@ -31,16 +31,24 @@ fn sample_seed(seed: u64, step: u64, index: usize) -> u64 {
     x.wrapping_mul(0x94D0_49BB_1331_11EB)
 }
 
-/// The step's prompts × samples as a rollout request, with each sample's reference answer.
+/// Each sample's prompt text and reference answer, in sample order.
+#[derive(Default)]
+struct RowTexts {
+    prompts: Vec<String>,
+    answers: Vec<Option<String>>,
+}
+
+/// The step's prompts × samples as a rollout request, with each sample's prompt text and
+/// reference answer.
 fn rollout_request(
     ctx: &Ctx<'_>,
     data: &dyn PromptSource,
     state: &LoopState,
     step: u64,
-) -> Result<(RolloutRequest, Vec<Option<String>>), RunError> {
+) -> Result<(RolloutRequest, RowTexts), RunError> {
     let (r, rl) = (ctx.recipe, &ctx.recipe.rl);
     let mut request = RolloutRequest::default();
-    let mut answers = Vec::new();
+    let mut rows = RowTexts::default();
     for group in 0..rl.prompts_per_step as u64 {
         let it = data.train_item(state.data_position + group);
         let prompt = encode_rollout_prompt(ctx, At::Rl(step), &it.prompt, || {
@@ -60,10 +68,11 @@ fn rollout_request(
                     seed: sample_seed(r.run.seed, step, sample_id),
                 },
             });
-            answers.push(it.answer.clone());
+            rows.prompts.push(it.prompt.clone());
+            rows.answers.push(it.answer.clone());
         }
     }
-    Ok((request, answers))
+    Ok((request, rows))
 }
 
 /// The rollout stage's output.
@@ -72,10 +81,10 @@ struct Rollout {
     batch: RolloutBatch,
     /// Their decoded responses.
     texts: Vec<String>,
-    /// Each sample's reference answer.
-    answers: Vec<Option<String>>,
-    /// Responses that match their answer.
-    correct: usize,
+    /// Each sample's prompt text and reference answer.
+    rows: RowTexts,
+    /// Responses that match their answer, when the reward defines accuracy.
+    correct: Option<usize>,
     /// Seconds of generation.
     gen_secs: f64,
 }
@@ -89,7 +98,7 @@ async fn rollout(
     step: u64,
 ) -> Result<Rollout, RunError> {
     let at = At::Rl(step);
-    let (request, answers) = rollout_request(ctx, data, state, step)?;
+    let (request, rows) = rollout_request(ctx, data, state, step)?;
     let timer = ctx.monitor.time("policy", "generate", step);
     let batch = ask("policy", "generate", &roles.policy, ctx.timeout, |reply| {
         PolicyMsg::Generate {
@@ -107,18 +116,17 @@ async fn rollout(
         .map(|s| ctx.tok.decode_generated(&s.response, true))
         .collect::<Result<_, _>>()
         .map_err(|e| RunError::controller(at, "decode", e))?;
-    let correct = texts
-        .iter()
-        .zip(&answers)
-        .filter(|(t, a)| {
-            a.as_deref()
-                .is_some_and(|a| oxalign_rlhf::reward::ExactMatch::is_correct(t, a))
-        })
-        .count();
+    let correct = ctx.answer_check.as_ref().map(|check| {
+        texts
+            .iter()
+            .zip(&rows.answers)
+            .filter(|(t, a)| check.is_correct(t, a.as_deref()))
+            .count()
+    });
     Ok(Rollout {
         batch,
         texts,
-        answers,
+        rows,
         correct,
         gen_secs,
     })
@@ -132,7 +140,7 @@ async fn score(
     step: u64,
     rollout: RolloutBatch,
     texts: Vec<String>,
-    answers: Vec<Option<String>>,
+    rows: RowTexts,
 ) -> Result<ScoredBatch, RunError> {
     let seqs = rollout.sequences(ctx.pad_id);
     let timed = |actor: &'static str, phase: &'static str| ctx.monitor.time(actor, phase, step);
@@ -155,8 +163,9 @@ async fn score(
         ask("reward", "reward", &roles.reward, ctx.timeout, |reply| {
             RewardMsg::Score {
                 seqs: seqs.clone(),
+                prompts: rows.prompts,
                 texts,
-                answers,
+                answers: rows.answers,
                 reply,
             }
         })
@@ -327,7 +336,7 @@ pub(crate) async fn run_step(
 
     // 2. Score, 3. experience; divergence of the rollout itself stops the step here.
     let t_score = Instant::now();
-    let scored = score(ctx, roles, step, ro.batch, ro.texts, ro.answers).await?;
+    let scored = score(ctx, roles, step, ro.batch, ro.texts, ro.rows).await?;
     let score_secs = t_score.elapsed().as_secs_f64();
     let beta = state.kl.beta();
     let exp = experience(at, rl, beta, scored, ctx.pad_id).await?;

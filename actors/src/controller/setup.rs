@@ -7,11 +7,11 @@ use crate::error::{Cause, RoleError};
 use crate::executor::ExecutorPool;
 use crate::monitor::{ActorInfo, MonitorHandle};
 use crate::placement::DeviceGroup;
-use crate::recipe::{EngineQuant, Recipe, RewardKind, TaskKind};
+use crate::recipe::{EngineQuant, Recipe, RewardKeyError, RewardKind, TaskKind};
 use crate::replicas::Replicas;
 use crate::roles::{
     Critic, CriticMsg, CriticState, Policy, PolicyMsg, PolicyReplica, PolicyState, Reference,
-    ReferenceMsg, ReferenceState, Reward, RewardMsg, RewardState, Scorer,
+    ReferenceMsg, ReferenceState, Reward, RewardMsg, RewardState, Scorer, Scoring,
 };
 use candle_core::{DType, Tensor};
 use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
@@ -20,6 +20,7 @@ use oxalign_models::{
     byte_tokenizer, CausalLm, Family, ModelConfig, Preset, RewardModel, ValueModel,
 };
 use oxalign_rlhf::data::{ArithmeticTask, PromptFile, PromptSource};
+use oxalign_rlhf::reward::http::HttpReward;
 use oxalign_rlhf::reward::ExactMatch;
 use oxalign_rlhf::trainer::{CriticTrainer, PolicyTrainer};
 use ractor::{Actor, ActorRef};
@@ -265,7 +266,8 @@ pub(crate) async fn spawn_reference(
     Ok(reference)
 }
 
-/// The reward: a verifier or a reward model per device of its group.
+/// The reward: verifiers or a reward model per device of its group, or the client of a
+/// reward service (which needs no device).
 pub(crate) async fn spawn_reward(
     recipe: &Recipe,
     monitor: &MonitorHandle,
@@ -274,32 +276,53 @@ pub(crate) async fn spawn_reward(
     let fail = setup_failed("reward");
     let (wg, devices) =
         group(&recipe.placement.reward, "reward").map_err(RunError::at(At::Setup))?;
-    let mut scorers = Vec::new();
-    for dev in devices {
-        scorers.push(match recipe.reward.kind {
-            RewardKind::ExactMatch => Scorer::ExactMatch(ExactMatch {
-                correct: recipe.reward.correct,
-                incorrect: recipe.reward.incorrect,
-            }),
-            RewardKind::Model => {
-                let p = recipe.model.reward_path.as_deref().ok_or_else(|| {
-                    fail(Cause::BadInput(
-                        "model.reward_path is required for reward.kind = \"model\"".into(),
-                    ))
-                })?;
-                let m = RewardModel::load(Path::new(p), &dev).map_err(|e| fail(e.into()))?;
-                Scorer::Model(Box::new(m))
-            }
-        });
-    }
+    let w = &recipe.reward;
+    let bad_key = |e: RewardKeyError| fail(Cause::BadInput(e.to_string()));
+    let one_per_device = |make: &dyn Fn() -> Scorer| devices.iter().map(|_| make()).collect();
+    let scorers: Vec<Scorer> = match w.kind {
+        RewardKind::ExactMatch => one_per_device(&|| {
+            Scorer::ExactMatch(ExactMatch {
+                correct: w.correct,
+                incorrect: w.incorrect,
+            })
+        }),
+        RewardKind::Verifiers => {
+            let v = w.build_verifiers().map_err(bad_key)?;
+            one_per_device(&|| Scorer::Verifiers(v.clone()))
+        }
+        RewardKind::Model => {
+            let p = recipe.model.reward_path.as_deref().ok_or_else(|| {
+                fail(Cause::BadInput(
+                    "model.reward_path is required for reward.kind = \"model\"".into(),
+                ))
+            })?;
+            let load = |dev| RewardModel::load(Path::new(p), dev).map_err(|e| fail(e.into()));
+            let models: Result<Vec<_>, _> = devices.iter().map(load).collect();
+            models?
+                .into_iter()
+                .map(|m| Scorer::Model(Box::new(m)))
+                .collect()
+        }
+        RewardKind::Http => Vec::new(),
+    };
+    let scoring = match w.kind {
+        RewardKind::Http => {
+            let section = w.http.clone().unwrap_or_default();
+            let cfg = section.config().map_err(bad_key)?;
+            Scoring::Service(Arc::new(HttpReward::new(cfg).map_err(|e| fail(e.into()))?))
+        }
+        _ => Scoring::Local(Replicas::new(
+            "reward",
+            wg.specs.clone(),
+            scorers,
+            pool.clone(),
+        )),
+    };
     monitor.report(ActorInfo::new("reward", "reward", wg.names()));
     let (reward, _) = Actor::spawn(
         Some("reward".into()),
         Reward,
-        RewardState::new(
-            Replicas::new("reward", wg.specs.clone(), scorers, pool.clone()),
-            monitor.clone(),
-        ),
+        RewardState::with(scoring, monitor.clone()),
     )
     .await
     .map_err(|e| fail(e.into()))?;

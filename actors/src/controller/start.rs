@@ -50,7 +50,7 @@ pub(crate) async fn through_sft(
         load_policy_optimizer(ctx, &policy, ckpt.join("policy")).await?;
     } else if r.sft.steps > 0 {
         let a = evaluate::accuracy(ctx, &policy, data.eval_items(), "eval init").await?;
-        state.accuracy_init = Some(a.greedy);
+        state.accuracy_init = a.map(|a| a.greedy);
     }
     if r.sft.steps > 0 {
         sft::run_sft(ctx, &policy, data, state, clock).await?;
@@ -79,8 +79,8 @@ pub(crate) async fn through_sft(
     }
     // Evaluated through the engine that RL starts with.
     let a = evaluate::accuracy(ctx, &policy, data.eval_items(), "eval sft").await?;
-    state.accuracy_sft = Some(a.greedy);
-    state.sampled_accuracy_sft = Some(a.sampled);
+    state.accuracy_sft = a.map(|a| a.greedy);
+    state.sampled_accuracy_sft = a.map(|a| a.sampled);
     state.phase = Phase::Rl;
     state.step = 0;
     let sources = RoleSources {

@@ -8,6 +8,7 @@ use crate::roles::Divergence;
 use oxalign_models::engine::EngineError;
 use oxalign_models::tokenizer::TokenizerError;
 use oxalign_models::ModelError;
+use oxalign_rlhf::reward::http::HttpRewardError;
 use oxalign_rlhf::RlhfError;
 use std::path::PathBuf;
 
@@ -68,6 +69,11 @@ pub enum Cause {
     /// again (the supervisor rebuilds the role).
     #[error("the replica was poisoned by an earlier panic and must be rebuilt")]
     Poisoned,
+    /// The HTTP reward service gave no usable rewards (down, too slow, failing past its
+    /// retries, circuit open, or a response that breaks the schema); the message names the
+    /// URL, the attempts and the last failure.
+    #[error(transparent)]
+    RewardService(#[from] HttpRewardError),
     /// A fault from the recipe's `[[faults]]` fired.
     #[error("injected fault: {0}")]
     Injected(String),
@@ -106,6 +112,9 @@ impl Cause {
                     | RlhfError::Json { .. }
                     | RlhfError::InvalidArgument { .. }
             ),
+            // A service that stays down or answers badly is a failure of the run (retried by
+            // the supervisor, exit 1); only its settings are the user's input.
+            Cause::RewardService(e) => e.is_config(),
             Cause::Tensor(_)
             | Cause::Batch(_)
             | Cause::Diverged(_)
@@ -141,5 +150,39 @@ mod tests {
         let oom = Cause::Tensor(candle_core::Error::Msg("out of memory".into()));
         assert!(!oom.is_bad_input());
         assert!(oom.to_string().contains("out of memory"), "{oom}");
+    }
+
+    #[test]
+    fn a_failing_reward_service_is_a_run_failure_its_settings_bad_input() {
+        let down = Cause::RewardService(HttpRewardError::Failed {
+            url: "http://127.0.0.1:9/score".into(),
+            rows: 8,
+            attempts: 4,
+            last: "connection refused".into(),
+        });
+        assert!(!down.is_bad_input(), "retried by the supervisor, exit 1");
+        let msg = down.to_string();
+        for want in [
+            "http://127.0.0.1:9/score",
+            "4 attempt(s)",
+            "connection refused",
+        ] {
+            assert!(msg.contains(want), "{msg}");
+        }
+        let garbled = Cause::RewardService(HttpRewardError::BadResponse {
+            url: "http://h/s".into(),
+            rows: 2,
+            attempts: 1,
+            message: "expected 2 rewards".into(),
+        });
+        assert!(
+            !garbled.is_bad_input(),
+            "a broken service is not the user's input"
+        );
+        let config = Cause::RewardService(HttpRewardError::Config {
+            url: "ftp://h".into(),
+            message: "expected an http:// or https:// URL".into(),
+        });
+        assert!(config.is_bad_input());
     }
 }

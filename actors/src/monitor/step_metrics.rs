@@ -13,6 +13,10 @@ pub mod metric {
     pub const REWARD_MEAN: &str = "reward_mean";
     /// Standard deviation of the sequence rewards.
     pub const REWARD_STD: &str = "reward_std";
+    /// Fraction of the step's responses the reward's exact-match check judges correct;
+    /// absent when the reward has no such check (a model, a service, verifiers without
+    /// `exact_match`).
+    pub const ACCURACY: &str = "accuracy";
     /// Mean per-sequence KL(policy || reference), in nats.
     pub const KL: &str = "kl";
     /// Policy (actor) loss.

@@ -7,6 +7,7 @@
 
 mod overrides;
 mod resume_check;
+mod reward;
 mod sections;
 mod supervision;
 mod validate;
@@ -14,6 +15,10 @@ mod validate_rl;
 
 pub use overrides::apply_override;
 pub use resume_check::{changed_keys, check_resume, RESUMABLE_KEYS};
+pub use reward::{
+    ExtractName, HttpRewardSection, RewardKeyError, RewardKind, RewardSection, VerifierKind,
+    VerifierSpec,
+};
 pub use sections::*;
 pub use supervision::{FaultKind, FaultSpec, SupervisionSection, FAULT_PHASES};
 pub use validate::validate;

@@ -7,7 +7,8 @@ use super::{Recipe, RecipeError};
 use std::collections::BTreeMap;
 
 /// Keys that can change on resume without changing what any step computes (how long the run
-/// is, how often it is saved, how it is supervised and which faults are injected). Each still
+/// is, how often it is saved, how it is supervised, which faults are injected, and how the
+/// reward service is reached; its URL is not among them). Each still
 /// has to be named with `--allow-change`.
 pub const RESUMABLE_KEYS: &[&str] = &[
     "run.steps",
@@ -18,6 +19,15 @@ pub const RESUMABLE_KEYS: &[&str] = &[
     "supervision.max_restarts",
     "supervision.restart_window",
     "faults",
+    "reward.http.timeout_s",
+    "reward.http.max_retries",
+    "reward.http.backoff_min_s",
+    "reward.http.backoff_max_s",
+    "reward.http.retry_budget_s",
+    "reward.http.rows_per_request",
+    "reward.http.concurrency",
+    "reward.http.breaker_failures",
+    "reward.http.breaker_cooldown_s",
 ];
 
 /// Keys a resume sets itself (the run continues in its own folder).

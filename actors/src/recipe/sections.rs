@@ -1,7 +1,8 @@
 //! The sections of a training recipe, each with its documented defaults.
 //!
 //! Parsing and overrides live in `mod.rs`; checks that need the filesystem or the machine
-//! (model folders, devices) live in `validate.rs`. Nothing here touches the disk.
+//! (model folders, devices) live in `validate.rs`; `[reward]` lives in `reward.rs`. Nothing
+//! here touches the disk.
 
 use serde::{Deserialize, Serialize};
 
@@ -77,16 +78,6 @@ pub enum TaskKind {
     Arithmetic,
     /// `{"prompt": ..., "answer": ...}` lines from a file.
     Jsonl,
-}
-
-/// How a response is scored.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum RewardKind {
-    /// Rule-based verifier: the response's answer equals the reference answer.
-    ExactMatch,
-    /// An HF sequence-classification reward model.
-    Model,
 }
 
 /// `[run]`: naming, seeding, length and checkpointing of one training run.
@@ -380,30 +371,6 @@ impl Default for RlSection {
             top_p: 1.0,
             top_k: 0,
             max_staleness: 0,
-        }
-    }
-}
-
-/// `[reward]`: how a response is scored.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct RewardSection {
-    /// `exact_match` (rule-based: 1 if the answer matches, else 0), or `model`
-    /// (an HF sequence-classification reward model from `model.reward_path`).
-    /// Default `"exact_match"`.
-    pub kind: RewardKind,
-    /// Reward for a response that matches the reference answer. Default `1.0`.
-    pub correct: f64,
-    /// Reward for one that does not. Default `0.0`.
-    pub incorrect: f64,
-}
-
-impl Default for RewardSection {
-    fn default() -> Self {
-        Self {
-            kind: RewardKind::ExactMatch,
-            correct: 1.0,
-            incorrect: 0.0,
         }
     }
 }

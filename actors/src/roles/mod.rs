@@ -21,7 +21,7 @@ pub use policy::{Policy, PolicyMsg, PolicyState};
 pub use policy_replica::PolicyReplica;
 pub use policy_train::{PolicyTrainSummary, PolicyWork, SftStepSummary};
 pub use reference::{Reference, ReferenceMsg, ReferenceState};
-pub use reward::{Reward, RewardMsg, RewardState, Scorer};
+pub use reward::{Reward, RewardMsg, RewardState, Scorer, Scoring};
 
 use crate::error::{Cause, RoleError};
 use crate::monitor::{ActorUpdate, MonitorHandle};

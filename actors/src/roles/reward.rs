@@ -1,33 +1,54 @@
-//! The reward actor: scores responses with a rule-based verifier or an HF sequence
-//! classifier. A scorer that fails is an error for the step, never a silent zero.
+//! The reward actor: scores responses with rule-based verifiers, an HF sequence classifier,
+//! or an HTTP reward service. A scorer that fails is an error for the step, never a silent
+//! zero.
+//!
+//! Verifiers and the model run on the role's executors (`Replicas::each`), like every
+//! role's tensor work. The service's client is async and runs right here, on tokio: a
+//! request waiting on the network holds no thread, so it neither blocks a tokio worker nor
+//! occupies a device's executor thread, which on a GPU is shared with other roles. The actor
+//! handles one message at a time, so one batch is in flight per reward role; inside it the
+//! client's own concurrency limit applies.
 
 use super::{Busy, Sequences};
 use crate::error::{Cause, RoleError};
 use crate::monitor::MonitorHandle;
 use crate::replicas::{shard_ranges, Replicas};
 use oxalign_models::RewardModel;
-use oxalign_rlhf::reward::ExactMatch;
+use oxalign_rlhf::reward::http::HttpReward;
+use oxalign_rlhf::reward::{ExactMatch, Sample, Verifiers};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// How responses are scored.
+/// How one replica scores responses.
 pub enum Scorer {
-    /// Exact match of the response text with the reference answer.
+    /// Exact match of the response's first line with the reference answer.
     ExactMatch(ExactMatch),
+    /// A weighted sum of rule-based verifiers.
+    Verifiers(Verifiers),
     /// A reward model's score at the last token of prompt + response.
     Model(Box<RewardModel>),
+}
+
+/// Where the reward role's scores come from.
+pub enum Scoring {
+    /// Scorers on the role's executors, one per device of its group.
+    Local(Replicas<Scorer>),
+    /// An HTTP reward service, awaited on tokio.
+    Service(Arc<HttpReward>),
 }
 
 /// Messages the reward actor understands.
 pub enum RewardMsg {
     /// One score per row.
     Score {
-        /// Token ids (for a reward model).
+        /// Token ids (for a reward model; the response lengths for verifiers).
         seqs: Sequences,
-        /// Decoded response texts (for verifiers).
+        /// Prompt texts (for a reward service).
+        prompts: Vec<String>,
+        /// Decoded response texts (for verifiers and services).
         texts: Vec<String>,
-        /// Reference answers (for verifiers).
+        /// Reference answers (for verifiers and services).
         answers: Vec<Option<String>>,
         /// Scores.
         reply: RpcReplyPort<Result<Vec<f32>, RoleError>>,
@@ -37,16 +58,21 @@ pub enum RewardMsg {
 /// The reward actor.
 pub struct Reward;
 
-/// Its replicas and monitor.
+/// Its scorers and monitor.
 pub struct RewardState {
-    replicas: Replicas<Scorer>,
+    scoring: Scoring,
     monitor: MonitorHandle,
 }
 
 impl RewardState {
     /// State over built replicas.
     pub fn new(replicas: Replicas<Scorer>, monitor: MonitorHandle) -> Self {
-        Self { replicas, monitor }
+        Self::with(Scoring::Local(replicas), monitor)
+    }
+
+    /// State over any scoring.
+    pub fn with(scoring: Scoring, monitor: MonitorHandle) -> Self {
+        Self { scoring, monitor }
     }
 }
 
@@ -71,6 +97,7 @@ impl Actor for Reward {
     ) -> Result<(), ActorProcessingErr> {
         let RewardMsg::Score {
             seqs,
+            prompts,
             texts,
             answers,
             reply,
@@ -78,35 +105,60 @@ impl Actor for Reward {
         let started = Instant::now();
         let busy = Busy::start(&st.monitor, "reward", "reward".into());
         let n = seqs.len();
-        let (seqs, texts, answers) = (Arc::new(seqs), Arc::new(texts), Arc::new(answers));
-        let r = st
-            .replicas
-            .each("reward", move |ctx, scorer| {
-                let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
-                match scorer {
-                    Scorer::ExactMatch(v) => Ok(range
-                        .map(|i| v.score(&texts[i], answers[i].as_deref()) as f32)
-                        .collect::<Vec<_>>()),
-                    Scorer::Model(m) => {
-                        if range.is_empty() {
-                            return Ok(Vec::new());
-                        }
-                        let b = seqs.batch_rows(range, m.device())?;
-                        let s = m.forward(&b.ids, Some(&b.attention_mask))?;
-                        let s: Vec<f32> = s.to_dtype(candle_core::DType::F32)?.to_vec1()?;
-                        match s.iter().position(|x| !x.is_finite()) {
-                            Some(row) => Err(non_finite_score(row, s[row])),
-                            None => Ok(s),
-                        }
-                    }
-                }
-            })
-            .await
-            .map(|parts| parts.into_iter().flatten().collect::<Vec<_>>());
+        let r = match &st.scoring {
+            Scoring::Service(http) => http
+                .score(&prompts, &texts, &answers)
+                .await
+                .map(|v| v.into_iter().map(|x| x as f32).collect())
+                .map_err(|e| RoleError::new("reward", "reward", Cause::from(e))),
+            Scoring::Local(replicas) => score_local(replicas, seqs, texts, answers).await,
+        };
         busy.done(&r, n, started.elapsed().as_secs_f64());
         let _ = reply.send(r);
         Ok(())
     }
+}
+
+/// Scores on the replicas' executors, each replica its shard of the rows.
+async fn score_local(
+    replicas: &Replicas<Scorer>,
+    seqs: Sequences,
+    texts: Vec<String>,
+    answers: Vec<Option<String>>,
+) -> Result<Vec<f32>, RoleError> {
+    let (seqs, texts, answers) = (Arc::new(seqs), Arc::new(texts), Arc::new(answers));
+    replicas
+        .each("reward", move |ctx, scorer| {
+            let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
+            match scorer {
+                Scorer::ExactMatch(v) => Ok(range
+                    .map(|i| v.score(&texts[i], answers[i].as_deref()) as f32)
+                    .collect::<Vec<_>>()),
+                Scorer::Verifiers(v) => Ok(range
+                    .map(|i| {
+                        v.score(&Sample {
+                            response: &texts[i],
+                            answer: answers[i].as_deref(),
+                            response_tokens: seqs.pairs[i].1.len(),
+                        }) as f32
+                    })
+                    .collect()),
+                Scorer::Model(m) => {
+                    if range.is_empty() {
+                        return Ok(Vec::new());
+                    }
+                    let b = seqs.batch_rows(range, m.device())?;
+                    let s = m.forward(&b.ids, Some(&b.attention_mask))?;
+                    let s: Vec<f32> = s.to_dtype(candle_core::DType::F32)?.to_vec1()?;
+                    match s.iter().position(|x| !x.is_finite()) {
+                        Some(row) => Err(non_finite_score(row, s[row])),
+                        None => Ok(s),
+                    }
+                }
+            }
+        })
+        .await
+        .map(|parts| parts.into_iter().flatten().collect())
 }
 
 /// A reward model's score that is NaN or infinite: the rollout diverged, nothing is applied.

@@ -1,0 +1,213 @@
+//! The circuit breaker and the per-attempt bookkeeping of the reward client, as one
+//! reqwest middleware that runs inside the retry middleware, once per attempt.
+//!
+//! A failed attempt is a transport error (refused, reset, timed out) or a retryable status
+//! (5xx, 408, 429). After `threshold` consecutive failed attempts the breaker opens: for
+//! `cooldown`, every attempt fails at once without touching the network, and the retry
+//! middleware treats that as final. After the cool-down the next attempt goes through (half
+//! open): a success closes the breaker, a failure opens it again for another cool-down.
+//! Attempts that succeed reset the count. It does not decide retries (reqwest-retry does).
+
+use async_trait::async_trait;
+use http::Extensions;
+use reqwest::{Request, Response};
+use reqwest_middleware::{Middleware, Next};
+use reqwest_retry::{default_on_request_failure, default_on_request_success, Retryable};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Consecutive failures and the open window.
+#[derive(Debug)]
+pub(crate) struct Breaker {
+    threshold: u32,
+    cooldown: Duration,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    consecutive: u32,
+    open_until: Option<Instant>,
+    last: Option<String>,
+}
+
+impl Breaker {
+    /// Opens after `threshold` (≥ 1) consecutive failed attempts, for `cooldown`.
+    pub(crate) fn new(threshold: u32, cooldown: Duration) -> Self {
+        Self {
+            threshold: threshold.max(1),
+            cooldown,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // The state is a counter and two options; a panic elsewhere leaves it usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `Err(why)` while the breaker is open at `now`.
+    pub(crate) fn check(&self, now: Instant) -> Result<(), String> {
+        let s = self.lock();
+        match s.open_until {
+            Some(until) if now < until => Err(format!(
+                "circuit breaker open after {} consecutive failed attempts (failing fast for {:.1} s more); the last: {}",
+                s.consecutive,
+                (until - now).as_secs_f64(),
+                s.last.as_deref().unwrap_or("unknown")
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts a failed attempt at `now`; opens the breaker at the threshold.
+    pub(crate) fn failure(&self, now: Instant, what: String) {
+        let mut s = self.lock();
+        s.consecutive = s.consecutive.saturating_add(1);
+        s.last = Some(what);
+        if s.consecutive >= self.threshold {
+            s.open_until = Some(now + self.cooldown);
+        }
+    }
+
+    /// A successful attempt closes the breaker.
+    pub(crate) fn success(&self) {
+        let mut s = self.lock();
+        s.consecutive = 0;
+        s.open_until = None;
+    }
+}
+
+/// What the attempts of one request did, shared with the caller through the request's
+/// extensions.
+#[derive(Debug, Default)]
+pub(crate) struct AttemptLog {
+    count: AtomicU32,
+    last_failure: Mutex<Option<String>>,
+}
+
+impl AttemptLog {
+    /// Attempts made so far.
+    pub(crate) fn attempts(&self) -> u32 {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// The last attempt's failure, if it failed.
+    pub(crate) fn last_failure(&self) -> Option<String> {
+        self.last_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn note(&self, what: Option<String>) {
+        *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = what;
+    }
+}
+
+/// The extension that carries a request's [`AttemptLog`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Attempts(pub(crate) Arc<AttemptLog>);
+
+/// The breaker fails the attempt without sending it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Open(String);
+
+/// The middleware: counts attempts, records failures, and trips the breaker.
+pub(crate) struct Guard(pub(crate) Arc<Breaker>);
+
+#[async_trait]
+impl Middleware for Guard {
+    async fn handle(
+        &self,
+        req: Request,
+        ext: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        let log = ext.get::<Attempts>().cloned().unwrap_or_default().0;
+        log.count.fetch_add(1, Ordering::SeqCst);
+        if let Err(why) = self.0.check(Instant::now()) {
+            log.note(Some(why.clone()));
+            return Err(reqwest_middleware::Error::middleware(Open(why)));
+        }
+        let result = next.run(req, ext).await;
+        let verdict = match &result {
+            Ok(r) => default_on_request_success(r),
+            Err(e) => default_on_request_failure(e),
+        };
+        let what = match &result {
+            Ok(r) if !r.status().is_success() => Some(format!("HTTP {}", r.status())),
+            Ok(_) => None,
+            Err(e) => Some(error_chain(e)),
+        };
+        match verdict {
+            Some(Retryable::Transient) => self
+                .0
+                .failure(Instant::now(), what.clone().unwrap_or_default()),
+            None => self.0.success(),
+            Some(Retryable::Fatal) => {}
+        }
+        log.note(what);
+        result
+    }
+}
+
+/// `e` and its sources, joined by ": ", without reqwest's repeated "for url (...)".
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if parts.last() != Some(&text) {
+            parts.push(text);
+        }
+        source = s.source();
+    }
+    let joined = parts.join(": ");
+    match (joined.find(" for url ("), joined.find("): ")) {
+        (Some(a), Some(b)) if b > a => format!("{}{}", &joined[..a], &joined[b + 1..]),
+        _ => joined,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_at_the_threshold_and_half_opens_after_the_cooldown() {
+        let b = Breaker::new(3, Duration::from_secs(10));
+        let t0 = Instant::now();
+        b.failure(t0, "HTTP 500".into());
+        b.failure(t0, "HTTP 500".into());
+        assert!(b.check(t0).is_ok(), "two failures are under the threshold");
+        b.failure(t0, "HTTP 503".into());
+        let why = b.check(t0 + Duration::from_secs(1)).unwrap_err();
+        assert!(
+            why.contains("3 consecutive") && why.contains("HTTP 503"),
+            "{why}"
+        );
+        // Half open after the cool-down: one more failure opens it again at once.
+        let later = t0 + Duration::from_secs(11);
+        assert!(b.check(later).is_ok());
+        b.failure(later, "refused".into());
+        assert!(b.check(later).is_err());
+        // A success closes it and resets the count.
+        b.success();
+        assert!(b.check(later).is_ok());
+        b.failure(later, "HTTP 500".into());
+        assert!(b.check(later).is_ok());
+    }
+
+    #[test]
+    fn a_success_in_between_resets_the_count() {
+        let b = Breaker::new(2, Duration::from_secs(10));
+        let t0 = Instant::now();
+        b.failure(t0, "x".into());
+        b.success();
+        b.failure(t0, "x".into());
+        assert!(b.check(t0).is_ok());
+    }
+}

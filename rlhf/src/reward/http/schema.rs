@@ -1,0 +1,104 @@
+//! The reward service's wire format, one JSON object each way.
+//!
+//! Request (`POST`, `Content-Type: application/json`), one entry per row, in row order:
+//! `{"prompts": ["7+8="], "responses": ["15"], "answers": ["15"]}`; an answer is `null`
+//! when the data has none.
+//!
+//! Response (any 2xx): `{"rewards": [1.0]}`, exactly one finite number per row, in the same
+//! order. Other keys are ignored. Anything else is a bad response, never a default reward.
+
+use serde::{Deserialize, Serialize};
+
+/// The body posted for one chunk of rows.
+#[derive(Debug, Serialize)]
+pub struct RewardRequest<'a> {
+    /// Prompt texts.
+    pub prompts: &'a [String],
+    /// Decoded response texts.
+    pub responses: &'a [String],
+    /// Reference answers (`null` when none).
+    pub answers: &'a [Option<String>],
+}
+
+#[derive(Debug, Deserialize)]
+struct RewardResponse {
+    rewards: Vec<Option<f64>>,
+}
+
+/// The rewards in `body` for a request of `rows` rows, or what is wrong with it. Rewards must
+/// be finite and fit an f32 (the batch's precision).
+pub fn parse_rewards(body: &[u8], rows: usize) -> Result<Vec<f64>, String> {
+    let parsed: RewardResponse = serde_json::from_slice(body).map_err(|e| {
+        let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+        let hint = if ["NaN", "Infinity"].iter().any(|t| text.contains(t)) {
+            " (NaN and Infinity are not JSON numbers; send finite rewards)"
+        } else {
+            ""
+        };
+        format!("expected {{\"rewards\": [{rows} numbers]}}: {e}{hint}; body starts {text:?}")
+    })?;
+    if parsed.rewards.len() != rows {
+        return Err(format!(
+            "expected {rows} rewards (one per row), got {}",
+            parsed.rewards.len()
+        ));
+    }
+    parsed
+        .rewards
+        .iter()
+        .enumerate()
+        .map(|(i, r)| match r {
+            Some(x) if x.is_finite() && x.abs() <= f32::MAX as f64 => Ok(*x),
+            Some(x) => Err(format!(
+                "reward of row {i} is {x}: expected a finite number"
+            )),
+            None => Err(format!(
+                "reward of row {i} is null: expected a finite number"
+            )),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_has_one_entry_per_row() {
+        let (p, r, a) = (vec!["1+1=".to_string()], vec!["2".to_string()], vec![None]);
+        let body = serde_json::to_string(&RewardRequest {
+            prompts: &p,
+            responses: &r,
+            answers: &a,
+        })
+        .unwrap();
+        assert_eq!(
+            body,
+            r#"{"prompts":["1+1="],"responses":["2"],"answers":[null]}"#
+        );
+    }
+
+    #[test]
+    fn response_must_have_one_finite_reward_per_row() {
+        assert_eq!(
+            parse_rewards(br#"{"rewards": [1, -0.5], "extra": 1}"#, 2),
+            Ok(vec![1.0, -0.5])
+        );
+        let e = parse_rewards(br#"{"rewards": [1]}"#, 2).unwrap_err();
+        assert!(
+            e.contains("expected 2 rewards") && e.contains("got 1"),
+            "{e}"
+        );
+        let e = parse_rewards(br#"{"rewards": [1, null]}"#, 2).unwrap_err();
+        assert!(e.contains("row 1 is null"), "{e}");
+        let e = parse_rewards(br#"{"rewards": [NaN]}"#, 1).unwrap_err();
+        assert!(e.contains("NaN and Infinity are not JSON"), "{e}");
+        let e = parse_rewards(br#"{"rewards": [1e39]}"#, 1).unwrap_err();
+        assert!(e.contains("row 0") && e.contains("finite"), "{e}");
+        let e = parse_rewards(b"<html>oops</html>", 1).unwrap_err();
+        assert!(
+            e.contains("expected {\"rewards\"") && e.contains("<html>"),
+            "{e}"
+        );
+    }
+}

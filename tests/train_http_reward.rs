@@ -1,0 +1,302 @@
+//! `oxalign train` with an HTTP reward service on 127.0.0.1: a service that scores exact
+//! match gives the run the same rewards, losses and checkpoints as the built-in exact-match
+//! reward (without the accuracy, which only a verifier defines), and a service that dies
+//! mid-run fails it with exit code 1, a message naming the URL, the attempts and the last
+//! failure, and no checkpoint past the last good step. A verifier sum of one exact-match
+//! verifier is the built-in reward, accuracy included. `--check` names bad reward settings.
+
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// Tiny GRPO (no critic): a short SFT warm-up so some answers are right, then 3 RL steps of
+/// 16 responses, each checkpointed.
+const RECIPE: &str = r#"
+[run]
+name = "h"
+seed = 5
+steps = 3
+checkpoint_every = 1
+keep_checkpoints = 20
+
+[model]
+init_family = "llama"
+init_preset = "tiny"
+
+[data]
+max_operand = 9
+eval_size = 8
+
+[sft]
+steps = 40
+batch_size = 16
+lr = 3e-3
+warmup_steps = 2
+
+[rl]
+algorithm = "grpo"
+prompts_per_step = 8
+samples_per_prompt = 2
+minibatch_size = 8
+lr = 3e-4
+kl_coef = 0.02
+max_new_tokens = 3
+"#;
+
+/// `[reward.http]` for `url`: 8 rows per request (two requests a step, both at once) and
+/// quick retries.
+fn http_reward(url: &str) -> String {
+    format!(
+        "\n[reward]\nkind = \"http\"\n\n[reward.http]\nurl = \"{url}\"\ntimeout_s = 2\n\
+         max_retries = 2\nbackoff_min_s = 0.05\nbackoff_max_s = 0.1\nretry_budget_s = 2\n\
+         rows_per_request = 8\nconcurrency = 2\n"
+    )
+}
+
+/// An exact-match reward service (1 when the response's first line, trimmed, equals the
+/// answer, else 0) that answers `serve_for` requests, then shuts down. Returns its URL.
+fn exact_match_service(serve_for: usize) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            let served = Arc::new(AtomicUsize::new(0));
+            let done = Arc::new(tokio::sync::Notify::new());
+            let (s, d) = (served.clone(), done.clone());
+            let app = Router::new().route(
+                "/score",
+                post(move |Json(body): Json<Value>| async move {
+                    if s.fetch_add(1, Ordering::SeqCst) + 1 >= serve_for {
+                        d.notify_one();
+                    }
+                    Json(json!({ "rewards": exact_match(&body) }))
+                }),
+            );
+            let stop = async move { done.notified().await };
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stop)
+                .await
+                .unwrap();
+        });
+    });
+    format!("http://{}/score", rx.recv().unwrap())
+}
+
+fn exact_match(body: &Value) -> Vec<f64> {
+    let rows = |k: &str| body[k].as_array().cloned().unwrap_or_default();
+    rows("responses")
+        .iter()
+        .zip(rows("answers"))
+        .map(|(r, a)| {
+            let line = r.as_str().unwrap_or("").split('\n').next().unwrap_or("");
+            let ok = a.as_str().is_some_and(|a| line.trim() == a.trim());
+            f64::from(u8::from(ok))
+        })
+        .collect()
+}
+
+struct Run {
+    out: Output,
+    metrics: Vec<Value>,
+    summary: Option<Value>,
+    checkpoints: Vec<String>,
+}
+
+fn train(dir: &Path, recipe: &str, args: &[&str]) -> Run {
+    std::fs::write(dir.join("r.toml"), recipe).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_oxalign"))
+        .args(["train", "r.toml", "--quiet"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run oxalign");
+    let run = dir.join("runs/h");
+    let read = |f: &str| std::fs::read_to_string(run.join(f)).ok();
+    let metrics = read("metrics.jsonl")
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let summary = read("summary.json").map(|t| serde_json::from_str(&t).unwrap());
+    let mut checkpoints: Vec<String> = std::fs::read_dir(run.join("checkpoints"))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    checkpoints.sort();
+    Run {
+        out,
+        metrics,
+        summary,
+        checkpoints,
+    }
+}
+
+fn stderr(r: &Run) -> String {
+    String::from_utf8_lossy(&r.out.stderr).into_owned()
+}
+
+/// Metrics that the reward source must not change.
+const SAME: &[&str] = &[
+    "reward_mean",
+    "reward_std",
+    "kl",
+    "policy_loss",
+    "entropy",
+    "grad_norm",
+    "adv_mean",
+    "adv_std",
+    "response_len",
+    "policy_version",
+];
+
+/// The run with the built-in exact-match reward, shared by the tests.
+fn local() -> &'static Run {
+    static LOCAL: OnceLock<(tempfile::TempDir, Run)> = OnceLock::new();
+    let (_, run) = LOCAL.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let run = train(dir.path(), RECIPE, &[]);
+        assert!(run.out.status.success(), "local run: {}", stderr(&run));
+        (dir, run)
+    });
+    run
+}
+
+#[test]
+fn a_service_scoring_exact_match_trains_like_the_built_in_reward() {
+    let l = local();
+    let served = tempfile::tempdir().unwrap();
+    let url = exact_match_service(usize::MAX);
+    let h = train(
+        served.path(),
+        &format!("{RECIPE}{}", http_reward(&url)),
+        &[],
+    );
+    assert!(h.out.status.success(), "HTTP run: {}", stderr(&h));
+    assert_eq!(h.metrics.len(), 3);
+    let rewarded: f64 = l
+        .metrics
+        .iter()
+        .map(|m| m["reward_mean"].as_f64().unwrap())
+        .sum();
+    assert!(
+        rewarded > 0.0,
+        "the warm-up earns some reward, so the comparison means something"
+    );
+    for (x, y) in l.metrics.iter().zip(&h.metrics) {
+        for k in SAME {
+            assert_eq!(x[k], y[k], "step {}: {k} differs", x["step"]);
+        }
+        assert!(
+            x["accuracy"].is_number(),
+            "exact match defines accuracy: {x}"
+        );
+        assert!(y.get("accuracy").is_none(), "a service defines none: {y}");
+    }
+    assert_eq!(l.checkpoints, h.checkpoints);
+    let (ls, hs) = (l.summary.as_ref().unwrap(), h.summary.as_ref().unwrap());
+    assert!(ls["accuracy_final"].is_number(), "{ls}");
+    assert!(
+        hs["accuracy_final"].is_null(),
+        "no accuracy without a verifier: {hs}"
+    );
+    assert_eq!(ls["reward_last"], hs["reward_last"]);
+}
+
+#[test]
+fn one_exact_match_verifier_is_the_exact_match_reward() {
+    let dir = tempfile::tempdir().unwrap();
+    let verifiers =
+        "\n[reward]\nkind = \"verifiers\"\n\n[[reward.verifiers]]\nkind = \"exact_match\"\n";
+    let v = train(dir.path(), &format!("{RECIPE}{verifiers}"), &[]);
+    assert!(v.out.status.success(), "verifiers run: {}", stderr(&v));
+    let l = local();
+    assert_eq!(v.metrics.len(), l.metrics.len());
+    for (x, y) in l.metrics.iter().zip(&v.metrics) {
+        for k in SAME.iter().chain(&["accuracy"]) {
+            assert_eq!(x[k], y[k], "step {}: {k} differs", x["step"]);
+        }
+    }
+    let (ls, vs) = (l.summary.as_ref().unwrap(), v.summary.as_ref().unwrap());
+    assert_eq!(ls["accuracy_final"], vs["accuracy_final"]);
+}
+
+#[test]
+fn a_service_that_dies_fails_the_run_after_the_last_good_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two requests a step: steps 1 and 2 are scored, then the service is gone.
+    let url = exact_match_service(4);
+    let recipe = format!("{RECIPE}{}", http_reward(&url));
+    let r = train(
+        dir.path(),
+        &recipe,
+        &["--set", "supervision.max_restarts=1"],
+    );
+    let err = stderr(&r);
+    assert_eq!(r.out.status.code(), Some(1), "{err}");
+    for want in [
+        "RL step 3: reward, reward",
+        &format!("reward service {url}: a request of 8 rows failed after 3 attempt(s)"),
+        "last failure:",
+        "restarting reward",
+        "restart budget is spent",
+        "--resume",
+    ] {
+        assert!(err.contains(want), "expected {want:?} in: {err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(r.metrics.len(), 2, "steps 1 and 2 only");
+    assert_eq!(
+        r.checkpoints,
+        ["step_000000", "step_000001", "step_000002"],
+        "nothing saved past the last good step"
+    );
+    assert!(r.summary.is_none());
+}
+
+#[test]
+fn check_names_bad_reward_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    for (reward, key, says) in [
+        (
+            "[reward]\nkind = \"verifiers\"\n[[reward.verifiers]]\nkind = \"judge\"\n",
+            "reward.verifiers",
+            "judge",
+        ),
+        (
+            "[reward]\nkind = \"verifiers\"\n[[reward.verifiers]]\nkind = \"regex\"\npattern = \"a(\"\n",
+            "reward.verifiers[0].pattern",
+            "a(",
+        ),
+        (
+            "[reward]\nkind = \"http\"\n[reward.http]\nurl = \"file:///tmp/x\"\n",
+            "reward.http.url",
+            "http://",
+        ),
+        (
+            "[reward]\nkind = \"http\"\n[reward.http]\nurl = \"http://h/s\"\ntimeout_s = 0\n",
+            "reward.http.timeout_s",
+            "seconds",
+        ),
+    ] {
+        std::fs::write(dir.path().join("r.toml"), format!("{RECIPE}{reward}")).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_oxalign"))
+            .args(["train", "--check", "r.toml"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{reward}: {err}");
+        assert!(err.contains(key) && err.contains(says), "{reward}: {err}");
+    }
+}
