@@ -187,6 +187,10 @@ pub struct SftSection {
     /// during SFT resumes there; 0 = none during SFT. The end of SFT is always saved, as
     /// `checkpoints/step_000000/`. Default `50`.
     pub checkpoint_every: u64,
+    /// Pack each step's sequences into rows as long as its longest one (first-fit
+    /// decreasing; attention and position ids per sequence), so padding costs no compute.
+    /// Same loss and gradients as the padded batch, to f32 rounding. Default `false`.
+    pub packing: bool,
 }
 
 impl Default for SftSection {
@@ -198,6 +202,7 @@ impl Default for SftSection {
             warmup_steps: 20,
             weight_decay: 0.0,
             checkpoint_every: 50,
+            packing: false,
         }
     }
 }
@@ -297,6 +302,11 @@ pub struct RlSection {
     /// How many policy versions a rollout batch may lag the trainer. Only `0` (on-policy) is
     /// implemented; other values are refused by validation. Default `0`.
     pub max_staleness: u64,
+    /// Pack the sequences of each policy and critic minibatch into rows as long as its
+    /// longest one (first-fit decreasing; attention and position ids per sequence), so
+    /// padding costs no compute. Same losses and gradients as the padded minibatch, for every
+    /// `loss_agg`, to f32 rounding. Default `false`.
+    pub packing: bool,
 }
 
 impl Default for RlSection {
@@ -330,6 +340,7 @@ impl Default for RlSection {
             top_p: 1.0,
             top_k: 0,
             max_staleness: 0,
+            packing: false,
         }
     }
 }

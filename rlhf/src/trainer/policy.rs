@@ -5,7 +5,7 @@
 //! are the caller's decisions.
 
 use super::grads::{adamw_over, apply_gradients, check_loss, StepStats};
-use super::{scalar, TokenBatch};
+use super::{scalar, PackedRows, Packing, TokenBatch};
 use crate::losses::{
     entropy_bonus, kl_loss, ppo_policy_loss, sft_loss, truncated_is_weights, KlEstimator, PpoConfig,
 };
@@ -69,6 +69,10 @@ pub struct PolicyTrainer {
     /// current one before a minibatch update is applied (same rule): a policy that has
     /// moved this far in one step has collapsed. Default infinite.
     pub max_update_kl: f64,
+    /// Which training steps run on packed rows ([`PackedRows`]: several sequences per row,
+    /// attention and positions per sequence) instead of the padded batch. Losses and
+    /// gradients are the padded path's (to f32 rounding). Default: none.
+    pub packing: Packing,
     vars: Vec<Var>,
 }
 
@@ -82,6 +86,7 @@ impl PolicyTrainer {
             max_sft_loss: f64::INFINITY,
             max_policy_loss: f64::INFINITY,
             max_update_kl: f64::INFINITY,
+            packing: Packing::default(),
             vars,
         })
     }
@@ -94,11 +99,24 @@ impl PolicyTrainer {
             .detach())
     }
 
-    /// Token log-probs and entropies `[B, T-1]` from the fused head (no `[B, T, V]` logits).
-    fn head_outputs(&self, batch: &TokenBatch) -> Result<HeadOutputs> {
-        Ok(self
+    /// Token log-probs and entropies `[B, T-1]` from the fused head (no `[B, T, V]` logits),
+    /// computed on packed rows when `packed` (then 0 past each sequence's end).
+    pub fn head_outputs(&self, batch: &TokenBatch, packed: bool) -> Result<HeadOutputs> {
+        if !packed {
+            return Ok(self.model.next_token_outputs(
+                &batch.ids,
+                Some(&batch.attention_mask),
+                1.0,
+            )?);
+        }
+        let rows = PackedRows::new(batch)?;
+        let out = self
             .model
-            .next_token_outputs(&batch.ids, Some(&batch.attention_mask), 1.0)?)
+            .next_token_outputs_packed(&rows.ids, &rows.segments, 1.0)?;
+        Ok(HeadOutputs {
+            logprobs: rows.unpack(&out.logprobs)?,
+            entropy: rows.unpack(&out.entropy)?,
+        })
     }
 
     /// One supervised step on the response tokens of `batch` (prompt masked out).
@@ -114,7 +132,7 @@ impl PolicyTrainer {
         collective: Option<&dyn Collective>,
     ) -> Result<(f64, StepStats)> {
         self.opt.set_lr(lr);
-        let lp = self.head_outputs(batch)?.logprobs;
+        let lp = self.head_outputs(batch, self.packing.sft)?.logprobs;
         let (loss, stats) = sft_loss(&lp, &batch.response_mask)?;
         let device = lp.device().clone();
         check_loss(
@@ -158,7 +176,7 @@ impl PolicyTrainer {
         let HeadOutputs {
             logprobs: lp,
             entropy: token_entropy,
-        } = self.head_outputs(batch)?;
+        } = self.head_outputs(batch, self.packing.rl)?;
         let (rollout_mismatch_mean, rollout_mismatch_max) = match rollout_logprobs {
             Some(r) => masked_abs_diff(&lp, r, mask)?,
             None => (0.0, 0.0),
