@@ -101,6 +101,11 @@ fn packed_row_equals_sequences_run_separately() -> Result<()> {
             o.mul(&proj.narrow(2, at, len)?)?.sum_all()
         };
         let gp = loss(&packed.narrow(2, 0, real)?, 0, real)?.backward()?;
+        let gc = loss(&want.narrow(2, 0, real)?, 0, real)?.backward()?;
+        for (name, x) in ["q", "k", "v"].iter().zip(qkv) {
+            let (a, c) = (gp.get(x).expect("fused"), gc.get(x).expect("composed"));
+            assert_close(a, c, 1e-5, &format!("case {n}: d{name} fused vs composed"))?;
+        }
         let mut at = 0;
         for (s, &len) in case.lens.iter().enumerate() {
             let part = qkv.map(|x| {
