@@ -13,7 +13,7 @@ use oxalign_kernels::device::DeviceSpec;
 use oxalign_models::engine::EngineConfig;
 use oxalign_models::{CausalLm, Family, ModelConfig, Preset};
 use oxalign_rlhf::losses::{KlEstimator, LossAgg, PpoConfig};
-use oxalign_rlhf::trainer::{PolicyLossConfig, PolicyTrainer};
+use oxalign_rlhf::trainer::{Packing, PolicyLossConfig, PolicyTrainer};
 use ractor::Actor;
 use std::collections::HashMap;
 
@@ -40,16 +40,21 @@ fn sequences() -> Sequences {
     Sequences { pairs, pad_id: 0 }
 }
 
-async fn update_with(world: usize, agg: LossAgg) -> HashMap<String, Tensor> {
+/// The weights after one PPO update on `world` replicas (on packed rows when `packed`).
+async fn update_with(world: usize, agg: LossAgg, packed: bool) -> HashMap<String, Tensor> {
     let specs: Vec<DeviceSpec> = (0..world).map(DeviceSpec::cpu).collect();
     let trainers = (0..world)
         .map(|_| {
-            let trainer = PolicyTrainer::new(
+            let mut trainer = PolicyTrainer::new(
                 CausalLm::init_random(&config(), 5, &Device::Cpu).unwrap(),
                 1e-4,
                 0.01,
             )
             .unwrap();
+            trainer.packing = Packing {
+                sft: false,
+                rl: packed,
+            };
             PolicyReplica::new(trainer, EngineConfig::default(), 1e-4).unwrap()
         })
         .collect();
@@ -170,8 +175,8 @@ fn max_diff(a: &HashMap<String, Tensor>, b: &HashMap<String, Tensor>) -> f32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_match_one_on_the_same_global_batch() {
     for agg in [LossAgg::TokenMean, LossAgg::SeqMeanTokenMean] {
-        let one = update_with(1, agg).await;
-        let two = update_with(2, agg).await;
+        let one = update_with(1, agg, false).await;
+        let two = update_with(2, agg, false).await;
         let init = CausalLm::init_random(&config(), 5, &Device::Cpu)
             .unwrap()
             .weights()
@@ -184,5 +189,11 @@ async fn two_replicas_match_one_on_the_same_global_batch() {
         let d = max_diff(&one, &two);
         eprintln!("{agg:?}: weights moved up to {moved:e}; max |DP2 - DP1| = {d:e}");
         assert!(d < 1e-5, "{agg:?}: DP=2 differs from DP=1 by {d}");
+        // Each replica packing its shard's sequences changes nothing either.
+        let packed = max_diff(&one, &update_with(2, agg, true).await);
+        assert!(
+            packed < 1e-5,
+            "{agg:?}: packed DP=2 differs from DP=1 by {packed}"
+        );
     }
 }
