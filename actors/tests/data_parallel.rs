@@ -1,5 +1,6 @@
 //! Data parallelism: one PPO update (and one SFT step) with the batch split over two CPU
-//! replicas leaves the same weights as one replica on the whole batch.
+//! replicas leaves the same weights as one replica on the whole batch, also when each replica
+//! packs its shard (`rl.packing`).
 
 use candle_core::{DType, Device, Tensor};
 use oxalign_actors::batch::{ExperienceBatch, TokenArray};
