@@ -107,6 +107,52 @@ fn bench_train_prints_one_line_of_positive_measurements() {
     assert!(positive(&v, "/matmul_params") <= params);
 }
 
+/// Variable lengths, padded and packed: the same sequences (same real tokens and first loss,
+/// to f32 rounding), on fewer rows when packed.
+#[test]
+fn bench_train_runs_variable_lengths_padded_and_packed() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "train",
+            "--model",
+            &model,
+            "--batch",
+            "6",
+            "--seq",
+            "16",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--peak-gflops",
+            "100",
+            "--lengths",
+            "uniform",
+        ];
+        args.extend_from_slice(extra);
+        one_json_line(&ok(&args))
+    };
+    let (padded, packed) = (run(&[]), run(&["--packing"]));
+    assert_eq!(padded["packing"], false);
+    assert_eq!(packed["packing"], true);
+    assert_eq!(packed["lengths"], "uniform");
+    assert_eq!(padded["tokens_per_step"], packed["tokens_per_step"]);
+    assert!(
+        positive(&padded, "/tokens_per_step") < 6.0 * 16.0,
+        "{padded}"
+    );
+    assert_eq!(padded["rows"], 6);
+    assert!(positive(&packed, "/rows") < 6.0, "{packed}");
+    let (a, b) = (
+        positive(&padded, "/loss_first"),
+        positive(&packed, "/loss_first"),
+    );
+    assert!((a - b).abs() <= 1e-5 * a, "padded loss {a} vs packed {b}");
+}
+
 #[test]
 fn bench_matmul_prints_positive_gflops() {
     let v = one_json_line(&ok(&["bench", "matmul", "--size", "64", "--reps", "3"]));

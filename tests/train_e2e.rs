@@ -180,3 +180,25 @@ fn tempered_truncated_rollouts_are_scored_under_their_own_distribution() {
         assert!(mismatch <= 1e-5, "engine vs trainer {mismatch}: {row}");
     }
 }
+
+/// `sft.packing` and `rl.packing` on: the SFT warm-up and the PPO policy and critic updates
+/// run on packed rows end to end, with finite losses every step.
+#[test]
+fn packed_sft_and_rl_run_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = RECIPE
+        .replace("steps = 30", "steps = 2")
+        .replace("steps = 100", "steps = 4")
+        .replace("[sft]\n", "[sft]\npacking = true\n")
+        .replace("[rl]\n", "[rl]\npacking = true\n");
+    std::fs::write(dir.path().join("r.toml"), &recipe).unwrap();
+    train(dir.path(), &[]);
+    let m = metrics(dir.path());
+    assert_eq!(m.len(), 2);
+    for step in &m {
+        for k in ["policy_loss", "value_loss"] {
+            let v = step[k].as_f64().unwrap_or(f64::NAN);
+            assert!(v.is_finite(), "step {}: {k} = {}", step["step"], step[k]);
+        }
+    }
+}

@@ -1,5 +1,6 @@
 //! Data parallelism: one PPO update (and one SFT step) with the batch split over two CPU
-//! replicas leaves the same weights as one replica on the whole batch.
+//! replicas leaves the same weights as one replica on the whole batch, also when each replica
+//! packs its shard (`rl.packing`).
 
 use candle_core::{DType, Device, Tensor};
 use oxalign_actors::batch::{ExperienceBatch, TokenArray};
@@ -13,7 +14,7 @@ use oxalign_kernels::device::DeviceSpec;
 use oxalign_models::engine::EngineConfig;
 use oxalign_models::{CausalLm, Family, ModelConfig, Preset};
 use oxalign_rlhf::losses::{KlEstimator, LossAgg, PpoConfig};
-use oxalign_rlhf::trainer::{PolicyLossConfig, PolicyTrainer};
+use oxalign_rlhf::trainer::{Packing, PolicyLossConfig, PolicyTrainer};
 use ractor::Actor;
 use std::collections::HashMap;
 
@@ -40,16 +41,21 @@ fn sequences() -> Sequences {
     Sequences { pairs, pad_id: 0 }
 }
 
-async fn update_with(world: usize, agg: LossAgg) -> HashMap<String, Tensor> {
+/// The weights after one PPO update on `world` replicas (on packed rows when `packed`).
+async fn update_with(world: usize, agg: LossAgg, packed: bool) -> HashMap<String, Tensor> {
     let specs: Vec<DeviceSpec> = (0..world).map(DeviceSpec::cpu).collect();
     let trainers = (0..world)
         .map(|_| {
-            let trainer = PolicyTrainer::new(
+            let mut trainer = PolicyTrainer::new(
                 CausalLm::init_random(&config(), 5, &Device::Cpu).unwrap(),
                 1e-4,
                 0.01,
             )
             .unwrap();
+            trainer.packing = Packing {
+                sft: false,
+                rl: packed,
+            };
             PolicyReplica::new(trainer, EngineConfig::default(), 1e-4).unwrap()
         })
         .collect();
@@ -170,8 +176,8 @@ fn max_diff(a: &HashMap<String, Tensor>, b: &HashMap<String, Tensor>) -> f32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_match_one_on_the_same_global_batch() {
     for agg in [LossAgg::TokenMean, LossAgg::SeqMeanTokenMean] {
-        let one = update_with(1, agg).await;
-        let two = update_with(2, agg).await;
+        let one = update_with(1, agg, false).await;
+        let two = update_with(2, agg, false).await;
         let init = CausalLm::init_random(&config(), 5, &Device::Cpu)
             .unwrap()
             .weights()
@@ -184,5 +190,11 @@ async fn two_replicas_match_one_on_the_same_global_batch() {
         let d = max_diff(&one, &two);
         eprintln!("{agg:?}: weights moved up to {moved:e}; max |DP2 - DP1| = {d:e}");
         assert!(d < 1e-5, "{agg:?}: DP=2 differs from DP=1 by {d}");
+        // Each replica packing its shard's sequences changes nothing either.
+        let packed = max_diff(&one, &update_with(2, agg, true).await);
+        assert!(
+            packed < 1e-5,
+            "{agg:?}: packed DP=2 differs from DP=1 by {packed}"
+        );
     }
 }

@@ -10,4 +10,6 @@ pub mod ops;
 
 pub use collective::{Collective, CollectiveError, ThreadCollective};
 pub use device::{parse_device, DeviceError, DeviceKind, DeviceSpec};
-pub use ops::{causal_attention, entropy, rms_norm, rope, token_logprobs};
+pub use ops::{
+    causal_attention, causal_attention_segmented, entropy, rms_norm, rope, token_logprobs,
+};

@@ -1,7 +1,8 @@
 //! Grouped-query self-attention of one decoder layer: q/k/v/o projections (optional biases),
 //! RoPE on q and k, scaled dot-product attention under a visibility rule, optional KV cache.
 //! The training forward (no cache, f32/f64 on the CPU) runs the fused kernel
-//! `oxalign_kernels::ops::causal_attention`; everything else composes candle ops.
+//! `oxalign_kernels::ops::causal_attention_segmented` (packed rows included); everything else
+//! composes candle ops.
 //! Masks and position ids are built by the caller (`mask.rs`).
 
 use crate::config::ModelConfig;
@@ -10,7 +11,7 @@ use crate::layers::{apply_rope, linear, softmax_last_dim};
 use crate::mask::{mask_scores, Visibility};
 use crate::param_store::ParamStore;
 use candle_core::{DType, Result, Tensor};
-use oxalign_kernels::ops::causal_attention;
+use oxalign_kernels::ops::causal_attention_segmented;
 
 /// Weights and shape of one attention block (`model.layers.N.self_attn.*`).
 #[derive(Clone, Debug)]
@@ -80,7 +81,14 @@ impl Attention {
             && x.device().is_cpu()
             && matches!(x.dtype(), DType::F32 | DType::F64);
         let out = if fused {
-            causal_attention(&q, &k, &v, visible.key_mask(), visible.window())?
+            causal_attention_segmented(
+                &q,
+                &k,
+                &v,
+                visible.key_mask(),
+                visible.segments(),
+                visible.window(),
+            )?
         } else {
             let (k, v) = match cache {
                 Some((cache, layer)) => cache.append(layer, &k, &v)?,

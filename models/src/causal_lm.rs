@@ -208,14 +208,36 @@ impl CausalLm {
         attention_mask: Option<&Tensor>,
         dist: TokenDistribution,
     ) -> candle_core::Result<HeadOutputs> {
+        let hidden = self.hidden(input_ids, attention_mask)?;
+        self.head_outputs(&hidden, input_ids, dist)
+    }
+
+    /// [`CausalLm::next_token_outputs`] over packed rows (see [`Decoder::forward_packed`]):
+    /// `segments` row-major `[B, T]` segment ids. Returns `[B, T-1]` log-probs and entropies
+    /// in the packed layout; entry `t` of a segment's last token predicts the next segment's
+    /// first token and is meaningless (the caller masks it, as it masks padding).
+    pub fn next_token_outputs_packed(
+        &self,
+        input_ids: &Tensor,
+        segments: &[u32],
+        dist: TokenDistribution,
+    ) -> candle_core::Result<HeadOutputs> {
+        let hidden = self.decoder.forward_packed(input_ids, segments)?;
+        self.head_outputs(&hidden, input_ids, dist)
+    }
+
+    /// The fused head over hidden states `[B, T, H]` against the next tokens of `input_ids`.
+    fn head_outputs(
+        &self,
+        hidden: &Tensor,
+        input_ids: &Tensor,
+        dist: TokenDistribution,
+    ) -> candle_core::Result<HeadOutputs> {
         let t = input_ids.dim(1)?;
         if t < 2 {
             candle_core::bail!("next_token_logprobs needs at least 2 positions, got {t}")
         }
-        let hidden = self
-            .hidden(input_ids, attention_mask)?
-            .narrow(1, 0, t - 1)?
-            .contiguous()?;
+        let hidden = hidden.narrow(1, 0, t - 1)?.contiguous()?;
         let targets = input_ids.narrow(1, 1, t - 1)?.contiguous()?;
         let weight = match self.lm_head.dtype() {
             DType::F32 | DType::F64 => self.lm_head.clone(),

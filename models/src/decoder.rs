@@ -6,7 +6,7 @@ use crate::config::ModelConfig;
 use crate::decoder_layer::DecoderLayer;
 use crate::kv_cache::KvCache;
 use crate::layers::{embedding, rms_norm};
-use crate::mask::{mask_to_host, position_ids, Visibility};
+use crate::mask::{mask_to_host, position_ids, segment_position_ids, Visibility};
 use crate::param_store::ParamStore;
 use crate::rope::RotaryEmbedding;
 use candle_core::{DType, Result, Tensor};
@@ -60,8 +60,6 @@ impl Decoder {
         if t == 0 {
             candle_core::bail!("input_ids has no positions (shape [{b}, 0])")
         }
-        let dtype = self.embed.dtype();
-        let device = self.embed.device().clone();
         let input_ids = if input_ids.dtype() == DType::U32 {
             input_ids.clone()
         } else {
@@ -89,22 +87,65 @@ impl Decoder {
                 (pos, new_mask, 0)
             }
         };
-        let s = offset + t;
         let key_mask = key_mask.contains(&0).then_some(key_mask);
-        let (cos, sin) = self.rope.cos_sin(&positions, b, t, dtype, &device)?;
+        let rows = Rows {
+            ids: &input_ids,
+            positions: &positions,
+            key_mask: key_mask.as_deref(),
+            segments: None,
+            offset,
+        };
+        self.run(rows, cache)
+    }
+
+    /// Final-normed hidden states `[B, T, H]` of packed rows: `input_ids` `[B, T]` (u32)
+    /// holds several sequences per row, `segments` (row-major `[B, T]`) a segment id per
+    /// token. Each token attends only to the earlier tokens of its own segment (a maximal run
+    /// of equal ids) and position ids restart at 0 at every segment start, so each segment's
+    /// hidden states equal those of its sequence run alone. Padding in a packed row is a
+    /// segment of its own whose outputs the caller ignores. No KV cache. Differentiable.
+    pub fn forward_packed(&self, input_ids: &Tensor, segments: &[u32]) -> Result<Tensor> {
+        let (b, t) = input_ids.dims2()?;
+        if t == 0 || segments.len() != b * t {
+            candle_core::bail!(
+                "packed forward: input_ids [{b}, {t}] needs {} segment ids (and T > 0), got {}",
+                b * t,
+                segments.len()
+            )
+        }
+        let input_ids = input_ids.to_dtype(DType::U32)?;
+        let positions = segment_position_ids(segments, t);
+        let rows = Rows {
+            ids: &input_ids,
+            positions: &positions,
+            key_mask: None,
+            segments: Some(segments),
+            offset: 0,
+        };
+        self.run(rows, None)
+    }
+
+    /// Embedding, layers and final norm over `rows` (appending to `cache` when given).
+    fn run(&self, rows: Rows<'_>, mut cache: Option<&mut KvCache>) -> Result<Tensor> {
+        let (b, t) = rows.ids.dims2()?;
+        let (offset, key_mask) = (rows.offset, rows.key_mask);
+        let dtype = self.embed.dtype();
+        let device = self.embed.device().clone();
+        let s = offset + t;
+        let (cos, sin) = self.rope.cos_sin(rows.positions, b, t, dtype, &device)?;
         let dims = (b, t, s, offset);
-        let full = Visibility::new(key_mask.as_deref(), dims, None, &device);
+        let rule = |w| Visibility::new(key_mask, dims, w, &device).with_segments(rows.segments);
+        let full = rule(None);
         // One rule per distinct window, so each mask tensor is built at most once.
         let mut windowed: Vec<Visibility> = Vec::new();
-        let mut x = embedding(&self.embed, &input_ids)?;
+        let mut x = embedding(&self.embed, rows.ids)?;
         for (i, layer) in self.layers.iter().enumerate() {
             let visible = match layer.window() {
                 Some(w) if w < s => {
                     let at = match windowed.iter().position(|v| v.window() == Some(w)) {
                         Some(at) => at,
                         None => {
-                            let v = Visibility::new(key_mask.as_deref(), dims, Some(w), &device);
-                            windowed.push(v);
+                            windowed.push(rule(Some(w)));
                             windowed.len() - 1
                         }
                     };
@@ -117,4 +158,18 @@ impl Decoder {
         }
         rms_norm(&x, &self.norm, self.eps)
     }
+}
+
+/// The token rows of one decoder call and their host-side bookkeeping.
+struct Rows<'a> {
+    /// `[B, T]` u32 token ids.
+    ids: &'a Tensor,
+    /// `[B, T]` row-major position ids.
+    positions: &'a [u32],
+    /// `[B, S]` key mask (1 = real), `None` when no key is padding.
+    key_mask: Option<&'a [u32]>,
+    /// `[B, T]` segment ids of packed rows, `None` for one sequence per row.
+    segments: Option<&'a [u32]>,
+    /// Cached positions before these rows.
+    offset: usize,
 }

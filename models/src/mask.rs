@@ -1,7 +1,8 @@
-//! Attention masking and position ids: the causal / key-padding / sliding-window visibility
-//! rule (as a host key mask + window, and as a mask tensor built on demand) and
-//! HF-generate-style position ids (`cumsum(mask) - 1`, clamped at 0). Pure index bookkeeping
-//! on the host; no model weights.
+//! Attention masking and position ids: the causal / key-padding / sliding-window / packed
+//! segment visibility rule (as a host key mask, segment ids and window, and as a mask tensor
+//! built on demand), HF-generate-style position ids (`cumsum(mask) - 1`, clamped at 0) and
+//! per-segment position ids for packed rows. Pure index bookkeeping on the host; no model
+//! weights.
 
 use std::cell::OnceCell;
 
@@ -28,6 +29,21 @@ pub fn position_ids(mask: &[u32], batch: usize, seq: usize, seen: &[u32]) -> Vec
     out
 }
 
+/// Position ids `[B, T]` of packed rows: `segments` (row-major `[B, T]`) holds a segment id
+/// per token and positions count `0, 1, ...` from the start of each segment (a maximal run of
+/// equal ids), so every packed sequence sees the positions it would have alone.
+pub fn segment_position_ids(segments: &[u32], seq: usize) -> Vec<u32> {
+    let mut out = Vec::with_capacity(segments.len());
+    for row in segments.chunks(seq.max(1)) {
+        let mut p = 0u32;
+        for (t, &id) in row.iter().enumerate() {
+            p = if t > 0 && id == row[t - 1] { p + 1 } else { 0 };
+            out.push(p);
+        }
+    }
+    out
+}
+
 /// Visibility mask `[B, 1, T, S]` u8 (or `[1, 1, T, S]` without a key mask; 1 = visible) for
 /// `t` new queries at absolute indices `offset..offset + t` over `s` keys (`s = offset + t`).
 ///
@@ -42,7 +58,37 @@ pub fn attention_visibility(
     window: Option<usize>,
     device: &Device,
 ) -> Result<Option<Tensor>> {
-    let rows = if key_mask.is_some() { batch } else { 1 };
+    segmented_visibility((key_mask, None), (batch, t, s, offset), window, device)
+}
+
+/// [`attention_visibility`] with packed segments: `segments` (row-major `[B, S]` ids, self
+/// attention only) also hides key `j` from query `i` when they lie in different runs of
+/// equal ids.
+fn segmented_visibility(
+    (key_mask, segments): (Option<&[u32]>, Option<&[u32]>),
+    (batch, t, s, offset): (usize, usize, usize, usize),
+    window: Option<usize>,
+    device: &Device,
+) -> Result<Option<Tensor>> {
+    let rows = if key_mask.is_some() || segments.is_some() {
+        batch
+    } else {
+        1
+    };
+    // Segment start of each key position (`0` without segments).
+    let starts: Option<Vec<usize>> = segments.map(|seg| {
+        let mut out = Vec::with_capacity(seg.len());
+        for row in seg.chunks(s.max(1)) {
+            let mut lo = 0;
+            for (j, &id) in row.iter().enumerate() {
+                if j > 0 && id != row[j - 1] {
+                    lo = j;
+                }
+                out.push(lo);
+            }
+        }
+        out
+    });
     let mut visible = vec![1u8; rows * t * s];
     let mut any_hidden = false;
     for b in 0..rows {
@@ -52,7 +98,10 @@ pub fn attention_visibility(
                 let causal_ok = j <= i;
                 let window_ok = window.is_none_or(|w| i - j.min(i) < w);
                 let pad_ok = key_mask.is_none_or(|m| m[b * s + j] != 0);
-                if !(causal_ok && window_ok && pad_ok) {
+                let seg_ok = starts
+                    .as_ref()
+                    .is_none_or(|st| j >= st[b * s + i.min(s - 1)]);
+                if !(causal_ok && window_ok && pad_ok && seg_ok) {
                     visible[(b * t + q) * s + j] = 0;
                     any_hidden = true;
                 }
@@ -72,6 +121,7 @@ pub fn attention_visibility(
 #[derive(Debug)]
 pub struct Visibility<'a> {
     key_mask: Option<&'a [u32]>,
+    segments: Option<&'a [u32]>,
     batch: usize,
     t: usize,
     s: usize,
@@ -92,6 +142,7 @@ impl<'a> Visibility<'a> {
     ) -> Visibility<'a> {
         Visibility {
             key_mask,
+            segments: None,
             batch,
             t,
             s,
@@ -102,15 +153,20 @@ impl<'a> Visibility<'a> {
         }
     }
 
+    /// The same rule over packed rows: `segments` row-major `[batch, s]` segment ids; a query
+    /// sees only the keys of its own run of equal ids. Self-attention only (no cache).
+    pub fn with_segments(mut self, segments: Option<&'a [u32]>) -> Visibility<'a> {
+        self.segments = segments;
+        self.mask = OnceCell::new();
+        self
+    }
+
     /// The mask tensor `[B|1, 1, T, S]` (u8, 1 = visible), or `None` when nothing is hidden.
     pub fn mask(&self) -> Result<Option<&Tensor>> {
         if self.mask.get().is_none() {
-            let m = attention_visibility(
-                self.key_mask,
-                self.batch,
-                self.t,
-                self.s,
-                self.offset,
+            let m = segmented_visibility(
+                (self.key_mask, self.segments),
+                (self.batch, self.t, self.s, self.offset),
                 self.window,
                 &self.device,
             )?;
@@ -123,6 +179,11 @@ impl<'a> Visibility<'a> {
     /// Key mask `[B, S]` row-major (1 = real), `None` when no key is padding.
     pub fn key_mask(&self) -> Option<&'a [u32]> {
         self.key_mask
+    }
+
+    /// Segment ids `[B, S]` row-major of packed rows, `None` for one sequence per row.
+    pub fn segments(&self) -> Option<&'a [u32]> {
+        self.segments
     }
 
     /// Sliding window in tokens (`None` = full causal attention).
@@ -159,4 +220,45 @@ pub fn mask_to_host(mask: &Tensor, batch: usize, seq: usize) -> Result<Vec<u32>>
     }
     let v = mask.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
     Ok(v.into_iter().map(|x| u32::from(x != 0.0)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_positions_restart_at_each_run() {
+        let seg = [0, 0, 0, 5, 5, 1, 1, 1, 1, 1];
+        let got = segment_position_ids(&seg, 5);
+        assert_eq!(got, vec![0, 1, 2, 0, 1, 0, 1, 2, 3, 4]);
+    }
+
+    /// The composed path's mask over packed rows: causal, window and same-run rules per pair.
+    #[test]
+    fn segmented_mask_hides_other_segments() -> Result<()> {
+        let (b, t) = (2, 7);
+        let seg = [0u32, 0, 0, 1, 1, 9, 9, 3, 3, 3, 3, 3, 3, 3];
+        let run = |r: usize, k: usize| {
+            (1..=k)
+                .filter(|&x| seg[r * t + x] != seg[r * t + x - 1])
+                .count()
+        };
+        for window in [None, Some(2)] {
+            let vis =
+                Visibility::new(None, (b, t, t, 0), window, &Device::Cpu).with_segments(Some(&seg));
+            let mask = vis.mask()?.expect("something is hidden");
+            assert_eq!(mask.dims(), [b, 1, t, t]);
+            let m = mask.flatten_all()?.to_vec1::<u8>()?;
+            for r in 0..b {
+                for i in 0..t {
+                    for j in 0..t {
+                        let want =
+                            j <= i && window.is_none_or(|w| i - j < w) && run(r, i) == run(r, j);
+                        assert_eq!(m[(r * t + i) * t + j] == 1, want, "row {r} i {i} j {j}");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }

@@ -144,6 +144,17 @@ impl ValueModel {
         linear(&h, &self.score_w, Some(&self.score_b))?.squeeze(D::Minus1)
     }
 
+    /// Values `[B, T]` of packed rows (`segments`: row-major `[B, T]` segment ids; see
+    /// `Decoder::forward_packed`): each segment's values equal those of its sequence alone.
+    pub fn forward_packed(
+        &self,
+        input_ids: &Tensor,
+        segments: &[u32],
+    ) -> candle_core::Result<Tensor> {
+        let h = self.decoder.forward_packed(input_ids, segments)?;
+        linear(&h, &self.score_w, Some(&self.score_b))?.squeeze(D::Minus1)
+    }
+
     /// The model config.
     pub fn config(&self) -> &ModelConfig {
         &self.config

@@ -1,19 +1,20 @@
 //! `oxalign bench train`: training throughput of a causal LM — forward, a next-token
 //! cross-entropy over every position, backward, global-norm clipping and an AdamW step on a
-//! seeded random `[batch, seq]` token batch — reported as one JSON line with tokens/s, the
-//! per-phase step times, peak RSS, model FLOPs and MFU. It trains on no real data and saves
-//! nothing.
+//! seeded random token batch (fixed or variable lengths, padded or packed; see
+//! `bench_train_batch.rs`) — reported as one JSON line with tokens/s, the per-phase step
+//! times, peak RSS, model FLOPs and MFU. It trains on no real data and saves nothing.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use candle_core::{Tensor, Var};
+use candle_core::Var;
 use clap::Parser;
 use oxalign_models::CausalLm;
 use oxalign_rlhf::optim::{clip_coefficient, AdamW, AdamWConfig};
 use serde::Serialize;
 
 use super::bench_matmul::{measure_matmul_peak, MatmulPeak};
+use super::bench_train_batch::{BenchBatch, Lengths};
 use crate::model_dir::{check_model_dir, model_error, open_device};
 use crate::user_error::user_error;
 
@@ -23,13 +24,19 @@ use crate::user_error::user_error;
     about = "Measure training throughput (forward + backward + AdamW) of a causal LM",
     long_about = "Measure training throughput of a causal LM: on a seeded random [batch, seq] \
 token batch, --warmup untimed steps then --steps timed steps of forward, next-token \
-cross-entropy over all positions (mean over batch·(seq-1) targets), backward, global-norm \
-gradient clipping and AdamW. Prints one JSON line: tokens_per_sec (median over the timed \
-steps, with min and max), step_seconds and the forward / backward / optimizer split \
-(median, min, max), peak_rss_bytes (VmHWM), params, model FLOPs per step and MFU.\n\n\
-FLOPs per step = 6 · matmul_params · batch · seq + 12 · layers · heads · head_dim · seq² · \
-batch, where matmul_params counts every parameter except the input embedding table (a \
-lookup). MFU = (FLOPs per step / median step seconds) / the f32 matmul peak, measured in the \
+cross-entropy over all positions (mean over every target of every sequence), backward, \
+global-norm gradient clipping and AdamW. Prints one JSON line: tokens_per_sec (real tokens, \
+padding excluded; median over the timed steps, with min and max), step_seconds and the \
+forward / backward / optimizer split (median, min, max), peak_rss_bytes (VmHWM), params, \
+model FLOPs per step and MFU.\n\n\
+--lengths uniform draws each sequence's length uniformly in [seq/4, seq] and right-pads the \
+batch; --packing runs the sequences packed first-fit-decreasing into rows of the longest \
+length (attention and positions per sequence) instead of padded. Compare padded and packed \
+with the same --lengths uniform --seed.\n\n\
+FLOPs per step = sum over sequences of 6 · matmul_params · len + 12 · layers · heads · \
+head_dim · len² (with fixed lengths: 6 · matmul_params · batch · seq + 12 · layers · heads · \
+head_dim · seq² · batch), where matmul_params counts every parameter except the input \
+embedding table (a lookup); padding is not counted. MFU = (FLOPs per step / median step seconds) / the f32 matmul peak, measured in the \
 same process as `oxalign bench matmul` does unless --peak-gflops is given."
 )]
 pub struct Args {
@@ -63,6 +70,12 @@ pub struct Args {
     /// Matmul peak in GFLOP/s for MFU; measured (2048³ f32 GEMM, median of 7) when omitted.
     #[arg(long)]
     pub peak_gflops: Option<f64>,
+    /// Sequence lengths: `fixed` (all --seq) or `uniform` (each in [seq/4, seq], seeded).
+    #[arg(long, value_enum, default_value_t = Lengths::Fixed)]
+    pub lengths: Lengths,
+    /// Run the batch as packed rows (several sequences per row) instead of padded rows.
+    #[arg(long)]
+    pub packing: bool,
 }
 
 /// Median, min and max of a set of measurements (same unit as the inputs).
@@ -116,12 +129,21 @@ struct Report {
     vocab: usize,
     batch: usize,
     seq: usize,
+    /// `fixed` or `uniform` (see `--lengths`).
+    lengths: &'static str,
+    /// Whether the step ran on packed rows.
+    packing: bool,
+    /// Rows the model ran on (`batch` padded; fewer when packed).
+    rows: usize,
+    /// Real tokens per step (the sum of the sequence lengths; padding excluded).
     tokens_per_step: usize,
+    /// Token slots the model computed per step (`rows · longest length`, padding included).
+    row_tokens_per_step: usize,
     warmup: u64,
     steps: u64,
     /// Threads of candle's CPU backend.
     threads: usize,
-    /// Median over timed steps of `batch·seq / step_seconds`.
+    /// Median over timed steps of `tokens_per_step / step_seconds`.
     tokens_per_sec: f64,
     tokens_per_sec_min: f64,
     tokens_per_sec_max: f64,
@@ -212,8 +234,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         },
     )?;
 
-    let ids = random_tokens(batch, seq, cfg.vocab_size, args.seed);
-    let ids = Tensor::from_vec(ids, (batch, seq), &device)?;
+    let data = BenchBatch::new(batch, seq, cfg.vocab_size, args.lengths, args.seed, &device)?;
+    let rows = data.rows(args.packing)?;
 
     let mut step_s = Vec::new();
     let mut fwd_s = Vec::new();
@@ -224,7 +246,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for i in 0..args.warmup + args.steps {
         let cpu0 = process_cpu_seconds(Path::new("/proc/self/stat"));
         let t0 = Instant::now();
-        let loss = next_token_loss(&model, &ids)?;
+        let loss = data.loss(&model, args.packing)?;
         let loss_value = f64::from(loss.to_scalar::<f32>()?);
         let t1 = Instant::now();
         let grads = loss.backward()?;
@@ -246,13 +268,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
 
-    let tokens = batch * seq;
+    let tokens: usize = data.lens.iter().sum();
     let tps: Vec<f64> = step_s.iter().map(|s| tokens as f64 / s).collect();
     let tps = Spread::of(&tps);
     let step = Spread::of(&step_s);
     let attn_width = cfg.num_attention_heads * cfg.head_dim;
-    let flops_per_step =
-        model_flops_per_step(matmul_params, cfg.num_hidden_layers, attn_width, batch, seq);
+    let flops_per_step: f64 = data
+        .lens
+        .iter()
+        .map(|&n| model_flops_per_step(matmul_params, cfg.num_hidden_layers, attn_width, 1, n))
+        .sum();
     let achieved_gflops = flops_per_step / step.median / 1e9;
     let report = Report {
         bench: "train",
@@ -264,7 +289,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         vocab: cfg.vocab_size,
         batch,
         seq,
+        lengths: args.lengths.name(),
+        packing: args.packing,
+        rows,
         tokens_per_step: tokens,
+        row_tokens_per_step: rows * data.batch.ids.dim(1)?,
         warmup: args.warmup,
         steps: args.steps,
         threads: candle_core::utils::get_num_threads(),
@@ -290,13 +319,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Mean next-token NLL through the fused LM head (no `[B, T, V]` logits), as the SFT and
-/// policy trainers compute it.
-fn next_token_loss(model: &CausalLm, ids: &Tensor) -> anyhow::Result<Tensor> {
-    let logprobs = model.next_token_logprobs(ids, None)?;
-    Ok(logprobs.mean_all()?.neg()?)
-}
-
 /// Model FLOPs of one training step (forward + backward ≈ 3× forward):
 /// `6 · matmul_params · batch · seq` for the weight matmuls plus
 /// `12 · layers · attn_width · seq² · batch` for the attention scores and weighted sum
@@ -316,21 +338,6 @@ pub fn model_flops_per_step(
         seq as f64,
     );
     6.0 * n * b * t + 12.0 * l * h * t * t * b
-}
-
-/// `[batch · seq]` token ids uniform in `0..vocab`, from a SplitMix64 stream seeded by `seed`.
-fn random_tokens(batch: usize, seq: usize, vocab: usize, seed: u64) -> Vec<u32> {
-    let mut state = seed;
-    (0..batch * seq)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            (z % vocab as u64) as u32
-        })
-        .collect()
 }
 
 /// User + system CPU time of this process (all threads) from a `/proc/<pid>/stat` file, in
@@ -381,13 +388,5 @@ mod tests {
             model_flops_per_step(10, 2, 4, 3, 5),
             6.0 * 10.0 * 15.0 + 12.0 * 2.0 * 4.0 * 25.0 * 3.0
         );
-    }
-
-    #[test]
-    fn random_tokens_are_seeded_and_in_range() {
-        let a = random_tokens(2, 7, 11, 5);
-        assert_eq!(a, random_tokens(2, 7, 11, 5));
-        assert_ne!(a, random_tokens(2, 7, 11, 6));
-        assert!(a.iter().all(|&t| t < 11));
     }
 }

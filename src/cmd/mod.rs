@@ -6,6 +6,7 @@ pub mod bench_generate;
 pub mod bench_matmul;
 pub mod bench_rl_step;
 pub mod bench_train;
+pub mod bench_train_batch;
 pub mod dashboard;
 pub mod generate;
 pub mod init_model;

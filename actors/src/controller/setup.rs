@@ -22,7 +22,7 @@ use oxalign_models::{
 use oxalign_rlhf::data::{ArithmeticTask, PromptFile, PromptSource};
 use oxalign_rlhf::reward::http::HttpReward;
 use oxalign_rlhf::reward::ExactMatch;
-use oxalign_rlhf::trainer::{CriticTrainer, PolicyTrainer};
+use oxalign_rlhf::trainer::{CriticTrainer, Packing, PolicyTrainer};
 use ractor::{Actor, ActorRef};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -191,6 +191,10 @@ pub async fn spawn_policy(
         trainer.max_policy_loss = recipe.guard.max_policy_loss;
         trainer.max_update_kl = recipe.guard.max_update_kl;
         trainer.rollout_distribution = recipe.rl.rollout_distribution();
+        trainer.packing = Packing {
+            sft: recipe.sft.packing,
+            rl: recipe.rl.packing,
+        };
         let replica = PolicyReplica::new(
             trainer,
             engine_config(recipe),
@@ -349,6 +353,7 @@ pub(crate) async fn spawn_critic(
         let mut trainer =
             CriticTrainer::new(model, recipe.rl.critic_lr, 0.0).map_err(|e| fail(e.into()))?;
         trainer.max_value_loss = recipe.guard.max_value_loss;
+        trainer.packing = recipe.rl.packing;
         ts.push(trainer);
     }
     monitor.report(ActorInfo::new("critic", "critic", cg.names()));

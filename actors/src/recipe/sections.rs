@@ -192,6 +192,10 @@ pub struct SftSection {
     /// during SFT resumes there; 0 = none during SFT. The end of SFT is always saved, as
     /// `checkpoints/step_000000/`. Default `50`.
     pub checkpoint_every: u64,
+    /// Pack each step's sequences into rows as long as its longest one (first-fit
+    /// decreasing; attention and position ids per sequence), so padding costs no compute.
+    /// Same loss and gradients as the padded batch, to f32 rounding. Default `false`.
+    pub packing: bool,
 }
 
 impl Default for SftSection {
@@ -203,6 +207,7 @@ impl Default for SftSection {
             warmup_steps: 20,
             weight_decay: 0.0,
             checkpoint_every: 50,
+            packing: false,
         }
     }
 }
@@ -317,6 +322,11 @@ pub struct RlSection {
     /// How many policy versions a rollout batch may lag the trainer. Only `0` (on-policy) is
     /// implemented; other values are refused by validation. Default `0`.
     pub max_staleness: u64,
+    /// Pack the sequences of each policy and critic minibatch into rows as long as its
+    /// longest one (first-fit decreasing; attention and position ids per sequence), so
+    /// padding costs no compute. Same losses and gradients as the padded minibatch, for every
+    /// `loss_agg`, to f32 rounding. Default `false`.
+    pub packing: bool,
 }
 
 impl RlSection {
@@ -371,6 +381,7 @@ impl Default for RlSection {
             top_p: 1.0,
             top_k: 0,
             max_staleness: 0,
+            packing: false,
         }
     }
 }

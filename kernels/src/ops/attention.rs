@@ -1,6 +1,7 @@
 //! Fused causal self-attention `softmax(q k^T / sqrt(hd) + mask) v` as a differentiable candle
-//! `CustomOp3` over (q, k, v) with grouped-query heads, key padding and a sliding window, for
-//! the training forward (no KV cache: queries and keys are the same `T` positions).
+//! `CustomOp3` over (q, k, v) with grouped-query heads, key padding, a sliding window and
+//! packed segments (several sequences per row, each attending only to itself), for the
+//! training forward (no KV cache: queries and keys are the same `T` positions).
 //! CPU kernels only (flash-style, see `attention_fwd.rs` / `attention_bwd.rs`); on other
 //! devices, and for f16/bf16, the wrapper runs the composed candle ops instead.
 //! Not a decoding kernel: it has no KV cache, no query offset and no dropout.
@@ -37,15 +38,33 @@ pub fn causal_attention(
     key_mask: Option<&[u32]>,
     window: Option<usize>,
 ) -> Result<Tensor> {
-    causal_attention_tiled(q, k, v, key_mask, window, Tiles::DEFAULT)
+    causal_attention_tiled(q, k, v, (key_mask, None), window, Tiles::DEFAULT)
 }
 
-/// [`causal_attention`] with explicit tile sizes (tests use tiny tiles on tiny shapes).
-pub(crate) fn causal_attention_tiled(
+/// [`causal_attention`] over packed rows: `segments` (row-major `[B, T]`) gives each token a
+/// segment id, and a query sees only the keys of its own segment (a maximal run of equal ids
+/// in its row) on top of the causal, padding and window rules. A row holding sequences `a`
+/// and `b` back to back as segments gives, at each position, what `a` and `b` give run
+/// separately (with positions restarting per segment, which is the caller's RoPE business).
+/// Off the CPU, or for f16/bf16, this runs [`reference::causal_attention_segmented`].
+pub fn causal_attention_segmented(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     key_mask: Option<&[u32]>,
+    segments: Option<&[u32]>,
+    window: Option<usize>,
+) -> Result<Tensor> {
+    causal_attention_tiled(q, k, v, (key_mask, segments), window, Tiles::DEFAULT)
+}
+
+/// [`causal_attention_segmented`] with explicit tile sizes (tests use tiny tiles on tiny
+/// shapes); `masks` is `(key_mask, segments)`.
+pub(crate) fn causal_attention_tiled(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    (key_mask, segments): (Option<&[u32]>, Option<&[u32]>),
     window: Option<usize>,
     tiles: Tiles,
 ) -> Result<Tensor> {
@@ -53,11 +72,11 @@ pub(crate) fn causal_attention_tiled(
     if tiles.q == 0 || tiles.k == 0 {
         candle_core::bail!("{OP}: tile sizes must be positive, got {tiles:?}");
     }
-    let vis = Visibility::new(OP, dims.b, dims.t, key_mask, window)?;
+    let vis = Visibility::new(OP, (dims.b, dims.t), key_mask, segments, window)?;
     match (q.device().is_cpu(), q.dtype()) {
         (true, DType::F32 | DType::F64) => {}
         (false, _) | (true, DType::F16 | DType::BF16) => {
-            return reference::causal_attention(q, k, v, key_mask, window);
+            return reference::causal_attention_segmented(q, k, v, key_mask, segments, window);
         }
         (true, dt) => candle_core::bail!("{OP}: `q` must be a float tensor, got {dt:?}"),
     }

@@ -129,7 +129,7 @@ fn dq_block<T: Real>(g: &GradView<T>, tk: usize, i0: usize, dq: &mut [T]) {
     let rows = dq.len() / h.hd;
     let (mut kt, mut vt) = (TransposedTile::new(h.hd, tk), TransposedTile::new(h.hd, tk));
     let (mut p, mut ds) = (vec![T::ZERO; tk], vec![T::ZERO; tk]);
-    let mut j0 = h.vis.key_range(i0).start;
+    let mut j0 = h.vis.key_range(h.b, i0).start;
     while j0 < i0 + rows {
         let keys = j0..(j0 + tk).min(i0 + rows);
         kt.load(h.k, keys.clone());
@@ -201,7 +201,7 @@ fn dkv_block<T: Real>(
     let hd = h.hd;
     let width = tiles.0.keys().len();
     let (mut p, mut ds) = (vec![T::ZERO; width], vec![T::ZERO; width]);
-    for i in h.vis.query_range_for(tiles.0.keys()) {
+    for i in h.vis.query_range_for(h.b, tiles.0.keys()) {
         if !h.vis.row_sees_any(h.b, i) {
             continue;
         }

@@ -94,7 +94,7 @@ impl<T: Real> HeadView<'_, T> {
         i: usize,
         scores: &mut [T],
     ) -> Range<usize> {
-        let keys = self.vis.key_range_in(i, tile.keys());
+        let keys = self.vis.key_range_in(self.b, i, tile.keys());
         let j0 = tile.keys().start;
         let local = keys.start - j0..keys.end - j0;
         if local.is_empty() {
@@ -160,7 +160,7 @@ fn forward_block<T: Real>(h: &HeadView<T>, tk: usize, i0: usize, out: &mut [T], 
     let mut tile = TransposedTile::new(hd, tk);
     // Key ranges only grow with i: the block's keys run from the first row's lowest key to
     // its last row (causal).
-    let (keys_lo, keys_hi) = (h.vis.key_range(i0).start, i0 + rows);
+    let (keys_lo, keys_hi) = (h.vis.key_range(h.b, i0).start, i0 + rows);
     let mut j0 = keys_lo;
     while j0 < keys_hi {
         tile.load(h.k, j0..(j0 + tk).min(keys_hi));

@@ -41,7 +41,7 @@ impl Case {
     }
 
     fn fused(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&[u32]>) -> Result<Tensor> {
-        causal_attention_tiled(q, k, v, mask, self.window, self.tiles)
+        causal_attention_tiled(q, k, v, (mask, None), self.window, self.tiles)
     }
 }
 

@@ -6,6 +6,8 @@ mod attention;
 mod attention_bwd;
 mod attention_fwd;
 #[cfg(test)]
+mod attention_segment_tests;
+#[cfg(test)]
 mod attention_tests;
 mod attention_tile;
 mod attention_visibility;
@@ -27,7 +29,7 @@ mod token_logprobs;
 mod truncation;
 mod validate;
 
-pub use attention::causal_attention;
+pub use attention::{causal_attention, causal_attention_segmented};
 #[cfg(feature = "cuda")]
 pub use cuda_launch::compile_cuda_kernels;
 pub use entropy::entropy;

@@ -67,13 +67,26 @@ pub fn causal_attention(
     key_mask: Option<&[u32]>,
     window: Option<usize>,
 ) -> Result<Tensor> {
+    causal_attention_segmented(q, k, v, key_mask, None, window)
+}
+
+/// [`causal_attention`] over packed rows: with `segments` (`[B, T]` ids), key `j` is also
+/// hidden from query `i` when an id change lies between them (they are in different runs).
+pub fn causal_attention_segmented(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    key_mask: Option<&[u32]>,
+    segments: Option<&[u32]>,
+    window: Option<usize>,
+) -> Result<Tensor> {
     let (b, nh, t, hd) = q.dims4()?;
     let nkv = k.dim(1)?;
     // GQA without copying K/V: the n_rep query heads of a group stacked along the sequence.
     let q = q.contiguous()?.reshape((b, nkv, (nh / nkv) * t, hd))?;
     let k = k.contiguous()?;
     let scores = (q.matmul(&k.t()?)? * (hd as f64).powf(-0.5))?.reshape((b, nh, t, t))?;
-    let scores = match visibility_mask(key_mask, b, t, window, q.device())? {
+    let scores = match visibility_mask((key_mask, segments), b, t, window, q.device())? {
         Some(visible) => {
             let visible = visible.broadcast_as(scores.shape())?;
             let hidden = Tensor::new(MASKED_SCORE, scores.device())?
@@ -92,29 +105,47 @@ pub fn causal_attention(
         .reshape((b, nh, t, hd))
 }
 
-/// u8 mask `[B|1, 1, T, T]` (1 = visible) of the rule in [`causal_attention`], `None` when
-/// nothing is hidden.
+/// u8 mask `[B|1, 1, T, T]` (1 = visible) of the rule in [`causal_attention_segmented`],
+/// `None` when nothing is hidden.
 fn visibility_mask(
-    key_mask: Option<&[u32]>,
+    (key_mask, segments): (Option<&[u32]>, Option<&[u32]>),
     b: usize,
     t: usize,
     window: Option<usize>,
     device: &Device,
 ) -> Result<Option<Tensor>> {
-    if let Some(m) = key_mask.filter(|m| m.len() != b * t) {
-        candle_core::bail!(
-            "causal_attention: `key_mask` must hold {b} * {t} flags, got {}",
-            m.len()
-        );
+    for (name, m) in [("key_mask", key_mask), ("segments", segments)] {
+        if let Some(m) = m.filter(|m| m.len() != b * t) {
+            candle_core::bail!(
+                "causal_attention: `{name}` must hold {b} * {t} entries, got {}",
+                m.len()
+            );
+        }
     }
-    let rows = if key_mask.is_some() { b } else { 1 };
+    // Run index of each token: the number of segment-id changes before it in its row.
+    let runs: Option<Vec<usize>> = segments.map(|s| {
+        s.chunks(t)
+            .flat_map(|row| {
+                row.iter().enumerate().scan(0, |run, (i, &x)| {
+                    *run += usize::from(i > 0 && x != row[i - 1]);
+                    Some(*run)
+                })
+            })
+            .collect()
+    });
+    let rows = if key_mask.is_some() || segments.is_some() {
+        b
+    } else {
+        1
+    };
     let mut visible = vec![1u8; rows * t * t];
     for r in 0..rows {
         for i in 0..t {
             for j in 0..t {
                 let ok = j <= i
                     && window.is_none_or(|w| i - j < w)
-                    && key_mask.is_none_or(|m| m[r * t + j] != 0);
+                    && key_mask.is_none_or(|m| m[r * t + j] != 0)
+                    && runs.as_ref().is_none_or(|s| s[r * t + i] == s[r * t + j]);
                 visible[(r * t + i) * t + j] = u8::from(ok);
             }
         }

@@ -2,7 +2,7 @@
 //! `ValueModel`. It does not compute returns; `experience.rs` does.
 
 use super::grads::{adamw_over, apply_gradients, check_loss, StepStats};
-use super::TokenBatch;
+use super::{PackedRows, TokenBatch};
 use crate::losses::{value_loss, LossAgg};
 use crate::optim::AdamW;
 use crate::Result;
@@ -19,6 +19,9 @@ pub struct CriticTrainer {
     /// Largest value loss a minibatch update applies; a larger or non-finite one fails with
     /// [`crate::RlhfError::Diverged`] before the weights change. Default infinite.
     pub max_value_loss: f64,
+    /// Run the value updates on packed rows ([`PackedRows`]) instead of the padded batch;
+    /// the loss and gradients are the padded path's (to f32 rounding). Default `false`.
+    pub packing: bool,
     vars: Vec<Var>,
 }
 
@@ -30,6 +33,7 @@ impl CriticTrainer {
             model,
             opt,
             max_value_loss: f64::INFINITY,
+            packing: false,
             vars,
         })
     }
@@ -37,7 +41,7 @@ impl CriticTrainer {
     /// V(s_t) `[B, T-1]` aligned with next-token log-probs (position t is the state before
     /// target t+1), detached.
     pub fn values(&self, batch: &TokenBatch) -> Result<Tensor> {
-        Ok(self.forward(batch)?.detach())
+        Ok(self.forward(batch, false)?.detach())
     }
 
     /// V of every state `[B, T]`, detached: column t is the value after tokens `..=t`, so
@@ -50,7 +54,15 @@ impl CriticTrainer {
             .detach())
     }
 
-    fn forward(&self, batch: &TokenBatch) -> Result<Tensor> {
+    /// V(s_t) `[B, T-1]` (differentiable), from packed rows when `packed` (then 0 past each
+    /// sequence's end).
+    pub fn forward(&self, batch: &TokenBatch, packed: bool) -> Result<Tensor> {
+        if packed {
+            let rows = PackedRows::new(batch)?;
+            let l = rows.ids.dim(1)?;
+            let v = self.model.forward_packed(&rows.ids, &rows.segments)?;
+            return rows.unpack(&v.narrow(1, 0, l - 1)?);
+        }
         let t = batch.ids.dim(1)?;
         Ok(self
             .model
@@ -74,7 +86,7 @@ impl CriticTrainer {
         collective: Option<&dyn Collective>,
     ) -> Result<(f64, StepStats)> {
         self.opt.set_lr(lr);
-        let v = self.forward(batch)?;
+        let v = self.forward(batch, self.packing)?;
         let (loss, stats) = value_loss(&v, old_values, returns, &batch.response_mask, clip, agg)?;
         let device = v.device().clone();
         check_loss(

@@ -7,6 +7,7 @@
 mod critic;
 mod experience;
 mod grads;
+mod packing;
 mod policy;
 mod token_batch;
 
@@ -15,6 +16,7 @@ pub use experience::{
     build_experience, AdvantageKind, CriticInputs, Experience, ExperienceConfig, ExperienceStats,
 };
 pub use grads::{apply_gradients, check_loss, StepStats};
+pub use packing::{first_fit_decreasing, PackedRows, Packing, PAD_SEGMENT};
 pub use policy::{PolicyLossConfig, PolicyStats, PolicyTrainer};
 pub use token_batch::TokenBatch;
 

@@ -5,7 +5,7 @@
 //! are the caller's decisions.
 
 use super::grads::{adamw_over, apply_gradients, check_loss, StepStats};
-use super::{scalar, TokenBatch};
+use super::{scalar, PackedRows, Packing, TokenBatch};
 use crate::losses::{
     entropy_bonus, kl_loss, ppo_policy_loss, sft_loss, truncated_is_weights, KlEstimator, PpoConfig,
 };
@@ -74,6 +74,10 @@ pub struct PolicyTrainer {
     /// so they match the engine's sampling log-probs. SFT and [`Self::nll`] always use the
     /// model's own distribution. Default [`TokenDistribution::MODEL`].
     pub rollout_distribution: TokenDistribution,
+    /// Which training steps run on packed rows ([`PackedRows`]: several sequences per row,
+    /// attention and positions per sequence) instead of the padded batch. Losses and
+    /// gradients are the padded path's (to f32 rounding). Default: none.
+    pub packing: Packing,
     vars: Vec<Var>,
 }
 
@@ -88,6 +92,7 @@ impl PolicyTrainer {
             max_policy_loss: f64::INFINITY,
             max_update_kl: f64::INFINITY,
             rollout_distribution: TokenDistribution::MODEL,
+            packing: Packing::default(),
             vars,
         })
     }
@@ -96,17 +101,35 @@ impl PolicyTrainer {
     /// [`Self::rollout_distribution`], detached.
     pub fn logprobs(&self, batch: &TokenBatch) -> Result<Tensor> {
         Ok(self
-            .head_outputs(batch, self.rollout_distribution)?
+            .head_outputs(batch, self.rollout_distribution, self.packing.rl)?
             .logprobs
             .detach())
     }
 
     /// Token log-probs and entropies `[B, T-1]` under `dist`, from the fused head (no
-    /// `[B, T, V]` logits).
-    fn head_outputs(&self, batch: &TokenBatch, dist: TokenDistribution) -> Result<HeadOutputs> {
-        Ok(self
+    /// `[B, T, V]` logits), computed on packed rows when `packed` (then 0 past each
+    /// sequence's end).
+    pub fn head_outputs(
+        &self,
+        batch: &TokenBatch,
+        dist: TokenDistribution,
+        packed: bool,
+    ) -> Result<HeadOutputs> {
+        if !packed {
+            return Ok(self.model.next_token_outputs(
+                &batch.ids,
+                Some(&batch.attention_mask),
+                dist,
+            )?);
+        }
+        let rows = PackedRows::new(batch)?;
+        let out = self
             .model
-            .next_token_outputs(&batch.ids, Some(&batch.attention_mask), dist)?)
+            .next_token_outputs_packed(&rows.ids, &rows.segments, dist)?;
+        Ok(HeadOutputs {
+            logprobs: rows.unpack(&out.logprobs)?,
+            entropy: rows.unpack(&out.entropy)?,
+        })
     }
 
     /// One supervised step on the response tokens of `batch` (prompt masked out).
@@ -122,7 +145,9 @@ impl PolicyTrainer {
         collective: Option<&dyn Collective>,
     ) -> Result<(f64, StepStats)> {
         self.opt.set_lr(lr);
-        let lp = self.head_outputs(batch, TokenDistribution::MODEL)?.logprobs;
+        let lp = self
+            .head_outputs(batch, TokenDistribution::MODEL, self.packing.sft)?
+            .logprobs;
         let (loss, stats) = sft_loss(&lp, &batch.response_mask)?;
         let device = lp.device().clone();
         check_loss(
@@ -166,7 +191,7 @@ impl PolicyTrainer {
         let HeadOutputs {
             logprobs: lp,
             entropy: token_entropy,
-        } = self.head_outputs(batch, self.rollout_distribution)?;
+        } = self.head_outputs(batch, self.rollout_distribution, self.packing.rl)?;
         let (rollout_mismatch_mean, rollout_mismatch_max) = match rollout_logprobs {
             Some(r) => masked_abs_diff(&lp, r, mask)?,
             None => (0.0, 0.0),
@@ -241,7 +266,7 @@ impl PolicyTrainer {
     /// Mean NLL per response token of `batch` (no update), e.g. for SFT evaluation.
     pub fn nll(&self, batch: &TokenBatch) -> Result<f64> {
         let lp = self
-            .head_outputs(batch, TokenDistribution::MODEL)?
+            .head_outputs(batch, TokenDistribution::MODEL, self.packing.sft)?
             .logprobs
             .detach();
         let (loss, _) = sft_loss(&lp, &batch.response_mask)?;
