@@ -14,10 +14,15 @@ pub mod checkpoint;
 mod checkpoint_error;
 mod checksums;
 mod divergence;
+mod dpo;
 mod evaluate;
 mod lengths;
+mod offline;
+mod offline_eval;
+mod offline_report;
 mod progress;
 pub mod resume_point;
+mod rm;
 mod rl_experience;
 mod rl_loop;
 mod rl_report;
@@ -27,6 +32,7 @@ pub mod run_folder;
 mod saving;
 mod setup;
 mod sft;
+mod sft_file;
 mod start;
 mod supervisor;
 
@@ -39,7 +45,8 @@ pub use resume_point::{find_resume_point, ResumePoint};
 pub use rl_loop::RESTARTS;
 pub use run_error::{At, RunError};
 pub use run_folder::RunFolderError;
-pub use setup::{policy_dir, prompt_source};
+pub use offline_report::OfflineSummary;
+pub use setup::{data_spec, policy_dir, prompt_source};
 
 use crate::error::Cause;
 use crate::executor::ExecutorPool;
@@ -47,7 +54,7 @@ use crate::faults::FaultPlan;
 use crate::monitor::{
     unix_ms_now, ActorInfo, ActorUpdate, MonitorHandle, RunFinished, RunInfo, RunOutcome,
 };
-use crate::recipe::Recipe;
+use crate::recipe::{Recipe, RunKind};
 use oxalign_models::tokenizer::Tokenizer;
 use oxalign_rlhf::{AdaptiveKl, FixedKl, KlController};
 use serde::Serialize;
@@ -91,6 +98,9 @@ pub struct RunSummary {
     pub wall_seconds: f64,
     /// The newest checkpoint.
     pub last_checkpoint: Option<PathBuf>,
+    /// What an `sft`, `rm` or `dpo` run measured and where its model is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offline: Option<OfflineSummary>,
 }
 
 /// The pieces every phase needs.
@@ -185,7 +195,6 @@ async fn run(
     let setup = |phase, cause: Cause| RunError::controller(At::Setup, phase, cause);
     let tok = Tokenizer::from_dir(&pdir).map_err(|e| setup("tokenizer", e.into()))?;
     let pad_id = tok.pad_token_id().or(tok.eos_token_id()).unwrap_or(0);
-    let data = setup::prompt_source(recipe)?;
     let config = pdir.join("config.json");
     let context = oxalign_models::ModelConfig::from_file(&config)
         .map_err(|e| setup("model_config", e.into()))?
@@ -202,6 +211,10 @@ async fn run(
         timeout: recipe.supervision.call_timeout(),
     };
     let pool = ExecutorPool::with_faults(FaultPlan::new(&recipe.faults));
+    if recipe.run.kind != RunKind::Rl {
+        return offline::run(&ctx, &pool, started).await;
+    }
+    let data = setup::prompt_source(recipe, &tok)?;
     let mut state = match &opts.resume_from {
         Some(ckpt) => {
             let state = checkpoint::read_state(ckpt)?;
@@ -261,6 +274,7 @@ async fn run(
         reward_last: state.reward_last,
         wall_seconds: clock.now(),
         last_checkpoint,
+        offline: None,
     };
     let path = run_dir.join("summary.json");
     let text = serde_json::to_string_pretty(&summary).map_err(std::io::Error::other);

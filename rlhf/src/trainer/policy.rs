@@ -69,7 +69,7 @@ pub struct PolicyTrainer {
     /// current one before a minibatch update is applied (same rule): a policy that has
     /// moved this far in one step has collapsed. Default infinite.
     pub max_update_kl: f64,
-    vars: Vec<Var>,
+    pub(crate) vars: Vec<Var>,
 }
 
 impl PolicyTrainer {
@@ -95,7 +95,7 @@ impl PolicyTrainer {
     }
 
     /// Token log-probs and entropies `[B, T-1]` from the fused head (no `[B, T, V]` logits).
-    fn head_outputs(&self, batch: &TokenBatch) -> Result<HeadOutputs> {
+    pub(crate) fn head_outputs(&self, batch: &TokenBatch) -> Result<HeadOutputs> {
         Ok(self
             .model
             .next_token_outputs(&batch.ids, Some(&batch.attention_mask), 1.0)?)
