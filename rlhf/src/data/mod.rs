@@ -6,6 +6,7 @@
 //! resumed run neither replays nor skips data. Tokenization happens elsewhere.
 
 mod arithmetic;
+mod arithmetic_export;
 mod dataset;
 mod error;
 mod jsonl_rows;
@@ -15,6 +16,7 @@ mod row_file;
 mod schema;
 
 pub use arithmetic::ArithmeticTask;
+pub use arithmetic_export::{distinct_train_items, near_misses, write_arithmetic_files};
 pub use dataset::{DataReport, DataSpec, Dataset, OnBadRow};
 pub use error::{DataError, RowAt};
 pub use prompt_file::PromptFile;
