@@ -38,7 +38,9 @@ fn summary(dir: &Path, run: &str) -> Value {
 }
 
 fn eval(s: &Value, when: &str, key: &str) -> f64 {
-    s["offline"][when][key].as_f64().unwrap_or_else(|| panic!("{when}.{key} in {s}"))
+    s["offline"][when][key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{when}.{key} in {s}"))
 }
 
 #[test]
@@ -49,14 +51,23 @@ fn sft_then_reward_model_then_dpo_and_ppo_against_the_reward_model() {
 
     ok(dir, &["train", &config("sft.toml"), "--quiet"]);
     let s = summary(dir, "sft");
-    let (first, last) = (eval(&s, "eval_first", "eval_loss"), eval(&s, "eval_last", "eval_loss"));
+    let (first, last) = (
+        eval(&s, "eval_first", "eval_loss"),
+        eval(&s, "eval_last", "eval_loss"),
+    );
     eprintln!("SFT held-out loss {first:.4} -> {last:.4}");
-    assert!(last < 0.3 * first, "held-out loss did not fall: {first} -> {last}");
+    assert!(
+        last < 0.3 * first,
+        "held-out loss did not fall: {first} -> {last}"
+    );
     assert!(dir.join("runs/sft/final/checksums.json").is_file());
 
     ok(dir, &["train", &config("rm.toml"), "--quiet"]);
     let s = summary(dir, "rm");
-    let (a0, a1) = (eval(&s, "eval_first", "eval_accuracy"), eval(&s, "eval_last", "eval_accuracy"));
+    let (a0, a1) = (
+        eval(&s, "eval_first", "eval_accuracy"),
+        eval(&s, "eval_last", "eval_accuracy"),
+    );
     eprintln!("RM held-out pairwise accuracy {a0:.3} -> {a1:.3}");
     assert!(a1 >= 0.65 && a1 > a0 + 0.1, "RM accuracy {a0} -> {a1}");
     let cfg: Value = serde_json::from_str(
@@ -70,12 +81,24 @@ fn sft_then_reward_model_then_dpo_and_ppo_against_the_reward_model() {
 
     ok(dir, &["train", &config("dpo.toml"), "--quiet"]);
     let s = summary(dir, "dpo");
-    let (m0, m1) = (eval(&s, "eval_first", "eval_margin"), eval(&s, "eval_last", "eval_margin"));
-    let (a0, a1) = (eval(&s, "eval_first", "eval_accuracy"), eval(&s, "eval_last", "eval_accuracy"));
+    let (m0, m1) = (
+        eval(&s, "eval_first", "eval_margin"),
+        eval(&s, "eval_last", "eval_margin"),
+    );
+    let (a0, a1) = (
+        eval(&s, "eval_first", "eval_accuracy"),
+        eval(&s, "eval_last", "eval_accuracy"),
+    );
     eprintln!("DPO held-out margin {m0:.4} -> {m1:.4}, accuracy {a0:.3} -> {a1:.3}");
-    assert!(m1 > m0 + 0.1 && a1 > a0, "DPO margin {m0} -> {m1}, accuracy {a0} -> {a1}");
+    assert!(
+        m1 > m0 + 0.1 && a1 > a0,
+        "DPO margin {m0} -> {m1}, accuracy {a0} -> {a1}"
+    );
     let dpo = config("dpo.toml");
-    for loss in [&["--set", "dpo.loss=\"ipo\""][..], &["--set", "dpo.label_smoothing=0.1"]] {
+    for loss in [
+        &["--set", "dpo.loss=\"ipo\""][..],
+        &["--set", "dpo.label_smoothing=0.1"],
+    ] {
         let mut args = vec!["train", &dpo, "--quiet", "--set", "dpo.steps=3"];
         args.extend_from_slice(loss);
         args.extend_from_slice(&["--set", "run.name=\"dpo-variant\""]);
@@ -84,7 +107,16 @@ fn sft_then_reward_model_then_dpo_and_ppo_against_the_reward_model() {
 
     // The critic starts from the reward model (score.weight, no bias): --check and a short run.
     ok(dir, &["train", &config("ppo-rm.toml"), "--check"]);
-    ok(dir, &["train", &config("ppo-rm.toml"), "--quiet", "--set", "run.steps=3"]);
+    ok(
+        dir,
+        &[
+            "train",
+            &config("ppo-rm.toml"),
+            "--quiet",
+            "--set",
+            "run.steps=3",
+        ],
+    );
     let text = std::fs::read_to_string(dir.join("runs/ppo-rm/metrics.jsonl")).unwrap();
     assert_eq!(text.lines().count(), 3);
     for line in text.lines() {
@@ -97,14 +129,32 @@ fn sft_then_reward_model_then_dpo_and_ppo_against_the_reward_model() {
 fn a_causal_lm_as_reward_model_is_refused_by_check() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    ok(dir, &["init-model", "--family", "llama", "--preset", "tiny", "--out", "lm"]);
-    std::fs::write(dir.join("p.jsonl"), "{\"prompt\": \"1+1=\", \"answer\": \"2\"}\n").unwrap();
+    ok(
+        dir,
+        &[
+            "init-model",
+            "--family",
+            "llama",
+            "--preset",
+            "tiny",
+            "--out",
+            "lm",
+        ],
+    );
+    std::fs::write(
+        dir.join("p.jsonl"),
+        "{\"prompt\": \"1+1=\", \"answer\": \"2\"}\n",
+    )
+    .unwrap();
     let recipe = "[model]\npath = \"lm\"\nreward_path = \"lm\"\n[data]\ntask = \"file\"\npath = \"p.jsonl\"\n[reward]\nkind = \"model\"\n";
     std::fs::write(dir.join("r.toml"), recipe).unwrap();
     let out = oxalign(dir, &["train", "r.toml", "--check"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("model.reward_path") && err.contains("ForSequenceClassification"), "{err}");
+    assert!(
+        err.contains("model.reward_path") && err.contains("ForSequenceClassification"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -118,9 +168,21 @@ fn a_malformed_row_is_named_or_skipped_and_counted() {
     let out = oxalign(dir, &["train", "r.toml", "--quiet"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("sft.jsonl: line 2") && err.contains("response"), "{err}");
+    assert!(
+        err.contains("sft.jsonl: line 2") && err.contains("response"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
-    let text = ok(dir, &["train", "r.toml", "--quiet", "--set", "data.on_bad_row=\"skip\""]);
+    let text = ok(
+        dir,
+        &[
+            "train",
+            "r.toml",
+            "--quiet",
+            "--set",
+            "data.on_bad_row=\"skip\"",
+        ],
+    );
     assert!(text.contains("skipped 1 malformed row"), "{text}");
     assert_eq!(summary(dir, "run")["offline"]["data"]["skipped"], 1);
 }

@@ -22,11 +22,13 @@ pub struct Args {
 #[derive(Debug, Subcommand)]
 pub enum Task {
     /// The addition task of the quickstart ("7+8=" -> "15").
-    #[command(long_about = "Write the addition task of the quickstart as JSONL files in DIR: \
+    #[command(
+        long_about = "Write the addition task of the quickstart as JSONL files in DIR: \
 prompts.{train,eval}.jsonl ({\"prompt\", \"answer\"}), sft.{train,eval}.jsonl ({\"prompt\", \
 \"response\"}) and preferences.{train,eval}.jsonl ({\"prompt\", \"chosen\", \"rejected\"}, the \
 rejected answer off by one or with its digits swapped). Held-out sums never appear in the \
-training files. The same --seed gives the same files.")]
+training files. The same --seed gives the same files."
+    )]
     Arithmetic(ArithmeticArgs),
 }
 

@@ -98,13 +98,25 @@ fn classify_message(e: &RunError, message: String) -> anyhow::Error {
 /// and where the model is.
 fn print_offline(summary: &controller::RunSummary) {
     let Some(o) = &summary.offline else { return };
-    println!("\nrun {} ({}) finished: {} steps in {:.1}s", summary.name, o.kind, o.steps, summary.wall_seconds);
+    println!(
+        "\nrun {} ({}) finished: {} steps in {:.1}s",
+        summary.name, o.kind, o.steps, summary.wall_seconds
+    );
     for (k, last) in &o.eval_last {
-        let first = o.eval_first.get(k).map_or("-".into(), |v| format!("{v:.4}"));
+        let first = o
+            .eval_first
+            .get(k)
+            .map_or("-".into(), |v| format!("{v:.4}"));
         println!("  held-out {k}: {first} -> {last:.4}");
     }
-    println!("  data: {} rows read, {} skipped", o.data.rows, o.data.skipped);
-    println!("  model: {}/ (HF folder with checksums.json)", o.model_dir.display());
+    println!(
+        "  data: {} rows read, {} skipped",
+        o.data.rows, o.data.skipped
+    );
+    println!(
+        "  model: {}/ (HF folder with checksums.json)",
+        o.model_dir.display()
+    );
 }
 
 /// Runs `oxalign train`.
@@ -125,7 +137,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     validate(&recipe, &args.recipe).user_err("")?;
     if args.check {
         if recipe.run.kind != oxalign_actors::recipe::RunKind::Rl {
-            println!("{}: ok ({:?} run on {}, outputs in {})", args.recipe.display(), recipe.run.kind, recipe.data.path.as_deref().unwrap_or("-"), recipe.run_dir().display());
+            println!(
+                "{}: ok ({:?} run on {}, outputs in {})",
+                args.recipe.display(),
+                recipe.run.kind,
+                recipe.data.path.as_deref().unwrap_or("-"),
+                recipe.run_dir().display()
+            );
             return Ok(());
         }
         println!(

@@ -37,7 +37,10 @@ async fn sums(
 ) -> Result<PairSums, RunError> {
     let c = response_logprobs(ctx, scorer, at, &pairs.0).await?;
     let r = response_logprobs(ctx, scorer, at, &pairs.1).await?;
-    Ok((c.iter().map(|x| x.0).collect(), r.iter().map(|x| x.0).collect()))
+    Ok((
+        c.iter().map(|x| x.0).collect(),
+        r.iter().map(|x| x.0).collect(),
+    ))
 }
 
 /// Held-out preference accuracy and margin of the implicit rewards `β (log π − log π_ref)`.
@@ -52,7 +55,10 @@ async fn evaluate(
     let reward = |p: &[f64], q: &[f64]| -> Vec<f64> {
         p.iter().zip(q).map(|(a, b)| beta * (a - b)).collect()
     };
-    Ok(pairwise(&reward(&c, &reference.0), &reward(&r, &reference.1)))
+    Ok(pairwise(
+        &reward(&c, &reference.0),
+        &reward(&r, &reference.1),
+    ))
 }
 
 fn loss(ctx: &Ctx<'_>) -> DpoLoss {
@@ -113,7 +119,13 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
         let (acc, margin) = evaluate(ctx, &policy, &eval, &ref_eval).await?;
         eval_first.insert("eval_accuracy".to_string(), acc);
         eval_first.insert("eval_margin".to_string(), margin);
-        offline::progress(ctx, format!("dpo     0/{}  held-out accuracy {acc:.3}  margin {margin:.4}", s.steps));
+        offline::progress(
+            ctx,
+            format!(
+                "dpo     0/{}  held-out accuracy {acc:.3}  margin {margin:.4}",
+                s.steps
+            ),
+        );
     }
     for step in 1..=s.steps {
         let at = At::Train { kind: KIND, step };
@@ -139,9 +151,11 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
             },
         });
         let lr = work.cfg.lr;
-        let done = ask("policy", "dpo", &policy, ctx.timeout, |reply| PolicyMsg::Dpo { work, reply })
-            .await
-            .map_err(RunError::at(at))?;
+        let done = ask("policy", "dpo", &policy, ctx.timeout, |reply| {
+            PolicyMsg::Dpo { work, reply }
+        })
+        .await
+        .map_err(RunError::at(at))?;
         if let Some(cause) = done.diverged {
             let e = DivergenceError {
                 role: "policy",
@@ -169,16 +183,21 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
             eval_last.insert("eval_margin".to_string(), margin);
             offline::progress(
                 ctx,
-                format!("dpo {step:>5}/{}  loss {:.4}  held-out accuracy {acc:.3}  margin {margin:.4}", s.steps, st.loss),
+                format!(
+                    "dpo {step:>5}/{}  loss {:.4}  held-out accuracy {acc:.3}  margin {margin:.4}",
+                    s.steps, st.loss
+                ),
             );
         }
         ctx.monitor.report(m);
     }
     let dir = offline::final_dir(ctx.run_dir)?;
-    ask("policy", "save", &policy, ctx.timeout, |reply| PolicyMsg::Save {
-        dir: dir.clone(),
-        optimizer: false,
-        reply,
+    ask("policy", "save", &policy, ctx.timeout, |reply| {
+        PolicyMsg::Save {
+            dir: dir.clone(),
+            optimizer: false,
+            reply,
+        }
     })
     .await
     .map_err(RunError::at(At::Setup))?;

@@ -33,9 +33,11 @@ pub(crate) async fn response_logprobs(
         let seqs = offline::sequences(ctx, chunk.to_vec());
         let lp = match scorer {
             Scorer::Policy(p) => {
-                ask("policy", "logprobs", p, ctx.timeout, |reply| PolicyMsg::Logprobs {
-                    seqs: seqs.clone(),
-                    reply,
+                ask("policy", "logprobs", p, ctx.timeout, |reply| {
+                    PolicyMsg::Logprobs {
+                        seqs: seqs.clone(),
+                        reply,
+                    }
                 })
                 .await
             }

@@ -92,9 +92,8 @@ async fn evaluate(
         let mut all = Vec::new();
         for chunk in side.chunks(64) {
             let seqs = offline::sequences(ctx, chunk.to_vec());
-            let s = ask(ROLE, "rm_score", rm, ctx.timeout, |reply| RmTrainerMsg::Score {
-                seqs,
-                reply,
+            let s = ask(ROLE, "rm_score", rm, ctx.timeout, |reply| {
+                RmTrainerMsg::Score { seqs, reply }
             })
             .await
             .map_err(RunError::at(At::Eval("eval")))?;
@@ -118,7 +117,13 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
         let (acc, margin) = evaluate(ctx, &rm, &eval).await?;
         eval_first.insert("eval_accuracy".to_string(), acc);
         eval_first.insert("eval_margin".to_string(), margin);
-        offline::progress(ctx, format!("rm     0/{}  held-out accuracy {acc:.3}  margin {margin:.3}", s.steps));
+        offline::progress(
+            ctx,
+            format!(
+                "rm     0/{}  held-out accuracy {acc:.3}  margin {margin:.3}",
+                s.steps
+            ),
+        );
     }
     for step in 1..=s.steps {
         let at = At::Train { kind: KIND, step };
@@ -130,12 +135,14 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
         let (chosen, rejected): (Sequences, Sequences) =
             (offline::sequences(ctx, c), offline::sequences(ctx, rj));
         let lr = lr_at.lr_at(step - 1);
-        let done = ask(ROLE, "rm_train", &rm, ctx.timeout, |reply| RmTrainerMsg::Train {
-            chosen,
-            rejected,
-            lr,
-            max_grad_norm: r.rl.max_grad_norm,
-            reply,
+        let done = ask(ROLE, "rm_train", &rm, ctx.timeout, |reply| {
+            RmTrainerMsg::Train {
+                chosen,
+                rejected,
+                lr,
+                max_grad_norm: r.rl.max_grad_norm,
+                reply,
+            }
         })
         .await
         .map_err(RunError::at(at))?;
@@ -163,7 +170,10 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
             eval_last.insert("eval_margin".to_string(), margin);
             offline::progress(
                 ctx,
-                format!("rm {step:>5}/{}  loss {:.4}  held-out accuracy {acc:.3}  margin {margin:.3}", s.steps, done.stats.loss),
+                format!(
+                    "rm {step:>5}/{}  loss {:.4}  held-out accuracy {acc:.3}  margin {margin:.3}",
+                    s.steps, done.stats.loss
+                ),
             );
         }
         ctx.monitor.report(m);

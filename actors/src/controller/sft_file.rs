@@ -35,7 +35,10 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
     if !eval.is_empty() {
         let nll = mean_nll(ctx, &policy, At::Eval("eval init"), &eval).await?;
         eval_first.insert("eval_loss".to_string(), nll);
-        offline::progress(ctx, format!("sft     0/{}  held-out loss {nll:.4}", s.steps));
+        offline::progress(
+            ctx,
+            format!("sft     0/{}  held-out loss {nll:.4}", s.steps),
+        );
     }
     for step in 1..=s.steps {
         let at = At::Train { kind: KIND, step };
@@ -45,11 +48,13 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
             .map_err(|e| RunError::controller(at, "data", Cause::from(RlhfError::from(e))))?;
         let seqs = offline::sequences(ctx, encode_all(ctx, at, &rows)?);
         let lr = lr_at.lr_at(step - 1);
-        let done = ask("policy", "sft", &policy, ctx.timeout, |reply| PolicyMsg::Sft {
-            seqs,
-            lr,
-            max_grad_norm: r.rl.max_grad_norm,
-            reply,
+        let done = ask("policy", "sft", &policy, ctx.timeout, |reply| {
+            PolicyMsg::Sft {
+                seqs,
+                lr,
+                max_grad_norm: r.rl.max_grad_norm,
+                reply,
+            }
         })
         .await
         .map_err(RunError::at(at))?;
@@ -74,16 +79,21 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
             eval_last.insert("eval_loss".to_string(), nll);
             offline::progress(
                 ctx,
-                format!("sft {step:>5}/{}  loss {:.4}  held-out loss {nll:.4}", s.steps, done.nll),
+                format!(
+                    "sft {step:>5}/{}  loss {:.4}  held-out loss {nll:.4}",
+                    s.steps, done.nll
+                ),
             );
         }
         ctx.monitor.report(m);
     }
     let dir = offline::final_dir(ctx.run_dir)?;
-    ask("policy", "save", &policy, ctx.timeout, |reply| PolicyMsg::Save {
-        dir: dir.clone(),
-        optimizer: false,
-        reply,
+    ask("policy", "save", &policy, ctx.timeout, |reply| {
+        PolicyMsg::Save {
+            dir: dir.clone(),
+            optimizer: false,
+            reply,
+        }
     })
     .await
     .map_err(RunError::at(At::Setup))?;

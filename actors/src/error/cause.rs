@@ -101,7 +101,8 @@ impl Cause {
             },
             Cause::Rlhf(e) => matches!(
                 e,
-                RlhfError::Data(_) | RlhfError::Dataset(_)
+                RlhfError::Data(_)
+                    | RlhfError::Dataset(_)
                     | RlhfError::StateMismatch { .. }
                     | RlhfError::Json { .. }
                     | RlhfError::InvalidArgument { .. }

@@ -14,7 +14,10 @@ type Bad<'a> = &'a dyn Fn(&str, String) -> RecipeError;
 fn architecture(dir: &Path) -> String {
     let text = std::fs::read_to_string(dir.join("config.json")).unwrap_or_default();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-    v["architectures"][0].as_str().unwrap_or_default().to_string()
+    v["architectures"][0]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// Tensor names in the header of `dir/model.safetensors` (`None` when unreadable).
@@ -36,7 +39,11 @@ fn tensor_names(dir: &Path) -> Option<Vec<String>> {
 pub(super) fn critic_source(key: &str, dir: &str, bad: Bad<'_>) -> Result<(), RecipeError> {
     let p = Path::new(dir);
     let arch = architecture(p);
-    let known = ["ForTokenClassification", "ForSequenceClassification", "ForCausalLM"];
+    let known = [
+        "ForTokenClassification",
+        "ForSequenceClassification",
+        "ForCausalLM",
+    ];
     if !known.iter().any(|k| arch.ends_with(k)) {
         return Err(bad(
             key,
@@ -44,10 +51,16 @@ pub(super) fn critic_source(key: &str, dir: &str, bad: Bad<'_>) -> Result<(), Re
         ));
     }
     let names = tensor_names(p).ok_or_else(|| {
-        bad(key, format!("{dir}: model.safetensors is missing or has no readable header"))
+        bad(
+            key,
+            format!("{dir}: model.safetensors is missing or has no readable header"),
+        )
     })?;
     if !arch.ends_with("ForCausalLM") && !names.iter().any(|n| n == "score.weight") {
-        return Err(bad(key, format!("{dir}: {arch} without a score.weight tensor")));
+        return Err(bad(
+            key,
+            format!("{dir}: {arch} without a score.weight tensor"),
+        ));
     }
     Ok(())
 }
@@ -64,7 +77,10 @@ pub(super) fn reward_model(key: &str, dir: &str, bad: Bad<'_>) -> Result<(), Rec
     }
     match tensor_names(p) {
         Some(names) if names.iter().any(|n| n == "score.weight") => Ok(()),
-        _ => Err(bad(key, format!("{dir}: model.safetensors has no score.weight"))),
+        _ => Err(bad(
+            key,
+            format!("{dir}: model.safetensors has no score.weight"),
+        )),
     }
 }
 
@@ -111,7 +127,10 @@ pub(super) fn offline_kind(r: &Recipe, bad: Bad<'_>) -> Result<(), RecipeError> 
     if r.data.path.is_none() {
         return Err(bad(
             "data.path",
-            format!("run.kind = {:?} trains on a data file: set data.path", r.run.kind),
+            format!(
+                "run.kind = {:?} trains on a data file: set data.path",
+                r.run.kind
+            ),
         ));
     }
     Ok(())

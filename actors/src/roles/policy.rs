@@ -178,7 +178,9 @@ impl PolicyState {
         let work: Arc<DpoWork> = Arc::from(work);
         let mut v = self
             .replicas
-            .each("dpo", move |ctx, rep| dpo_update(ctx, &mut rep.trainer, &work))
+            .each("dpo", move |ctx, rep| {
+                dpo_update(ctx, &mut rep.trainer, &work)
+            })
             .await?;
         Ok(v.swap_remove(0))
     }

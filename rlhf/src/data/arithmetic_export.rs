@@ -56,10 +56,16 @@ fn write_lines(path: &Path, rows: &[serde_json::Value]) -> std::io::Result<()> {
 fn preference_rows(items: &[PromptItem], seed: u64) -> Vec<serde_json::Value> {
     let mut rows = Vec::new();
     for (i, it) in items.iter().enumerate() {
-        let Some(answer) = it.answer.as_deref() else { continue };
-        let Ok(n) = answer.parse::<u32>() else { continue };
+        let Some(answer) = it.answer.as_deref() else {
+            continue;
+        };
+        let Ok(n) = answer.parse::<u32>() else {
+            continue;
+        };
         let mut misses = near_misses(n);
-        misses.sort_by_key(|m| splitmix64(seed ^ splitmix64(i as u64) ^ m.len() as u64 ^ m.as_bytes()[0] as u64));
+        misses.sort_by_key(|m| {
+            splitmix64(seed ^ splitmix64(i as u64) ^ m.len() as u64 ^ m.as_bytes()[0] as u64)
+        });
         for m in misses {
             rows.push(json!({"prompt": it.prompt, "chosen": answer, "rejected": m}));
         }

@@ -176,7 +176,9 @@ fn scan<T: RowSchema>(
 /// `file: where: what` of a row error, without the hint about skipping.
 fn short(e: &DataError) -> String {
     match e {
-        DataError::Row { path, at, message, .. } => format!("{}: {at}: {message}", path.display()),
+        DataError::Row {
+            path, at, message, ..
+        } => format!("{}: {at}: {message}", path.display()),
         other => other.to_string(),
     }
 }

@@ -47,7 +47,11 @@ impl JsonlRows {
                 if b == b'\n' {
                     let end = offset + i as u64;
                     if !blank {
-                        lines.push(LineRef { offset: start, len: end - start, line });
+                        lines.push(LineRef {
+                            offset: start,
+                            len: end - start,
+                            line,
+                        });
                     }
                     start = end + 1;
                     line += 1;
@@ -60,7 +64,11 @@ impl JsonlRows {
             reader.consume(n);
         }
         if !blank {
-            lines.push(LineRef { offset: start, len: offset - start, line });
+            lines.push(LineRef {
+                offset: start,
+                len: offset - start,
+                line,
+            });
         }
         Ok(Self {
             path: path.to_path_buf(),

@@ -98,12 +98,16 @@ fn need_object(row: &Value) -> Result<(), String> {
 
 fn render(tok: Option<&Tokenizer>, msgs: &[ChatMessage], gen: bool) -> Result<String, String> {
     let tok = tok.ok_or("message lists need a tokenizer with a chat template")?;
-    tok.apply_chat_template(msgs, gen).map_err(|e| e.to_string())
+    tok.apply_chat_template(msgs, gen)
+        .map_err(|e| e.to_string())
 }
 
 /// `(prompt, response)` of a conversation that ends with an assistant turn: the prompt is
 /// the rendering of the turns before it with the generation prompt, the response the rest.
-fn split_last_turn(tok: Option<&Tokenizer>, msgs: &[ChatMessage]) -> Result<(String, String), String> {
+fn split_last_turn(
+    tok: Option<&Tokenizer>,
+    msgs: &[ChatMessage],
+) -> Result<(String, String), String> {
     match msgs.last() {
         Some(m) if m.role == "assistant" => {}
         _ => return Err("the message list must end with an assistant turn".into()),
@@ -112,7 +116,9 @@ fn split_last_turn(tok: Option<&Tokenizer>, msgs: &[ChatMessage]) -> Result<(Str
     let full = render(tok, msgs, false)?;
     match full.strip_prefix(&prompt) {
         Some(rest) => Ok((prompt, rest.to_string())),
-        None => Err("the chat template renders the conversation without its prompt as a prefix".into()),
+        None => {
+            Err("the chat template renders the conversation without its prompt as a prefix".into())
+        }
     }
 }
 
@@ -125,9 +131,15 @@ impl RowSchema for PromptItem {
         let answer = string(row, "answer")?;
         let prompt = match (text_or_chat(row, "prompt")?, text_or_chat(row, "messages")?) {
             (Some(TextOrChat::Text(p)), None) => p,
-            (Some(TextOrChat::Chat(m)), None) | (None, Some(TextOrChat::Chat(m))) => render(tok, &m, true)?,
+            (Some(TextOrChat::Chat(m)), None) | (None, Some(TextOrChat::Chat(m))) => {
+                render(tok, &m, true)?
+            }
             (None, None) => return Err("no `prompt` or `messages`".into()),
-            _ => return Err("give either `prompt` (a string) or `messages` (a list), not both".into()),
+            _ => {
+                return Err(
+                    "give either `prompt` (a string) or `messages` (a list), not both".into(),
+                )
+            }
         };
         Ok(PromptItem { prompt, answer })
     }

@@ -57,7 +57,13 @@ impl PolicyTrainer {
             cfg.loss,
         )?;
         let device = c.device().clone();
-        check_loss("DPO loss", stats.loss, self.max_policy_loss, &device, collective)?;
+        check_loss(
+            "DPO loss",
+            stats.loss,
+            self.max_policy_loss,
+            &device,
+            collective,
+        )?;
         let step = apply_gradients(
             &loss.affine(weight, 0.0)?,
             &self.vars,

@@ -56,11 +56,21 @@ impl RewardTrainer {
         collective: Option<&dyn Collective>,
     ) -> Result<(BradleyTerryStats, StepStats)> {
         self.opt.set_lr(lr);
-        let c = self.model.forward(&chosen.ids, Some(&chosen.attention_mask))?;
-        let r = self.model.forward(&rejected.ids, Some(&rejected.attention_mask))?;
+        let c = self
+            .model
+            .forward(&chosen.ids, Some(&chosen.attention_mask))?;
+        let r = self
+            .model
+            .forward(&rejected.ids, Some(&rejected.attention_mask))?;
         let (loss, stats) = bradley_terry_loss(&c, &r, None)?;
         let device = c.device().clone();
-        check_loss("Bradley–Terry loss", stats.loss, self.max_loss, &device, collective)?;
+        check_loss(
+            "Bradley–Terry loss",
+            stats.loss,
+            self.max_loss,
+            &device,
+            collective,
+        )?;
         let step = apply_gradients(
             &loss.affine(weight, 0.0)?,
             &self.vars,
