@@ -91,3 +91,85 @@ impl ParquetRows {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{DataSpec, Dataset, OnBadRow, SftPair};
+    use parquet::basic::Compression;
+    use parquet::data_type::{ByteArray, ByteArrayType};
+    use parquet::file::properties::WriterProperties;
+    use parquet::file::writer::SerializedFileWriter;
+    use parquet::schema::parser::parse_message_type;
+    use std::path::Path;
+    use std::sync::Arc;
+
+    /// Writes `groups` of `(prompt, response?)` rows, one row group each, snappy-compressed.
+    fn write(path: &Path, groups: &[&[(&str, Option<&str>)]]) {
+        let schema = parse_message_type(
+            "message rows { REQUIRED BYTE_ARRAY prompt (UTF8); OPTIONAL BYTE_ARRAY response (UTF8); }",
+        )
+        .unwrap();
+        let props = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .build();
+        let file = std::fs::File::create(path).unwrap();
+        let mut w = SerializedFileWriter::new(file, Arc::new(schema), Arc::new(props)).unwrap();
+        for rows in groups {
+            let mut rg = w.next_row_group().unwrap();
+            let prompts: Vec<ByteArray> = rows.iter().map(|r| r.0.into()).collect();
+            let mut col = rg.next_column().unwrap().unwrap();
+            col.typed::<ByteArrayType>()
+                .write_batch(&prompts, None, None)
+                .unwrap();
+            col.close().unwrap();
+            let present: Vec<ByteArray> = rows.iter().filter_map(|r| r.1).map(Into::into).collect();
+            let defs: Vec<i16> = rows.iter().map(|r| i16::from(r.1.is_some())).collect();
+            let mut col = rg.next_column().unwrap().unwrap();
+            col.typed::<ByteArrayType>()
+                .write_batch(&present, Some(&defs), None)
+                .unwrap();
+            col.close().unwrap();
+            rg.close().unwrap();
+        }
+        w.close().unwrap();
+    }
+
+    fn spec(path: &Path, on_bad_row: OnBadRow) -> DataSpec {
+        DataSpec {
+            path: path.to_path_buf(),
+            eval_path: None,
+            eval_fraction: 0.0,
+            seed: 1,
+            on_bad_row,
+        }
+    }
+
+    #[test]
+    fn reads_rows_across_row_groups_and_names_a_bad_one_by_group_and_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sft.parquet");
+        write(
+            &p,
+            &[
+                &[("1+1=", Some("2")), ("2+2=", Some("4"))],
+                &[("3+3=", None), ("4+4=", Some("8"))],
+            ],
+        );
+        let e = Dataset::<SftPair>::load(&spec(&p, OnBadRow::Fail), None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("sft.parquet: row group 1, row 0") && e.contains("response"),
+            "{e}"
+        );
+        let d = Dataset::<SftPair>::load(&spec(&p, OnBadRow::Skip), None).unwrap();
+        assert_eq!(
+            (d.train_len(), d.report().skipped, d.report().rows),
+            (3, 1, 4)
+        );
+        let mut seen: Vec<String> = (0..3).map(|i| d.train_item(i).unwrap().prompt).collect();
+        seen.sort();
+        assert_eq!(seen, ["1+1=", "2+2=", "4+4="]);
+    }
+}

@@ -203,3 +203,64 @@ impl RowSchema for PreferencePair {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn chat_tokenizer() -> (tempfile::TempDir, Tokenizer) {
+        let dir = tempfile::tempdir().unwrap();
+        oxalign_models::byte_tokenizer::write(dir.path()).unwrap();
+        let tok = Tokenizer::from_dir(dir.path()).unwrap();
+        (dir, tok)
+    }
+
+    #[test]
+    fn messages_are_rendered_and_split_at_the_last_assistant_turn() {
+        let (_d, tok) = chat_tokenizer();
+        let msgs = json!([
+            {"role": "user", "content": "1+1="},
+            {"role": "assistant", "content": "2"},
+            {"role": "user", "content": "2+2="},
+            {"role": "assistant", "content": "4"}
+        ]);
+        let sft = SftPair::from_row(&json!({ "messages": msgs }), Some(&tok)).unwrap();
+        let head = msgs.as_array().unwrap()[..3].to_vec();
+        let head: Vec<ChatMessage> = serde_json::from_value(json!(head)).unwrap();
+        assert_eq!(sft.prompt, tok.apply_chat_template(&head, true).unwrap());
+        assert!(sft.response.starts_with('4'), "{:?}", sft.response);
+        assert!(!sft.response.contains("2+2="));
+
+        let p = PromptItem::from_row(
+            &json!({"messages": [{"role": "user", "content": "3+3="}], "answer": 6}),
+            Some(&tok),
+        )
+        .unwrap();
+        assert!(p.prompt.contains("3+3=") && p.prompt.len() > 4);
+        assert_eq!(p.answer.as_deref(), Some("6"));
+
+        let pref = json!({
+            "chosen": [{"role": "user", "content": "2+2="}, {"role": "assistant", "content": "4"}],
+            "rejected": [{"role": "user", "content": "2+2="}, {"role": "assistant", "content": "5"}]
+        });
+        let pair = PreferencePair::from_row(&pref, Some(&tok)).unwrap();
+        assert!(pair.chosen.starts_with('4') && pair.rejected.starts_with('5'));
+        assert!(pair.prompt.contains("2+2="));
+    }
+
+    #[test]
+    fn malformed_rows_say_what_is_wrong() {
+        let e = |v: Value| SftPair::from_row(&v, None).unwrap_err();
+        assert!(e(json!({"prompt": "a"})).contains("no `response`"));
+        assert!(e(json!([1])).contains("not an object"));
+        assert!(
+            e(json!({"messages": [{"role": "user", "content": "a"}]})).contains("assistant turn")
+        );
+        let chat = json!({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]});
+        assert!(e(chat).contains("tokenizer"));
+        let p = |v: Value| PreferencePair::from_row(&v, None).unwrap_err();
+        assert!(p(json!({"prompt": "a", "chosen": "b"})).contains("no `rejected`"));
+        assert!(p(json!({"prompt": "a", "chosen": true, "rejected": "c"})).contains("a boolean"));
+    }
+}
