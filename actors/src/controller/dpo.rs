@@ -134,10 +134,16 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| RunError::controller(at, "data", Cause::from(RlhfError::from(e))))?;
         let (c, rj) = encode_prefs(ctx, at, &rows)?;
-        let refs: Vec<(f64, f64)> = rows
+        let refs = rows
             .iter()
-            .map(|p| ref_train.get(&pair_key(p)).copied().unwrap_or((0.0, 0.0)))
-            .collect();
+            .map(|p| ref_train.get(&pair_key(p)).copied())
+            .collect::<Option<Vec<(f64, f64)>>>()
+            .ok_or_else(|| {
+                let e = Cause::BadInput(
+                    "a training pair has no reference log-probs (did the data file change during the run?)".into(),
+                );
+                RunError::controller(at, "reference_logprobs", e)
+            })?;
         let work = Box::new(DpoWork {
             chosen: offline::sequences(ctx, c),
             rejected: offline::sequences(ctx, rj),

@@ -24,8 +24,7 @@ pub struct OfflineSummary {
     pub model_dir: PathBuf,
 }
 
-/// Prints how many rows were read and skipped (with the first skipped ones) unless quiet;
-/// skipped rows always go to stderr.
+/// Warns on stderr when rows were skipped: how many of how many, and the first few.
 pub(crate) fn print_data_report(recipe: &Recipe, report: &DataReport) {
     let path = recipe.data.path.as_deref().unwrap_or("-");
     if report.skipped > 0 {

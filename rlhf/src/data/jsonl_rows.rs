@@ -1,5 +1,5 @@
 //! Random access to the rows of a JSONL file: one pass records where each non-empty line
-//! starts (16 bytes per row), then a row is read from disk when asked for. Memory does not
+//! starts (24 bytes per row), then a row is read from disk when asked for. Memory does not
 //! grow with the size of the rows, only with their number. It does not interpret the JSON.
 
 use super::error::{DataError, RowAt};
