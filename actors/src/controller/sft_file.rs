@@ -14,7 +14,7 @@ use crate::error::Cause;
 use crate::executor::ExecutorPool;
 use crate::monitor::StepMetrics;
 use crate::roles::{ask, PolicyMsg};
-use oxalign_rlhf::data::{Dataset, SftPair};
+use oxalign_rlhf::data::{Dataset, SftRow};
 use oxalign_rlhf::RlhfError;
 use std::collections::BTreeMap;
 
@@ -23,7 +23,7 @@ const KIND: &str = "SFT";
 /// Runs the SFT steps and saves the model.
 pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSummary, RunError> {
     let r = ctx.recipe;
-    let data = Dataset::<SftPair>::load(&setup::data_spec(r)?, Some(ctx.tok))
+    let data = Dataset::<SftRow>::load(&setup::data_spec(r)?, Some(ctx.tok))
         .map_err(|e| RunError::controller(At::Setup, "data", Cause::from(RlhfError::from(e))))?;
     print_data_report(r, data.report());
     let eval = encode_all(ctx, At::Eval("eval"), data.eval_items())?;
@@ -109,8 +109,10 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
     })
 }
 
-fn encode_all(ctx: &Ctx<'_>, at: At, rows: &[SftPair]) -> Result<Vec<TokenPair>, RunError> {
+/// The examples of `rows` (one per assistant turn) as token pairs.
+fn encode_all(ctx: &Ctx<'_>, at: At, rows: &[SftRow]) -> Result<Vec<TokenPair>, RunError> {
     rows.iter()
+        .flat_map(|r| &r.examples)
         .map(|p| encode_pair(ctx, at, &p.prompt, &p.response))
         .collect()
 }

@@ -12,7 +12,7 @@ pub enum RunKind {
     #[default]
     Rl,
     /// Supervised fine-tuning on `data.path` (SFT schema), `[sft]` settings; the loss is on
-    /// the response (the final assistant turn) only.
+    /// the response (every assistant turn of a message list) only.
     Sft,
     /// Bradley–Terry reward-model training on `data.path` (preference schema), `[rm]`
     /// settings; saves an HF `*ForSequenceClassification` folder.

@@ -21,7 +21,7 @@ pub use dataset::{DataReport, DataSpec, Dataset, OnBadRow};
 pub use error::{DataError, RowAt};
 pub use prompt_file::PromptFile;
 pub use row_file::{is_parquet, RowFile};
-pub use schema::{PreferencePair, RowSchema, SftPair};
+pub use schema::{PreferencePair, RowSchema, SftPair, SftRow};
 
 /// One prompt and, where the task has one, its reference answer.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -94,7 +94,7 @@ impl ParquetRows {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{DataSpec, Dataset, OnBadRow, SftPair};
+    use super::super::{DataSpec, Dataset, OnBadRow, SftRow};
     use parquet::basic::Compression;
     use parquet::data_type::{ByteArray, ByteArrayType};
     use parquet::file::properties::WriterProperties;
@@ -155,7 +155,7 @@ mod tests {
                 &[("3+3=", None), ("4+4=", Some("8"))],
             ],
         );
-        let e = Dataset::<SftPair>::load(&spec(&p, OnBadRow::Fail), None)
+        let e = Dataset::<SftRow>::load(&spec(&p, OnBadRow::Fail), None)
             .err()
             .unwrap()
             .to_string();
@@ -163,12 +163,14 @@ mod tests {
             e.contains("sft.parquet: row group 1, row 0") && e.contains("response"),
             "{e}"
         );
-        let d = Dataset::<SftPair>::load(&spec(&p, OnBadRow::Skip), None).unwrap();
+        let d = Dataset::<SftRow>::load(&spec(&p, OnBadRow::Skip), None).unwrap();
         assert_eq!(
             (d.train_len(), d.report().skipped, d.report().rows),
             (3, 1, 4)
         );
-        let mut seen: Vec<String> = (0..3).map(|i| d.train_item(i).unwrap().prompt).collect();
+        let mut seen: Vec<String> = (0..3)
+            .map(|i| d.train_item(i).unwrap().examples[0].prompt.clone())
+            .collect();
         seen.sort();
         assert_eq!(seen, ["1+1=", "2+2=", "4+4="]);
     }

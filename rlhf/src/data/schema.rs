@@ -3,7 +3,8 @@
 //! * prompts: `{"prompt": str, "answer": str?}` or `{"messages": [{"role", "content"}...], "answer": str?}`
 //!   (rendered with the tokenizer's chat template and its generation prompt);
 //! * SFT: `{"prompt": str, "response": str}` or `{"messages": [...]}` ending with an assistant
-//!   turn: the prompt is everything before that turn, the loss is on that turn only;
+//!   turn: each assistant turn is one example, its prompt everything before it, its loss on
+//!   that turn only (so the loss covers every assistant turn and nothing else);
 //! * preferences: `{"prompt": str|messages?, "chosen": str|messages, "rejected": str|messages}`;
 //!   message lists end with the assistant turn, and the prompt may instead be their shared
 //!   leading turns.
@@ -32,6 +33,13 @@ pub struct SftPair {
     pub prompt: String,
     /// The target.
     pub response: String,
+}
+
+/// One SFT row: one example per assistant turn (one for a prompt/response row).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SftRow {
+    /// The row's examples, in conversation order.
+    pub examples: Vec<SftPair>,
 }
 
 /// One preference pair as text.
@@ -145,19 +153,34 @@ impl RowSchema for PromptItem {
     }
 }
 
-impl RowSchema for SftPair {
+/// One example per assistant turn of a conversation that ends with one.
+fn assistant_turns(tok: Option<&Tokenizer>, msgs: &[ChatMessage]) -> Result<Vec<SftPair>, String> {
+    let mut out = Vec::new();
+    for k in 0..msgs.len() {
+        if msgs[k].role == "assistant" || k + 1 == msgs.len() {
+            let (prompt, response) = split_last_turn(tok, &msgs[..=k])?;
+            out.push(SftPair { prompt, response });
+        }
+    }
+    Ok(out)
+}
+
+impl RowSchema for SftRow {
     const EXPECTED: &'static str =
         "{\"prompt\": string, \"response\": string} or {\"messages\": [..., {\"role\": \"assistant\", \"content\"}]}";
 
     fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, String> {
         need_object(row)?;
         if let Some(TextOrChat::Chat(m)) = text_or_chat(row, "messages")? {
-            let (prompt, response) = split_last_turn(tok, &m)?;
-            return Ok(SftPair { prompt, response });
+            return Ok(SftRow {
+                examples: assistant_turns(tok, &m)?,
+            });
         }
         let prompt = string(row, "prompt")?.ok_or("no `prompt` (or `messages`)")?;
         let response = string(row, "response")?.ok_or("no `response`")?;
-        Ok(SftPair { prompt, response })
+        Ok(SftRow {
+            examples: vec![SftPair { prompt, response }],
+        })
     }
 }
 
@@ -225,7 +248,10 @@ mod tests {
             {"role": "user", "content": "2+2="},
             {"role": "assistant", "content": "4"}
         ]);
-        let sft = SftPair::from_row(&json!({ "messages": msgs }), Some(&tok)).unwrap();
+        let row = SftRow::from_row(&json!({ "messages": msgs }), Some(&tok)).unwrap();
+        assert_eq!(row.examples.len(), 2, "one example per assistant turn");
+        let (first, sft) = (&row.examples[0], &row.examples[1]);
+        assert!(first.response.starts_with('2') && !first.response.contains("2+2="));
         let head = msgs.as_array().unwrap()[..3].to_vec();
         let head: Vec<ChatMessage> = serde_json::from_value(json!(head)).unwrap();
         assert_eq!(sft.prompt, tok.apply_chat_template(&head, true).unwrap());
@@ -251,7 +277,7 @@ mod tests {
 
     #[test]
     fn malformed_rows_say_what_is_wrong() {
-        let e = |v: Value| SftPair::from_row(&v, None).unwrap_err();
+        let e = |v: Value| SftRow::from_row(&v, None).unwrap_err();
         assert!(e(json!({"prompt": "a"})).contains("no `response`"));
         assert!(e(json!([1])).contains("not an object"));
         assert!(
