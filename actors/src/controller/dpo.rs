@@ -6,7 +6,7 @@
 //! `dpo.eval_every` steps and the end. The policy is saved as `<run>/final/`.
 
 use super::divergence::DivergenceError;
-use super::offline::{self, evaluates, schedule};
+use super::offline::{self, evaluates, schedule, EvalLog};
 use super::offline_eval::{pairwise, response_logprobs, Scorer};
 use super::offline_report::OfflineSummary;
 use super::rm::{encode_prefs, load_prefs, EncodedPairs};
@@ -22,7 +22,7 @@ use oxalign_rlhf::losses::DpoLoss;
 use oxalign_rlhf::trainer::DpoConfig;
 use oxalign_rlhf::RlhfError;
 use ractor::ActorRef;
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 const KIND: &str = "DPO";
 
@@ -76,8 +76,8 @@ async fn reference_of_training_rows(
     ctx: &Ctx<'_>,
     reference: &ActorRef<ReferenceMsg>,
     data: &Dataset<PreferencePair>,
-) -> Result<std::collections::HashMap<u64, (f64, f64)>, RunError> {
-    let mut out = std::collections::HashMap::new();
+) -> Result<HashMap<u64, (f64, f64)>, RunError> {
+    let mut out = HashMap::new();
     let n = data.train_len() as u64;
     let at = At::Setup;
     for start in (0..n).step_by(64) {
@@ -102,6 +102,75 @@ fn pair_key(p: &PreferencePair) -> u64 {
     h.finish()
 }
 
+/// The update of step `step` on `rows`, with their reference log-probs from `ref_train`.
+fn work(
+    ctx: &Ctx<'_>,
+    rows: &[PreferencePair],
+    ref_train: &HashMap<u64, (f64, f64)>,
+    at: At,
+    lr: f64,
+) -> Result<Box<DpoWork>, RunError> {
+    let (c, rj) = encode_prefs(ctx, at, rows)?;
+    let refs = rows
+        .iter()
+        .map(|p| ref_train.get(&pair_key(p)).copied())
+        .collect::<Option<Vec<(f64, f64)>>>()
+        .ok_or_else(|| {
+            let e = Cause::BadInput(
+                "a training pair has no reference log-probs (did the data file change during the run?)".into(),
+            );
+            RunError::controller(at, "reference_logprobs", e)
+        })?;
+    Ok(Box::new(DpoWork {
+        chosen: offline::sequences(ctx, c),
+        rejected: offline::sequences(ctx, rj),
+        ref_chosen: refs.iter().map(|x| x.0 as f32).collect(),
+        ref_rejected: refs.iter().map(|x| x.1 as f32).collect(),
+        cfg: DpoConfig {
+            beta: ctx.recipe.dpo.beta,
+            loss: loss(ctx),
+            lr,
+            max_grad_norm: ctx.recipe.rl.max_grad_norm,
+        },
+    }))
+}
+
+/// One update; its metrics, or the divergence that stopped it.
+async fn train_step(
+    ctx: &Ctx<'_>,
+    policy: &ActorRef<PolicyMsg>,
+    work: Box<DpoWork>,
+    step: u64,
+) -> Result<StepMetrics, RunError> {
+    let lr = work.cfg.lr;
+    let at = At::Train { kind: KIND, step };
+    let done = ask("policy", "dpo", policy, ctx.timeout, |reply| {
+        PolicyMsg::Dpo { work, reply }
+    })
+    .await
+    .map_err(RunError::at(at))?;
+    if let Some(cause) = done.diverged {
+        let e = DivergenceError {
+            role: "policy",
+            phase: "dpo",
+            sft: false,
+            step,
+            cause,
+            lower: "dpo.lr",
+        };
+        return Err(e.into());
+    }
+    let st = &done.stats;
+    Ok(StepMetrics::new(step)
+        .with("loss", st.loss)
+        .with("accuracy", st.reward_accuracy)
+        .with("margin", st.reward_margin)
+        .with("chosen_reward", st.chosen_reward)
+        .with("rejected_reward", st.rejected_reward)
+        .with("grad_norm", done.grad_norm)
+        .with("lr", lr))
+}
+
 /// Runs the DPO steps and saves the policy.
 pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSummary, RunError> {
     let r = ctx.recipe;
@@ -114,106 +183,41 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
     reference.stop(None);
     let s = &r.dpo;
     let lr_at = schedule(s.lr, s.warmup_steps, s.steps);
-    let (mut eval_first, mut eval_last) = (BTreeMap::new(), BTreeMap::new());
-    if !eval.0.is_empty() {
-        let (acc, margin) = evaluate(ctx, &policy, &eval, &ref_eval).await?;
-        eval_first.insert("eval_accuracy".to_string(), acc);
-        eval_first.insert("eval_margin".to_string(), margin);
-        offline::progress(
-            ctx,
-            format!(
-                "dpo     0/{}  held-out accuracy {acc:.3}  margin {margin:.4}",
-                s.steps
-            ),
-        );
-    }
-    for step in 1..=s.steps {
-        let at = At::Train { kind: KIND, step };
-        let rows = (0..s.batch_size as u64)
-            .map(|i| data.train_item((step - 1) * s.batch_size as u64 + i))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| RunError::controller(at, "data", Cause::from(RlhfError::from(e))))?;
-        let (c, rj) = encode_prefs(ctx, at, &rows)?;
-        let refs = rows
-            .iter()
-            .map(|p| ref_train.get(&pair_key(p)).copied())
-            .collect::<Option<Vec<(f64, f64)>>>()
-            .ok_or_else(|| {
-                let e = Cause::BadInput(
-                    "a training pair has no reference log-probs (did the data file change during the run?)".into(),
-                );
-                RunError::controller(at, "reference_logprobs", e)
-            })?;
-        let work = Box::new(DpoWork {
-            chosen: offline::sequences(ctx, c),
-            rejected: offline::sequences(ctx, rj),
-            ref_chosen: refs.iter().map(|x| x.0 as f32).collect(),
-            ref_rejected: refs.iter().map(|x| x.1 as f32).collect(),
-            cfg: DpoConfig {
-                beta: s.beta,
-                loss: loss(ctx),
-                lr: lr_at.lr_at(step - 1),
-                max_grad_norm: r.rl.max_grad_norm,
-            },
-        });
-        let lr = work.cfg.lr;
-        let done = ask("policy", "dpo", &policy, ctx.timeout, |reply| {
-            PolicyMsg::Dpo { work, reply }
-        })
-        .await
-        .map_err(RunError::at(at))?;
-        if let Some(cause) = done.diverged {
-            let e = DivergenceError {
-                role: "policy",
-                phase: "dpo",
-                sft: false,
-                step,
-                cause,
-                lower: "dpo.lr",
-            };
-            return Err(e.into());
+    let mut log = EvalLog::default();
+    for step in 0..=s.steps {
+        let mut m = StepMetrics::new(step);
+        if step > 0 {
+            let at = At::Train { kind: KIND, step };
+            let rows = offline::step_rows(&data, step, s.batch_size, at)?;
+            let w = work(ctx, &rows, &ref_train, at, lr_at.lr_at(step - 1))?;
+            m = train_step(ctx, &policy, w, step).await?;
         }
-        let st = &done.stats;
-        let mut m = StepMetrics::new(step)
-            .with("loss", st.loss)
-            .with("accuracy", st.reward_accuracy)
-            .with("margin", st.reward_margin)
-            .with("chosen_reward", st.chosen_reward)
-            .with("rejected_reward", st.rejected_reward)
-            .with("grad_norm", done.grad_norm)
-            .with("lr", lr);
-        if !eval.0.is_empty() && evaluates(step, s.steps, s.eval_every) {
+        if !eval.0.is_empty() && (step == 0 || evaluates(step, s.steps, s.eval_every)) {
             let (acc, margin) = evaluate(ctx, &policy, &eval, &ref_eval).await?;
-            m = m.with("eval_accuracy", acc).with("eval_margin", margin);
-            eval_last.insert("eval_accuracy".to_string(), acc);
-            eval_last.insert("eval_margin".to_string(), margin);
+            m = log.record(step, &[("eval_accuracy", acc), ("eval_margin", margin)], m);
+            let loss = m
+                .values
+                .get("loss")
+                .map_or("-".into(), |l| format!("{l:.4}"));
             offline::progress(
                 ctx,
                 format!(
-                    "dpo {step:>5}/{}  loss {:.4}  held-out accuracy {acc:.3}  margin {margin:.4}",
-                    s.steps, st.loss
+                    "dpo {step:>5}/{}  loss {loss}  held-out accuracy {acc:.3}  margin {margin:.4}",
+                    s.steps
                 ),
             );
         }
-        ctx.monitor.report(m);
-    }
-    let dir = offline::final_dir(ctx.run_dir)?;
-    ask("policy", "save", &policy, ctx.timeout, |reply| {
-        PolicyMsg::Save {
-            dir: dir.clone(),
-            optimizer: false,
-            reply,
+        if step > 0 {
+            ctx.monitor.report(m);
         }
-    })
-    .await
-    .map_err(RunError::at(At::Setup))?;
-    offline::seal_model(ctx, &dir)?;
+    }
+    let dir = offline::save_final_policy(ctx, &policy).await?;
     policy.stop(None);
     Ok(OfflineSummary {
         kind: "dpo".into(),
         steps: s.steps,
-        eval_first,
-        eval_last,
+        eval_first: log.first,
+        eval_last: log.last,
         data: data.report().clone(),
         model_dir: dir,
     })

@@ -12,8 +12,14 @@ use super::{dpo, rm, sft_file, Ctx, RunSummary};
 use crate::batch::Sequences;
 use crate::error::Cause;
 use crate::executor::ExecutorPool;
+use crate::monitor::StepMetrics;
 use crate::recipe::RunKind;
+use crate::roles::{ask, PolicyMsg};
+use oxalign_rlhf::data::{Dataset, RowSchema};
 use oxalign_rlhf::optim::LrSchedule;
+use oxalign_rlhf::RlhfError;
+use ractor::ActorRef;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -126,5 +132,69 @@ pub(crate) fn seal_model(ctx: &Ctx<'_>, dir: &Path) -> Result<(), RunError> {
 pub(crate) fn progress(ctx: &Ctx<'_>, line: String) {
     if !ctx.quiet {
         println!("{line}");
+    }
+}
+
+/// The `batch_size` training rows of step `step` (1-based): positions
+/// `(step − 1) · batch_size ..`, epoch after epoch.
+pub(crate) fn step_rows<T: RowSchema>(
+    data: &Dataset<T>,
+    step: u64,
+    batch_size: usize,
+    at: At,
+) -> Result<Vec<T>, RunError> {
+    let first = (step - 1) * batch_size as u64;
+    (first..first + batch_size as u64)
+        .map(|i| data.train_item(i))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| RunError::controller(at, "data", Cause::from(RlhfError::from(e))))
+}
+
+/// Saves the policy's weights (no optimizer) as `<run>/final/`, sealed; returns the folder.
+pub(crate) async fn save_final_policy(
+    ctx: &Ctx<'_>,
+    policy: &ActorRef<PolicyMsg>,
+) -> Result<PathBuf, RunError> {
+    let dir = final_dir(ctx.run_dir)?;
+    ask("policy", "save", policy, ctx.timeout, |reply| {
+        PolicyMsg::Save {
+            dir: dir.clone(),
+            optimizer: false,
+            reply,
+        }
+    })
+    .await
+    .map_err(RunError::at(At::Setup))?;
+    seal_model(ctx, &dir)?;
+    Ok(dir)
+}
+
+/// Held-out metrics: the first evaluation's and the latest one's.
+#[derive(Default)]
+pub(crate) struct EvalLog {
+    /// Before the first step.
+    pub first: BTreeMap<String, f64>,
+    /// After the latest evaluated step.
+    pub last: BTreeMap<String, f64>,
+}
+
+impl EvalLog {
+    /// Records `values` (step 0 is the first evaluation) and adds them to `metrics`.
+    pub(crate) fn record(
+        &mut self,
+        step: u64,
+        values: &[(&str, f64)],
+        mut metrics: StepMetrics,
+    ) -> StepMetrics {
+        let into = if step == 0 {
+            &mut self.first
+        } else {
+            &mut self.last
+        };
+        for (k, v) in values {
+            into.insert(k.to_string(), *v);
+            metrics = metrics.with(*k, *v);
+        }
+        metrics
     }
 }

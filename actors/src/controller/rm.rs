@@ -6,13 +6,12 @@
 //! folder `<run>/final/` that `[reward] kind = "model"` loads.
 
 use super::divergence::DivergenceError;
-use super::offline::{self, encode_pair, evaluates, schedule};
+use super::offline::{self, encode_pair, evaluates, schedule, EvalLog};
 use super::offline_eval::pairwise;
 use super::offline_report::{print_data_report, OfflineSummary};
 use super::run_error::{At, RunError};
 use super::sft::TokenPair;
 use super::{setup, Ctx};
-use crate::batch::Sequences;
 use crate::error::{Cause, RoleError};
 use crate::executor::ExecutorPool;
 use crate::monitor::{ActorInfo, StepMetrics};
@@ -23,7 +22,6 @@ use oxalign_rlhf::data::{Dataset, PreferencePair};
 use oxalign_rlhf::trainer::RewardTrainer;
 use oxalign_rlhf::RlhfError;
 use ractor::{Actor, ActorRef};
-use std::collections::BTreeMap;
 
 const KIND: &str = "RM";
 const ROLE: &str = "reward_model";
@@ -104,6 +102,47 @@ async fn evaluate(
     Ok(pairwise(&scores[0], &scores[1]))
 }
 
+/// One update on `rows`; its metrics, or the divergence that stopped it.
+async fn train_step(
+    ctx: &Ctx<'_>,
+    rm: &ActorRef<RmTrainerMsg>,
+    rows: &[PreferencePair],
+    step: u64,
+    lr: f64,
+) -> Result<StepMetrics, RunError> {
+    let at = At::Train { kind: KIND, step };
+    let (c, rj) = encode_prefs(ctx, at, rows)?;
+    let (chosen, rejected) = (offline::sequences(ctx, c), offline::sequences(ctx, rj));
+    let done = ask(ROLE, "rm_train", rm, ctx.timeout, |reply| {
+        RmTrainerMsg::Train {
+            chosen,
+            rejected,
+            lr,
+            max_grad_norm: ctx.recipe.rl.max_grad_norm,
+            reply,
+        }
+    })
+    .await
+    .map_err(RunError::at(at))?;
+    if let Some(cause) = done.diverged {
+        let e = DivergenceError {
+            role: ROLE,
+            phase: "rm_train",
+            sft: false,
+            step,
+            cause,
+            lower: "rm.lr",
+        };
+        return Err(e.into());
+    }
+    Ok(StepMetrics::new(step)
+        .with("loss", done.stats.loss)
+        .with("accuracy", done.stats.accuracy)
+        .with("margin", done.stats.reward_margin)
+        .with("grad_norm", done.grad_norm)
+        .with("lr", lr))
+}
+
 /// Runs the reward-model steps and saves the model.
 pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSummary, RunError> {
     let r = ctx.recipe;
@@ -112,71 +151,32 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
     let rm = spawn(ctx, pool).await?;
     let s = &r.rm;
     let lr_at = schedule(s.lr, s.warmup_steps, s.steps);
-    let (mut eval_first, mut eval_last) = (BTreeMap::new(), BTreeMap::new());
-    if !eval.0.is_empty() {
-        let (acc, margin) = evaluate(ctx, &rm, &eval).await?;
-        eval_first.insert("eval_accuracy".to_string(), acc);
-        eval_first.insert("eval_margin".to_string(), margin);
-        offline::progress(
-            ctx,
-            format!(
-                "rm     0/{}  held-out accuracy {acc:.3}  margin {margin:.3}",
-                s.steps
-            ),
-        );
-    }
-    for step in 1..=s.steps {
-        let at = At::Train { kind: KIND, step };
-        let rows = (0..s.batch_size as u64)
-            .map(|i| data.train_item((step - 1) * s.batch_size as u64 + i))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| RunError::controller(at, "data", Cause::from(RlhfError::from(e))))?;
-        let (c, rj) = encode_prefs(ctx, at, &rows)?;
-        let (chosen, rejected): (Sequences, Sequences) =
-            (offline::sequences(ctx, c), offline::sequences(ctx, rj));
-        let lr = lr_at.lr_at(step - 1);
-        let done = ask(ROLE, "rm_train", &rm, ctx.timeout, |reply| {
-            RmTrainerMsg::Train {
-                chosen,
-                rejected,
-                lr,
-                max_grad_norm: r.rl.max_grad_norm,
-                reply,
-            }
-        })
-        .await
-        .map_err(RunError::at(at))?;
-        if let Some(cause) = done.diverged {
-            let e = DivergenceError {
-                role: ROLE,
-                phase: "rm_train",
-                sft: false,
-                step,
-                cause,
-                lower: "rm.lr",
-            };
-            return Err(e.into());
+    let mut log = EvalLog::default();
+    for step in 0..=s.steps {
+        let mut m = StepMetrics::new(step);
+        if step > 0 {
+            let at = At::Train { kind: KIND, step };
+            let rows = offline::step_rows(&data, step, s.batch_size, at)?;
+            m = train_step(ctx, &rm, &rows, step, lr_at.lr_at(step - 1)).await?;
         }
-        let mut m = StepMetrics::new(step)
-            .with("loss", done.stats.loss)
-            .with("accuracy", done.stats.accuracy)
-            .with("margin", done.stats.reward_margin)
-            .with("grad_norm", done.grad_norm)
-            .with("lr", lr);
-        if !eval.0.is_empty() && evaluates(step, s.steps, s.eval_every) {
+        if !eval.0.is_empty() && (step == 0 || evaluates(step, s.steps, s.eval_every)) {
             let (acc, margin) = evaluate(ctx, &rm, &eval).await?;
-            m = m.with("eval_accuracy", acc).with("eval_margin", margin);
-            eval_last.insert("eval_accuracy".to_string(), acc);
-            eval_last.insert("eval_margin".to_string(), margin);
+            m = log.record(step, &[("eval_accuracy", acc), ("eval_margin", margin)], m);
+            let loss = m
+                .values
+                .get("loss")
+                .map_or("-".into(), |l| format!("{l:.4}"));
             offline::progress(
                 ctx,
                 format!(
-                    "rm {step:>5}/{}  loss {:.4}  held-out accuracy {acc:.3}  margin {margin:.3}",
-                    s.steps, done.stats.loss
+                    "rm {step:>5}/{}  loss {loss}  held-out accuracy {acc:.3}  margin {margin:.3}",
+                    s.steps
                 ),
             );
         }
-        ctx.monitor.report(m);
+        if step > 0 {
+            ctx.monitor.report(m);
+        }
     }
     let dir = offline::final_dir(ctx.run_dir)?;
     ask(ROLE, "save", &rm, ctx.timeout, |reply| RmTrainerMsg::Save {
@@ -190,8 +190,8 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
     Ok(OfflineSummary {
         kind: "rm".into(),
         steps: s.steps,
-        eval_first,
-        eval_last,
+        eval_first: log.first,
+        eval_last: log.last,
         data: data.report().clone(),
         model_dir: dir,
     })

@@ -4,7 +4,7 @@
 //! The model is saved as `<run>/final/`.
 
 use super::divergence::DivergenceError;
-use super::offline::{self, encode_pair, evaluates, schedule};
+use super::offline::{self, encode_pair, evaluates, schedule, EvalLog};
 use super::offline_eval::mean_nll;
 use super::offline_report::{print_data_report, OfflineSummary};
 use super::run_error::{At, RunError};
@@ -16,9 +16,46 @@ use crate::monitor::StepMetrics;
 use crate::roles::{ask, PolicyMsg};
 use oxalign_rlhf::data::{Dataset, SftRow};
 use oxalign_rlhf::RlhfError;
-use std::collections::BTreeMap;
+use ractor::ActorRef;
 
 const KIND: &str = "SFT";
+
+/// One SFT step on `rows`; its metrics, or the divergence that stopped it.
+async fn train_step(
+    ctx: &Ctx<'_>,
+    policy: &ActorRef<PolicyMsg>,
+    rows: &[SftRow],
+    step: u64,
+    lr: f64,
+) -> Result<StepMetrics, RunError> {
+    let at = At::Train { kind: KIND, step };
+    let seqs = offline::sequences(ctx, encode_all(ctx, at, rows)?);
+    let done = ask("policy", "sft", policy, ctx.timeout, |reply| {
+        PolicyMsg::Sft {
+            seqs,
+            lr,
+            max_grad_norm: ctx.recipe.rl.max_grad_norm,
+            reply,
+        }
+    })
+    .await
+    .map_err(RunError::at(at))?;
+    if let Some(cause) = done.diverged {
+        let e = DivergenceError {
+            role: "policy",
+            phase: "sft",
+            sft: true,
+            step,
+            cause,
+            lower: "sft.lr",
+        };
+        return Err(e.into());
+    }
+    Ok(StepMetrics::new(step)
+        .with("loss", done.nll)
+        .with("grad_norm", done.grad_norm)
+        .with("lr", lr))
+}
 
 /// Runs the SFT steps and saves the model.
 pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSummary, RunError> {
@@ -30,80 +67,40 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
     let policy = setup::spawn_policy(r, ctx.policy_dir, ctx.monitor, pool).await?;
     let s = &r.sft;
     let lr_at = schedule(s.lr, s.warmup_steps, s.steps);
-    let mut eval_first = BTreeMap::new();
-    let mut eval_last = BTreeMap::new();
-    if !eval.is_empty() {
-        let nll = mean_nll(ctx, &policy, At::Eval("eval init"), &eval).await?;
-        eval_first.insert("eval_loss".to_string(), nll);
-        offline::progress(
-            ctx,
-            format!("sft     0/{}  held-out loss {nll:.4}", s.steps),
-        );
-    }
-    for step in 1..=s.steps {
-        let at = At::Train { kind: KIND, step };
-        let rows = (0..s.batch_size as u64)
-            .map(|i| data.train_item((step - 1) * s.batch_size as u64 + i))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| RunError::controller(at, "data", Cause::from(RlhfError::from(e))))?;
-        let seqs = offline::sequences(ctx, encode_all(ctx, at, &rows)?);
-        let lr = lr_at.lr_at(step - 1);
-        let done = ask("policy", "sft", &policy, ctx.timeout, |reply| {
-            PolicyMsg::Sft {
-                seqs,
-                lr,
-                max_grad_norm: r.rl.max_grad_norm,
-                reply,
-            }
-        })
-        .await
-        .map_err(RunError::at(at))?;
-        if let Some(cause) = done.diverged {
-            let e = DivergenceError {
-                role: "policy",
-                phase: "sft",
-                sft: true,
-                step,
-                cause,
-                lower: "sft.lr",
-            };
-            return Err(e.into());
+    let mut log = EvalLog::default();
+    for step in 0..=s.steps {
+        let mut m = StepMetrics::new(step);
+        if step > 0 {
+            let at = At::Train { kind: KIND, step };
+            let rows = offline::step_rows(&data, step, s.batch_size, at)?;
+            m = train_step(ctx, &policy, &rows, step, lr_at.lr_at(step - 1)).await?;
         }
-        let mut m = StepMetrics::new(step)
-            .with("loss", done.nll)
-            .with("grad_norm", done.grad_norm)
-            .with("lr", lr);
-        if !eval.is_empty() && evaluates(step, s.steps, s.eval_every) {
+        if !eval.is_empty() && (step == 0 || evaluates(step, s.steps, s.eval_every)) {
             let nll = mean_nll(ctx, &policy, At::Eval("eval"), &eval).await?;
-            m = m.with("eval_loss", nll);
-            eval_last.insert("eval_loss".to_string(), nll);
+            m = log.record(step, &[("eval_loss", nll)], m);
+            let loss = m
+                .values
+                .get("loss")
+                .map_or("-".into(), |l| format!("{l:.4}"));
             offline::progress(
                 ctx,
                 format!(
-                    "sft {step:>5}/{}  loss {:.4}  held-out loss {nll:.4}",
-                    s.steps, done.nll
+                    "sft {step:>5}/{}  loss {loss}  held-out loss {nll:.4}",
+                    s.steps
                 ),
             );
         }
-        ctx.monitor.report(m);
-    }
-    let dir = offline::final_dir(ctx.run_dir)?;
-    ask("policy", "save", &policy, ctx.timeout, |reply| {
-        PolicyMsg::Save {
-            dir: dir.clone(),
-            optimizer: false,
-            reply,
+        if step > 0 {
+            ctx.monitor.report(m);
         }
-    })
-    .await
-    .map_err(RunError::at(At::Setup))?;
-    offline::seal_model(ctx, &dir)?;
+    }
+    let dir = offline::save_final_policy(ctx, &policy).await?;
     policy.stop(None);
     Ok(OfflineSummary {
         kind: "sft".into(),
         steps: s.steps,
-        eval_first,
-        eval_last,
+        eval_first: log.first,
+        eval_last: log.last,
         data: data.report().clone(),
         model_dir: dir,
     })
