@@ -32,6 +32,7 @@ enum Command {
     Tokenize(cmd::tokenize::Args),
     Train(cmd::train::Args),
     Dashboard(cmd::dashboard::Args),
+    Data(cmd::data::Args),
 }
 
 impl Command {
@@ -45,6 +46,7 @@ impl Command {
             Command::Tokenize(args) => cmd::tokenize::run(args),
             Command::Train(args) => cmd::train::run(args),
             Command::Dashboard(args) => cmd::dashboard::run(args),
+            Command::Data(args) => cmd::data::run(args),
         }
     }
 }

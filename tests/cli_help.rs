@@ -14,8 +14,29 @@ fn help(args: &[&str]) -> String {
 #[test]
 fn top_level_help_lists_subcommands() {
     let text = help(&["--help"]);
-    for sub in ["init-model", "logprobs", "generate", "score", "tokenize"] {
+    for sub in [
+        "init-model",
+        "logprobs",
+        "generate",
+        "score",
+        "tokenize",
+        "data",
+    ] {
         assert!(text.contains(sub), "--help lacks {sub}: {text}");
+    }
+}
+
+#[test]
+fn data_arithmetic_has_help() {
+    let text = help(&["data", "arithmetic", "--help"]);
+    for f in [
+        "--out",
+        "--seed",
+        "--max-operand",
+        "--eval-size",
+        "preferences",
+    ] {
+        assert!(text.contains(f), "data arithmetic --help lacks {f}: {text}");
     }
 }
 

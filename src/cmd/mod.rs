@@ -8,6 +8,7 @@ pub mod bench_rl_step;
 pub mod bench_train;
 pub mod bench_train_batch;
 pub mod dashboard;
+pub mod data;
 pub mod generate;
 pub mod init_model;
 pub mod logprobs;

@@ -94,6 +94,31 @@ fn classify_message(e: &RunError, message: String) -> anyhow::Error {
     }
 }
 
+/// Prints the end of an `sft`, `rm` or `dpo` run: held-out numbers first → last, skipped rows,
+/// and where the model is.
+fn print_offline(summary: &controller::RunSummary) {
+    let Some(o) = &summary.offline else { return };
+    println!(
+        "\nrun {} ({}) finished: {} steps in {:.1}s",
+        summary.name, o.kind, o.steps, summary.wall_seconds
+    );
+    for (k, last) in &o.eval_last {
+        let first = o
+            .eval_first
+            .get(k)
+            .map_or("-".into(), |v| format!("{v:.4}"));
+        println!("  held-out {k}: {first} -> {last:.4}");
+    }
+    println!(
+        "  data: {} rows read, {} skipped",
+        o.data.rows, o.data.skipped
+    );
+    println!(
+        "  model: {}/ (HF folder with checksums.json)",
+        o.model_dir.display()
+    );
+}
+
 /// Runs `oxalign train`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let mut recipe = Recipe::load(&args.recipe, &args.overrides).user_err("")?;
@@ -114,6 +139,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         eprintln!("warning: {}: {w}", args.recipe.display());
     }
     if args.check {
+        if recipe.run.kind != oxalign_actors::recipe::RunKind::Rl {
+            println!(
+                "{}: ok ({:?} run on {}, outputs in {})",
+                args.recipe.display(),
+                recipe.run.kind,
+                recipe.data.path.as_deref().unwrap_or("-"),
+                recipe.run_dir().display()
+            );
+            return Ok(());
+        }
         println!(
             "{}: ok ({:?}, {} RL steps of {} prompts × {} samples, policy on {}, outputs in {})",
             args.recipe.display(),
@@ -157,6 +192,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let _ = s.shutdown().await;
         }
         match result {
+            Ok(summary) if summary.offline.is_some() => {
+                print_offline(&summary);
+                Ok(())
+            }
             Ok(summary) => {
                 let pct = |x: Option<f64>| x.map(|a| format!("{:.1}%", 100.0 * a)).unwrap_or_else(|| "-".into());
                 let measured = [summary.accuracy_init, summary.accuracy_sft, summary.accuracy_final].iter().any(Option::is_some);

@@ -14,19 +14,25 @@ pub mod checkpoint;
 mod checkpoint_error;
 mod checksums;
 mod divergence;
+mod dpo;
 mod evaluate;
 mod lengths;
+mod offline;
+mod offline_eval;
+mod offline_report;
 mod progress;
 pub mod resume_point;
 mod rl_experience;
 mod rl_loop;
 mod rl_report;
 mod rl_step;
+mod rm;
 mod run_error;
 pub mod run_folder;
 mod saving;
 mod setup;
 mod sft;
+mod sft_file;
 mod start;
 mod supervisor;
 
@@ -35,11 +41,12 @@ pub use checkpoint_error::CheckpointError;
 pub use checksums::CHECKSUMS_FILE;
 pub use divergence::DivergenceError;
 pub use lengths::ContextError;
+pub use offline_report::OfflineSummary;
 pub use resume_point::{find_resume_point, ResumePoint};
 pub use rl_loop::RESTARTS;
 pub use run_error::{At, RunError};
 pub use run_folder::RunFolderError;
-pub use setup::{policy_dir, prompt_source};
+pub use setup::{data_spec, policy_dir, prompt_source};
 
 use crate::error::Cause;
 use crate::executor::ExecutorPool;
@@ -47,7 +54,7 @@ use crate::faults::FaultPlan;
 use crate::monitor::{
     unix_ms_now, ActorInfo, ActorUpdate, MonitorHandle, RunFinished, RunInfo, RunOutcome,
 };
-use crate::recipe::Recipe;
+use crate::recipe::{Recipe, RunKind};
 use oxalign_models::tokenizer::Tokenizer;
 use oxalign_rlhf::reward::AnswerMatch;
 use oxalign_rlhf::{AdaptiveKl, FixedKl, KlController};
@@ -92,6 +99,9 @@ pub struct RunSummary {
     pub wall_seconds: f64,
     /// The newest checkpoint.
     pub last_checkpoint: Option<PathBuf>,
+    /// What an `sft`, `rm` or `dpo` run measured and where its model is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offline: Option<OfflineSummary>,
 }
 
 /// The pieces every phase needs.
@@ -189,7 +199,6 @@ async fn run(
     let setup = |phase, cause: Cause| RunError::controller(At::Setup, phase, cause);
     let tok = Tokenizer::from_dir(&pdir).map_err(|e| setup("tokenizer", e.into()))?;
     let pad_id = tok.pad_token_id().or(tok.eos_token_id()).unwrap_or(0);
-    let data = setup::prompt_source(recipe)?;
     let config = pdir.join("config.json");
     let context = oxalign_models::ModelConfig::from_file(&config)
         .map_err(|e| setup("model_config", e.into()))?
@@ -211,6 +220,10 @@ async fn run(
         answer_check,
     };
     let pool = ExecutorPool::with_faults(FaultPlan::new(&recipe.faults));
+    if recipe.run.kind != RunKind::Rl {
+        return offline::run(&ctx, &pool, started).await;
+    }
+    let data = setup::prompt_source(recipe, &tok)?;
     let mut state = match &opts.resume_from {
         Some(ckpt) => {
             let state = checkpoint::read_state(ckpt)?;
@@ -270,6 +283,7 @@ async fn run(
         reward_last: state.reward_last,
         wall_seconds: clock.now(),
         last_checkpoint,
+        offline: None,
     };
     let path = run_dir.join("summary.json");
     let text = serde_json::to_string_pretty(&summary).map_err(std::io::Error::other);

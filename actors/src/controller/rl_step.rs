@@ -50,7 +50,9 @@ fn rollout_request(
     let mut request = RolloutRequest::default();
     let mut rows = RowTexts::default();
     for group in 0..rl.prompts_per_step as u64 {
-        let it = data.train_item(state.data_position + group);
+        let it = data
+            .train_item(state.data_position + group)
+            .map_err(|e| RunError::controller(At::Rl(step), "data", e))?;
         let prompt = encode_rollout_prompt(ctx, At::Rl(step), &it.prompt, || {
             format!("RL step {step}, prompt {}", quoted(&it.prompt))
         })?;

@@ -20,6 +20,13 @@ pub enum At {
     Rl(u64),
     /// A held-out evaluation (`eval init`, `eval sft`, `eval final`).
     Eval(&'static str),
+    /// A step of an `sft`, `rm` or `dpo` run (1-based).
+    Train {
+        /// `SFT`, `RM` or `DPO`.
+        kind: &'static str,
+        /// The step.
+        step: u64,
+    },
     /// Writing the checkpoint of the SFT or RL step.
     Checkpoint {
         /// True for an SFT checkpoint.
@@ -36,6 +43,7 @@ impl std::fmt::Display for At {
             At::Sft(s) => write!(f, "SFT step {s}"),
             At::Rl(s) => write!(f, "RL step {s}"),
             At::Eval(label) => write!(f, "{label}"),
+            At::Train { kind, step } => write!(f, "{kind} step {step}"),
             At::Checkpoint { sft: true, step } => write!(f, "checkpoint of SFT step {step}"),
             At::Checkpoint { sft: false, step } => write!(f, "checkpoint of RL step {step}"),
         }

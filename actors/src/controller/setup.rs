@@ -19,7 +19,7 @@ use oxalign_models::tokenizer::Tokenizer;
 use oxalign_models::{
     byte_tokenizer, CausalLm, Family, ModelConfig, Preset, RewardModel, ValueModel,
 };
-use oxalign_rlhf::data::{ArithmeticTask, PromptFile, PromptSource};
+use oxalign_rlhf::data::{ArithmeticTask, DataSpec, PromptFile, PromptSource};
 use oxalign_rlhf::reward::http::HttpReward;
 use oxalign_rlhf::reward::ExactMatch;
 use oxalign_rlhf::trainer::{CriticTrainer, Packing, PolicyTrainer};
@@ -91,8 +91,26 @@ pub fn policy_dir(recipe: &Recipe, run_dir: &Path) -> Result<PathBuf, RunError> 
     Ok(dir)
 }
 
-/// The prompt source of the recipe.
-pub fn prompt_source(recipe: &Recipe) -> Result<Arc<dyn PromptSource>, RunError> {
+/// Where the recipe's data file comes from and how it is split and checked.
+pub fn data_spec(recipe: &Recipe) -> Result<DataSpec, RunError> {
+    let path = recipe.data.path.as_deref().ok_or_else(|| {
+        RunError::controller(
+            At::Setup,
+            "data",
+            Cause::BadInput("data.path is required (a JSONL or Parquet file)".into()),
+        )
+    })?;
+    Ok(DataSpec {
+        path: PathBuf::from(path),
+        eval_path: recipe.data.eval_path.as_ref().map(PathBuf::from),
+        eval_fraction: recipe.data.eval_fraction,
+        seed: recipe.run.seed,
+        on_bad_row: recipe.data.on_bad_row,
+    })
+}
+
+/// The prompt source of the recipe; `tok` renders chat-message prompts.
+pub fn prompt_source(recipe: &Recipe, tok: &Tokenizer) -> Result<Arc<dyn PromptSource>, RunError> {
     let fail = |cause: Cause| RunError::controller(At::Setup, "data", cause);
     Ok(match recipe.data.task {
         TaskKind::Arithmetic => Arc::new(ArithmeticTask::new(
@@ -100,20 +118,11 @@ pub fn prompt_source(recipe: &Recipe) -> Result<Arc<dyn PromptSource>, RunError>
             recipe.data.max_operand,
             recipe.data.eval_size,
         )),
-        TaskKind::Jsonl => {
-            let path = recipe.data.path.as_deref().ok_or_else(|| {
-                fail(Cause::BadInput(
-                    "data.path is required for task = \"jsonl\"".into(),
-                ))
-            })?;
-            Arc::new(
-                PromptFile::load(
-                    Path::new(path),
-                    recipe.data.eval_path.as_deref().map(Path::new),
-                    recipe.run.seed,
-                )
-                .map_err(|e| fail(e.into()))?,
-            )
+        TaskKind::Jsonl | TaskKind::File => {
+            let file = PromptFile::load(&data_spec(recipe)?, Some(tok))
+                .map_err(|e| fail(oxalign_rlhf::RlhfError::from(e).into()))?;
+            super::offline_report::print_data_report(recipe, file.report());
+            Arc::new(file)
         }
     })
 }
@@ -347,7 +356,9 @@ pub(crate) async fn spawn_critic(
     let mut ts = Vec::new();
     for dev in devices {
         let model = match &src.critic {
-            Some(p) => ValueModel::load(p, &dev).map_err(|e| fail(e.into()))?,
+            // A reward model has `score.weight` but no bias: the bias starts at zero.
+            Some(p) => ValueModel::load_with_new_head(p, recipe.run.seed ^ 0xC217, &dev)
+                .map_err(|e| fail(e.into()))?,
             None => critic_from_backbone(recipe, &src.reference, &dev).map_err(&fail)?,
         };
         let mut trainer =

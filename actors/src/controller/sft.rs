@@ -61,9 +61,10 @@ pub(crate) async fn run_sft(
     let started = Instant::now();
     let report_every = (s.steps / 10).max(1);
     for step in state.sft_step..s.steps {
-        let items: Vec<_> = (0..s.batch_size as u64)
+        let items = (0..s.batch_size as u64)
             .map(|i| data.train_item(state.data_position + i))
-            .collect();
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| RunError::controller(At::Sft(step + 1), "data", e))?;
         state.data_position += s.batch_size as u64;
         let at = At::Sft(step + 1);
         let pairs = sft_pairs(ctx, step + 1, &items)?;

@@ -108,6 +108,7 @@ impl Cause {
             Cause::Rlhf(e) => matches!(
                 e,
                 RlhfError::Data(_)
+                    | RlhfError::Dataset(_)
                     | RlhfError::StateMismatch { .. }
                     | RlhfError::Json { .. }
                     | RlhfError::InvalidArgument { .. }

@@ -5,6 +5,8 @@
 //! before it is typed, so they get the same checks. Filesystem and device checks live in
 //! `validate.rs`.
 
+mod head_check;
+mod offline;
 mod overrides;
 mod resume_check;
 mod reward;
@@ -13,6 +15,7 @@ mod supervision;
 mod validate;
 mod validate_rl;
 
+pub use offline::{DpoLossName, DpoSection, RmSection, RunKind};
 pub use overrides::apply_override;
 pub use resume_check::{changed_keys, check_resume, RESUMABLE_KEYS};
 pub use reward::{
@@ -42,6 +45,10 @@ pub struct Recipe {
     pub sft: SftSection,
     /// `[rl]`: the RL algorithm.
     pub rl: RlSection,
+    /// `[rm]`: reward-model training (`run.kind = "rm"`).
+    pub rm: RmSection,
+    /// `[dpo]`: preference optimisation (`run.kind = "dpo"`).
+    pub dpo: DpoSection,
     /// `[reward]`: scoring.
     pub reward: RewardSection,
     /// `[engine]`: the policy's generation engine.

@@ -76,8 +76,10 @@ pub enum TruncatedName {
 pub enum TaskKind {
     /// Generated `a+b=` prompts with exact answers.
     Arithmetic,
-    /// `{"prompt": ..., "answer": ...}` lines from a file.
+    /// Rows from the file `data.path`: JSONL, or Parquet when it ends in `.parquet`.
     Jsonl,
+    /// The same as `jsonl` (the extension decides the format); reads better for Parquet.
+    File,
 }
 
 /// `[run]`: naming, seeding, length and checkpointing of one training run.
@@ -97,6 +99,9 @@ pub struct RunSection {
     pub checkpoint_every: u64,
     /// Keep at most this many step checkpoints (oldest deleted first). Default `2`.
     pub keep_checkpoints: usize,
+    /// What the run trains: `rl` (SFT warm-up then RL), `sft`, `rm` or `dpo` (from
+    /// `data.path`). Default `"rl"`.
+    pub kind: super::RunKind,
 }
 
 impl Default for RunSection {
@@ -108,6 +113,7 @@ impl Default for RunSection {
             steps: 20,
             checkpoint_every: 0,
             keep_checkpoints: 2,
+            kind: super::RunKind::Rl,
         }
     }
 }
@@ -148,13 +154,20 @@ impl Default for ModelSection {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataSection {
-    /// `arithmetic` (generated `a+b=` prompts with exact answers) or `jsonl`
-    /// (`{"prompt": ..., "answer": ...}` lines from `path`). Default `"arithmetic"`.
+    /// `arithmetic` (generated `a+b=` prompts with exact answers) or `file` / `jsonl` (rows
+    /// from `path`, in the schema of `run.kind`: see docs/RECIPES.md). `sft`, `rm` and `dpo`
+    /// runs always read `path`. Default `"arithmetic"`.
     pub task: TaskKind,
-    /// JSONL file of prompts when `task = "jsonl"`.
+    /// Data file (JSONL, or Parquet when it ends in `.parquet`). Default: none.
     pub path: Option<String>,
-    /// Held-out JSONL file for evaluation when `task = "jsonl"`. Default: none.
+    /// Held-out file of the same schema. Default: none (see `eval_fraction`).
     pub eval_path: Option<String>,
+    /// Without `eval_path`: the fraction of `path`'s rows held out (seeded by `run.seed`),
+    /// in `[0, 1)`. Default `0.0`.
+    pub eval_fraction: f64,
+    /// A malformed row: `fail` (stop, naming the file and row) or `skip` (skip it; the count
+    /// is printed and written to summary.json). Default `"fail"`.
+    pub on_bad_row: oxalign_rlhf::data::OnBadRow,
     /// Largest operand of the arithmetic task (operands are drawn from `0..=max_operand`).
     /// Default `99`.
     pub max_operand: u32,
@@ -168,6 +181,8 @@ impl Default for DataSection {
             task: TaskKind::Arithmetic,
             path: None,
             eval_path: None,
+            eval_fraction: 0.0,
+            on_bad_row: oxalign_rlhf::data::OnBadRow::Fail,
             max_operand: 99,
             eval_size: 200,
         }
@@ -196,6 +211,9 @@ pub struct SftSection {
     /// decreasing; attention and position ids per sequence), so padding costs no compute.
     /// Same loss and gradients as the padded batch, to f32 rounding. Default `false`.
     pub packing: bool,
+    /// `run.kind = "sft"` only: held-out loss every this many steps (and at the start and
+    /// the end); 0 = only at the start and the end. Default `50`.
+    pub eval_every: u64,
 }
 
 impl Default for SftSection {
@@ -208,6 +226,7 @@ impl Default for SftSection {
             weight_decay: 0.0,
             checkpoint_every: 50,
             packing: false,
+            eval_every: 50,
         }
     }
 }

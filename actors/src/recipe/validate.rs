@@ -3,7 +3,7 @@
 //! `oxalign train --check` stops after this. It does not load models or data; it only
 //! makes sure they are there and that the numbers make sense together.
 
-use super::{Algorithm, Recipe, RecipeError, RewardKind, TaskKind};
+use super::{Algorithm, Recipe, RecipeError, RewardKind, RunKind, TaskKind};
 use std::path::Path;
 
 /// Returns the first problem found, naming the key and what was expected.
@@ -39,6 +39,7 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
     }
     if let Some(p) = &r.model.critic_path {
         need_model_dir("model.critic_path", p, &bad)?;
+        super::head_check::critic_source("model.critic_path", p, &bad)?;
     }
     match (r.reward.kind, &r.model.reward_path) {
         (RewardKind::Model, None) => {
@@ -47,10 +48,14 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
                 "reward.kind = \"model\" needs a reward model folder".into(),
             ))
         }
-        (RewardKind::Model, Some(p)) => need_model_dir("model.reward_path", p, &bad)?,
+        (RewardKind::Model, Some(p)) => {
+            need_model_dir("model.reward_path", p, &bad)?;
+            super::head_check::reward_model("model.reward_path", p, &bad)?;
+        }
         _ => {}
     }
-    if r.data.task == TaskKind::Jsonl {
+    super::head_check::offline_kind(r, &bad)?;
+    if r.data.task != TaskKind::Arithmetic || r.run.kind != RunKind::Rl {
         let p = r.data.path.as_deref().ok_or_else(|| {
             bad(
                 "data.path",
@@ -60,7 +65,7 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
         if !Path::new(p).is_file() {
             return Err(bad(
                 "data.path",
-                format!("{p}: no such file (expected JSONL with {{\"prompt\", \"answer\"}} lines)"),
+                format!("{p}: no such file (expected a JSONL or Parquet file in the {:?} schema, see docs/RECIPES.md)", r.run.kind),
             ));
         }
     }

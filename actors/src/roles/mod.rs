@@ -7,10 +7,12 @@ mod critic;
 mod divergence;
 mod minibatch;
 mod policy;
+mod policy_dpo;
 mod policy_replica;
 mod policy_train;
 mod reference;
 mod reward;
+mod reward_trainer;
 
 pub use crate::batch::Sequences;
 pub use critic::{
@@ -18,10 +20,12 @@ pub use critic::{
 };
 pub use divergence::{non_finite_weight, Divergence};
 pub use policy::{Policy, PolicyMsg, PolicyState};
+pub use policy_dpo::{DpoSummary, DpoWork};
 pub use policy_replica::PolicyReplica;
 pub use policy_train::{PolicyTrainSummary, PolicyWork, SftStepSummary};
 pub use reference::{Reference, ReferenceMsg, ReferenceState};
 pub use reward::{Reward, RewardMsg, RewardState, Scorer, Scoring};
+pub use reward_trainer::{RmStepSummary, RmTrainer, RmTrainerMsg, RmTrainerState};
 
 use crate::error::{Cause, RoleError};
 use crate::monitor::{ActorUpdate, MonitorHandle};

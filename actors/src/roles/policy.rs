@@ -5,6 +5,7 @@
 //! onto their devices.
 
 use super::minibatch::local_weight;
+use super::policy_dpo::{dpo_update, DpoSummary, DpoWork};
 use super::policy_replica::PolicyReplica;
 use super::policy_train::{ppo_update, refuse_non_finite, sft_step};
 use super::{Busy, PolicyTrainSummary, PolicyWork, SftStepSummary};
@@ -47,6 +48,13 @@ pub enum PolicyMsg {
         max_grad_norm: f64,
         /// NLL, pre-clip grad norm, divergence.
         reply: RpcReplyPort<Result<SftStepSummary, RoleError>>,
+    },
+    /// One preference (DPO) update.
+    Dpo {
+        /// The pairs, the reference's log-probs and the settings (boxed: it is large).
+        work: Box<DpoWork>,
+        /// Summary.
+        reply: RpcReplyPort<Result<DpoSummary, RoleError>>,
     },
     /// One PPO update.
     Train {
@@ -166,6 +174,17 @@ impl PolicyState {
         Ok(v.swap_remove(0))
     }
 
+    async fn dpo(&self, work: Box<DpoWork>) -> Result<DpoSummary, RoleError> {
+        let work: Arc<DpoWork> = Arc::from(work);
+        let mut v = self
+            .replicas
+            .each("dpo", move |ctx, rep| {
+                dpo_update(ctx, &mut rep.trainer, &work)
+            })
+            .await?;
+        Ok(v.swap_remove(0))
+    }
+
     async fn refit(&self, version: u64) -> Result<RefitReport, RoleError> {
         let mut v = self
             .replicas
@@ -258,6 +277,13 @@ impl Actor for Policy {
                 let busy = Busy::start(&st.monitor, &st.name, "policy_train".into());
                 let n = work.batch.seqs.len() * work.epochs;
                 let r = st.train(work).await;
+                busy.done(&r, n, secs());
+                let _ = reply.send(r);
+            }
+            PolicyMsg::Dpo { work, reply } => {
+                let busy = Busy::start(&st.monitor, &st.name, "dpo".into());
+                let n = work.chosen.len();
+                let r = st.dpo(work).await;
                 busy.done(&r, n, secs());
                 let _ = reply.send(r);
             }

@@ -58,7 +58,18 @@ fn item((a, b): (u32, u32)) -> PromptItem {
 }
 
 impl PromptSource for ArithmeticTask {
-    fn train_item(&self, index: u64) -> PromptItem {
+    fn train_item(&self, index: u64) -> Result<PromptItem, crate::RlhfError> {
+        Ok(self.train_pair(index))
+    }
+
+    fn eval_items(&self) -> &[PromptItem] {
+        &self.eval
+    }
+}
+
+impl ArithmeticTask {
+    /// Training item `index` (never a held-out pair).
+    pub fn train_pair(&self, index: u64) -> PromptItem {
         let n = self.max_operand as u64 + 1;
         // Rejection-sample past held-out pairs; `attempt` keeps it a pure function of index.
         let mut attempt = 0u64;
@@ -69,10 +80,6 @@ impl PromptSource for ArithmeticTask {
             }
             attempt += 1;
         }
-    }
-
-    fn eval_items(&self) -> &[PromptItem] {
-        &self.eval
     }
 }
 
@@ -86,8 +93,8 @@ mod tests {
         assert_eq!(t.eval_items().len(), 200);
         let again = ArithmeticTask::new(7, 99, 200);
         for i in 0..2000 {
-            let it = t.train_item(i);
-            assert_eq!(it, again.train_item(i));
+            let it = t.train_pair(i);
+            assert_eq!(it, again.train_pair(i));
             let (a, b) = it.prompt.trim_end_matches('=').split_once('+').unwrap();
             let (a, b): (u32, u32) = (a.parse().unwrap(), b.parse().unwrap());
             assert!(a <= 99 && b <= 99);
@@ -98,8 +105,8 @@ mod tests {
             );
         }
         assert_ne!(
-            ArithmeticTask::new(8, 99, 200).train_item(0),
-            t.train_item(0)
+            ArithmeticTask::new(8, 99, 200).train_pair(0),
+            t.train_pair(0)
         );
     }
 
@@ -108,7 +115,7 @@ mod tests {
         let t = ArithmeticTask::new(1, 3, 1000);
         assert_eq!(t.eval_items().len(), 8);
         for i in 0..100 {
-            assert!(!t.eval_items().contains(&t.train_item(i)));
+            assert!(!t.eval_items().contains(&t.train_pair(i)));
         }
     }
 }

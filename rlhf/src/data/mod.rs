@@ -1,14 +1,27 @@
-//! Prompt datasets for RL and SFT: a generated arithmetic task and JSONL prompt files.
+//! Datasets: a generated arithmetic task, and JSONL or Parquet files of prompts, SFT pairs or
+//! preference pairs (schemas in `schema.rs`), streamed from disk.
 //!
 //! A dataset is addressed by position: item `i` of the training stream is a pure function
 //! of the seed and `i`, so the data position saved in a checkpoint is one integer and a
 //! resumed run neither replays nor skips data. Tokenization happens elsewhere.
 
 mod arithmetic;
+mod arithmetic_export;
+mod dataset;
+mod error;
+mod jsonl_rows;
+mod parquet_rows;
 mod prompt_file;
+mod row_file;
+mod schema;
 
 pub use arithmetic::ArithmeticTask;
+pub use arithmetic_export::{distinct_train_items, near_misses, write_arithmetic_files};
+pub use dataset::{DataReport, DataSpec, Dataset, OnBadRow};
+pub use error::{DataError, RowAt};
 pub use prompt_file::PromptFile;
+pub use row_file::{is_parquet, RowFile};
+pub use schema::{PreferencePair, RowSchema, SftPair, SftRow};
 
 /// One prompt and, where the task has one, its reference answer.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -23,7 +36,7 @@ pub struct PromptItem {
 /// A source of prompts addressed by position.
 pub trait PromptSource: Send + Sync {
     /// Training item number `index` (any `u64`; sources cycle through epochs).
-    fn train_item(&self, index: u64) -> PromptItem;
+    fn train_item(&self, index: u64) -> Result<PromptItem, crate::RlhfError>;
     /// The held-out evaluation set, fixed for the run.
     fn eval_items(&self) -> &[PromptItem];
 }

@@ -1,85 +1,38 @@
-//! Prompts from a JSONL file: one `{"prompt": ..., "answer": ...}` object per line.
-//!
-//! The training stream visits every line once per epoch in a seeded order. A malformed line
-//! is an error naming the file and the line number; nothing is skipped silently.
+//! Prompts from a JSONL or Parquet file ([`PromptFile`], the prompts schema of `schema.rs`)
+//! as a [`PromptSource`] for RL and evaluation.
 
-use super::{splitmix64, PromptItem, PromptSource};
+use super::dataset::Dataset;
+use super::{PromptItem, PromptSource};
 use crate::RlhfError;
-use std::path::Path;
 
-/// A prompt file, loaded whole.
-pub struct PromptFile {
-    seed: u64,
-    items: Vec<PromptItem>,
-    eval: Vec<PromptItem>,
-}
+/// A streamed prompt file.
+pub type PromptFile = Dataset<PromptItem>;
 
-impl PromptFile {
-    /// Loads `path` (training prompts) and optionally `eval_path` (held-out prompts).
-    pub fn load(path: &Path, eval_path: Option<&Path>, seed: u64) -> Result<Self, RlhfError> {
-        let items = read_items(path)?;
-        if items.is_empty() {
-            return Err(RlhfError::Data(format!("{}: no prompts (expected JSONL lines like {{\"prompt\": \"...\", \"answer\": \"...\"}})", path.display())));
-        }
-        let eval = match eval_path {
-            Some(p) => read_items(p)?,
-            None => Vec::new(),
-        };
-        Ok(Self { seed, items, eval })
-    }
-
-    /// Number of training prompts.
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    /// True if there are no training prompts (never, after `load`).
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-}
-
-fn read_items(path: &Path) -> Result<Vec<PromptItem>, RlhfError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| RlhfError::Data(format!("cannot read prompts {}: {e}", path.display())))?;
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let item: PromptItem = serde_json::from_str(line).map_err(|e| {
-            RlhfError::Data(format!(
-                "{}:{}: {e} (expected {{\"prompt\": string, \"answer\": string?}})",
-                path.display(),
-                i + 1
-            ))
-        })?;
-        out.push(item);
-    }
-    Ok(out)
-}
-
-impl PromptSource for PromptFile {
-    fn train_item(&self, index: u64) -> PromptItem {
-        let n = self.items.len() as u64;
-        let (epoch, pos) = (index / n, index % n);
-        // A seeded permutation per epoch: sort positions by a per-epoch hash (cached would be
-        // faster, but files here are small and this keeps the source stateless).
-        let key =
-            |j: u64| splitmix64(self.seed ^ splitmix64(epoch) ^ splitmix64(j.wrapping_add(0x51)));
-        let mut order: Vec<u64> = (0..n).collect();
-        order.sort_by_key(|&j| key(j));
-        self.items[order[pos as usize] as usize].clone()
+impl PromptSource for Dataset<PromptItem> {
+    fn train_item(&self, index: u64) -> Result<PromptItem, RlhfError> {
+        Ok(Dataset::train_item(self, index)?)
     }
 
     fn eval_items(&self) -> &[PromptItem] {
-        &self.eval
+        Dataset::eval_items(self)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::{DataSpec, OnBadRow};
     use super::*;
+    use std::path::Path;
+
+    fn spec(p: &Path, on_bad_row: OnBadRow) -> DataSpec {
+        DataSpec {
+            path: p.to_path_buf(),
+            eval_path: None,
+            eval_fraction: 0.0,
+            seed: 3,
+            on_bad_row,
+        }
+    }
 
     #[test]
     fn visits_each_line_once_per_epoch_and_names_bad_lines() {
@@ -90,16 +43,47 @@ mod tests {
             "{\"prompt\": \"a\", \"answer\": \"1\"}\n\n{\"prompt\": \"b\"}\n{\"prompt\": \"c\"}\n",
         )
         .unwrap();
-        let f = PromptFile::load(&p, None, 3).unwrap();
-        assert_eq!(f.len(), 3);
+        let f = PromptFile::load(&spec(&p, OnBadRow::Fail), None).unwrap();
+        assert_eq!(f.train_len(), 3);
         for epoch in 0..2 {
-            let mut seen: Vec<String> =
-                (0..3).map(|i| f.train_item(epoch * 3 + i).prompt).collect();
+            let mut seen: Vec<String> = (0..3)
+                .map(|i| PromptSource::train_item(&f, epoch * 3 + i).unwrap().prompt)
+                .collect();
             seen.sort();
             assert_eq!(seen, ["a", "b", "c"]);
         }
         std::fs::write(&p, "{\"prompt\": \"a\"}\n{\"prompt\": 5}\n").unwrap();
-        let e = PromptFile::load(&p, None, 3).err().unwrap().to_string();
-        assert!(e.contains("p.jsonl:2"), "{e}");
+        let e = PromptFile::load(&spec(&p, OnBadRow::Fail), None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("p.jsonl: line 2"), "{e}");
+        let f = PromptFile::load(&spec(&p, OnBadRow::Skip), None).unwrap();
+        assert_eq!((f.train_len(), f.report().skipped), (1, 1));
+        assert!(f.report().first_skipped[0].contains("line 2"));
+    }
+
+    #[test]
+    fn the_split_is_seeded_and_disjoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("p.jsonl");
+        let text: String = (0..100)
+            .map(|i| format!("{{\"prompt\": \"{i}\"}}\n"))
+            .collect();
+        std::fs::write(&p, text).unwrap();
+        let mut s = spec(&p, OnBadRow::Fail);
+        s.eval_fraction = 0.2;
+        let a = PromptFile::load(&s, None).unwrap();
+        let b = PromptFile::load(&s, None).unwrap();
+        assert_eq!(a.eval_items(), b.eval_items());
+        assert_eq!((a.train_len(), a.eval_items().len()), (80, 20));
+        for i in 0..80 {
+            let it = PromptSource::train_item(&a, i).unwrap();
+            assert_eq!(it, PromptSource::train_item(&b, i).unwrap());
+            assert!(!a.eval_items().contains(&it));
+        }
+        s.seed = 4;
+        let c = PromptFile::load(&s, None).unwrap();
+        assert_ne!(a.eval_items(), c.eval_items());
     }
 }

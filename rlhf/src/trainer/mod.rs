@@ -5,19 +5,23 @@
 //! and data parallelism enters only through an optional `Collective` for gradients.
 
 mod critic;
+mod dpo;
 mod experience;
 mod grads;
 mod packing;
 mod policy;
+mod reward_trainer;
 mod token_batch;
 
 pub use critic::CriticTrainer;
+pub use dpo::{summed_response_logprobs, DpoConfig};
 pub use experience::{
     build_experience, AdvantageKind, CriticInputs, Experience, ExperienceConfig, ExperienceStats,
 };
 pub use grads::{apply_gradients, check_loss, StepStats};
 pub use packing::{first_fit_decreasing, PackedRows, Packing, PAD_SEGMENT};
 pub use policy::{PolicyLossConfig, PolicyStats, PolicyTrainer};
+pub use reward_trainer::RewardTrainer;
 pub use token_batch::TokenBatch;
 
 /// Reads a scalar tensor as f64 (for stats).

@@ -78,7 +78,7 @@ pub struct PolicyTrainer {
     /// attention and positions per sequence) instead of the padded batch. Losses and
     /// gradients are the padded path's (to f32 rounding). Default: none.
     pub packing: Packing,
-    vars: Vec<Var>,
+    pub(crate) vars: Vec<Var>,
 }
 
 impl PolicyTrainer {

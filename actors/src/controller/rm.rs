@@ -1,0 +1,198 @@
+//! `run.kind = "rm"`: Bradley–Terry reward-model training on the preference rows of
+//! `data.path`, `[rm]` settings. The model starts from the policy's folder (`model.path`, or
+//! the fresh init) with a new `score` head, is trained by the reward-model trainer role, is
+//! evaluated on the held-out pairs (pairwise accuracy and margin) at the start, every
+//! `rm.eval_every` steps and the end, and is saved as an HF `*ForSequenceClassification`
+//! folder `<run>/final/` that `[reward] kind = "model"` loads.
+
+use super::divergence::DivergenceError;
+use super::offline::{self, encode_pair, evaluates, schedule, EvalLog};
+use super::offline_eval::pairwise;
+use super::offline_report::{print_data_report, OfflineSummary};
+use super::run_error::{At, RunError};
+use super::sft::TokenPair;
+use super::{setup, Ctx};
+use crate::error::{Cause, RoleError};
+use crate::executor::ExecutorPool;
+use crate::monitor::{ActorInfo, StepMetrics};
+use crate::replicas::Replicas;
+use crate::roles::{ask, RmTrainer, RmTrainerMsg, RmTrainerState};
+use oxalign_models::RewardModel;
+use oxalign_rlhf::data::{Dataset, PreferencePair};
+use oxalign_rlhf::trainer::RewardTrainer;
+use oxalign_rlhf::RlhfError;
+use ractor::{Actor, ActorRef};
+
+const KIND: &str = "RM";
+const ROLE: &str = "reward_model";
+
+/// Token ids of preference pairs: chosen rows and rejected rows.
+pub(crate) type EncodedPairs = (Vec<TokenPair>, Vec<TokenPair>);
+
+/// Encodes each pair's two sides.
+pub(crate) fn encode_prefs(
+    ctx: &Ctx<'_>,
+    at: At,
+    rows: &[PreferencePair],
+) -> Result<EncodedPairs, RunError> {
+    let mut out: EncodedPairs = (Vec::new(), Vec::new());
+    for p in rows {
+        out.0.push(encode_pair(ctx, at, &p.prompt, &p.chosen)?);
+        out.1.push(encode_pair(ctx, at, &p.prompt, &p.rejected)?);
+    }
+    Ok(out)
+}
+
+/// Loads the preference rows of the recipe.
+pub(crate) fn load_prefs(ctx: &Ctx<'_>) -> Result<Dataset<PreferencePair>, RunError> {
+    let data = Dataset::<PreferencePair>::load(&setup::data_spec(ctx.recipe)?, Some(ctx.tok))
+        .map_err(|e| RunError::controller(At::Setup, "data", Cause::from(RlhfError::from(e))))?;
+    print_data_report(ctx.recipe, data.report());
+    Ok(data)
+}
+
+/// Spawns the trainer: one replica per device of `placement.policy`.
+async fn spawn(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<ActorRef<RmTrainerMsg>, RunError> {
+    let r = ctx.recipe;
+    let fail = |cause: Cause| RunError::role(At::Setup, RoleError::new(ROLE, "setup", cause));
+    let g = crate::placement::DeviceGroup::parse(&r.placement.policy)
+        .map_err(|e| fail(Cause::BadInput(format!("placement.policy: {e}"))))?;
+    let devices = g
+        .devices()
+        .map_err(|e| fail(Cause::BadInput(format!("placement.policy: {e}"))))?;
+    let mut trainers = Vec::new();
+    for dev in devices {
+        let m = RewardModel::load_with_new_head(ctx.policy_dir, r.run.seed ^ 0x5C0E, &dev)
+            .map_err(|e| fail(e.into()))?;
+        let mut t = RewardTrainer::new(m, r.rm.lr, 0.0).map_err(|e| fail(e.into()))?;
+        t.max_loss = r.guard.max_policy_loss;
+        trainers.push(t);
+    }
+    ctx.monitor.report(ActorInfo::new(ROLE, ROLE, g.names()));
+    let state = RmTrainerState::new(
+        Replicas::new(ROLE, g.specs.clone(), trainers, pool.clone()),
+        ctx.monitor.clone(),
+    );
+    let (actor, _) = Actor::spawn(Some(ROLE.into()), RmTrainer, state)
+        .await
+        .map_err(|e| fail(e.into()))?;
+    Ok(actor)
+}
+
+/// Held-out pairwise accuracy and mean margin of the reward model.
+async fn evaluate(
+    ctx: &Ctx<'_>,
+    rm: &ActorRef<RmTrainerMsg>,
+    eval: &EncodedPairs,
+) -> Result<(f64, f64), RunError> {
+    let mut scores = Vec::new();
+    for side in [&eval.0, &eval.1] {
+        let mut all = Vec::new();
+        for chunk in side.chunks(64) {
+            let seqs = offline::sequences(ctx, chunk.to_vec());
+            let s = ask(ROLE, "rm_score", rm, ctx.timeout, |reply| {
+                RmTrainerMsg::Score { seqs, reply }
+            })
+            .await
+            .map_err(RunError::at(At::Eval("eval")))?;
+            all.extend(s);
+        }
+        scores.push(all);
+    }
+    Ok(pairwise(&scores[0], &scores[1]))
+}
+
+/// One update on `rows`; its metrics, or the divergence that stopped it.
+async fn train_step(
+    ctx: &Ctx<'_>,
+    rm: &ActorRef<RmTrainerMsg>,
+    rows: &[PreferencePair],
+    step: u64,
+    lr: f64,
+) -> Result<StepMetrics, RunError> {
+    let at = At::Train { kind: KIND, step };
+    let (c, rj) = encode_prefs(ctx, at, rows)?;
+    let (chosen, rejected) = (offline::sequences(ctx, c), offline::sequences(ctx, rj));
+    let done = ask(ROLE, "rm_train", rm, ctx.timeout, |reply| {
+        RmTrainerMsg::Train {
+            chosen,
+            rejected,
+            lr,
+            max_grad_norm: ctx.recipe.rl.max_grad_norm,
+            reply,
+        }
+    })
+    .await
+    .map_err(RunError::at(at))?;
+    if let Some(cause) = done.diverged {
+        let e = DivergenceError {
+            role: ROLE,
+            phase: "rm_train",
+            sft: false,
+            step,
+            cause,
+            lower: "rm.lr",
+        };
+        return Err(e.into());
+    }
+    Ok(StepMetrics::new(step)
+        .with("loss", done.stats.loss)
+        .with("accuracy", done.stats.accuracy)
+        .with("margin", done.stats.reward_margin)
+        .with("grad_norm", done.grad_norm)
+        .with("lr", lr))
+}
+
+/// Runs the reward-model steps and saves the model.
+pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSummary, RunError> {
+    let r = ctx.recipe;
+    let data = load_prefs(ctx)?;
+    let eval = encode_prefs(ctx, At::Eval("eval"), data.eval_items())?;
+    let rm = spawn(ctx, pool).await?;
+    let s = &r.rm;
+    let lr_at = schedule(s.lr, s.warmup_steps, s.steps);
+    let mut log = EvalLog::default();
+    for step in 0..=s.steps {
+        let mut m = StepMetrics::new(step);
+        if step > 0 {
+            let at = At::Train { kind: KIND, step };
+            let rows = offline::step_rows(&data, step, s.batch_size, at)?;
+            m = train_step(ctx, &rm, &rows, step, lr_at.lr_at(step - 1)).await?;
+        }
+        if !eval.0.is_empty() && (step == 0 || evaluates(step, s.steps, s.eval_every)) {
+            let (acc, margin) = evaluate(ctx, &rm, &eval).await?;
+            m = log.record(step, &[("eval_accuracy", acc), ("eval_margin", margin)], m);
+            let loss = m
+                .values
+                .get("loss")
+                .map_or("-".into(), |l| format!("{l:.4}"));
+            offline::progress(
+                ctx,
+                format!(
+                    "rm {step:>5}/{}  loss {loss}  held-out accuracy {acc:.3}  margin {margin:.3}",
+                    s.steps
+                ),
+            );
+        }
+        if step > 0 {
+            ctx.monitor.report(m);
+        }
+    }
+    let dir = offline::final_dir(ctx.run_dir)?;
+    ask(ROLE, "save", &rm, ctx.timeout, |reply| RmTrainerMsg::Save {
+        dir: dir.clone(),
+        reply,
+    })
+    .await
+    .map_err(RunError::at(At::Setup))?;
+    offline::seal_model(ctx, &dir)?;
+    rm.stop(None);
+    Ok(OfflineSummary {
+        kind: "rm".into(),
+        steps: s.steps,
+        eval_first: log.first,
+        eval_last: log.last,
+        data: data.report().clone(),
+        model_dir: dir,
+    })
+}

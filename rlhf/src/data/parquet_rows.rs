@@ -1,0 +1,177 @@
+//! Random access to the rows of a Parquet file (arrow-rs' `parquet` crate, record API): the
+//! footer gives each row group's row count, and a row is read by decoding its row group,
+//! which is kept until a row of another group is asked for. Memory holds one row group.
+//! Columns become JSON values (strings, numbers, lists of structs for chat messages).
+
+use super::error::{DataError, RowAt};
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// An opened Parquet file.
+pub struct ParquetRows {
+    path: PathBuf,
+    reader: SerializedFileReader<File>,
+    /// First row of each group, plus the total at the end.
+    starts: Vec<u64>,
+    cached: Option<(usize, Vec<serde_json::Value>)>,
+}
+
+impl ParquetRows {
+    /// Opens `path` and reads its footer.
+    pub fn open(path: &Path) -> Result<Self, DataError> {
+        let file = File::open(path).map_err(|source| DataError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let reader = SerializedFileReader::new(file).map_err(|e| DataError::Parquet {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        let mut starts = vec![0u64];
+        for g in reader.metadata().row_groups() {
+            let last = *starts.last().unwrap_or(&0);
+            starts.push(last + g.num_rows().max(0) as u64);
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            reader,
+            starts,
+            cached: None,
+        })
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        *self.starts.last().unwrap_or(&0) as usize
+    }
+
+    /// True with no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Where row `i` is.
+    pub fn at(&self, i: usize) -> RowAt {
+        let (group, row) = self.locate(i);
+        RowAt::Row { group, row }
+    }
+
+    /// Row group and row within it of row `i`.
+    fn locate(&self, i: usize) -> (usize, u64) {
+        let i = i as u64;
+        let group = self.starts.partition_point(|&s| s <= i).saturating_sub(1);
+        (group, i - self.starts[group])
+    }
+
+    /// Row `i` as a JSON object of its columns.
+    pub fn read(&mut self, i: usize) -> Result<Result<serde_json::Value, String>, DataError> {
+        let (group, row) = self.locate(i);
+        if self.cached.as_ref().map(|c| c.0) != Some(group) {
+            let rows = self.decode(group)?;
+            self.cached = Some((group, rows));
+        }
+        let rows = &self.cached.as_ref().map(|c| &c.1);
+        Ok(rows
+            .and_then(|r| r.get(row as usize))
+            .cloned()
+            .ok_or_else(|| format!("row group {group} has no row {row}")))
+    }
+
+    fn decode(&self, group: usize) -> Result<Vec<serde_json::Value>, DataError> {
+        let bad = |e: parquet::errors::ParquetError| DataError::Parquet {
+            path: self.path.clone(),
+            message: format!("row group {group}: {e}"),
+        };
+        let g = self.reader.get_row_group(group).map_err(bad)?;
+        let mut out = Vec::new();
+        for row in g.get_row_iter(None).map_err(bad)? {
+            out.push(row.map_err(bad)?.to_json_value());
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{DataSpec, Dataset, OnBadRow, SftRow};
+    use parquet::basic::Compression;
+    use parquet::data_type::{ByteArray, ByteArrayType};
+    use parquet::file::properties::WriterProperties;
+    use parquet::file::writer::SerializedFileWriter;
+    use parquet::schema::parser::parse_message_type;
+    use std::path::Path;
+    use std::sync::Arc;
+
+    /// Writes `groups` of `(prompt, response?)` rows, one row group each, snappy-compressed.
+    fn write(path: &Path, groups: &[&[(&str, Option<&str>)]]) {
+        let schema = parse_message_type(
+            "message rows { REQUIRED BYTE_ARRAY prompt (UTF8); OPTIONAL BYTE_ARRAY response (UTF8); }",
+        )
+        .unwrap();
+        let props = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .build();
+        let file = std::fs::File::create(path).unwrap();
+        let mut w = SerializedFileWriter::new(file, Arc::new(schema), Arc::new(props)).unwrap();
+        for rows in groups {
+            let mut rg = w.next_row_group().unwrap();
+            let prompts: Vec<ByteArray> = rows.iter().map(|r| r.0.into()).collect();
+            let mut col = rg.next_column().unwrap().unwrap();
+            col.typed::<ByteArrayType>()
+                .write_batch(&prompts, None, None)
+                .unwrap();
+            col.close().unwrap();
+            let present: Vec<ByteArray> = rows.iter().filter_map(|r| r.1).map(Into::into).collect();
+            let defs: Vec<i16> = rows.iter().map(|r| i16::from(r.1.is_some())).collect();
+            let mut col = rg.next_column().unwrap().unwrap();
+            col.typed::<ByteArrayType>()
+                .write_batch(&present, Some(&defs), None)
+                .unwrap();
+            col.close().unwrap();
+            rg.close().unwrap();
+        }
+        w.close().unwrap();
+    }
+
+    fn spec(path: &Path, on_bad_row: OnBadRow) -> DataSpec {
+        DataSpec {
+            path: path.to_path_buf(),
+            eval_path: None,
+            eval_fraction: 0.0,
+            seed: 1,
+            on_bad_row,
+        }
+    }
+
+    #[test]
+    fn reads_rows_across_row_groups_and_names_a_bad_one_by_group_and_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sft.parquet");
+        write(
+            &p,
+            &[
+                &[("1+1=", Some("2")), ("2+2=", Some("4"))],
+                &[("3+3=", None), ("4+4=", Some("8"))],
+            ],
+        );
+        let e = Dataset::<SftRow>::load(&spec(&p, OnBadRow::Fail), None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("sft.parquet: row group 1, row 0") && e.contains("response"),
+            "{e}"
+        );
+        let d = Dataset::<SftRow>::load(&spec(&p, OnBadRow::Skip), None).unwrap();
+        assert_eq!(
+            (d.train_len(), d.report().skipped, d.report().rows),
+            (3, 1, 4)
+        );
+        let mut seen: Vec<String> = (0..3)
+            .map(|i| d.train_item(i).unwrap().examples[0].prompt.clone())
+            .collect();
+        seen.sort();
+        assert_eq!(seen, ["1+1=", "2+2=", "4+4="]);
+    }
+}

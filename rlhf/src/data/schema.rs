@@ -1,0 +1,292 @@
+//! The row schemas of the dataset files and how a row becomes text.
+//!
+//! * prompts: `{"prompt": str, "answer": str?}` or `{"messages": [{"role", "content"}...], "answer": str?}`
+//!   (rendered with the tokenizer's chat template and its generation prompt);
+//! * SFT: `{"prompt": str, "response": str}` or `{"messages": [...]}` ending with an assistant
+//!   turn: each assistant turn is one example, its prompt everything before it, its loss on
+//!   that turn only (so the loss covers every assistant turn and nothing else);
+//! * preferences: `{"prompt": str|messages?, "chosen": str|messages, "rejected": str|messages}`;
+//!   message lists end with the assistant turn, and the prompt may instead be their shared
+//!   leading turns.
+//!
+//! Other columns (an `id`, a `source`) are ignored. It does not tokenize.
+
+use oxalign_models::chat_template::ChatMessage;
+use oxalign_models::tokenizer::Tokenizer;
+use serde_json::Value;
+
+/// A row type of a dataset file.
+pub trait RowSchema: Sized + Clone + Send + Sync + 'static {
+    /// The schema, as named in error messages.
+    const EXPECTED: &'static str;
+    /// Parses (and renders) one row; `Err` says what is wrong with it.
+    fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, String>;
+}
+
+/// A prompt and, where the row has one, its reference answer.
+pub use super::PromptItem;
+
+/// One SFT example as text: the loss is on `response` only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SftPair {
+    /// The context (rendered with the chat template for message rows).
+    pub prompt: String,
+    /// The target.
+    pub response: String,
+}
+
+/// One SFT row: one example per assistant turn (one for a prompt/response row).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SftRow {
+    /// The row's examples, in conversation order.
+    pub examples: Vec<SftPair>,
+}
+
+/// One preference pair as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreferencePair {
+    /// The shared context.
+    pub prompt: String,
+    /// The preferred response.
+    pub chosen: String,
+    /// The dispreferred response.
+    pub rejected: String,
+}
+
+/// A field that is plain text or a list of chat messages.
+enum TextOrChat {
+    Text(String),
+    Chat(Vec<ChatMessage>),
+}
+
+fn field<'a>(row: &'a Value, key: &str) -> Option<&'a Value> {
+    row.get(key).filter(|v| !v.is_null())
+}
+
+fn text_or_chat(row: &Value, key: &str) -> Result<Option<TextOrChat>, String> {
+    match field(row, key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(TextOrChat::Text(s.clone()))),
+        Some(v @ Value::Array(_)) => serde_json::from_value(v.clone())
+            .map(|m| Some(TextOrChat::Chat(m)))
+            .map_err(|e| format!("`{key}`: not a list of {{\"role\", \"content\"}} messages: {e}")),
+        Some(other) => Err(format!(
+            "`{key}` is {}, not a string or a list of messages",
+            kind(other)
+        )),
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn string(row: &Value, key: &str) -> Result<Option<String>, String> {
+    match field(row, key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(Value::Number(n)) => Ok(Some(n.to_string())),
+        Some(other) => Err(format!("`{key}` is {}, not a string", kind(other))),
+    }
+}
+
+fn need_object(row: &Value) -> Result<(), String> {
+    match row {
+        Value::Object(_) => Ok(()),
+        other => Err(format!("the row is {}, not an object", kind(other))),
+    }
+}
+
+fn render(tok: Option<&Tokenizer>, msgs: &[ChatMessage], gen: bool) -> Result<String, String> {
+    let tok = tok.ok_or("message lists need a tokenizer with a chat template")?;
+    tok.apply_chat_template(msgs, gen)
+        .map_err(|e| e.to_string())
+}
+
+/// `(prompt, response)` of a conversation that ends with an assistant turn: the prompt is
+/// the rendering of the turns before it with the generation prompt, the response the rest.
+fn split_last_turn(
+    tok: Option<&Tokenizer>,
+    msgs: &[ChatMessage],
+) -> Result<(String, String), String> {
+    match msgs.last() {
+        Some(m) if m.role == "assistant" => {}
+        _ => return Err("the message list must end with an assistant turn".into()),
+    }
+    let prompt = render(tok, &msgs[..msgs.len() - 1], true)?;
+    let full = render(tok, msgs, false)?;
+    match full.strip_prefix(&prompt) {
+        Some(rest) => Ok((prompt, rest.to_string())),
+        None => {
+            Err("the chat template renders the conversation without its prompt as a prefix".into())
+        }
+    }
+}
+
+impl RowSchema for PromptItem {
+    const EXPECTED: &'static str =
+        "{\"prompt\": string, \"answer\": string?} or {\"messages\": [{\"role\", \"content\"}, ...], \"answer\": string?}";
+
+    fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, String> {
+        need_object(row)?;
+        let answer = string(row, "answer")?;
+        let prompt = match (text_or_chat(row, "prompt")?, text_or_chat(row, "messages")?) {
+            (Some(TextOrChat::Text(p)), None) => p,
+            (Some(TextOrChat::Chat(m)), None) | (None, Some(TextOrChat::Chat(m))) => {
+                render(tok, &m, true)?
+            }
+            (None, None) => return Err("no `prompt` or `messages`".into()),
+            _ => {
+                return Err(
+                    "give either `prompt` (a string) or `messages` (a list), not both".into(),
+                )
+            }
+        };
+        Ok(PromptItem { prompt, answer })
+    }
+}
+
+/// One example per assistant turn of a conversation that ends with one.
+fn assistant_turns(tok: Option<&Tokenizer>, msgs: &[ChatMessage]) -> Result<Vec<SftPair>, String> {
+    let mut out = Vec::new();
+    for k in 0..msgs.len() {
+        if msgs[k].role == "assistant" || k + 1 == msgs.len() {
+            let (prompt, response) = split_last_turn(tok, &msgs[..=k])?;
+            out.push(SftPair { prompt, response });
+        }
+    }
+    Ok(out)
+}
+
+impl RowSchema for SftRow {
+    const EXPECTED: &'static str =
+        "{\"prompt\": string, \"response\": string} or {\"messages\": [..., {\"role\": \"assistant\", \"content\"}]}";
+
+    fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, String> {
+        need_object(row)?;
+        if let Some(TextOrChat::Chat(m)) = text_or_chat(row, "messages")? {
+            return Ok(SftRow {
+                examples: assistant_turns(tok, &m)?,
+            });
+        }
+        let prompt = string(row, "prompt")?.ok_or("no `prompt` (or `messages`)")?;
+        let response = string(row, "response")?.ok_or("no `response`")?;
+        Ok(SftRow {
+            examples: vec![SftPair { prompt, response }],
+        })
+    }
+}
+
+/// `(prompt, response)` of one side of a preference pair.
+fn side(
+    tok: Option<&Tokenizer>,
+    prompt: &Option<TextOrChat>,
+    answer: TextOrChat,
+) -> Result<(String, String), String> {
+    match (prompt, answer) {
+        (Some(TextOrChat::Text(p)), TextOrChat::Text(a)) => Ok((p.clone(), a)),
+        (Some(TextOrChat::Chat(p)), TextOrChat::Text(a)) => Ok((render(tok, p, true)?, a)),
+        (Some(TextOrChat::Chat(p)), TextOrChat::Chat(a)) => {
+            let all: Vec<ChatMessage> = p.iter().cloned().chain(a).collect();
+            split_last_turn(tok, &all)
+        }
+        (None, TextOrChat::Chat(a)) => split_last_turn(tok, &a),
+        (None, TextOrChat::Text(_)) => Err("no `prompt` (text answers need one)".into()),
+        (Some(TextOrChat::Text(_)), TextOrChat::Chat(_)) => {
+            Err("a text `prompt` with message-list answers: give the prompt as messages too".into())
+        }
+    }
+}
+
+impl RowSchema for PreferencePair {
+    const EXPECTED: &'static str =
+        "{\"prompt\": string or messages, \"chosen\": string or messages, \"rejected\": string or messages}";
+
+    fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, String> {
+        need_object(row)?;
+        let prompt = text_or_chat(row, "prompt")?;
+        let chosen = text_or_chat(row, "chosen")?.ok_or("no `chosen`")?;
+        let rejected = text_or_chat(row, "rejected")?.ok_or("no `rejected`")?;
+        let (pc, chosen) = side(tok, &prompt, chosen)?;
+        let (pr, rejected) = side(tok, &prompt, rejected)?;
+        if pc != pr {
+            return Err("`chosen` and `rejected` do not share the same prompt turns".into());
+        }
+        Ok(PreferencePair {
+            prompt: pc,
+            chosen,
+            rejected,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn chat_tokenizer() -> (tempfile::TempDir, Tokenizer) {
+        let dir = tempfile::tempdir().unwrap();
+        oxalign_models::byte_tokenizer::write(dir.path()).unwrap();
+        let tok = Tokenizer::from_dir(dir.path()).unwrap();
+        (dir, tok)
+    }
+
+    #[test]
+    fn messages_are_rendered_and_split_at_the_last_assistant_turn() {
+        let (_d, tok) = chat_tokenizer();
+        let msgs = json!([
+            {"role": "user", "content": "1+1="},
+            {"role": "assistant", "content": "2"},
+            {"role": "user", "content": "2+2="},
+            {"role": "assistant", "content": "4"}
+        ]);
+        let row = SftRow::from_row(&json!({ "messages": msgs }), Some(&tok)).unwrap();
+        assert_eq!(row.examples.len(), 2, "one example per assistant turn");
+        let (first, sft) = (&row.examples[0], &row.examples[1]);
+        assert!(first.response.starts_with('2') && !first.response.contains("2+2="));
+        let head = msgs.as_array().unwrap()[..3].to_vec();
+        let head: Vec<ChatMessage> = serde_json::from_value(json!(head)).unwrap();
+        assert_eq!(sft.prompt, tok.apply_chat_template(&head, true).unwrap());
+        assert!(sft.response.starts_with('4'), "{:?}", sft.response);
+        assert!(!sft.response.contains("2+2="));
+
+        let p = PromptItem::from_row(
+            &json!({"messages": [{"role": "user", "content": "3+3="}], "answer": 6}),
+            Some(&tok),
+        )
+        .unwrap();
+        assert!(p.prompt.contains("3+3=") && p.prompt.len() > 4);
+        assert_eq!(p.answer.as_deref(), Some("6"));
+
+        let pref = json!({
+            "chosen": [{"role": "user", "content": "2+2="}, {"role": "assistant", "content": "4"}],
+            "rejected": [{"role": "user", "content": "2+2="}, {"role": "assistant", "content": "5"}]
+        });
+        let pair = PreferencePair::from_row(&pref, Some(&tok)).unwrap();
+        assert!(pair.chosen.starts_with('4') && pair.rejected.starts_with('5'));
+        assert!(pair.prompt.contains("2+2="));
+    }
+
+    #[test]
+    fn malformed_rows_say_what_is_wrong() {
+        let e = |v: Value| SftRow::from_row(&v, None).unwrap_err();
+        assert!(e(json!({"prompt": "a"})).contains("no `response`"));
+        assert!(e(json!([1])).contains("not an object"));
+        assert!(
+            e(json!({"messages": [{"role": "user", "content": "a"}]})).contains("assistant turn")
+        );
+        let chat = json!({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]});
+        assert!(e(chat).contains("tokenizer"));
+        let p = |v: Value| PreferencePair::from_row(&v, None).unwrap_err();
+        assert!(p(json!({"prompt": "a", "chosen": "b"})).contains("no `rejected`"));
+        assert!(p(json!({"prompt": "a", "chosen": true, "rejected": "c"})).contains("a boolean"));
+    }
+}
