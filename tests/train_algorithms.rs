@@ -1,4 +1,4 @@
-//! GRPO, RLOO and REINFORCE++ with the rule-based exact-match reward, from their recipes in
+//! GRPO, RLOO, REINFORCE++, DAPO, GSPO and CISPO with the rule-based exact-match reward, from their recipes in
 //! configs/: the sampled training accuracy of the last 15 steps beats the first 15 by more
 //! than twice the sampling noise, and the KL to the reference stays bounded. Seeded; about
 //! 20 s each on 2 cores.
@@ -67,4 +67,19 @@ fn rloo_raises_accuracy() {
 #[test]
 fn reinforce_pp_raises_accuracy() {
     learns("reinforce_pp");
+}
+
+#[test]
+fn dapo_raises_accuracy() {
+    learns("dapo");
+}
+
+#[test]
+fn gspo_raises_accuracy() {
+    learns("gspo");
+}
+
+#[test]
+fn cispo_raises_accuracy() {
+    learns("cispo");
 }

@@ -3,7 +3,8 @@
 
 Each formula is written from its published definition (GAE as the explicit (γλ)-weighted sum of
 TD errors, GRPO/RLOO/REINFORCE++ from their papers, PPO/value/DPO/IPO/Bradley–Terry losses with
-torch autograd for gradients, torch.optim.AdamW, torch.nn.utils.clip_grad_norm_ and the HF
+torch autograd for gradients, KL-as-loss gradients, GSPO and CISPO from their papers,
+torch.optim.AdamW, torch.nn.utils.clip_grad_norm_ and the HF
 transformers cosine scheduler), on small fixed random inputs, and written to
 rlhf/tests/fixtures/reference.json. Usage: python3 tools/rlhf_reference.py [output.json]
 """
@@ -433,6 +434,87 @@ def schedule_case():
     return dict(peak_lr=peak, min_lr=min_lr, warmup_steps=warmup, total_steps=total, cosine=cosine, linear=linear)
 
 
+def kl_loss_cases():
+    """KL as a loss, differentiated through log pi as written: the gradients torch autograd
+    gives for coef * agg(k) of each estimator (k1 = d, k2 = d^2/2, k3 = e^-d + d - 1 with
+    d = log pi - log pi_ref)."""
+    cases = []
+    mask = torch.tensor(MASK)
+    logp0 = torch.tensor(randn(B, T, scale=0.7) - 1.5)
+    ref = logp0 + torch.tensor(randn(B, T, scale=0.4))
+    for agg in ("token-mean", "seq-mean-token-sum"):
+        grads, losses = {}, {}
+        for name in ("k1", "k2", "k3"):
+            logp = logp0.clone().requires_grad_(True)
+            d = logp - ref
+            k = {"k1": d, "k2": 0.5 * d ** 2, "k3": torch.exp(-d) + d - 1}[name]
+            loss = 0.1 * agg_torch(k, mask, agg)
+            loss.backward()
+            grads[name] = lst(logp.grad * mask)
+            losses[name] = float(loss.detach())
+        cases.append(dict(agg=agg, coef=0.1, logprobs=lst(logp0), ref_logprobs=lst(ref), mask=lst(MASK),
+                          loss=losses, grad=grads))
+    return cases
+
+
+def gspo_cases():
+    """GSPO (Zheng et al. 2025): sequence ratio s_i = exp(mean_t (log pi - log pi_old)) over the
+    response, loss -min(s_i A, clip(s_i, 1 - eps_l, 1 + eps_h) A). Case 1: one advantage per
+    sequence, the paper's sequence form, mean over sequences. Case 2: per-token advantages,
+    GSPO-token (s_it = sg[s_i] pi_t / sg[pi_t]), seq-mean-token-mean."""
+    cases = []
+    mask = torch.tensor(MASK)
+    rows = mask.sum(-1) > 0
+    for per_token in (False, True):
+        old = torch.tensor(randn(B, T, scale=0.5) - 1.0)
+        logp0 = old + torch.tensor(randn(B, T, scale=0.15))
+        if per_token:
+            adv = torch.tensor(randn(B, T))
+        else:
+            adv = torch.tensor(randn(B))[:, None].expand(B, T).clone()
+        cl, ch = 0.03, 0.05
+        logp = logp0.clone().requires_grad_(True)
+        n_tok = mask.sum(-1).clamp(min=1)
+        log_s = ((logp - old) * mask).sum(-1) / n_tok
+        s = torch.exp(log_s)
+        if per_token:
+            s_t = s.detach()[:, None] * torch.exp(logp - logp.detach())
+            tok = -torch.min(s_t * adv, torch.clamp(s_t, 1 - cl, 1 + ch) * adv)
+            loss = agg_torch(tok, mask, "seq-mean-token-mean")
+        else:
+            a = adv[:, 0]
+            seq = -torch.min(s * a, torch.clamp(s, 1 - cl, 1 + ch) * a)
+            loss = seq[rows].mean()
+        loss.backward()
+        sv = s.detach()[:, None].expand(B, T)
+        clipped = (-adv * torch.clamp(sv, 1 - cl, 1 + ch) > -adv * sv).double()
+        cases.append(dict(clip_low=cl, clip_high=ch, agg="seq-mean-token-mean", per_token=per_token,
+                          logprobs=lst(logp0), old_logprobs=lst(old), advantages=lst(adv), mask=lst(MASK),
+                          loss=float(loss.detach()), grad=lst(logp.grad * mask),
+                          clip_frac=float((clipped * mask).sum() / mask.sum()),
+                          seq_ratio=lst(s.detach())))
+    return cases
+
+
+def cispo_case():
+    """CISPO (MiniMax-M1, 2025): loss_t = -sg(clip(r_t, 1 - eps_l, 1 + eps_h)) A_t log pi_t,
+    token-mean over the response (normalised by the total response tokens)."""
+    mask = torch.tensor(MASK)
+    old = torch.tensor(randn(B, T, scale=0.5) - 1.0)
+    logp0 = old + torch.tensor(randn(B, T, scale=0.6))
+    adv = torch.tensor(randn(B, T))
+    cl, ch = 1.0, 0.3
+    logp = logp0.clone().requires_grad_(True)
+    r = torch.exp(logp - old)
+    w = torch.clamp(r, 1 - cl, 1 + ch).detach()
+    loss = agg_torch(-w * adv * logp, mask, "token-mean")
+    loss.backward()
+    clipped = ((r.detach() > 1 + ch) | (r.detach() < 1 - cl)).double()
+    return dict(clip_low=cl, clip_high=ch, agg="token-mean", logprobs=lst(logp0), old_logprobs=lst(old),
+                advantages=lst(adv), mask=lst(MASK), loss=float(loss.detach()), grad=lst(logp.grad * mask),
+                clip_frac=float((clipped * mask).sum() / mask.sum()))
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "rlhf", "tests", "fixtures", "reference.json")
@@ -455,6 +537,9 @@ def main():
         adamw=adamw_case(),
         clip=clip_case(),
         schedule=schedule_case(),
+        kl_loss=kl_loss_cases(),
+        gspo=gspo_cases(),
+        cispo=cispo_case(),
     )
     with open(out, "w") as f:
         json.dump(data, f, indent=1)

@@ -91,6 +91,7 @@ async fn update_with(world: usize, agg: LossAgg, packed: bool) -> HashMap<String
             returns: None,
         },
         cfg: PolicyLossConfig {
+            objective: oxalign_rlhf::losses::PolicyObjective::Ppo,
             ppo: PpoConfig {
                 clip_low: 0.2,
                 clip_high: 0.2,

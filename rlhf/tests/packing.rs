@@ -175,6 +175,7 @@ fn ppo_loss_terms_equal_the_padded_path_for_every_aggregation() {
             assert_same_grads(&what, &vars, &lp, &lq);
         }
         let cfg = PolicyLossConfig {
+            objective: oxalign_rlhf::losses::PolicyObjective::Ppo,
             ppo: PpoConfig {
                 agg: LossAgg::SeqMeanTokenMean,
                 ..PpoConfig::symmetric(0.2)

@@ -87,6 +87,7 @@ fn tempered_top_k_rollouts_give_ratio_one_and_match_the_engine() {
 
     let advantages = Tensor::ones(old.shape(), old.dtype(), &Device::Cpu).unwrap();
     let cfg = PolicyLossConfig {
+        objective: oxalign_rlhf::losses::PolicyObjective::Ppo,
         ppo: PpoConfig {
             agg: LossAgg::TokenMean,
             ..PpoConfig::symmetric(0.2)

@@ -9,11 +9,11 @@ use crate::batch::{ExperienceBatch, ScoredBatch, TokenArray};
 use crate::error::Cause;
 use crate::executor::ExecutorError;
 use crate::recipe::{
-    Algorithm, KlEstimatorName, KlModeName, LossAggName, RlSection, TruncatedName,
+    Algorithm, KlEstimatorName, KlModeName, LossAggName, PolicyLossName, RlSection, TruncatedName,
 };
 use candle_core::Device;
 use oxalign_rlhf::advantages::{GaeBootstrap, GaeConfig};
-use oxalign_rlhf::losses::{KlEstimator, LossAgg, PpoConfig};
+use oxalign_rlhf::losses::{KlEstimator, LossAgg, PolicyObjective, PpoConfig};
 use oxalign_rlhf::masked_abs_diff;
 use oxalign_rlhf::reward::OverlongShaping;
 use oxalign_rlhf::trainer::{
@@ -58,6 +58,11 @@ pub(crate) fn agg(rl: &RlSection) -> LossAgg {
 /// `[1 − clip_eps, 1 + clip_eps_high]` (DAPO's clip-higher when `clip_eps_high` is set).
 pub(crate) fn policy_loss_config(rl: &RlSection, beta: f64) -> PolicyLossConfig {
     PolicyLossConfig {
+        objective: match rl.policy_loss {
+            PolicyLossName::Ppo => PolicyObjective::Ppo,
+            PolicyLossName::Gspo => PolicyObjective::Gspo,
+            PolicyLossName::Cispo => PolicyObjective::Cispo,
+        },
         ppo: PpoConfig {
             clip_low: rl.clip_eps,
             clip_high: rl.clip_eps_high.unwrap_or(rl.clip_eps),

@@ -59,6 +59,18 @@ pub enum LossAggName {
     SeqMeanTokenSumNorm,
 }
 
+/// The policy-gradient surrogate of the update.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyLossName {
+    /// PPO's clipped per-token ratio.
+    Ppo,
+    /// GSPO's clipped per-sequence ratio (Zheng et al. 2025).
+    Gspo,
+    /// CISPO's clipped, stop-gradient weight on log π (MiniMax-M1, 2025).
+    Cispo,
+}
+
 /// What a response cut off by `rl.max_new_tokens` is.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -285,6 +297,12 @@ pub struct RlSection {
     pub clip_eps: f64,
     /// Upper clip range ε_high (`1 + ε_high`), DAPO's clip-higher (e.g. `0.28`); none = `clip_eps`.
     pub clip_eps_high: Option<f64>,
+    /// The surrogate: `ppo` (clipped token ratio), `gspo` (clipped sequence ratio
+    /// `exp(mean_t log π/π_old)`; use small clip ranges, e.g. `clip_eps = 3e-4`,
+    /// `clip_eps_high = 4e-4`, and `seq_mean_token_mean`) or `cispo` (REINFORCE with the
+    /// ratio clipped to `[1 − clip_eps, 1 + clip_eps_high]` as a stop-gradient weight; e.g.
+    /// `clip_eps = 1`, `clip_eps_high = 4`). Default `"ppo"`.
+    pub policy_loss: PolicyLossName,
     /// Dual-clip constant c (> 1) for negative advantages; none by default.
     pub dual_clip: Option<f64>,
     /// Critic value clip range. Default `0.2`.
@@ -378,6 +396,7 @@ impl Default for RlSection {
             critic_lr: 1e-4,
             clip_eps: 0.2,
             clip_eps_high: None,
+            policy_loss: PolicyLossName::Ppo,
             dual_clip: None,
             value_clip: 0.2,
             gamma: 1.0,

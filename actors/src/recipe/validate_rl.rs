@@ -2,7 +2,9 @@
 //! at run time or silently do nothing are refused here, naming the keys; combinations that
 //! run but are usually a mistake give a warning.
 
-use super::{Algorithm, KlEstimatorName, KlModeName, Recipe, RecipeError, TruncatedName};
+use super::{
+    Algorithm, KlEstimatorName, KlModeName, PolicyLossName, Recipe, RecipeError, TruncatedName,
+};
 
 /// The first inconsistent combination of `[rl]` options (and the critic's model folder).
 pub(super) fn validate_rl(
@@ -44,6 +46,14 @@ pub(super) fn validate_rl(
         return Err(bad(
             "rl.overlong_penalty",
             format!("{}: expected a finite number >= 0", rl.overlong_penalty),
+        ));
+    }
+    if rl.policy_loss == PolicyLossName::Cispo && rl.dual_clip.is_some() {
+        return Err(bad(
+            "rl.dual_clip",
+            "CISPO never drops a token's gradient (a clipped ratio only caps its weight), so a \
+             dual clip has no meaning; remove rl.dual_clip or use rl.policy_loss = \"ppo\""
+                .into(),
         ));
     }
     sampling(r, bad)?;

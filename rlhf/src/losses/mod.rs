@@ -1,12 +1,15 @@
-//! Training losses (PPO, value, entropy, KL, TIS, DPO/IPO/cDPO, Bradley–Terry, SFT) and their
+//! Training losses (PPO, GSPO, CISPO, value, entropy, KL, TIS, DPO/IPO/cDPO, Bradley–Terry, SFT) and their
 //! aggregation. Each takes candle tensors and returns a scalar loss plus a small stats struct.
 
 pub mod aggregate;
 pub mod bradley_terry;
+pub mod cispo;
 pub mod dpo;
 pub mod entropy;
+pub mod gspo;
 pub mod kl;
 pub mod log_sigmoid;
+pub mod objective;
 pub mod ppo;
 pub mod sft;
 pub mod tis;
@@ -14,10 +17,13 @@ pub mod value;
 
 pub use aggregate::{aggregate_loss, aggregate_loss_with_denominator, LossAgg};
 pub use bradley_terry::{bradley_terry_loss, BradleyTerryStats};
+pub use cispo::cispo_policy_loss;
 pub use dpo::{dpo_loss, DpoLoss, DpoStats, PreferenceLogprobs};
 pub use entropy::{entropy_bonus, EntropyStats};
+pub use gspo::{gspo_policy_loss, sequence_ratio_base};
 pub use kl::{kl_loss, kl_per_token, kl_shaped_rewards, KlEstimator, KlMode, KlStats};
 pub use log_sigmoid::log_sigmoid;
+pub use objective::PolicyObjective;
 pub use ppo::{ppo_policy_loss, PpoConfig, PpoStats};
 pub use sft::{sft_loss, SftStats};
 pub use tis::{truncated_is_weights, TisStats};

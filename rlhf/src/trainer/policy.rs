@@ -7,7 +7,7 @@
 use super::grads::{adamw_over, apply_gradients, check_loss, StepStats};
 use super::{scalar, PackedRows, Packing, TokenBatch};
 use crate::losses::{
-    entropy_bonus, kl_loss, ppo_policy_loss, sft_loss, truncated_is_weights, KlEstimator, PpoConfig,
+    entropy_bonus, kl_loss, sft_loss, truncated_is_weights, KlEstimator, PolicyObjective, PpoConfig,
 };
 use crate::mask::masked_abs_diff;
 use crate::optim::AdamW;
@@ -20,6 +20,8 @@ use oxalign_models::CausalLm;
 /// Loss settings of a PPO policy update.
 #[derive(Debug, Clone, Copy)]
 pub struct PolicyLossConfig {
+    /// The surrogate: PPO, GSPO or CISPO.
+    pub objective: PolicyObjective,
     /// Clipping and aggregation.
     pub ppo: PpoConfig,
     /// KL-as-loss coefficient β (0 when the KL is in the reward).
@@ -200,7 +202,7 @@ impl PolicyTrainer {
             (Some(cap), Some(r)) => Some(truncated_is_weights(old_logprobs, r, mask, cap)?.0),
             _ => None,
         };
-        let (mut loss, ppo) = ppo_policy_loss(
+        let (mut loss, ppo) = cfg.objective.loss(
             &lp,
             old_logprobs,
             advantages,
