@@ -108,3 +108,34 @@ fn refit_serves_new_weights_and_rejects_bad_updates() {
     assert!(err.to_string().contains("model.norm.weight"), "{err}");
     assert_eq!(engine.version(), 2);
 }
+
+/// A peaked model (the final norm scaled up, as after a long RL run) puts the probe's
+/// arbitrary tokens tens of nats down, where f32 rounding alone exceeds an absolute 1e-5;
+/// the probe judges each token relative to its log-prob's magnitude, so a correct refit of
+/// such weights is accepted, while weights from another model are still rejected.
+#[test]
+fn probe_tolerance_scales_with_the_log_prob() {
+    let cfg = tiny(Family::Llama);
+    let trainer = CausalLm::init_random(&cfg, 1, &Device::Cpu).unwrap();
+    let mut engine = Engine::from_model(&trainer, config()).unwrap();
+    let mut peaked = trainer.weights().unwrap();
+    let norm = peaked["model.norm.weight"].affine(400.0, 0.0).unwrap();
+    peaked.insert("model.norm.weight".into(), norm);
+    trainer.load_weights_from(&peaked).unwrap();
+    let probe = Probe::from_model(&trainer, ids(9, 12, 64), 1e-5).unwrap();
+    let magnitude = probe
+        .expected_logprobs
+        .iter()
+        .fold(0f32, |m, v| m.max(v.abs()));
+    assert!(magnitude > 20.0, "probe log-probs not peaked: {magnitude}");
+    let update = WeightUpdate::from_model(1, &trainer).unwrap();
+    let report = engine.refit(&update, Some(&probe)).unwrap();
+    let diff = report.probe_max_abs_diff.unwrap();
+    eprintln!("peaked probe: max |log-prob| {magnitude:.1} nats, max |Δ| {diff:e}");
+    assert!(diff <= 1e-5 * magnitude, "{diff}");
+
+    let other = CausalLm::init_random(&cfg, 2, &Device::Cpu).unwrap();
+    let wrong = WeightUpdate::from_model(2, &other).unwrap();
+    assert!(engine.refit(&wrong, Some(&probe)).is_err());
+    assert_eq!(engine.version(), 1);
+}

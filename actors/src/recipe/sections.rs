@@ -477,8 +477,9 @@ pub struct EngineSection {
     pub max_running: usize,
     /// Weight precision for rollouts: `none`, `int8` or `q4`. Default `"none"`.
     pub quant: EngineQuant,
-    /// Largest allowed max |Δ log-prob| between engine and trainer on the refit probe
-    /// (nats). Default `1e-4` (f32); raise it for quantized engines.
+    /// Largest allowed |Δ log-prob| between engine and trainer on the refit probe, per nat
+    /// of the log-prob's magnitude: `|Δ| ≤ refit_tolerance · max(1, |log-prob|)`. Default
+    /// `1e-4` (f32); raise it for quantized engines.
     pub refit_tolerance: f64,
 }
 

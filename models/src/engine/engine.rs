@@ -349,7 +349,8 @@ impl Engine {
 
     /// Replaces the served weights with `update` after verifying them: every tensor's
     /// checksum on the engine's copy must equal the sender's, and, with a `probe`, the
-    /// engine's log-probs on the probe must be within `probe.tolerance` of the trainer's.
+    /// engine's log-probs on the probe must be within `probe.tolerance · max(1, |log-prob|)` of
+    /// the trainer's.
     /// On any failure the engine keeps its previous weights and version and returns
     /// [`EngineError::RefitRejected`]. `update.version` must exceed the current version.
     pub fn refit(
@@ -421,6 +422,13 @@ impl Engine {
                 .zip(&p.expected_logprobs)
                 .map(|(a, b)| (a - b).abs())
                 .collect();
+            // f32 rounding grows with a log-prob's magnitude (a probe token the model finds
+            // very unlikely sits at tens of nats), so each difference is judged against
+            // `tolerance · max(1, |expected|)`.
+            let over = diffs
+                .iter()
+                .zip(&p.expected_logprobs)
+                .any(|(d, e)| *d > p.tolerance * e.abs().max(1.0));
             let max = diffs.iter().copied().fold(0f32, f32::max);
             let max = if diffs.iter().any(|d| d.is_nan()) {
                 f32::NAN
@@ -428,10 +436,10 @@ impl Engine {
                 max
             };
             let mean = diffs.iter().sum::<f32>() / diffs.len() as f32;
-            if max.is_nan() || max > p.tolerance {
+            if max.is_nan() || over {
                 return Err(reject(format!(
                     "probe log-probs differ from the trainer's by up to {max} nats \
-                     (tolerance {})",
+                     (tolerance {} · max(1, |log-prob|))",
                     p.tolerance
                 )));
             }

@@ -48,8 +48,9 @@ pub struct Probe {
     pub tokens: Vec<u32>,
     /// `log p(tokens[t+1] | tokens[..=t])` in nats from the trainer, `tokens.len() - 1` values.
     pub expected_logprobs: Vec<f32>,
-    /// Largest accepted absolute difference (nats); e.g. 1e-4 in f32, larger for quantized
-    /// engines, whose mismatch this measures.
+    /// Largest accepted difference, relative to the log-prob's magnitude: a probe token
+    /// passes when `|engine − trainer| ≤ tolerance · max(1, |trainer|)` (nats); e.g. 1e-4
+    /// in f32, larger for quantized engines, whose mismatch this measures.
     pub tolerance: f32,
 }
 
