@@ -119,8 +119,17 @@ fn check_accepts_the_shipped_recipes() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    for entry in std::fs::read_dir(root.join("configs")).unwrap() {
-        let path = entry.unwrap().path();
+    let mut recipes = vec![];
+    for dir in [root.join("configs"), root.join("configs").join("learn")] {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                recipes.push(path);
+            }
+        }
+    }
+    assert!(recipes.len() >= 16, "{recipes:?}");
+    for path in recipes {
         let out = oxalign(&["train", "--check", path.to_str().unwrap()], dir);
         assert!(
             out.status.success(),
