@@ -177,7 +177,5 @@ pub fn lm_head_param(cfg: &ModelConfig) -> Option<ParamSpec> {
 
 /// The parameters of `*ForCausalLM`: the backbone plus `lm_head.weight` unless tied.
 pub fn causal_lm_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
-    let mut s = cfg.backbone_params().specs();
-    s.extend(lm_head_param(cfg));
-    s
+    crate::CausalLm::param_specs(cfg)
 }

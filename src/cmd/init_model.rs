@@ -95,15 +95,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Maps an init failure to `anyhow`: tokenizer problems name `--tokenizer`; everything but
-/// tensor math is a user error.
+/// Maps an init failure to `anyhow`: tokenizer problems name `--tokenizer` and the value
+/// given; everything but tensor math is a user error.
 fn init_error(err: InitError, args: &Args) -> anyhow::Error {
     match err {
         InitError::Model(e) => model_error(e, &args.out),
         e @ (InitError::NoTokenizer { .. }
         | InitError::NoTokenizerJson { .. }
         | InitError::Tokenizer { .. }) => {
-            UserError::new(format!("--tokenizer {}: {e}", args.tokenizer)).into()
+            // These messages read "tokenizer <as given>: ...", so "--" names the flag.
+            UserError::new(format!("--{e}")).into()
         }
         e @ InitError::Io { .. } => UserError::new(e.to_string()).into(),
     }
