@@ -8,12 +8,13 @@
 use crate::config::ModelConfig;
 use crate::kv_cache::KvCache;
 use crate::layers::{apply_rope, linear, softmax_last_dim};
+use crate::layout::AttentionParams;
 use crate::mask::{mask_scores, Visibility};
 use crate::param_store::ParamStore;
 use candle_core::{DType, Result, Tensor};
 use oxalign_kernels::ops::causal_attention_segmented;
 
-/// Weights and shape of one attention block (`model.layers.N.self_attn.*`).
+/// Weights and shape of one attention block (the tensors of an [`AttentionParams`]).
 #[derive(Clone, Debug)]
 pub struct Attention {
     q_w: Tensor,
@@ -30,22 +31,21 @@ pub struct Attention {
 }
 
 impl Attention {
-    /// Picks up `{prefix}.{q,k,v,o}_proj.{weight,bias}` from `params`.
-    pub fn new(cfg: &ModelConfig, params: &ParamStore, prefix: &str) -> Result<Attention> {
-        let w = |n: &str| params.get(&format!("{prefix}.{n}_proj.weight"));
-        let b = |n: &str, on: bool| -> Result<Option<Tensor>> {
-            on.then(|| params.get(&format!("{prefix}.{n}_proj.bias")))
-                .transpose()
-        };
+    /// Picks up the tensors `decl` names (with a bias where it declares one) from `params`.
+    pub fn new(
+        cfg: &ModelConfig,
+        params: &ParamStore,
+        decl: &AttentionParams,
+    ) -> Result<Attention> {
         Ok(Attention {
-            q_w: w("q")?,
-            q_b: b("q", cfg.qkv_bias())?,
-            k_w: w("k")?,
-            k_b: b("k", cfg.qkv_bias())?,
-            v_w: w("v")?,
-            v_b: b("v", cfg.qkv_bias())?,
-            o_w: w("o")?,
-            o_b: b("o", cfg.o_bias())?,
+            q_w: params.get(&decl.q.weight.name)?,
+            q_b: params.bias(&decl.q)?,
+            k_w: params.get(&decl.k.weight.name)?,
+            k_b: params.bias(&decl.k)?,
+            v_w: params.get(&decl.v.weight.name)?,
+            v_b: params.bias(&decl.v)?,
+            o_w: params.get(&decl.o.weight.name)?,
+            o_b: params.bias(&decl.o)?,
             num_heads: cfg.num_attention_heads,
             num_kv_heads: cfg.num_key_value_heads,
             head_dim: cfg.head_dim,

@@ -152,17 +152,23 @@ pub fn write(dir: impl AsRef<Path>) -> Result<(), TokenizerError> {
 
 /// The byte tokenizer, built in memory (no files). `<|im_end|>` is an extra stop id.
 pub fn build() -> Tokenizer {
+    let mut tok = build_plain_text();
+    tok.add_stop_token_id(IM_END_ID);
+    tok
+}
+
+/// The byte tokenizer as its two files load back (no `generation_config.json`): the only
+/// stop id is the eos `<|endoftext|>`.
+pub fn build_plain_text() -> Tokenizer {
     let text = tokenizer_json().to_string();
     let inner: tokenizers::Tokenizer = text
         .parse()
         .expect("the byte tokenizer's JSON is a valid tokenizer");
-    let mut tok = Tokenizer::from_parts(
+    Tokenizer::from_parts(
         inner,
         Some((TOKENIZER_CONFIG_FILE.into(), tokenizer_config_json())),
     )
-    .expect("the byte tokenizer's config names tokens it has");
-    tok.add_stop_token_id(IM_END_ID);
-    tok
+    .expect("the byte tokenizer's config names tokens it has")
 }
 
 #[cfg(test)]
@@ -223,6 +229,20 @@ mod tests {
                 .unwrap(),
             "ab"
         );
+    }
+
+    #[test]
+    fn plain_text_build_is_what_the_written_files_load_as() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path()).unwrap();
+        let loaded = Tokenizer::from_dir(dir.path()).unwrap();
+        let built = build_plain_text();
+        assert_eq!(built.stop_token_ids(), loaded.stop_token_ids());
+        assert_eq!(built.stop_token_ids(), &[256]);
+        assert_eq!(built.vocab_len(), loaded.vocab_len());
+        assert_eq!(built.bos_token_id(), loaded.bos_token_id());
+        assert_eq!(built.pad_token_id(), loaded.pad_token_id());
+        assert_eq!(build().stop_token_ids(), &[256, IM_END_ID]);
     }
 
     #[test]

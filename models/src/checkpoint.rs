@@ -1,6 +1,6 @@
 //! Reading and writing HF model folders: `config.json` plus `model.safetensors` or a sharded
 //! `model.safetensors.index.json`. This file only moves bytes and validates file presence;
-//! which tensors a model needs is decided by `param_spec.rs`.
+//! which tensors a model needs is declared by its family and head (`layout.rs`, `head.rs`).
 
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};

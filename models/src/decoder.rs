@@ -22,14 +22,19 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    /// Builds the decoder of `cfg` over the `model.*` tensors of `params`.
+    /// Builds the decoder of `cfg` over the backbone tensors of `params` (the names
+    /// `cfg.backbone_params()` declares).
     pub fn new(cfg: &ModelConfig, params: &ParamStore) -> Result<Decoder> {
+        let decl = cfg.backbone_params();
         Ok(Decoder {
-            embed: params.get("model.embed_tokens.weight")?,
-            layers: (0..cfg.num_hidden_layers)
-                .map(|i| DecoderLayer::new(cfg, params, i))
+            embed: params.get(&decl.embed_tokens.name)?,
+            layers: decl
+                .layers
+                .iter()
+                .enumerate()
+                .map(|(i, layer)| DecoderLayer::new(cfg, params, layer, i))
                 .collect::<Result<_>>()?,
-            norm: params.get("model.norm.weight")?,
+            norm: params.get(&decl.norm.name)?,
             eps: cfg.rms_norm_eps,
             rope: RotaryEmbedding::new(cfg),
         })

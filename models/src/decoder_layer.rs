@@ -5,12 +5,13 @@ use crate::attention::Attention;
 use crate::config::ModelConfig;
 use crate::kv_cache::KvCache;
 use crate::layers::rms_norm;
+use crate::layout::LayerParams;
 use crate::mask::Visibility;
 use crate::mlp::Mlp;
 use crate::param_store::ParamStore;
 use candle_core::{Result, Tensor};
 
-/// Weights of `model.layers.N.*`.
+/// Weights of one decoder layer (the tensors of a [`LayerParams`]).
 #[derive(Clone, Debug)]
 pub struct DecoderLayer {
     input_norm: Tensor,
@@ -22,14 +23,18 @@ pub struct DecoderLayer {
 }
 
 impl DecoderLayer {
-    /// Layer `index` of `cfg`, weights from `params`.
-    pub fn new(cfg: &ModelConfig, params: &ParamStore, index: usize) -> Result<DecoderLayer> {
-        let p = format!("model.layers.{index}");
+    /// Layer `index` of `cfg`: the tensors `decl` names, from `params`.
+    pub fn new(
+        cfg: &ModelConfig,
+        params: &ParamStore,
+        decl: &LayerParams,
+        index: usize,
+    ) -> Result<DecoderLayer> {
         Ok(DecoderLayer {
-            input_norm: params.get(&format!("{p}.input_layernorm.weight"))?,
-            attn: Attention::new(cfg, params, &format!("{p}.self_attn"))?,
-            post_attn_norm: params.get(&format!("{p}.post_attention_layernorm.weight"))?,
-            mlp: Mlp::new(cfg, params, &format!("{p}.mlp"))?,
+            input_norm: params.get(&decl.input_norm.name)?,
+            attn: Attention::new(cfg, params, &decl.attn)?,
+            post_attn_norm: params.get(&decl.post_attention_norm.name)?,
+            mlp: Mlp::new(params, &decl.mlp)?,
             eps: cfg.rms_norm_eps,
             window: cfg.layer_window(index),
         })

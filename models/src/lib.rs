@@ -1,5 +1,7 @@
-//! oxalign-models: HF-compatible decoder models (Llama, Qwen2, Mistral) with LM, value and
-//! reward heads; safetensors + `config.json` load/save; tokenizers and chat templates.
+//! oxalign-models: HF-compatible decoder models (Llama, Qwen2, Mistral), each family declaring
+//! its parameters once (`family/`, `layout.rs`); one backbone with LM, value and reward heads
+//! (`model.rs`, `head.rs`); safetensors + `config.json` load/save; model-folder init;
+//! tokenizers and chat templates.
 //! It knows nothing about PPO or other training algorithms (see docs/ARCHITECTURE.md).
 //!
 //! ```
@@ -25,16 +27,21 @@ pub mod attention;
 pub mod causal_lm;
 pub mod checkpoint;
 pub mod config;
+mod config_json;
 pub mod decoder;
 pub mod decoder_layer;
 pub mod engine;
 pub mod error;
+pub mod family;
 pub mod generate;
-mod head_params;
+pub mod head;
+pub mod init_dir;
 pub mod kv_cache;
 pub mod layers;
+pub mod layout;
 pub mod mask;
 pub mod mlp;
+pub mod model;
 pub mod param_spec;
 pub mod param_store;
 pub mod preset;
@@ -47,7 +54,10 @@ pub use causal_lm::CausalLm;
 pub use config::{Family, ModelConfig, RopeScaling};
 pub use error::ModelError;
 pub use generate::{Completion, FinishReason, GenerationRequest};
+pub use head::{Head, LmHead, RewardHead, ValueHead};
+pub use init_dir::{init_model_dir, InitError, InitHead, InitSpec, InitTokenizer};
 pub use kv_cache::KvCache;
+pub use model::Model;
 pub use oxalign_kernels::ops::{TokenDistribution, Truncation};
 pub use param_store::ParamStore;
 pub use preset::Preset;

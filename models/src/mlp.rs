@@ -2,12 +2,12 @@
 //! `down(silu(gate(x)) * up(x))` (the gate fused: `oxalign_kernels::ops::swiglu`), with
 //! optional biases (llama `mlp_bias`). Nothing else.
 
-use crate::config::ModelConfig;
 use crate::layers::{linear, swiglu};
+use crate::layout::MlpParams;
 use crate::param_store::ParamStore;
 use candle_core::{Result, Tensor};
 
-/// Weights of `model.layers.N.mlp.{gate,up,down}_proj`.
+/// Weights of one MLP block (the tensors of an [`MlpParams`]).
 #[derive(Clone, Debug)]
 pub struct Mlp {
     gate_w: Tensor,
@@ -19,21 +19,15 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    /// Picks up `{prefix}.{gate,up,down}_proj.{weight,bias}` from `params`.
-    pub fn new(cfg: &ModelConfig, params: &ParamStore, prefix: &str) -> Result<Mlp> {
-        let w = |n: &str| params.get(&format!("{prefix}.{n}_proj.weight"));
-        let b = |n: &str| -> Result<Option<Tensor>> {
-            cfg.mlp_bias()
-                .then(|| params.get(&format!("{prefix}.{n}_proj.bias")))
-                .transpose()
-        };
+    /// Picks up the tensors `decl` names (with a bias where it declares one) from `params`.
+    pub fn new(params: &ParamStore, decl: &MlpParams) -> Result<Mlp> {
         Ok(Mlp {
-            gate_w: w("gate")?,
-            gate_b: b("gate")?,
-            up_w: w("up")?,
-            up_b: b("up")?,
-            down_w: w("down")?,
-            down_b: b("down")?,
+            gate_w: params.get(&decl.gate.weight.name)?,
+            gate_b: params.bias(&decl.gate)?,
+            up_w: params.get(&decl.up.weight.name)?,
+            up_b: params.bias(&decl.up)?,
+            down_w: params.get(&decl.down.weight.name)?,
+            down_b: params.bias(&decl.down)?,
         })
     }
 

@@ -1,8 +1,10 @@
 //! `ParamStore`: the trainable weights of one model as `candle_core::Var`s in a
 //! `candle_nn::VarMap`, keyed by exact HF tensor names. It validates names/shapes against the
-//! model's `ParamSpec` list and copies weights in and out (refit); it holds no model logic.
+//! model's declared `ParamSpec`s (kept, for the optimizer's decay rule and future sharding) and
+//! copies weights in and out (refit); it holds no model logic.
 
 use crate::error::{ModelError, Result};
+use crate::layout::LinearParams;
 use crate::param_spec::ParamSpec;
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
@@ -14,6 +16,8 @@ use std::path::{Path, PathBuf};
 pub struct ParamStore {
     varmap: VarMap,
     names: Vec<String>,
+    /// The declaration of every parameter, sorted by name.
+    specs: Vec<ParamSpec>,
     dtype: DType,
     device: Device,
 }
@@ -38,7 +42,7 @@ impl ParamStore {
                 .lock()
                 .map_err(|_| candle_core::Error::Msg("VarMap lock poisoned".into()))?;
             for spec in specs {
-                let t = checked(spec, tensors, source)?;
+                let t = checked(&spec.name, &spec.shape, tensors, source)?;
                 let t = t.to_dtype(dtype)?.to_device(device)?.detach();
                 // `Var::from_tensor` copies a non-variable tensor, so after `detach` the store
                 // never aliases the caller's memory (or another model's `Var`).
@@ -47,9 +51,12 @@ impl ParamStore {
             }
         }
         names.sort();
+        let mut specs = specs.to_vec();
+        specs.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(ParamStore {
             varmap,
             names,
+            specs,
             dtype,
             device: device.clone(),
         })
@@ -65,6 +72,24 @@ impl ParamStore {
         data.get(name)
             .map(|v| v.as_tensor().clone())
             .ok_or_else(|| candle_core::Error::Msg(format!("no parameter named {name}")))
+    }
+
+    /// The bias tensor of `linear`, or `None` when the declaration has no bias.
+    pub fn bias(&self, linear: &LinearParams) -> candle_core::Result<Option<Tensor>> {
+        linear.bias.as_ref().map(|b| self.get(&b.name)).transpose()
+    }
+
+    /// The declaration of parameter `name` (kind, shape), if the store holds it.
+    pub fn spec(&self, name: &str) -> Option<&ParamSpec> {
+        self.specs
+            .binary_search_by(|s| s.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.specs[i])
+    }
+
+    /// The declarations of every parameter, sorted by name.
+    pub fn specs(&self) -> &[ParamSpec] {
+        &self.specs
     }
 
     /// The underlying `VarMap` (HF tensor names -> `Var`).
@@ -120,12 +145,7 @@ impl ParamStore {
         let vars = self.vars();
         let mut staged = Vec::with_capacity(vars.len());
         for (name, var) in &vars {
-            let spec = ParamSpec {
-                name: name.clone(),
-                shape: var.dims().to_vec(),
-                init: crate::param_spec::ParamInit::Zeros,
-            };
-            let t = checked(&spec, tensors, &source)?;
+            let t = checked(name, var.dims(), tensors, &source)?;
             staged.push(t.to_dtype(self.dtype)?.to_device(&self.device)?);
         }
         for ((_, var), t) in vars.iter().zip(staged) {
@@ -161,21 +181,21 @@ pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()
     })
 }
 
+/// `tensors[name]`, which must exist and have `shape`; errors name the tensor and `source`.
 fn checked<'a>(
-    spec: &ParamSpec,
+    name: &str,
+    shape: &[usize],
     tensors: &'a HashMap<String, Tensor>,
     source: &Path,
 ) -> Result<&'a Tensor> {
-    let t = tensors
-        .get(&spec.name)
-        .ok_or_else(|| ModelError::MissingTensor {
-            name: spec.name.clone(),
-            path: source.to_path_buf(),
-        })?;
-    if t.dims() != spec.shape.as_slice() {
+    let t = tensors.get(name).ok_or_else(|| ModelError::MissingTensor {
+        name: name.to_string(),
+        path: source.to_path_buf(),
+    })?;
+    if t.dims() != shape {
         return Err(ModelError::ShapeMismatch {
-            name: spec.name.clone(),
-            expected: spec.shape.clone(),
+            name: name.to_string(),
+            expected: shape.to_vec(),
             found: t.dims().to_vec(),
             path: source.to_path_buf(),
         });

@@ -1,9 +1,14 @@
 //! Named model sizes for `oxalign init-model` and tests: `tiny` (~1M parameters, for unit tests
 //! and CPU smoke runs) and `small` (~56M parameters for llama). Only hyper-parameters live here;
-//! random initialisation is in `param_spec.rs`.
+//! random initialisation is in `param_spec.rs`, whole model folders in `init_dir.rs`.
 
 use crate::config::{Family, ModelConfig};
 use serde_json::Map;
+
+/// Vocabulary sizes of `small` models are rounded up to a multiple of this.
+const VOCAB_MULTIPLE: usize = 64;
+/// The `small` preset's vocabulary size (when the tokenizer fits in it).
+const SMALL_VOCAB: usize = 32_000;
 
 /// A named model size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -18,6 +23,20 @@ pub enum Preset {
 impl Preset {
     /// All presets.
     pub const ALL: [Preset; 2] = [Preset::Tiny, Preset::Small];
+
+    /// The model's vocabulary size for a tokenizer of `tokenizer_len` ids: `tiny` uses it
+    /// exactly; `small` uses 32000, or `tokenizer_len` rounded up to a multiple of 64 when
+    /// that is larger (so the embedding matrix tiles well). This is the one rule: both
+    /// `oxalign init-model` and a run's own init (`init_model_dir`) use it; with the byte
+    /// tokenizer (260 ids) it gives 260 and 32000.
+    pub fn vocab_size(self, tokenizer_len: usize) -> usize {
+        match self {
+            Preset::Tiny => tokenizer_len,
+            Preset::Small => {
+                (tokenizer_len.div_ceil(VOCAB_MULTIPLE) * VOCAB_MULTIPLE).max(SMALL_VOCAB)
+            }
+        }
+    }
 
     /// The preset's name (`tiny`, `small`).
     pub fn name(self) -> &'static str {

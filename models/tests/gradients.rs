@@ -69,7 +69,7 @@ fn every_causal_lm_parameter_gets_a_gradient() {
             .sum_all()
             .unwrap();
         let vars = m.vars();
-        let n_expected = oxalign_models::param_spec::causal_lm_specs(&cfg).len();
+        let n_expected = oxalign_models::layout::causal_lm_specs(&cfg).len();
         assert_eq!(vars.len(), n_expected, "{family}");
         assert_all_grads_nonzero(&vars, &loss);
     }

@@ -17,7 +17,8 @@ use candle_core::{DType, Tensor};
 use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
 use oxalign_models::tokenizer::Tokenizer;
 use oxalign_models::{
-    byte_tokenizer, CausalLm, Family, ModelConfig, Preset, RewardModel, ValueModel,
+    init_model_dir, CausalLm, Family, InitError, InitHead, InitSpec, InitTokenizer, Preset,
+    RewardModel, ValueModel,
 };
 use oxalign_rlhf::data::{ArithmeticTask, DataSpec, PromptFile, PromptSource};
 use oxalign_rlhf::reward::http::HttpReward;
@@ -53,7 +54,9 @@ impl Roles {
 }
 
 /// The policy's model folder: the recipe's `model.path`, or a fresh model written to
-/// `<run>/init` (created once; a resumed run reuses it).
+/// `<run>/init` by `oxalign_models::init_model_dir` (created once; a resumed run reuses it).
+/// The byte tokenizer stops at eos only here (`InitTokenizer::BytePlainText`), as the tuned
+/// recipes expect.
 pub fn policy_dir(recipe: &Recipe, run_dir: &Path) -> Result<PathBuf, RunError> {
     if let Some(p) = &recipe.model.path {
         return Ok(PathBuf::from(p));
@@ -74,20 +77,22 @@ pub fn policy_dir(recipe: &Recipe, run_dir: &Path) -> Result<PathBuf, RunError> 
         .init_preset
         .parse()
         .map_err(|e| bad("model.init_preset", &e))?;
-    std::fs::create_dir_all(&dir).map_err(|e| fail(Cause::io("create", &dir, e)))?;
-    byte_tokenizer::write(&dir).map_err(|e| fail(e.into()))?;
-    let tok = Tokenizer::from_dir(&dir).map_err(|e| fail(e.into()))?;
-    let vocab = match preset {
-        Preset::Tiny => tok.vocab_len(),
-        Preset::Small => tok.vocab_len().max(32_000),
+    let spec = InitSpec {
+        family,
+        preset,
+        head: InitHead::Lm,
+        seed: recipe.run.seed,
+        tokenizer: InitTokenizer::BytePlainText,
     };
-    let mut cfg = ModelConfig::preset(family, preset, vocab);
-    cfg.bos_token_id = tok.bos_token_id();
-    cfg.eos_token_id = tok.stop_token_ids().to_vec();
-    cfg.pad_token_id = tok.pad_token_id();
-    let model = CausalLm::init_random(&cfg, recipe.run.seed, &candle_core::Device::Cpu)
-        .map_err(|e| fail(e.into()))?;
-    model.save(&dir).map_err(|e| fail(e.into()))?;
+    init_model_dir(&dir, &spec).map_err(|e| match e {
+        InitError::Model(e) => fail(e.into()),
+        InitError::Io {
+            action,
+            path,
+            source,
+        } => fail(Cause::io(action, &path, source)),
+        other => fail(Cause::BadInput(other.to_string())),
+    })?;
     Ok(dir)
 }
 

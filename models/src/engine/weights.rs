@@ -6,7 +6,8 @@ use crate::config::ModelConfig;
 use crate::engine::config::QuantMode;
 use crate::engine::error::{EngineError, EngineResult};
 use crate::error::ModelError;
-use crate::param_spec::causal_lm_specs;
+use crate::layout::{causal_lm_specs, lm_head_param, LinearParams};
+use crate::param_spec::{DtypePolicy, ParamSpec};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use oxalign_kernels::linear::{Int8Weight, PackedF32Weight};
@@ -133,6 +134,42 @@ pub(crate) struct EngineWeights {
     pub intermediate: usize,
 }
 
+/// One engine linear layer over the declared `parts`, concatenated along the output axis
+/// (q/k/v and gate/up are fused), with their biases when declared. The weight is quantized
+/// when its declared dtype policy allows it.
+fn fused(
+    parts: &[&LinearParams],
+    get: &dyn Fn(&ParamSpec) -> EngineResult<Tensor>,
+    quant: QuantMode,
+) -> EngineResult<Linear> {
+    let cat = |ts: Vec<Tensor>| -> EngineResult<Tensor> {
+        match ts.as_slice() {
+            [one] => Ok(one.clone()),
+            _ => Ok(Tensor::cat(&ts, 0)?),
+        }
+    };
+    let w = cat(parts
+        .iter()
+        .map(|p| get(&p.weight))
+        .collect::<EngineResult<_>>()?)?;
+    let b = match parts
+        .iter()
+        .map(|p| p.bias.as_ref())
+        .collect::<Option<Vec<_>>>()
+    {
+        Some(biases) => Some(cat(biases
+            .into_iter()
+            .map(get)
+            .collect::<EngineResult<_>>()?)?),
+        None => None,
+    };
+    let quant = match parts[0].weight.kind.dtype_policy() {
+        DtypePolicy::Quantizable => quant,
+        DtypePolicy::F32 => QuantMode::None,
+    };
+    Linear::new(w, b, quant)
+}
+
 /// A linear layer's weight `[out, in]` as a host row-major vector with its shape, and its
 /// bias on the host.
 type HostLinear = (Vec<f32>, usize, usize, Option<Vec<f32>>);
@@ -217,94 +254,41 @@ impl EngineWeights {
             sums.insert(spec.name.clone(), tensor_checksum(&t)?);
             own.insert(spec.name, t);
         }
-        let get = |n: &str| -> EngineResult<Tensor> {
-            own.get(n).cloned().ok_or_else(|| {
+        let get = |spec: &ParamSpec| -> EngineResult<Tensor> {
+            own.get(&spec.name).cloned().ok_or_else(|| {
                 ModelError::MissingTensor {
-                    name: n.to_string(),
+                    name: spec.name.clone(),
                     path: source.clone(),
                 }
                 .into()
             })
         };
-        let opt = |n: String, on: bool| -> EngineResult<Option<Tensor>> {
-            if on {
-                get(&n).map(Some)
-            } else {
-                Ok(None)
-            }
-        };
-        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
-        for i in 0..cfg.num_hidden_layers {
-            let p = format!("model.layers.{i}");
-            let a = format!("{p}.self_attn");
-            let m = format!("{p}.mlp");
-            let qkv_w = Tensor::cat(
-                &[
-                    get(&format!("{a}.q_proj.weight"))?,
-                    get(&format!("{a}.k_proj.weight"))?,
-                    get(&format!("{a}.v_proj.weight"))?,
-                ],
-                0,
-            )?;
-            let qkv_b = if cfg.qkv_bias() {
-                Some(Tensor::cat(
-                    &[
-                        get(&format!("{a}.q_proj.bias"))?,
-                        get(&format!("{a}.k_proj.bias"))?,
-                        get(&format!("{a}.v_proj.bias"))?,
-                    ],
-                    0,
-                )?)
-            } else {
-                None
-            };
-            let gu_w = Tensor::cat(
-                &[
-                    get(&format!("{m}.gate_proj.weight"))?,
-                    get(&format!("{m}.up_proj.weight"))?,
-                ],
-                0,
-            )?;
-            let gu_b = if cfg.mlp_bias() {
-                Some(Tensor::cat(
-                    &[
-                        get(&format!("{m}.gate_proj.bias"))?,
-                        get(&format!("{m}.up_proj.bias"))?,
-                    ],
-                    0,
-                )?)
-            } else {
-                None
-            };
+        let decl = cfg.backbone_params();
+        let mut layers = Vec::with_capacity(decl.layers.len());
+        for (i, l) in decl.layers.iter().enumerate() {
+            let a = &l.attn;
+            let m = &l.mlp;
             layers.push(LayerWeights {
-                input_norm: host(&get(&format!("{p}.input_layernorm.weight"))?)?,
-                qkv: Linear::new(qkv_w, qkv_b, quant)?,
-                o: Linear::new(
-                    get(&format!("{a}.o_proj.weight"))?,
-                    opt(format!("{a}.o_proj.bias"), cfg.o_bias())?,
-                    quant,
-                )?,
-                post_norm: host(&get(&format!("{p}.post_attention_layernorm.weight"))?)?,
-                gate_up: Linear::new(gu_w, gu_b, quant)?,
-                down: Linear::new(
-                    get(&format!("{m}.down_proj.weight"))?,
-                    opt(format!("{m}.down_proj.bias"), cfg.mlp_bias())?,
-                    quant,
-                )?,
+                input_norm: host(&get(&l.input_norm)?)?,
+                qkv: fused(&[&a.q, &a.k, &a.v], &get, quant)?,
+                o: fused(&[&a.o], &get, quant)?,
+                post_norm: host(&get(&l.post_attention_norm)?)?,
+                gate_up: fused(&[&m.gate, &m.up], &get, quant)?,
+                down: fused(&[&m.down], &get, quant)?,
                 window: cfg.layer_window(i),
             });
         }
-        let embed = get("model.embed_tokens.weight")?;
-        let lm_w = if cfg.tie_word_embeddings {
-            embed.clone()
-        } else {
-            get("lm_head.weight")?
+        let embed = get(&decl.embed_tokens)?;
+        // The LM head is a linear layer (quantizable) even when it reuses the embedding.
+        let lm_w = match lm_head_param(cfg) {
+            Some(spec) => get(&spec)?,
+            None => embed.clone(),
         };
         let weights = EngineWeights {
             embed: Arc::new(host(&embed)?),
             hidden: cfg.hidden_size,
             layers,
-            norm: host(&get("model.norm.weight")?)?,
+            norm: host(&get(&decl.norm)?)?,
             lm_head: Linear::new(lm_w, None, quant)?,
             eps: cfg.rms_norm_eps,
             intermediate: cfg.intermediate_size,

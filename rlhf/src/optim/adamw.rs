@@ -6,6 +6,7 @@ use std::collections::HashSet;
 
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Tensor, Var};
+use oxalign_models::ParamStore;
 
 use crate::error::{Result, RlhfError};
 use crate::optim::fused_adamw::{self, MomentUpdate, ParamUpdate};
@@ -87,6 +88,23 @@ impl AdamW {
         Self::with_groups(vars, config, default_groups(config.weight_decay), |n| {
             default_group_of(n)
         })
+    }
+
+    /// AdamW over every parameter of a model's store, with the default groups decided by
+    /// the model's declaration: weight decay for linear weights only (each parameter's
+    /// `ParamKind::decays`), none for norms, biases and embeddings. A name the store does
+    /// not declare falls back to [`default_group_of`].
+    pub fn for_params(params: &ParamStore, config: AdamWConfig) -> Result<Self> {
+        let group_of = |n: &str| match params.spec(n) {
+            Some(spec) => usize::from(!spec.kind.decays()),
+            None => default_group_of(n),
+        };
+        Self::with_groups(
+            params.vars(),
+            config,
+            default_groups(config.weight_decay),
+            group_of,
+        )
     }
 
     /// AdamW with explicit groups; `group_of(name)` returns an index into `groups`.

@@ -9,6 +9,7 @@ use crate::optim::{clip_coefficient, AdamW, AdamWConfig};
 use crate::{Result, RlhfError};
 use candle_core::{Device, Tensor, Var};
 use oxalign_kernels::collective::Collective;
+use oxalign_models::ParamStore;
 
 /// What one optimizer step did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
@@ -95,18 +96,14 @@ pub fn check_loss(
     Err(RlhfError::Diverged { what, value, limit })
 }
 
-/// AdamW (default parameter groups, torch's betas and eps) over a model's named
-/// parameters, and the bare `Var`s in the same order for [`apply_gradients`].
-pub fn adamw_over(
-    named: Vec<(String, Var)>,
-    lr: f64,
-    weight_decay: f64,
-) -> Result<(AdamW, Vec<Var>)> {
-    let vars = named.iter().map(|(_, v)| v.clone()).collect();
+/// AdamW (default parameter groups from the model's declaration, torch's betas and eps) over
+/// a model's parameters, and the bare `Var`s in the same order for [`apply_gradients`].
+pub fn adamw_over(params: &ParamStore, lr: f64, weight_decay: f64) -> Result<(AdamW, Vec<Var>)> {
+    let vars = params.vars().into_iter().map(|(_, v)| v).collect();
     let config = AdamWConfig {
         lr,
         weight_decay,
         ..AdamWConfig::default()
     };
-    Ok((AdamW::new(named, config)?, vars))
+    Ok((AdamW::for_params(params, config)?, vars))
 }

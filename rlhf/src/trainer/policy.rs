@@ -86,7 +86,7 @@ pub struct PolicyTrainer {
 impl PolicyTrainer {
     /// Wraps `model` with AdamW (default parameter groups: no decay on norms, biases, embeddings).
     pub fn new(model: CausalLm, lr: f64, weight_decay: f64) -> Result<Self> {
-        let (opt, vars) = adamw_over(model.vars(), lr, weight_decay)?;
+        let (opt, vars) = adamw_over(model.params(), lr, weight_decay)?;
         Ok(Self {
             model,
             opt,

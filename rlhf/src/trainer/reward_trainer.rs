@@ -27,7 +27,7 @@ pub struct RewardTrainer {
 impl RewardTrainer {
     /// Wraps `model` with AdamW (default parameter groups).
     pub fn new(model: RewardModel, lr: f64, weight_decay: f64) -> Result<Self> {
-        let (opt, vars) = adamw_over(model.vars(), lr, weight_decay)?;
+        let (opt, vars) = adamw_over(model.params(), lr, weight_decay)?;
         Ok(Self {
             model,
             opt,

@@ -1,0 +1,241 @@
+//! `Model<H>`: one backbone (the decoder and its trainable weights) wearing a head `H`. Every
+//! constructor (from tensors, random init, HF folders, a backbone with a new head), save,
+//! and the weight accessors live here once; `CausalLm`, `ValueModel` and `RewardModel` are
+//! this type with their head, and their files add only the head's forward math.
+
+use crate::checkpoint::{read_checkpoint, write_checkpoint, CONFIG_FILE};
+use crate::config::ModelConfig;
+use crate::decoder::Decoder;
+use crate::error::{ModelError, Result};
+use crate::head::Head;
+use crate::param_spec::{init_tensors, ParamSpec};
+use crate::param_store::ParamStore;
+use candle_core::{DType, Device, Tensor, Var};
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// A decoder backbone with head `H`, HF tensor names throughout.
+///
+/// Weights are trainable `Var`s in a `candle_nn::VarMap` ([`Model::params`]); every forward
+/// is differentiable with respect to them. `clone()` shares those weights (same `Var`s); use
+/// [`Model::deep_clone`] for an independent copy (e.g. a frozen reference model).
+#[derive(Clone)]
+pub struct Model<H: Head> {
+    config: ModelConfig,
+    params: ParamStore,
+    decoder: Decoder,
+    pub(crate) head: H,
+}
+
+const WEIGHTS_MAP: &str = "<weights map>";
+
+impl<H: Head> Model<H> {
+    /// Every parameter of this model under `config`: the backbone's, then the head's, in the
+    /// order random init draws them.
+    pub fn param_specs(config: &ModelConfig) -> Vec<ParamSpec> {
+        let mut specs = config.backbone_params().specs();
+        specs.extend(H::params(config));
+        specs
+    }
+
+    /// Builds the model over `params` (which hold exactly [`Model::param_specs`]).
+    fn build(config: ModelConfig, params: ParamStore) -> Result<Self> {
+        let decoder = Decoder::new(&config, &params)?;
+        let head = H::bind(&config, &params, &decoder)?;
+        Ok(Model {
+            config,
+            params,
+            decoder,
+            head,
+        })
+    }
+
+    /// Builds the store from `tensors` (every parameter required) or, with
+    /// `new_head_seed = Some(seed)`, initialises head tensors missing from `tensors`
+    /// (present ones must still have the right shape). Errors name `source`.
+    fn assemble(
+        config: ModelConfig,
+        tensors: &HashMap<String, Tensor>,
+        source: &Path,
+        new_head_seed: Option<u64>,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        config.validate()?;
+        let specs = Self::param_specs(&config);
+        let missing: Vec<ParamSpec> = match new_head_seed {
+            None => vec![],
+            Some(_) => H::params(&config)
+                .into_iter()
+                .filter(|s| !tensors.contains_key(&s.name))
+                .collect(),
+        };
+        let params = match new_head_seed {
+            Some(seed) if !missing.is_empty() => {
+                let mut all = tensors.clone();
+                all.extend(init_tensors(&missing, seed, dtype, device)?);
+                ParamStore::from_tensors(&specs, &all, source, dtype, device)?
+            }
+            _ => ParamStore::from_tensors(&specs, tensors, source, dtype, device)?,
+        };
+        Self::build(config, params)
+    }
+
+    /// Builds a model from named tensors (HF names), converted to `dtype` on `device`.
+    /// Errors name any missing tensor or shape mismatch; extra tensors are ignored.
+    pub fn from_weights(
+        config: ModelConfig,
+        tensors: &HashMap<String, Tensor>,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        Self::assemble(config, tensors, Path::new(WEIGHTS_MAP), None, dtype, device)
+    }
+
+    /// Builds from backbone tensors (`model.*`, e.g. another head's weights); head tensors
+    /// are used when present, else initialised with `head_seed`.
+    pub fn from_backbone(
+        config: ModelConfig,
+        tensors: &HashMap<String, Tensor>,
+        head_seed: u64,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        let source = Path::new(WEIGHTS_MAP);
+        Self::assemble(config, tensors, source, Some(head_seed), dtype, device)
+    }
+
+    /// An independent copy (own `Var`s, same values, same dtype and device).
+    pub fn deep_clone(&self) -> Result<Self> {
+        Self::from_weights(
+            self.config.clone(),
+            &self.weights()?,
+            self.dtype(),
+            self.device(),
+        )
+    }
+
+    /// Random init with seed `seed` in f32: Normal(0, 0.02) for linear/embedding weights, ones
+    /// for norms, zeros for biases (the kinds' rule, `param_spec.rs`).
+    pub fn init_random(config: &ModelConfig, seed: u64, device: &Device) -> Result<Self> {
+        Self::init_random_with_dtype(config, seed, DType::F32, device)
+    }
+
+    /// [`Model::init_random`] in another dtype (f64 is used by gradient checks).
+    pub fn init_random_with_dtype(
+        config: &ModelConfig,
+        seed: u64,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        config.validate()?;
+        let tensors = init_tensors(&Self::param_specs(config), seed, dtype, device)?;
+        Self::from_weights(config.clone(), &tensors, dtype, device)
+    }
+
+    /// Loads an HF model folder of this head: `config.json` + `model.safetensors` (or the
+    /// shards of `model.safetensors.index.json`), as f32 on `device`. Scalar heads check that
+    /// the config describes one label.
+    pub fn load(dir: &Path, device: &Device) -> Result<Self> {
+        let (config, tensors) = read_checkpoint(dir, device)?;
+        if H::SCALAR {
+            check_one_label(&config, dir)?;
+        }
+        Self::assemble(config, &tensors, dir, None, DType::F32, device)
+    }
+
+    /// Loads the backbone of any HF folder of a supported family (causal LM, reward model,
+    /// critic); head tensors missing from it are initialised with `head_seed`.
+    pub fn load_with_new_head(dir: &Path, head_seed: u64, device: &Device) -> Result<Self> {
+        let (config, tensors) = read_checkpoint(dir, device)?;
+        Self::assemble(config, &tensors, dir, Some(head_seed), DType::F32, device)
+    }
+
+    /// Writes `config.json` (`architectures: [<Family><Head>]`; one label for scalar heads),
+    /// `model.safetensors` (f32) and `generation_config.json` into `dir` (created if needed),
+    /// loadable by the matching `transformers.AutoModelFor*.from_pretrained`.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let arch = self.config.family.architecture(H::ARCHITECTURE);
+        let config = if H::SCALAR {
+            classifier_config(&self.config)
+        } else {
+            self.config.clone()
+        };
+        write_checkpoint(dir, &config, &arch, &self.params)
+    }
+
+    /// The model config.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The trainable parameters.
+    pub fn params(&self) -> &ParamStore {
+        &self.params
+    }
+
+    /// The underlying `VarMap` (HF names).
+    pub fn varmap(&self) -> &candle_nn::VarMap {
+        self.params.varmap()
+    }
+
+    /// `(name, Var)` for every trainable parameter, sorted by name.
+    pub fn vars(&self) -> Vec<(String, Var)> {
+        self.params.vars()
+    }
+
+    /// Detached copies of all weights, keyed by HF name (for refit / checkpoints).
+    pub fn weights(&self) -> candle_core::Result<HashMap<String, Tensor>> {
+        self.params.snapshot()
+    }
+
+    /// Overwrites all weights in place from `tensors` (every parameter required, shapes
+    /// checked, extra entries ignored). Existing clones of this model see the new values.
+    pub fn load_weights_from(&self, tensors: &HashMap<String, Tensor>) -> Result<()> {
+        self.params.load_from(tensors)
+    }
+
+    /// Device of the weights.
+    pub fn device(&self) -> &Device {
+        self.params.device()
+    }
+
+    /// Dtype of the weights (f32 unless built with `init_random_with_dtype`).
+    pub fn dtype(&self) -> DType {
+        self.params.dtype()
+    }
+
+    /// The decoder body.
+    pub fn decoder(&self) -> &Decoder {
+        &self.decoder
+    }
+}
+
+/// `config` with the HF keys of a one-label classifier (`id2label`/`label2id`, i.e.
+/// `num_labels = 1`).
+fn classifier_config(config: &ModelConfig) -> ModelConfig {
+    let mut c = config.clone();
+    c.extra.remove("num_labels");
+    c.extra.insert("id2label".into(), json!({"0": "LABEL_0"}));
+    c.extra.insert("label2id".into(), json!({"LABEL_0": 0}));
+    c
+}
+
+/// Checks that a checkpoint config describes one label (when it says anything about labels).
+fn check_one_label(config: &ModelConfig, source: &Path) -> Result<()> {
+    let n = match (config.extra.get("num_labels"), config.extra.get("id2label")) {
+        (Some(n), _) => n.as_u64().map(|n| n as usize),
+        (None, Some(map)) => map.as_object().map(|m| m.len()),
+        (None, None) => return Ok(()),
+    };
+    if n == Some(1) {
+        Ok(())
+    } else {
+        Err(ModelError::InvalidConfig {
+            path: source.join(CONFIG_FILE),
+            key: "num_labels".into(),
+            message: format!("scalar heads need exactly 1 label, found {n:?}"),
+        })
+    }
+}
