@@ -6,8 +6,8 @@
 
 use super::scalar;
 use crate::advantages::{
-    gae, group_relative_advantages, masked_whiten, reinforce_pp_advantages, rloo_advantages,
-    GaeBootstrap, GaeConfig, GroupNorm, WhitenOptions,
+    distill_advantages, gae, group_relative_advantages, masked_whiten, reinforce_pp_advantages,
+    rloo_advantages, GaeBootstrap, GaeConfig, GroupNorm, WhitenOptions,
 };
 use crate::losses::{kl_per_token, kl_shaped_rewards, KlEstimator};
 use crate::mask::{broadcast_to_tokens, masked_mean};
@@ -29,6 +29,12 @@ pub enum AdvantageKind {
     ReinforcePp {
         /// Discount per token.
         gamma: f64,
+    },
+    /// On-policy distillation: `A_t = −(log π_old − log π_teacher)` per token, the teacher's
+    /// log-probs in `ref_logprobs`, plus `reward_coef` times the batch-centred score.
+    Distill {
+        /// Weight of the task reward (0 = pure distillation).
+        reward_coef: f64,
     },
 }
 
@@ -142,6 +148,10 @@ pub fn build_experience(
                 None,
             )
         }
+        AdvantageKind::Distill { reward_coef } => (
+            distill_advantages(logprobs, ref_logprobs, mask, &score_t, reward_coef)?,
+            None,
+        ),
         AdvantageKind::Grpo | AdvantageKind::DrGrpo | AdvantageKind::Rloo => {
             // Scores are normalised within the group; a KL-in-reward penalty is not (dividing
             // β·KL by a near-zero group std would blow it up): each token is charged the KL
