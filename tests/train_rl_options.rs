@@ -142,9 +142,9 @@ fn rollout_corrections_weight_and_mask_an_int8_engines_rollouts() {
     }
 }
 
-/// The teacher (300 SFT steps) and the weaker student (20) of configs/distill*.toml: over 30
-/// distillation steps the per-token KL from student to teacher (k3) falls by more than a
-/// third between the first and the last five steps.
+/// The teacher (300 SFT steps) and the weaker student (20) of configs/distill*.toml: over 40
+/// distillation steps the per-token reverse KL from student to teacher (k1) falls by more
+/// than a fifth between the first and the last ten steps.
 #[test]
 fn distillation_lowers_the_reverse_kl_to_the_teacher() {
     let dir = tempfile::tempdir().unwrap();
@@ -155,9 +155,34 @@ fn distillation_lowers_the_reverse_kl_to_the_teacher() {
         .is_file());
     train(dir.path(), &[&config("distill")]);
     let m = metrics(dir.path(), "distill");
-    assert_eq!(m.len(), 30);
+    assert_eq!(m.len(), 40);
     let mean = |rows: &[Value]| rows.iter().map(|r| num(r, "kl")).sum::<f64>() / rows.len() as f64;
-    let (k0, k1) = (mean(&m[..5]), mean(&m[25..]));
+    let (k0, k1) = (mean(&m[..10]), mean(&m[30..]));
     eprintln!("distill: KL to the teacher {k0:.4} -> {k1:.4}");
-    assert!(k1 < 0.67 * k0, "KL to the teacher {k0} -> {k1}");
+    assert!(k1 < 0.8 * k0, "KL to the teacher {k0} -> {k1}");
+
+    // A teacher with another vocabulary is refused by --check, naming the key (exit 2).
+    let teacher = dir.path().join("runs/distill-teacher/reference");
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    for f in std::fs::read_dir(&teacher).unwrap().flatten() {
+        std::fs::copy(f.path(), other.join(f.file_name())).unwrap();
+    }
+    let cfg = std::fs::read_to_string(other.join("config.json")).unwrap();
+    let mut v: Value = serde_json::from_str(&cfg).unwrap();
+    v["vocab_size"] = (v["vocab_size"].as_u64().unwrap() + 8).into();
+    std::fs::write(other.join("config.json"), v.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_oxalign"))
+        .args(["train", "--check", &config("distill")])
+        .args(["--set", "model.path=\"runs/distill-teacher/reference\""])
+        .args(["--set", "model.teacher_path=\"other\""])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("model.teacher_path") && err.contains("vocab"),
+        "{err}"
+    );
 }

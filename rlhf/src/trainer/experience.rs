@@ -49,7 +49,7 @@ pub struct ExperienceConfig {
     pub kl_coef: f64,
     /// KL estimator for the reward penalty and the reported KL.
     pub kl_estimator: KlEstimator,
-    /// Whiten GAE advantages over the batch.
+    /// Whiten GAE and distillation advantages over the batch.
     pub whiten: bool,
 }
 
@@ -148,10 +148,17 @@ pub fn build_experience(
                 None,
             )
         }
-        AdvantageKind::Distill { reward_coef } => (
-            distill_advantages(logprobs, ref_logprobs, mask, &score_t, reward_coef)?,
-            None,
-        ),
+        AdvantageKind::Distill { reward_coef } => {
+            // All-negative raw advantages push every sampled token down and the student's
+            // entropy up; whitening subtracts a constant baseline (E[∇log π] = 0).
+            let adv = distill_advantages(logprobs, ref_logprobs, mask, &score_t, reward_coef)?;
+            let adv = if cfg.whiten {
+                masked_whiten(&adv, mask, WhitenOptions::default())?
+            } else {
+                adv
+            };
+            (adv, None)
+        }
         AdvantageKind::Grpo | AdvantageKind::DrGrpo | AdvantageKind::Rloo => {
             // Scores are normalised within the group; a KL-in-reward penalty is not (dividing
             // β·KL by a near-zero group std would blow it up): each token is charged the KL
