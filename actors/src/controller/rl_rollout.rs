@@ -236,7 +236,7 @@ fn merge(
         },
         texts: Vec::new(),
         rows: RowTexts::default(),
-        rewards: Some(Vec::new()),
+        rewards: None,
         generated: rounds.iter().map(|r| r.generated).sum(),
         gen_tokens: rounds.iter().map(|r| r.gen_tokens).sum(),
         all_tokens: rounds.iter().map(|r| r.all_tokens).sum(),
@@ -245,7 +245,7 @@ fn merge(
         prompts_drawn: rounds.iter().map(|r| r.prompts_drawn).sum(),
         dynamic: Some(report),
     };
-    let rewards = out.rewards.as_mut().expect("set above");
+    let mut rewards = Vec::with_capacity(kept.len() * group_size);
     for (new_group, &(r, group)) in kept.iter().enumerate() {
         let ro = &mut rounds[r];
         for i in group * group_size..(group + 1) * group_size {
@@ -261,5 +261,6 @@ fn merge(
             rewards.push(ro.rewards.as_ref().map_or(0.0, |v| v[i]));
         }
     }
+    out.rewards = Some(rewards);
     out
 }
