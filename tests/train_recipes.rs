@@ -84,11 +84,12 @@ fn missing_recipe_file_is_named() {
 #[test]
 fn check_accepts_the_shipped_recipes() {
     // The pipeline's recipes read the data files and the models earlier stages write: the
-    // data command writes the first, tiny stand-ins play the SFT model and the reward model.
+    // data command writes the first, tiny stand-ins play the SFT model, the reward model and
+    // the distillation teacher.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let setup: [&[&str]; 3] = [
+    let setup: [&[&str]; 4] = [
         &["data", "arithmetic", "--out", "data/arithmetic"],
         &[
             "init-model",
@@ -109,6 +110,15 @@ fn check_accepts_the_shipped_recipes() {
             "reward",
             "--out",
             "runs/rm/final",
+        ],
+        &[
+            "init-model",
+            "--family",
+            "llama",
+            "--preset",
+            "tiny",
+            "--out",
+            "runs/distill-teacher/reference",
         ],
     ];
     for args in setup {

@@ -3,7 +3,8 @@
 
 Each formula is written from its published definition (GAE as the explicit (γλ)-weighted sum of
 TD errors, GRPO/RLOO/REINFORCE++ from their papers, PPO/value/DPO/IPO/Bradley–Terry losses with
-torch autograd for gradients, KL-as-loss gradients, GSPO and CISPO from their papers,
+torch autograd for gradients, KL-as-loss gradients, GSPO and CISPO from their papers, rollout correction
+(sequence masking, IcePop), on-policy distillation advantages,
 torch.optim.AdamW, torch.nn.utils.clip_grad_norm_ and the HF
 transformers cosine scheduler), on small fixed random inputs, and written to
 rlhf/tests/fixtures/reference.json. Usage: python3 tools/rlhf_reference.py [output.json]
@@ -515,6 +516,84 @@ def cispo_case():
                 clip_frac=float((clipped * mask).sum() / mask.sum()))
 
 
+def rollout_correction_cases():
+    """Rollout correction between the engine (behaviour) and the trainer's pi_old, w_t = exp(old - rollout).
+    seq_mask (veRL rollout_is_level="geometric", mode "mask"): a sequence is kept (weight 1 on its tokens)
+    iff exp(mean_t log w_t) over its response lies in [lower, upper], else weight 0. icepop (Ring-1T):
+    M(w) = w if lower <= w <= upper else 0, per token."""
+    old = randn(B, T, scale=0.5) - 1.0
+    rollout = old + randn(B, T, scale=0.5)
+    sel = MASK != 0
+    w = np.exp(old - rollout)
+    cases = []
+    for mode, lower, upper in (("seq_mask", 0.7, 1.3), ("icepop", 0.7, 1.5)):
+        if mode == "seq_mask":
+            weights = np.zeros((B, T))
+            rows, masked_rows = 0, 0
+            for b in range(B):
+                pos = response_positions(MASK[b])
+                if not pos:
+                    continue
+                rows += 1
+                g = math.exp(np.mean([old[b, p] - rollout[b, p] for p in pos]))
+                keep = lower <= g <= upper
+                masked_rows += 0 if keep else 1
+                for p in pos:
+                    weights[b, p] = 1.0 if keep else 0.0
+            seq_frac = masked_rows / max(rows, 1)
+        else:
+            weights = np.where(sel & (w >= lower) & (w <= upper), w, 0.0)
+            seq_frac = 0.0
+        cases.append(dict(mode=mode, lower=lower, upper=upper, trainer_old_logprobs=lst(old),
+                          rollout_logprobs=lst(rollout), mask=lst(MASK), weights=lst(weights),
+                          weight_mean=float(weights[sel].mean()),
+                          masked_frac=float((weights[sel] == 0).mean()), masked_seq_frac=seq_frac))
+    return cases
+
+
+def dynamic_sampling_cases():
+    """DAPO dynamic sampling (Yu et al. 2025, eq. 11: keep groups with 0 < |{correct}| < G, i.e.
+    whose rewards are not all equal), drawing rounds until `target` informative groups are held;
+    short of it after the last round, the batch is filled with the earliest uninformative groups."""
+    G = 4
+    cases = []
+    for target, n_rounds in ((3, 3), (4, 2)):
+        rounds = [RNG.integers(0, 2, size=(4, G)).astype(np.float64) * (RNG.random((4, 1)) < 0.6)
+                  for _ in range(n_rounds)]
+        flags = [[bool(np.any(g != g[0])) for g in r] for r in rounds]
+        held, used = 0, 0
+        for r in flags:
+            used += 1
+            held += sum(r)
+            if held >= target:
+                break
+        drawn = flags[:used]
+        inf = [(r, g) for r, row in enumerate(drawn) for g, ok in enumerate(row) if ok]
+        uninf = [(r, g) for r, row in enumerate(drawn) for g, ok in enumerate(row) if not ok]
+        n_inf = min(len(inf), target)
+        filled = min(target - n_inf, len(uninf))
+        kept = sorted(inf[:n_inf] + uninf[:filled])
+        cases.append(dict(group_size=G, target=target, scores=[lst(r.reshape(-1)) for r in rounds],
+                          rounds_used=used, kept=kept, dropped=len(uninf) - filled, filled=filled,
+                          surplus=len(inf) - n_inf))
+    return cases
+
+
+def distill_cases():
+    """On-policy distillation (Thinking Machines 2025, "On-policy distillation"; NeMo RL): per-token
+    advantage -(log pi_student - log pi_teacher) on the student's own samples, plus reward_coef times
+    the batch-centred task reward."""
+    student = randn(B, T, scale=0.5) - 1.5
+    teacher = randn(B, T, scale=0.5) - 1.0
+    scores = randn(B)
+    cases = []
+    for coef in (0.0, 0.5):
+        adv = -(student - teacher) + coef * (scores - scores.mean())[:, None]
+        cases.append(dict(reward_coef=coef, student_logprobs=lst(student), teacher_logprobs=lst(teacher),
+                          mask=lst(MASK), scores=lst(scores), advantages=lst(np.where(MASK != 0, adv, 0.0))))
+    return cases
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "rlhf", "tests", "fixtures", "reference.json")
@@ -540,6 +619,9 @@ def main():
         kl_loss=kl_loss_cases(),
         gspo=gspo_cases(),
         cispo=cispo_case(),
+        rollout_correction=rollout_correction_cases(),
+        dynamic_sampling=dynamic_sampling_cases(),
+        distill=distill_cases(),
     )
     with open(out, "w") as f:
         json.dump(data, f, indent=1)

@@ -101,7 +101,7 @@ async fn update_with(world: usize, agg: LossAgg, packed: bool) -> HashMap<String
             kl_loss_coef: 0.05,
             kl_estimator: KlEstimator::K3,
             entropy_coef: 0.01,
-            tis_cap: Some(2.0),
+            rollout_correction: oxalign_rlhf::losses::RolloutCorrection::TokenTis { cap: 2.0 },
             max_grad_norm: 1.0,
         },
         lr: 1e-4,

@@ -183,7 +183,7 @@ fn ppo_loss_terms_equal_the_padded_path_for_every_aggregation() {
             kl_loss_coef: 0.1,
             kl_estimator: KlEstimator::K1,
             entropy_coef: 0.01,
-            tis_cap: Some(2.0),
+            rollout_correction: oxalign_rlhf::losses::RolloutCorrection::TokenTis { cap: 2.0 },
             max_grad_norm: 1.0,
         };
         let (mut packed, mut padded) = (policy(family, RL), policy(family, Packing::default()));

@@ -7,13 +7,14 @@ use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 use common::*;
 use oxalign_rlhf::advantages::{
-    gae, group_relative_advantages, masked_whiten, reinforce_pp_advantages, rloo_advantages,
-    GaeBootstrap, GaeConfig, GroupNorm, WhitenOptions,
+    distill_advantages, gae, group_relative_advantages, informative_count, informative_groups,
+    masked_whiten, reinforce_pp_advantages, rloo_advantages, select_groups, GaeBootstrap,
+    GaeConfig, GroupNorm, WhitenOptions,
 };
 use oxalign_rlhf::losses::{
     bradley_terry_loss, dpo_loss, entropy_bonus, kl_loss, kl_per_token, kl_shaped_rewards,
     ppo_policy_loss, sft_loss, truncated_is_weights, value_loss, DpoLoss, KlEstimator, LossAgg,
-    PolicyObjective, PpoConfig, PreferenceLogprobs,
+    PolicyObjective, PpoConfig, PreferenceLogprobs, RolloutCorrection,
 };
 use oxalign_rlhf::optim::{clip_grad_norm, AdamW, AdamWConfig, LrSchedule, ParamGroup};
 use oxalign_rlhf::{AdaptiveKl, KlController};
@@ -601,6 +602,114 @@ fn gspo_and_cispo_match_reference() {
             let g = loss.backward().unwrap();
             let g = g.get(logp.as_tensor()).unwrap();
             assert_close(kind, &host(g), &flat(&case["grad"]), t);
+        }
+    }
+}
+
+/// Sequence-level masking (geometric-mean ratio) and IcePop's token masking: weights and
+/// masked fractions against the published definitions.
+#[test]
+fn rollout_corrections_match_reference() {
+    for dtype in DTYPES {
+        let t = tol(dtype);
+        for case in fixture()["rollout_correction"].as_array().unwrap() {
+            let (lower, upper) = (f(&case["lower"]), f(&case["upper"]));
+            let mode = match case["mode"].as_str().unwrap() {
+                "seq_mask" => RolloutCorrection::SeqMask { lower, upper },
+                "icepop" => RolloutCorrection::Icepop { lower, upper },
+                other => panic!("unknown mode {other}"),
+            };
+            let (w, stats) = mode
+                .weights(
+                    &tensor(&case["trainer_old_logprobs"], dtype),
+                    &tensor(&case["rollout_logprobs"], dtype),
+                    &tensor(&case["mask"], dtype),
+                )
+                .unwrap()
+                .unwrap();
+            let name = case["mode"].as_str().unwrap();
+            assert_close(name, &host(&w), &flat(&case["weights"]), t);
+            assert_close1("weight mean", stats.weight_mean, f(&case["weight_mean"]), t);
+            assert_close1(
+                "masked frac",
+                stats.masked_frac,
+                f(&case["masked_frac"]),
+                1e-12,
+            );
+            assert_close1(
+                "masked seq frac",
+                stats.masked_seq_frac,
+                f(&case["masked_seq_frac"]),
+                1e-12,
+            );
+            assert!(
+                stats.masked_frac > 0.0 && stats.masked_frac < 1.0,
+                "{name}: {stats:?}"
+            );
+        }
+    }
+}
+
+/// DAPO's dynamic sampling: which groups are informative, when drawing stops, and which
+/// groups the batch keeps (dropped, filled and surplus counts), against the paper's rule.
+#[test]
+fn dynamic_sampling_matches_reference() {
+    for case in fixture()["dynamic_sampling"].as_array().unwrap() {
+        let g = case["group_size"].as_u64().unwrap() as usize;
+        let target = case["target"].as_u64().unwrap() as usize;
+        let mut rounds = Vec::new();
+        for scores in case["scores"].as_array().unwrap() {
+            let scores: Vec<f32> = flat(scores).iter().map(|&s| s as f32).collect();
+            rounds.push(informative_groups(&scores, g).unwrap());
+            if informative_count(&rounds) >= target {
+                break;
+            }
+        }
+        assert_eq!(rounds.len() as u64, case["rounds_used"].as_u64().unwrap());
+        let s = select_groups(&rounds, target);
+        let kept: Vec<(usize, usize)> = case["kept"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p[0].as_u64().unwrap() as usize,
+                    p[1].as_u64().unwrap() as usize,
+                )
+            })
+            .collect();
+        assert_eq!(s.kept, kept);
+        for (what, got) in [
+            ("dropped", s.dropped),
+            ("filled", s.filled),
+            ("surplus", s.surplus),
+        ] {
+            assert_eq!(got as u64, case[what].as_u64().unwrap(), "{what}");
+        }
+    }
+}
+
+/// On-policy distillation's per-token advantage, the negative reverse-KL estimate (plus the
+/// centred task reward when weighted), against the published definition.
+#[test]
+fn distill_advantages_match_reference() {
+    for dtype in DTYPES {
+        let t = tol(dtype);
+        for case in fixture()["distill"].as_array().unwrap() {
+            let a = distill_advantages(
+                &tensor(&case["student_logprobs"], dtype),
+                &tensor(&case["teacher_logprobs"], dtype),
+                &tensor(&case["mask"], dtype),
+                &tensor(&case["scores"], dtype),
+                f(&case["reward_coef"]),
+            )
+            .unwrap();
+            assert_close(
+                "distill advantages",
+                &host(&a),
+                &flat(&case["advantages"]),
+                t,
+            );
         }
     }
 }

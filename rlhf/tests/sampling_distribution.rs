@@ -95,7 +95,7 @@ fn tempered_top_k_rollouts_give_ratio_one_and_match_the_engine() {
         kl_loss_coef: 0.0,
         kl_estimator: KlEstimator::K1,
         entropy_coef: 0.0,
-        tis_cap: None,
+        rollout_correction: oxalign_rlhf::losses::RolloutCorrection::None,
         max_grad_norm: 1.0,
     };
     let stats = trainer

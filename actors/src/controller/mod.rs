@@ -25,6 +25,7 @@ pub mod resume_point;
 mod rl_experience;
 mod rl_loop;
 mod rl_report;
+mod rl_rollout;
 mod rl_step;
 mod rm;
 mod run_error;

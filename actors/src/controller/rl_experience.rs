@@ -4,16 +4,19 @@
 //! mismatch. The arithmetic is `oxalign-rlhf`'s, on CPU tensors, off the async runtime.
 
 use super::run_error::{At, RunError};
-use crate::batch::Finish;
 use crate::batch::{ExperienceBatch, ScoredBatch, TokenArray};
+use crate::batch::{Finish, Sample};
 use crate::error::Cause;
 use crate::executor::ExecutorError;
 use crate::recipe::{
-    Algorithm, KlEstimatorName, KlModeName, LossAggName, PolicyLossName, RlSection, TruncatedName,
+    Algorithm, KlEstimatorName, KlModeName, LossAggName, PolicyLossName, RlSection,
+    RolloutCorrectionName, TruncatedName,
 };
 use candle_core::Device;
 use oxalign_rlhf::advantages::{GaeBootstrap, GaeConfig};
-use oxalign_rlhf::losses::{KlEstimator, LossAgg, PolicyObjective, PpoConfig};
+use oxalign_rlhf::losses::{
+    CorrectionStats, KlEstimator, LossAgg, PolicyObjective, PpoConfig, RolloutCorrection,
+};
 use oxalign_rlhf::masked_abs_diff;
 use oxalign_rlhf::reward::OverlongShaping;
 use oxalign_rlhf::trainer::{
@@ -30,6 +33,22 @@ pub(crate) struct Experience {
     /// Mean and max `|trainer - engine|` log-prob over the response tokens (nats), when the
     /// trainer scored the whole rollout (a quantized engine); else the update measures it.
     pub mismatch: Option<(f64, f64)>,
+    /// What the rollout correction did over the whole batch, when one is on.
+    pub correction: Option<CorrectionStats>,
+}
+
+/// The recipe's rollout correction with its bounds.
+pub(crate) fn rollout_correction(rl: &RlSection) -> RolloutCorrection {
+    let (lower, upper) = rl.rollout_mask_band();
+    match rl.rollout_correction() {
+        RolloutCorrectionName::None => RolloutCorrection::None,
+        // Validation refuses `token_tis` without `tis_cap`.
+        RolloutCorrectionName::TokenTis => RolloutCorrection::TokenTis {
+            cap: rl.tis_cap.unwrap_or(f64::INFINITY),
+        },
+        RolloutCorrectionName::SeqMask => RolloutCorrection::SeqMask { lower, upper },
+        RolloutCorrectionName::Icepop => RolloutCorrection::Icepop { lower, upper },
+    }
 }
 
 /// The recipe's KL estimator.
@@ -76,7 +95,7 @@ pub(crate) fn policy_loss_config(rl: &RlSection, beta: f64) -> PolicyLossConfig 
         },
         kl_estimator: estimator(rl.kl_estimator),
         entropy_coef: rl.entropy_coef,
-        tis_cap: rl.tis_cap,
+        rollout_correction: rollout_correction(rl),
         max_grad_norm: rl.max_grad_norm,
     }
 }
@@ -91,6 +110,9 @@ fn config(rl: &RlSection, beta: f64) -> ExperienceConfig {
         Algorithm::DrGrpo => AdvantageKind::DrGrpo,
         Algorithm::Rloo => AdvantageKind::Rloo,
         Algorithm::ReinforcePp => AdvantageKind::ReinforcePp { gamma: rl.gamma },
+        Algorithm::Distill => AdvantageKind::Distill {
+            reward_coef: rl.distill_reward_coef,
+        },
     };
     ExperienceConfig {
         kind,
@@ -115,7 +137,8 @@ pub(crate) async fn experience(
 ) -> Result<Experience, RunError> {
     let cfg = config(rl, beta);
     let shaping = RewardShaping::of(rl);
-    tokio::task::spawn_blocking(move || build(scored, pad_id, &cfg, shaping))
+    let correction = rollout_correction(rl);
+    tokio::task::spawn_blocking(move || build(scored, pad_id, &cfg, shaping, correction))
         .await
         .map_err(blocking_panic)
         .and_then(|r| r)
@@ -124,7 +147,7 @@ pub(crate) async fn experience(
 
 /// How the rollout's length limit changes the scores the advantages are built from.
 #[derive(Debug, Clone, Copy)]
-struct RewardShaping {
+pub(crate) struct RewardShaping {
     /// DAPO's soft overlong punishment, when set.
     overlong: Option<OverlongShaping>,
     /// Rows cut off by the length limit bootstrap from the critic instead of ending.
@@ -132,7 +155,7 @@ struct RewardShaping {
 }
 
 impl RewardShaping {
-    fn of(rl: &RlSection) -> Self {
+    pub(crate) fn of(rl: &RlSection) -> Self {
         Self {
             overlong: rl.overlong_buffer.map(|buffer| OverlongShaping {
                 max_len: rl.max_new_tokens,
@@ -143,23 +166,27 @@ impl RewardShaping {
         }
     }
 
+    /// The score of `sample` with reward `reward` after shaping, and whether it bootstraps
+    /// (1; its score is then 0) or not (0).
+    pub(crate) fn shaped(&self, reward: f32, sample: &Sample) -> (f32, f32) {
+        let mut score = reward;
+        if let Some(o) = &self.overlong {
+            score += o.shaping(sample.response.len()) as f32;
+        }
+        if self.bootstrap_truncated && sample.finish == Finish::Length {
+            return (0.0, 1.0);
+        }
+        (score, 0.0)
+    }
+
     /// The scores after shaping, and per row whether it bootstraps (score then 0).
     fn apply(&self, scored: &ScoredBatch) -> (Vec<f32>, Vec<f32>) {
-        let mut scores = scored.rewards.clone();
-        let mut truncated = vec![0f32; scores.len()];
-        for ((score, cut), sample) in scores
-            .iter_mut()
-            .zip(truncated.iter_mut())
+        scored
+            .rewards
+            .iter()
             .zip(&scored.rollout.samples)
-        {
-            if let Some(o) = &self.overlong {
-                *score += o.shaping(sample.response.len()) as f32;
-            }
-            if self.bootstrap_truncated && sample.finish == Finish::Length {
-                (*score, *cut) = (0.0, 1.0);
-            }
-        }
-        (scores, truncated)
+            .map(|(&r, sample)| self.shaped(r, sample))
+            .unzip()
     }
 }
 
@@ -168,6 +195,7 @@ fn build(
     pad_id: u32,
     cfg: &ExperienceConfig,
     shaping: RewardShaping,
+    correction: RolloutCorrection,
 ) -> Result<Experience, Cause> {
     let cpu = Device::Cpu;
     let (scores, truncated) = shaping.apply(&scored);
@@ -201,6 +229,11 @@ fn build(
     } else {
         None
     };
+    // The weights the update will apply, measured here over the whole batch (a row's weights
+    // depend on that row only, so every minibatch sees the same ones).
+    let correction = correction
+        .weights(&old_lp, &rollout_lp, &mask)?
+        .map(|(_, stats)| stats);
     let returns = exp
         .returns
         .as_ref()
@@ -220,6 +253,7 @@ fn build(
         batch,
         stats: exp.stats,
         mismatch,
+        correction,
     })
 }
 
@@ -289,7 +323,13 @@ mod tests {
             ..RlSection::default()
         };
         let cfg = config(&rl, 0.0);
-        let e = build(scored.clone(), 0, &cfg, RewardShaping::of(&rl))?;
+        let e = build(
+            scored.clone(),
+            0,
+            &cfg,
+            RewardShaping::of(&rl),
+            RolloutCorrection::None,
+        )?;
         let adv = e.batch.advantages;
         // Row 0 (stopped): 1 − V(s_last) = 1 − 0.3 at its last response token (column 3);
         // row 1 (cut off): score 0, bootstrap V = 0.5, so 0.5 − 0.3.
@@ -304,7 +344,13 @@ mod tests {
         rl.truncated = TruncatedName::Terminal;
         rl.overlong_buffer = Some(2);
         rl.overlong_penalty = 0.5;
-        let e = build(scored, 0, &config(&rl, 0.0), RewardShaping::of(&rl))?;
+        let e = build(
+            scored,
+            0,
+            &config(&rl, 0.0),
+            RewardShaping::of(&rl),
+            RolloutCorrection::None,
+        )?;
         let adv = e.batch.advantages;
         assert!((adv.data()[3] - 0.2).abs() < 1e-6, "{:?}", adv.data());
         assert!(

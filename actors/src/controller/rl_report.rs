@@ -3,6 +3,7 @@
 //! feeds back into training.
 
 use super::rl_experience::Experience;
+use super::rl_rollout::DynamicReport;
 use crate::monitor::{metric, StepMetrics};
 use crate::roles::PolicyTrainSummary;
 use oxalign_models::engine::RefitReport;
@@ -29,11 +30,16 @@ pub(crate) fn header() -> String {
 /// What one step measured, gathered for the report.
 pub(crate) struct StepOutcome<'a> {
     pub step: u64,
-    /// Samples in the rollout.
+    /// Samples trained on.
     pub samples: usize,
-    /// Completions that match their reference answer, when the reward defines accuracy.
+    /// Samples generated (more than `samples` when dynamic sampling dropped groups).
+    pub generated: usize,
+    /// Dynamic sampling's rounds and group counts, when it is on.
+    pub dynamic: Option<DynamicReport>,
+    /// Generated completions that match their reference answer, when the reward defines
+    /// accuracy.
     pub correct: Option<usize>,
-    /// Generated tokens, and prompt plus generated tokens.
+    /// Generated tokens, and prompt plus generated tokens (all samples generated).
     pub gen_tokens: usize,
     pub all_tokens: usize,
     pub beta: f64,
@@ -53,7 +59,7 @@ pub(crate) struct StepOutcome<'a> {
 /// The step's metrics (every key of `metrics.jsonl` but `restarts`).
 fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
     let mut m = StepMetrics::new(o.step);
-    let (s, ps, n) = (&o.exp.stats, &o.policy.stats, o.samples as f64);
+    let (s, ps, n) = (&o.exp.stats, &o.policy.stats, o.generated as f64);
     // The whole batch when the trainer scored it, else the update's first minibatch.
     let mismatch = o.exp.mismatch.unwrap_or(o.policy.rollout_mismatch);
     for (k, v) in [
@@ -93,6 +99,26 @@ fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
     ] {
         m.values.insert(k.to_string(), v);
     }
+    if let Some(d) = &o.dynamic {
+        for (k, v) in [
+            ("dynamic_rounds", d.rounds),
+            ("dynamic_groups_dropped", d.dropped),
+            ("dynamic_groups_filled", d.filled),
+            ("samples_trained", o.samples),
+        ] {
+            m.values.insert(k.to_string(), v as f64);
+        }
+    }
+    if let Some(c) = &o.exp.correction {
+        for (k, v) in [
+            ("rollout_is_weight_mean", c.weight_mean),
+            ("rollout_masked_frac", c.masked_frac),
+            ("rollout_masked_seq_frac", c.masked_seq_frac),
+            ("rollout_truncated_frac", c.truncated_frac),
+        ] {
+            m.values.insert(k.to_string(), v);
+        }
+    }
     if let Some(v) = o.value_loss {
         m.values.insert(metric::VALUE_LOSS.to_string(), v);
     }
@@ -110,7 +136,7 @@ pub(crate) fn row(o: &StepOutcome<'_>) -> StepRow {
     let tok_s = o.all_tokens as f64 / o.step_secs;
     let acc = o.correct.map_or_else(
         || "-".to_string(),
-        |c| format!("{:.1}%", 100.0 * c as f64 / o.samples as f64),
+        |c| format!("{:.1}%", 100.0 * c as f64 / o.generated as f64),
     );
     let line = format!(
         "{:>5} {:>8.3} {:>8} {:>8.4} {:>9.4} {:>9} {:>8.0} {:>7.2}",

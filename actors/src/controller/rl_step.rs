@@ -4,13 +4,13 @@
 //! critic concurrently), refit, report (`rl_report.rs`). No tensor crosses a message.
 
 use super::divergence::{check_rollout, DivergenceError};
-use super::lengths::{encode_rollout_prompt, quoted};
 use super::rl_experience::{agg, experience, policy_loss_config, Experience};
 use super::rl_report::{self, StepOutcome, StepRow};
+use super::rl_rollout::{rollout, RowTexts};
 use super::run_error::{At, RunError};
 use super::setup::Roles;
 use super::{Ctx, LoopState};
-use crate::batch::{RolloutBatch, RolloutRequest, SampleRequest, Sampling, ScoredBatch};
+use crate::batch::{RolloutBatch, ScoredBatch};
 use crate::recipe::EngineQuant;
 use crate::roles::{
     ask, split_state_values, CriticMsg, CriticWork, PolicyMsg, PolicyTrainSummary, PolicyWork,
@@ -23,7 +23,7 @@ pub(crate) use rl_report::header;
 
 /// Per-sample sampling seed: a pure function of run seed, step and sample index, so a
 /// resumed run samples exactly what the uninterrupted run would have.
-fn sample_seed(seed: u64, step: u64, index: usize) -> u64 {
+pub(super) fn sample_seed(seed: u64, step: u64, index: usize) -> u64 {
     let mut x = seed
         ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15)
         ^ (index as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -31,111 +31,9 @@ fn sample_seed(seed: u64, step: u64, index: usize) -> u64 {
     x.wrapping_mul(0x94D0_49BB_1331_11EB)
 }
 
-/// Each sample's prompt text and reference answer, in sample order.
-#[derive(Default)]
-struct RowTexts {
-    prompts: Vec<String>,
-    answers: Vec<Option<String>>,
-}
-
-/// The step's prompts × samples as a rollout request, with each sample's prompt text and
-/// reference answer.
-fn rollout_request(
-    ctx: &Ctx<'_>,
-    data: &dyn PromptSource,
-    state: &LoopState,
-    step: u64,
-) -> Result<(RolloutRequest, RowTexts), RunError> {
-    let (r, rl) = (ctx.recipe, &ctx.recipe.rl);
-    let mut request = RolloutRequest::default();
-    let mut rows = RowTexts::default();
-    for group in 0..rl.prompts_per_step as u64 {
-        let it = data
-            .train_item(state.data_position + group)
-            .map_err(|e| RunError::controller(At::Rl(step), "data", e))?;
-        let prompt = encode_rollout_prompt(ctx, At::Rl(step), &it.prompt, || {
-            format!("RL step {step}, prompt {}", quoted(&it.prompt))
-        })?;
-        for _ in 0..rl.samples_per_prompt {
-            let sample_id = request.samples.len();
-            request.samples.push(SampleRequest {
-                sample_id: sample_id as u64,
-                group_id: group,
-                prompt: prompt.clone(),
-                max_new_tokens: rl.max_new_tokens,
-                sampling: Sampling {
-                    temperature: rl.temperature as f32,
-                    top_k: rl.top_k,
-                    top_p: rl.top_p as f32,
-                    seed: sample_seed(r.run.seed, step, sample_id),
-                },
-            });
-            rows.prompts.push(it.prompt.clone());
-            rows.answers.push(it.answer.clone());
-        }
-    }
-    Ok((request, rows))
-}
-
-/// The rollout stage's output.
-struct Rollout {
-    /// The policy's samples.
-    batch: RolloutBatch,
-    /// Their decoded responses.
-    texts: Vec<String>,
-    /// Each sample's prompt text and reference answer.
-    rows: RowTexts,
-    /// Responses that match their answer, when the reward defines accuracy.
-    correct: Option<usize>,
-    /// Seconds of generation.
-    gen_secs: f64,
-}
-
-/// The rollout stage: the policy generates the step's samples, which are decoded.
-async fn rollout(
-    ctx: &Ctx<'_>,
-    roles: &Roles,
-    data: &dyn PromptSource,
-    state: &LoopState,
-    step: u64,
-) -> Result<Rollout, RunError> {
-    let at = At::Rl(step);
-    let (request, rows) = rollout_request(ctx, data, state, step)?;
-    let timer = ctx.monitor.time("policy", "generate", step);
-    let batch = ask("policy", "generate", &roles.policy, ctx.timeout, |reply| {
-        PolicyMsg::Generate {
-            request,
-            label: format!("generate step {step}"),
-            reply,
-        }
-    })
-    .await
-    .map_err(RunError::at(at))?;
-    let gen_secs = timer.finish();
-    let texts: Vec<String> = batch
-        .samples
-        .iter()
-        .map(|s| ctx.tok.decode_generated(&s.response, true))
-        .collect::<Result<_, _>>()
-        .map_err(|e| RunError::controller(at, "decode", e))?;
-    let correct = ctx.answer_check.as_ref().map(|check| {
-        texts
-            .iter()
-            .zip(&rows.answers)
-            .filter(|(t, a)| check.is_correct(t, a.as_deref()))
-            .count()
-    });
-    Ok(Rollout {
-        batch,
-        texts,
-        rows,
-        correct,
-        gen_secs,
-    })
-}
-
-/// The score stage: reference log-probs, rewards, values (PPO) and, for a quantized engine,
-/// the trainer's log-probs of `rollout`, concurrently.
+/// The score stage: reference log-probs, rewards (unless dynamic sampling already scored
+/// them: `known_rewards`), values (PPO) and, for a quantized engine, the trainer's log-probs
+/// of `rollout`, concurrently.
 async fn score(
     ctx: &Ctx<'_>,
     roles: &Roles,
@@ -143,6 +41,7 @@ async fn score(
     rollout: RolloutBatch,
     texts: Vec<String>,
     rows: RowTexts,
+    known_rewards: Option<Vec<f32>>,
 ) -> Result<ScoredBatch, RunError> {
     let seqs = rollout.sequences(ctx.pad_id);
     let timed = |actor: &'static str, phase: &'static str| ctx.monitor.time(actor, phase, step);
@@ -161,6 +60,9 @@ async fn score(
         .await
     };
     let reward_fut = async {
+        if let Some(r) = known_rewards {
+            return Ok(r);
+        }
         let _t = timed("reward", "reward");
         ask("reward", "reward", &roles.reward, ctx.timeout, |reply| {
             RewardMsg::Score {
@@ -325,20 +227,16 @@ pub(crate) async fn run_step(
     let rl = &ctx.recipe.rl;
     let t0 = Instant::now();
 
-    // 1. Rollout.
-    let ro = rollout(ctx, roles, data, state, step).await?;
-    let (n, gen_secs, correct) = (ro.batch.len(), ro.gen_secs, ro.correct);
-    let gen_tokens = ro.batch.response_tokens();
-    let all_tokens: usize = ro
-        .batch
-        .samples
-        .iter()
-        .map(|s| s.prompt.len() + s.response.len())
-        .sum();
+    // 1. Rollout (with dynamic sampling, rounds of generation and rewards).
+    let ro = rollout(ctx, roles, data, state.data_position, step).await?;
+    let n = ro.batch.len();
+    let (generated, gen_secs, correct) = (ro.generated, ro.gen_secs, ro.correct);
+    let (gen_tokens, all_tokens) = (ro.gen_tokens, ro.all_tokens);
+    let (prompts_drawn, dynamic) = (ro.prompts_drawn, ro.dynamic);
 
     // 2. Score, 3. experience; divergence of the rollout itself stops the step here.
     let t_score = Instant::now();
-    let scored = score(ctx, roles, step, ro.batch, ro.texts, ro.rows).await?;
+    let scored = score(ctx, roles, step, ro.batch, ro.texts, ro.rows, ro.rewards).await?;
     let score_secs = t_score.elapsed().as_secs_f64();
     let beta = state.kl.beta();
     let exp = experience(at, rl, beta, scored, ctx.pad_id).await?;
@@ -360,7 +258,7 @@ pub(crate) async fn run_step(
     .await
     .map_err(RunError::at(at))?;
     timer.finish();
-    state.data_position += rl.prompts_per_step as u64;
+    state.data_position += prompts_drawn;
     state
         .kl
         .update(exp.stats.kl_seq, n as u64)
@@ -370,6 +268,8 @@ pub(crate) async fn run_step(
     let outcome = StepOutcome {
         step,
         samples: n,
+        generated,
+        dynamic,
         correct,
         gen_tokens,
         all_tokens,

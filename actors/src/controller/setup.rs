@@ -96,6 +96,23 @@ pub fn policy_dir(recipe: &Recipe, run_dir: &Path) -> Result<PathBuf, RunError> 
     Ok(dir)
 }
 
+/// The folder the reference role loads: the teacher of `rl.algorithm = "distill"`, after
+/// checking that it has the policy's vocabulary (a bad-input error naming
+/// `model.teacher_path` if not); else the policy as RL starts, `<run>/reference/`.
+pub(crate) fn reference_weights(ctx: &super::Ctx<'_>) -> Result<PathBuf, RunError> {
+    let Some(teacher) = &ctx.recipe.model.teacher_path else {
+        return Ok(ctx.run_dir.join("reference"));
+    };
+    crate::recipe::same_vocabulary(ctx.policy_dir, Path::new(teacher)).map_err(|e| {
+        RunError::controller(
+            At::Setup,
+            "teacher",
+            Cause::BadInput(format!("model.teacher_path = {teacher:?}: {e}")),
+        )
+    })?;
+    Ok(PathBuf::from(teacher))
+}
+
 /// Where the recipe's data file comes from and how it is split and checked.
 pub fn data_spec(recipe: &Recipe) -> Result<DataSpec, RunError> {
     let path = recipe.data.path.as_deref().ok_or_else(|| {

@@ -84,7 +84,7 @@ pub(crate) async fn through_sft(
     state.phase = Phase::Rl;
     state.step = 0;
     let sources = RoleSources {
-        reference: reference_dir,
+        reference: setup::reference_weights(ctx)?,
         critic: r.model.critic_path.as_ref().map(PathBuf::from),
     };
     let roles = setup::spawn_others(r, &sources, policy, ctx.monitor, pool).await?;
@@ -103,7 +103,7 @@ pub(crate) async fn from_rl_checkpoint(
     let policy = setup::spawn_policy(r, &ckpt.join("policy"), ctx.monitor, pool).await?;
     load_policy_optimizer(ctx, &policy, ckpt.join("policy")).await?;
     let sources = RoleSources {
-        reference: ctx.run_dir.join("reference"),
+        reference: setup::reference_weights(ctx)?,
         critic: (r.rl.algorithm == Algorithm::Ppo).then(|| ckpt.join("critic")),
     };
     let roles = setup::spawn_others(r, &sources, policy, ctx.monitor, pool).await?;

@@ -204,7 +204,7 @@ async fn respawn(
             roles.policy = p;
         }
         "reference" => {
-            let dir = ctx.run_dir.join("reference");
+            let dir = setup::reference_weights(ctx)?;
             roles.reference = setup::spawn_reference(r, &dir, m, pool).await?;
         }
         "reward" => roles.reward = setup::spawn_reward(r, m, pool).await?,

@@ -12,6 +12,7 @@ mod resume_check;
 mod reward;
 mod sections;
 mod supervision;
+mod teacher_check;
 mod validate;
 mod validate_rl;
 
@@ -24,6 +25,7 @@ pub use reward::{
 };
 pub use sections::*;
 pub use supervision::{FaultKind, FaultSpec, SupervisionSection, FAULT_PHASES};
+pub use teacher_check::{same_vocabulary, TeacherError};
 pub use validate::validate;
 pub use validate_rl::warnings;
 

@@ -20,6 +20,9 @@ pub enum Algorithm {
     Rloo,
     /// REINFORCE++: discounted returns, global batch normalisation.
     ReinforcePp,
+    /// On-policy distillation from `model.teacher_path`: the reference role is the frozen
+    /// teacher and each token's advantage is `−(log π_old − log π_teacher)`.
+    Distill,
 }
 
 /// Which KL estimator between policy and reference.
@@ -69,6 +72,22 @@ pub enum PolicyLossName {
     Gspo,
     /// CISPO's clipped, stop-gradient weight on log π (MiniMax-M1, 2025).
     Cispo,
+}
+
+/// How the update corrects the gap between the engine's sampling log-probs and π_old.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RolloutCorrectionName {
+    /// No correction.
+    None,
+    /// Token TIS: weights `min(π_old/π_engine, rl.tis_cap)`.
+    TokenTis,
+    /// Whole sequences whose geometric-mean ratio `exp(mean_t log π_old/π_engine)` lies outside
+    /// `[rl.rollout_mask_low, rl.rollout_mask_high]` get weight 0, the rest weight 1.
+    SeqMask,
+    /// IcePop: tokens whose ratio lies outside `[rl.rollout_mask_low, rl.rollout_mask_high]` get
+    /// weight 0, the rest their ratio.
+    Icepop,
 }
 
 /// What a response cut off by `rl.max_new_tokens` is.
@@ -148,6 +167,9 @@ pub struct ModelSection {
     pub reward_path: Option<String>,
     /// Critic folder; default: the critic starts from the policy's backbone with a zero value head.
     pub critic_path: Option<String>,
+    /// Teacher folder (HF causal LM with the policy's tokenizer) of `rl.algorithm =
+    /// "distill"`: the frozen reference role is loaded from it instead of the initial policy.
+    pub teacher_path: Option<String>,
 }
 
 impl Default for ModelSection {
@@ -158,6 +180,7 @@ impl Default for ModelSection {
             init_preset: "tiny".into(),
             reward_path: None,
             critic_path: None,
+            teacher_path: None,
         }
     }
 }
@@ -279,7 +302,8 @@ impl Default for GuardSection {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct RlSection {
-    /// `ppo` (GAE with a critic), `grpo`, `dr_grpo`, `rloo` or `reinforce_pp`. Default `"ppo"`.
+    /// `ppo` (GAE with a critic), `grpo`, `dr_grpo`, `rloo`, `reinforce_pp` or `distill`
+    /// (on-policy distillation from `model.teacher_path`). Default `"ppo"`.
     pub algorithm: Algorithm,
     /// Prompts per RL step. Default `32`.
     pub prompts_per_step: usize,
@@ -334,8 +358,21 @@ pub struct RlSection {
     pub whiten_advantages: bool,
     /// Global gradient-norm clip. Default `1.0`.
     pub max_grad_norm: f64,
-    /// Truncated importance-sampling cap for rollout/trainer mismatch; none = off.
+    /// Truncated importance-sampling cap `C` of `rollout_correction = "token_tis"`; set alone
+    /// it turns token TIS on (as before `rollout_correction` existed). None = off.
     pub tis_cap: Option<f64>,
+    /// Correction of the engine/trainer mismatch (a quantized `[engine] quant`): `none`,
+    /// `token_tis` (`min(w_t, tis_cap)`), `seq_mask` (drop sequences whose geometric-mean ratio
+    /// leaves `[rollout_mask_low, rollout_mask_high]`) or `icepop` (zero the tokens whose ratio
+    /// leaves it). Default: `token_tis` when `tis_cap` is set, else `none` (see
+    /// `RlSection::rollout_correction`).
+    #[serde(rename = "rollout_correction")]
+    pub rollout_correction_choice: Option<RolloutCorrectionName>,
+    /// Lowest kept ratio π_old/π_engine of `seq_mask` and `icepop`, in `[0, 1]`. Default `0.5`.
+    pub rollout_mask_low: Option<f64>,
+    /// Highest kept ratio of `seq_mask` and `icepop`, ≥ 1. Default `2.0` for `seq_mask`,
+    /// `5.0` for `icepop` (IcePop's β).
+    pub rollout_mask_high: Option<f64>,
     /// Maximum new tokens per response. Default `16`.
     pub max_new_tokens: usize,
     /// A response cut off by `max_new_tokens` (finish reason `length`): `terminal` (scored as
@@ -348,6 +385,19 @@ pub struct RlSection {
     pub overlong_buffer: Option<usize>,
     /// The overlong penalty at `max_new_tokens`, in reward units (≥ 0). Default `1.0`.
     pub overlong_penalty: f64,
+    /// `distill` only: weight λ of the task reward added to the distillation advantage,
+    /// `A_t = −(log π_old − log π_teacher) + λ (r − mean_batch r)`; 0 = pure distillation.
+    /// Default `0.0`.
+    pub distill_reward_coef: f64,
+    /// DAPO's dynamic sampling (group algorithms: `grpo`, `dr_grpo`, `rloo`): groups whose
+    /// scores (after overlong shaping) are all equal have zero advantage and are dropped, and
+    /// further rounds of `prompts_per_step` prompts are drawn until the batch holds
+    /// `prompts_per_step` informative groups; at the round cap, the batch is filled with the
+    /// earliest dropped groups. Each step reports `dynamic_rounds` and
+    /// `dynamic_groups_dropped`. Default `false`.
+    pub dynamic_sampling: bool,
+    /// Most generation rounds of one step with `dynamic_sampling` (≥ 1). Default `3`.
+    pub dynamic_sampling_max_rounds: Option<usize>,
     /// Sampling temperature for rollouts. Log-probs (π_old, π_θ, reference, entropy) are
     /// taken under the distribution sampled: `softmax(logits / temperature)` over the top-k /
     /// top-p kept set (see `RlSection::rollout_distribution`). Default `1.0`.
@@ -374,6 +424,33 @@ impl RlSection {
             (None, Algorithm::DrGrpo) => LossAggName::SeqMeanTokenSumNorm,
             (None, _) => LossAggName::TokenMean,
         }
+    }
+
+    /// The round cap of dynamic sampling: the recipe's, or 3.
+    pub fn dynamic_sampling_max_rounds(&self) -> usize {
+        self.dynamic_sampling_max_rounds.unwrap_or(3)
+    }
+
+    /// The rollout correction in force: the recipe's, or `token_tis` when only `tis_cap` is set.
+    pub fn rollout_correction(&self) -> RolloutCorrectionName {
+        match (self.rollout_correction_choice, self.tis_cap) {
+            (Some(c), _) => c,
+            (None, Some(_)) => RolloutCorrectionName::TokenTis,
+            (None, None) => RolloutCorrectionName::None,
+        }
+    }
+
+    /// The `[low, high]` band of kept ratios of `seq_mask` and `icepop`: the recipe's, or
+    /// `[0.5, 2]` (`seq_mask`) and `[0.5, 5]` (`icepop`).
+    pub fn rollout_mask_band(&self) -> (f64, f64) {
+        let high = match self.rollout_correction() {
+            RolloutCorrectionName::Icepop => 5.0,
+            _ => 2.0,
+        };
+        (
+            self.rollout_mask_low.unwrap_or(0.5),
+            self.rollout_mask_high.unwrap_or(high),
+        )
     }
 
     /// The distribution rollouts are sampled from, the one every policy and reference
@@ -411,10 +488,16 @@ impl Default for RlSection {
             whiten_advantages: true,
             max_grad_norm: 1.0,
             tis_cap: None,
+            rollout_correction_choice: None,
+            rollout_mask_low: None,
+            rollout_mask_high: None,
             max_new_tokens: 16,
             truncated: TruncatedName::Terminal,
             overlong_buffer: None,
             overlong_penalty: 1.0,
+            distill_reward_coef: 0.0,
+            dynamic_sampling: false,
+            dynamic_sampling_max_rounds: None,
             temperature: 1.0,
             top_p: 1.0,
             top_k: 0,
@@ -457,9 +540,9 @@ impl Default for PlacementSection {
 pub enum EngineQuant {
     /// The trainer's f32 weights (log-probs match the trainer's).
     None,
-    /// 8-bit blocks (Q8_0); the mismatch is reported and corrected with `rl.tis_cap`.
+    /// 8-bit blocks (Q8_0); the mismatch is reported and corrected with `rl.rollout_correction`.
     Int8,
-    /// 4-bit blocks (Q4_0); coarse, use with `rl.tis_cap`.
+    /// 4-bit blocks (Q4_0); coarse, use with `rl.rollout_correction`.
     Q4,
 }
 

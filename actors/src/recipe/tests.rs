@@ -207,3 +207,82 @@ fn k1_as_a_loss_warns() {
     let r = parse("[rl]\nkl_mode = \"loss\"\nkl_estimator = \"k3\"\n", &[]).unwrap();
     assert!(warnings(&r).is_empty());
 }
+
+/// Dynamic sampling, the rollout corrections and distillation: each combination that would
+/// fail or silently do nothing is refused, naming the key; `rl.tis_cap` alone still means
+/// token TIS.
+#[test]
+fn check_refuses_inconsistent_sampling_correction_and_distillation_options() {
+    let grpo = "[rl]\nalgorithm = \"grpo\"\nsamples_per_prompt = 4\nminibatch_size = 32\n";
+    let int8 = "[engine]\nquant = \"int8\"\n";
+    for (text, key) in [
+        (
+            "[rl]\ndynamic_sampling = true\n".to_string(),
+            "rl.dynamic_sampling",
+        ),
+        (
+            format!("{grpo}dynamic_sampling_max_rounds = 2\n"),
+            "rl.dynamic_sampling_max_rounds",
+        ),
+        (
+            format!("{grpo}dynamic_sampling = true\ndynamic_sampling_max_rounds = 0\n"),
+            "rl.dynamic_sampling_max_rounds",
+        ),
+        (format!("{grpo}tis_cap = 2.0\n"), "rl.rollout_correction"),
+        (
+            format!("{grpo}rollout_correction = \"token_tis\"\n{int8}"),
+            "rl.tis_cap",
+        ),
+        (
+            format!("{grpo}rollout_correction = \"icepop\"\ntis_cap = 2.0\n{int8}"),
+            "rl.tis_cap",
+        ),
+        (
+            format!("{grpo}rollout_mask_high = 3.0\n{int8}"),
+            "rl.rollout_mask_low",
+        ),
+        (
+            format!("{grpo}rollout_correction = \"seq_mask\"\nrollout_mask_low = 1.5\n{int8}"),
+            "rl.rollout_mask_low",
+        ),
+        (
+            format!("{grpo}rollout_correction = \"icepop\"\nrollout_mask_high = 0.9\n{int8}"),
+            "rl.rollout_mask_high",
+        ),
+        (
+            "[rl]\nalgorithm = \"distill\"\nkl_coef = 0.0\n".to_string(),
+            "model.teacher_path",
+        ),
+        (
+            format!("{grpo}distill_reward_coef = 1.0\n"),
+            "rl.distill_reward_coef",
+        ),
+    ] {
+        let r = parse(&text, &[]).unwrap();
+        let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();
+        assert!(e.contains(key), "{text}: {e}");
+    }
+    for ok in [
+        format!("{grpo}dynamic_sampling = true\n"),
+        format!("{grpo}tis_cap = 2.0\n{int8}"),
+        format!("{grpo}rollout_correction = \"seq_mask\"\n{int8}"),
+    ] {
+        let r = parse(&ok, &[]).unwrap();
+        validate(&r, Path::new("r.toml")).unwrap();
+    }
+    let r = parse(&format!("{grpo}tis_cap = 2.0\n{int8}"), &[]).unwrap();
+    assert_eq!(r.rl.rollout_correction(), RolloutCorrectionName::TokenTis);
+    let r = parse(&format!("{grpo}rollout_correction = \"icepop\"\n"), &[]).unwrap();
+    assert_eq!(r.rl.rollout_mask_band(), (0.5, 5.0));
+    // A distillation run's reward-side KL penalty would never apply.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.json"), "{}").unwrap();
+    let teacher = dir.path().display().to_string();
+    let text = format!(
+        "[model]\nteacher_path = {teacher:?}\n[rl]\nalgorithm = \"distill\"\nkl_coef = 0.05\n"
+    );
+    let e = validate(&parse(&text, &[]).unwrap(), Path::new("r.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rl.kl_coef"), "{e}");
+}

@@ -41,6 +41,13 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
         need_model_dir("model.critic_path", p, &bad)?;
         super::head_check::critic_source("model.critic_path", p, &bad)?;
     }
+    if let Some(t) = &r.model.teacher_path {
+        need_model_dir("model.teacher_path", t, &bad)?;
+        if let Some(p) = &r.model.path {
+            super::same_vocabulary(Path::new(p), Path::new(t))
+                .map_err(|e| bad("model.teacher_path", e.to_string()))?;
+        }
+    }
     match (r.reward.kind, &r.model.reward_path) {
         (RewardKind::Model, None) => {
             return Err(bad(

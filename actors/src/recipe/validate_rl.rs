@@ -3,7 +3,8 @@
 //! run but are usually a mistake give a warning.
 
 use super::{
-    Algorithm, KlEstimatorName, KlModeName, PolicyLossName, Recipe, RecipeError, TruncatedName,
+    Algorithm, EngineQuant, KlEstimatorName, KlModeName, PolicyLossName, Recipe, RecipeError,
+    RolloutCorrectionName, TruncatedName,
 };
 
 /// The first inconsistent combination of `[rl]` options (and the critic's model folder).
@@ -57,6 +58,9 @@ pub(super) fn validate_rl(
         ));
     }
     sampling(r, bad)?;
+    distill(r, bad)?;
+    dynamic_sampling(r, bad)?;
+    rollout_correction(r, bad)?;
     if rl.kl_target.is_some() && rl.kl_coef == 0.0 {
         return Err(bad(
             "rl.kl_target",
@@ -85,6 +89,167 @@ pub(super) fn validate_rl(
     Ok(())
 }
 
+/// On-policy distillation needs a teacher, and takes its signal from the teacher's log-probs:
+/// a KL penalty in the reward, or reward shaping with no reward weight, would be ignored.
+fn distill(r: &Recipe, bad: &impl Fn(&str, String) -> RecipeError) -> Result<(), RecipeError> {
+    let rl = &r.rl;
+    let distill = rl.algorithm == Algorithm::Distill;
+    match (distill, &r.model.teacher_path) {
+        (true, None) => {
+            return Err(bad(
+                "model.teacher_path",
+                "rl.algorithm = \"distill\" needs the teacher's model folder".into(),
+            ))
+        }
+        (false, Some(_)) => {
+            return Err(bad(
+                "model.teacher_path",
+                format!(
+                    "only rl.algorithm = \"distill\" uses a teacher (rl.algorithm = {:?}); \
+                     the folder would be ignored",
+                    rl.algorithm
+                ),
+            ))
+        }
+        _ => {}
+    }
+    if !rl.distill_reward_coef.is_finite() || (!distill && rl.distill_reward_coef != 0.0) {
+        return Err(bad(
+            "rl.distill_reward_coef",
+            format!(
+                "{}: expected a finite weight, and only with rl.algorithm = \"distill\"",
+                rl.distill_reward_coef
+            ),
+        ));
+    }
+    if !distill {
+        return Ok(());
+    }
+    if rl.kl_mode == KlModeName::Reward && rl.kl_coef != 0.0 {
+        return Err(bad(
+            "rl.kl_coef",
+            format!(
+                "{}: with rl.algorithm = \"distill\" the reference is the teacher and each \
+                 token's advantage already is −(log π − log π_teacher), so a KL penalty in the \
+                 reward is not applied; set rl.kl_coef = 0 (or rl.kl_mode = \"loss\")",
+                rl.kl_coef
+            ),
+        ));
+    }
+    if rl.overlong_buffer.is_some() && rl.distill_reward_coef == 0.0 {
+        return Err(bad(
+            "rl.overlong_buffer",
+            "shapes the task reward, which rl.distill_reward_coef = 0 leaves out of the \
+             distillation advantage; set rl.distill_reward_coef or remove rl.overlong_buffer"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Dynamic sampling needs groups to compare, and a round cap that lets it draw.
+fn dynamic_sampling(
+    r: &Recipe,
+    bad: &impl Fn(&str, String) -> RecipeError,
+) -> Result<(), RecipeError> {
+    let rl = &r.rl;
+    let grouped = matches!(
+        rl.algorithm,
+        Algorithm::Grpo | Algorithm::DrGrpo | Algorithm::Rloo
+    );
+    if rl.dynamic_sampling && !grouped {
+        return Err(bad(
+            "rl.dynamic_sampling",
+            format!(
+                "drops groups of samples whose rewards are all equal, which only the group \
+                 algorithms \"grpo\", \"dr_grpo\" and \"rloo\" have (rl.algorithm = {:?})",
+                rl.algorithm
+            ),
+        ));
+    }
+    match rl.dynamic_sampling_max_rounds {
+        Some(_) if !rl.dynamic_sampling => Err(bad(
+            "rl.dynamic_sampling_max_rounds",
+            "only applies with rl.dynamic_sampling = true; it would be ignored".into(),
+        )),
+        Some(0) => Err(bad(
+            "rl.dynamic_sampling_max_rounds",
+            "0: expected at least 1 generation round".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Rollout-correction settings that would fail, be ignored, or correct nothing.
+fn rollout_correction(
+    r: &Recipe,
+    bad: &impl Fn(&str, String) -> RecipeError,
+) -> Result<(), RecipeError> {
+    let rl = &r.rl;
+    let mode = rl.rollout_correction();
+    let masks = matches!(
+        mode,
+        RolloutCorrectionName::SeqMask | RolloutCorrectionName::Icepop
+    );
+    match (mode, rl.tis_cap) {
+        (RolloutCorrectionName::TokenTis, None) => {
+            return Err(bad(
+                "rl.tis_cap",
+                "rl.rollout_correction = \"token_tis\" needs the cap C of min(w, C); \
+                 expected e.g. rl.tis_cap = 2.0"
+                    .into(),
+            ))
+        }
+        (RolloutCorrectionName::TokenTis, Some(c)) if !(c.is_finite() && c > 0.0) => {
+            return Err(bad("rl.tis_cap", format!("{c}: expected a cap > 0")))
+        }
+        (RolloutCorrectionName::TokenTis, _) | (_, None) => {}
+        (m, Some(_)) => {
+            return Err(bad(
+                "rl.tis_cap",
+                format!(
+                    "only rl.rollout_correction = \"token_tis\" uses it, not {m:?}; remove \
+                     rl.tis_cap (seq_mask and icepop use rl.rollout_mask_low / _high)"
+                ),
+            ))
+        }
+    }
+    if !masks && (rl.rollout_mask_low.is_some() || rl.rollout_mask_high.is_some()) {
+        return Err(bad(
+            "rl.rollout_mask_low",
+            format!(
+                "rl.rollout_mask_low / _high bound the kept ratios of \"seq_mask\" and \
+                 \"icepop\", not {mode:?} (rl.rollout_correction); they would be ignored"
+            ),
+        ));
+    }
+    let (low, high) = rl.rollout_mask_band();
+    if masks && !(low.is_finite() && (0.0..=1.0).contains(&low)) {
+        return Err(bad(
+            "rl.rollout_mask_low",
+            format!("{low}: expected a ratio in [0, 1]"),
+        ));
+    }
+    if masks && !(high.is_finite() && high >= 1.0 && high > low) {
+        return Err(bad(
+            "rl.rollout_mask_high",
+            format!("{high}: expected a finite ratio >= 1 (and > rl.rollout_mask_low)"),
+        ));
+    }
+    if mode != RolloutCorrectionName::None && r.engine.quant == EngineQuant::None {
+        return Err(bad(
+            "rl.rollout_correction",
+            format!(
+                "{mode:?} corrects the gap between the engine's and the trainer's log-probs, \
+                 but with engine.quant = \"none\" π_old is the engine's own log-prob, so every \
+                 weight is 1 and nothing would be corrected; use a quantized engine \
+                 (engine.quant = \"int8\" or \"q4\") or remove the correction"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Sampling settings that would silently do nothing or make every group's samples equal.
 fn sampling(r: &Recipe, bad: &impl Fn(&str, String) -> RecipeError) -> Result<(), RecipeError> {
     let rl = &r.rl;
@@ -97,7 +262,10 @@ fn sampling(r: &Recipe, bad: &impl Fn(&str, String) -> RecipeError) -> Result<()
             "rl.temperature = 0 decodes greedily, so rl.top_k / rl.top_p would be ignored".into(),
         ));
     }
-    if rl.algorithm != Algorithm::Ppo && rl.algorithm != Algorithm::ReinforcePp {
+    if matches!(
+        rl.algorithm,
+        Algorithm::Grpo | Algorithm::DrGrpo | Algorithm::Rloo
+    ) {
         return Err(bad(
             "rl.temperature",
             format!(

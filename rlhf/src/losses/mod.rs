@@ -1,4 +1,4 @@
-//! Training losses (PPO, GSPO, CISPO, value, entropy, KL, TIS, DPO/IPO/cDPO, Bradley–Terry, SFT) and their
+//! Training losses (PPO, GSPO, CISPO, value, entropy, KL, TIS and the other rollout corrections, DPO/IPO/cDPO, Bradley–Terry, SFT) and their
 //! aggregation. Each takes candle tensors and returns a scalar loss plus a small stats struct.
 
 pub mod aggregate;
@@ -11,6 +11,7 @@ pub mod kl;
 pub mod log_sigmoid;
 pub mod objective;
 pub mod ppo;
+pub mod rollout_correction;
 pub mod sft;
 pub mod tis;
 pub mod value;
@@ -25,6 +26,7 @@ pub use kl::{kl_loss, kl_per_token, kl_shaped_rewards, KlEstimator, KlMode, KlSt
 pub use log_sigmoid::log_sigmoid;
 pub use objective::PolicyObjective;
 pub use ppo::{ppo_policy_loss, PpoConfig, PpoStats};
+pub use rollout_correction::{CorrectionStats, RolloutCorrection};
 pub use sft::{sft_loss, SftStats};
 pub use tis::{truncated_is_weights, TisStats};
 pub use value::{value_loss, ValueStats};

@@ -6,8 +6,8 @@
 
 use super::scalar;
 use crate::advantages::{
-    gae, group_relative_advantages, masked_whiten, reinforce_pp_advantages, rloo_advantages,
-    GaeBootstrap, GaeConfig, GroupNorm, WhitenOptions,
+    distill_advantages, gae, group_relative_advantages, masked_whiten, reinforce_pp_advantages,
+    rloo_advantages, GaeBootstrap, GaeConfig, GroupNorm, WhitenOptions,
 };
 use crate::losses::{kl_per_token, kl_shaped_rewards, KlEstimator};
 use crate::mask::{broadcast_to_tokens, masked_mean};
@@ -30,6 +30,12 @@ pub enum AdvantageKind {
         /// Discount per token.
         gamma: f64,
     },
+    /// On-policy distillation: `A_t = −(log π_old − log π_teacher)` per token, the teacher's
+    /// log-probs in `ref_logprobs`, plus `reward_coef` times the batch-centred score.
+    Distill {
+        /// Weight of the task reward (0 = pure distillation).
+        reward_coef: f64,
+    },
 }
 
 /// How experience is built.
@@ -43,7 +49,7 @@ pub struct ExperienceConfig {
     pub kl_coef: f64,
     /// KL estimator for the reward penalty and the reported KL.
     pub kl_estimator: KlEstimator,
-    /// Whiten GAE advantages over the batch.
+    /// Whiten GAE and distillation advantages over the batch.
     pub whiten: bool,
 }
 
@@ -141,6 +147,17 @@ pub fn build_experience(
                     .advantages,
                 None,
             )
+        }
+        AdvantageKind::Distill { reward_coef } => {
+            // All-negative raw advantages push every sampled token down and the student's
+            // entropy up; whitening subtracts a constant baseline (E[∇log π] = 0).
+            let adv = distill_advantages(logprobs, ref_logprobs, mask, &score_t, reward_coef)?;
+            let adv = if cfg.whiten {
+                masked_whiten(&adv, mask, WhitenOptions::default())?
+            } else {
+                adv
+            };
+            (adv, None)
         }
         AdvantageKind::Grpo | AdvantageKind::DrGrpo | AdvantageKind::Rloo => {
             // Scores are normalised within the group; a KL-in-reward penalty is not (dividing

@@ -7,7 +7,7 @@
 use super::grads::{adamw_over, apply_gradients, check_loss, StepStats};
 use super::{scalar, PackedRows, Packing, TokenBatch};
 use crate::losses::{
-    entropy_bonus, kl_loss, sft_loss, truncated_is_weights, KlEstimator, PolicyObjective, PpoConfig,
+    entropy_bonus, kl_loss, sft_loss, KlEstimator, PolicyObjective, PpoConfig, RolloutCorrection,
 };
 use crate::mask::masked_abs_diff;
 use crate::optim::AdamW;
@@ -30,8 +30,9 @@ pub struct PolicyLossConfig {
     pub kl_estimator: KlEstimator,
     /// Entropy bonus coefficient.
     pub entropy_coef: f64,
-    /// Truncated importance-sampling cap for rollout/trainer mismatch.
-    pub tis_cap: Option<f64>,
+    /// Correction of the engine/trainer mismatch: per-token weights from π_old / π_engine
+    /// (token TIS, sequence masking or IcePop masking) on the surrogate.
+    pub rollout_correction: RolloutCorrection,
     /// Global gradient-norm clip.
     pub max_grad_norm: f64,
 }
@@ -173,7 +174,7 @@ impl PolicyTrainer {
     ///
     /// * `old_logprobs`, `advantages`: `[B, T-1]` f32 aligned with `batch.response_mask`.
     /// * `ref_logprobs`: needed when `cfg.kl_loss_coef > 0`.
-    /// * `rollout_logprobs`: the engine's log-probs, needed when `cfg.tis_cap` is set.
+    /// * `rollout_logprobs`: the engine's log-probs, needed when `cfg.rollout_correction` is set.
     /// * `weight`: this replica's share of the global loss (see [`apply_gradients`]).
     #[allow(clippy::too_many_arguments)]
     pub fn ppo_step(
@@ -198,9 +199,12 @@ impl PolicyTrainer {
             Some(r) => masked_abs_diff(&lp, r, mask)?,
             None => (0.0, 0.0),
         };
-        let is_weights = match (cfg.tis_cap, rollout_logprobs) {
-            (Some(cap), Some(r)) => Some(truncated_is_weights(old_logprobs, r, mask, cap)?.0),
-            _ => None,
+        let is_weights = match rollout_logprobs {
+            Some(r) => cfg
+                .rollout_correction
+                .weights(old_logprobs, r, mask)?
+                .map(|(w, _)| w),
+            None => None,
         };
         let (mut loss, ppo) = cfg.objective.loss(
             &lp,
