@@ -174,7 +174,7 @@ mod tests {
             url: "http://h/s".into(),
             rows: 2,
             attempts: 1,
-            message: "expected 2 rewards".into(),
+            message: oxalign_rlhf::reward::http::schema::ResponseError::Count { rows: 2, got: 1 },
         });
         assert!(
             !garbled.is_bad_input(),

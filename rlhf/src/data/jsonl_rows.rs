@@ -3,6 +3,7 @@
 //! grow with the size of the rows, only with their number. It does not interpret the JSON.
 
 use super::error::{DataError, RowAt};
+use super::RowError;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -93,14 +94,13 @@ impl JsonlRows {
     }
 
     /// Row `i` as JSON; a line that is not JSON (or too long) is `Err(message)`.
-    pub fn read(&mut self, i: usize) -> Result<Result<serde_json::Value, String>, DataError> {
+    pub fn read(&mut self, i: usize) -> Result<Result<serde_json::Value, RowError>, DataError> {
         let l = self.lines[i];
         if l.len > MAX_LINE_BYTES {
-            return Ok(Err(format!(
-                "line of {} bytes is longer than the {} MiB limit",
-                l.len,
-                MAX_LINE_BYTES >> 20
-            )));
+            return Ok(Err(RowError::TooLong {
+                bytes: l.len,
+                limit_mib: MAX_LINE_BYTES >> 20,
+            }));
         }
         let io = |source| DataError::Io {
             path: self.path.clone(),
@@ -109,6 +109,6 @@ impl JsonlRows {
         self.file.seek(SeekFrom::Start(l.offset)).map_err(io)?;
         let mut buf = vec![0u8; l.len as usize];
         self.file.read_exact(&mut buf).map_err(io)?;
-        Ok(serde_json::from_slice(&buf).map_err(|e| format!("not JSON: {e}")))
+        Ok(serde_json::from_slice(&buf).map_err(RowError::NotJson))
     }
 }

@@ -12,6 +12,7 @@ mod error;
 mod jsonl_rows;
 mod parquet_rows;
 mod prompt_file;
+mod row_error;
 mod row_file;
 mod schema;
 
@@ -20,6 +21,7 @@ pub use arithmetic_export::{distinct_train_items, near_misses, write_arithmetic_
 pub use dataset::{DataReport, DataSpec, Dataset, OnBadRow};
 pub use error::{DataError, RowAt};
 pub use prompt_file::PromptFile;
+pub use row_error::RowError;
 pub use row_file::{is_parquet, RowFile};
 pub use schema::{PreferencePair, RowSchema, SftPair, SftRow};
 

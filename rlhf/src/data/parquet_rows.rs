@@ -4,6 +4,7 @@
 //! Columns become JSON values (strings, numbers, lists of structs for chat messages).
 
 use super::error::{DataError, RowAt};
+use super::RowError;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -65,7 +66,7 @@ impl ParquetRows {
     }
 
     /// Row `i` as a JSON object of its columns.
-    pub fn read(&mut self, i: usize) -> Result<Result<serde_json::Value, String>, DataError> {
+    pub fn read(&mut self, i: usize) -> Result<Result<serde_json::Value, RowError>, DataError> {
         let (group, row) = self.locate(i);
         if self.cached.as_ref().map(|c| c.0) != Some(group) {
             let rows = self.decode(group)?;
@@ -75,7 +76,7 @@ impl ParquetRows {
         Ok(rows
             .and_then(|r| r.get(row as usize))
             .cloned()
-            .ok_or_else(|| format!("row group {group} has no row {row}")))
+            .ok_or(RowError::NoSuchRow { group, row }))
     }
 
     fn decode(&self, group: usize) -> Result<Vec<serde_json::Value>, DataError> {

@@ -4,6 +4,7 @@
 use super::error::{DataError, RowAt};
 use super::jsonl_rows::JsonlRows;
 use super::parquet_rows::ParquetRows;
+use super::RowError;
 use std::path::Path;
 
 /// An indexed dataset file.
@@ -46,7 +47,7 @@ impl RowFile {
     }
 
     /// Row `i` as JSON (`Ok(Err(message))` for a row that is not readable as JSON).
-    pub fn read(&mut self, i: usize) -> Result<Result<serde_json::Value, String>, DataError> {
+    pub fn read(&mut self, i: usize) -> Result<Result<serde_json::Value, RowError>, DataError> {
         match self {
             RowFile::Jsonl(f) => f.read(i),
             RowFile::Parquet(f) => f.read(i),

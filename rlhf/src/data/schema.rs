@@ -15,12 +15,14 @@ use oxalign_models::chat_template::ChatMessage;
 use oxalign_models::tokenizer::Tokenizer;
 use serde_json::Value;
 
+use super::RowError;
+
 /// A row type of a dataset file.
 pub trait RowSchema: Sized + Clone + Send + Sync + 'static {
     /// The schema, as named in error messages.
     const EXPECTED: &'static str;
     /// Parses (and renders) one row; `Err` says what is wrong with it.
-    fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, String>;
+    fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, RowError>;
 }
 
 /// A prompt and, where the row has one, its reference answer.
@@ -63,17 +65,21 @@ fn field<'a>(row: &'a Value, key: &str) -> Option<&'a Value> {
     row.get(key).filter(|v| !v.is_null())
 }
 
-fn text_or_chat(row: &Value, key: &str) -> Result<Option<TextOrChat>, String> {
+fn text_or_chat(row: &Value, key: &str) -> Result<Option<TextOrChat>, RowError> {
     match field(row, key) {
         None => Ok(None),
         Some(Value::String(s)) => Ok(Some(TextOrChat::Text(s.clone()))),
         Some(v @ Value::Array(_)) => serde_json::from_value(v.clone())
             .map(|m| Some(TextOrChat::Chat(m)))
-            .map_err(|e| format!("`{key}`: not a list of {{\"role\", \"content\"}} messages: {e}")),
-        Some(other) => Err(format!(
-            "`{key}` is {}, not a string or a list of messages",
-            kind(other)
-        )),
+            .map_err(|source| RowError::NotMessages {
+                key: key.into(),
+                source,
+            }),
+        Some(other) => Err(RowError::WrongType {
+            key: key.into(),
+            found: kind(other),
+            expected: "a string or a list of messages",
+        }),
     }
 }
 
@@ -88,26 +94,29 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
-fn string(row: &Value, key: &str) -> Result<Option<String>, String> {
+fn string(row: &Value, key: &str) -> Result<Option<String>, RowError> {
     match field(row, key) {
         None => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(Value::Number(n)) => Ok(Some(n.to_string())),
-        Some(other) => Err(format!("`{key}` is {}, not a string", kind(other))),
+        Some(other) => Err(RowError::WrongType {
+            key: key.into(),
+            found: kind(other),
+            expected: "a string",
+        }),
     }
 }
 
-fn need_object(row: &Value) -> Result<(), String> {
+fn need_object(row: &Value) -> Result<(), RowError> {
     match row {
         Value::Object(_) => Ok(()),
-        other => Err(format!("the row is {}, not an object", kind(other))),
+        other => Err(RowError::NotObject(kind(other))),
     }
 }
 
-fn render(tok: Option<&Tokenizer>, msgs: &[ChatMessage], gen: bool) -> Result<String, String> {
-    let tok = tok.ok_or("message lists need a tokenizer with a chat template")?;
-    tok.apply_chat_template(msgs, gen)
-        .map_err(|e| e.to_string())
+fn render(tok: Option<&Tokenizer>, msgs: &[ChatMessage], gen: bool) -> Result<String, RowError> {
+    let tok = tok.ok_or(RowError::NoTokenizer)?;
+    Ok(tok.apply_chat_template(msgs, gen)?)
 }
 
 /// `(prompt, response)` of a conversation that ends with an assistant turn: the prompt is
@@ -115,18 +124,16 @@ fn render(tok: Option<&Tokenizer>, msgs: &[ChatMessage], gen: bool) -> Result<St
 fn split_last_turn(
     tok: Option<&Tokenizer>,
     msgs: &[ChatMessage],
-) -> Result<(String, String), String> {
+) -> Result<(String, String), RowError> {
     match msgs.last() {
         Some(m) if m.role == "assistant" => {}
-        _ => return Err("the message list must end with an assistant turn".into()),
+        _ => return Err(RowError::NoFinalAssistantTurn),
     }
     let prompt = render(tok, &msgs[..msgs.len() - 1], true)?;
     let full = render(tok, msgs, false)?;
     match full.strip_prefix(&prompt) {
         Some(rest) => Ok((prompt, rest.to_string())),
-        None => {
-            Err("the chat template renders the conversation without its prompt as a prefix".into())
-        }
+        None => Err(RowError::PromptNotPrefix),
     }
 }
 
@@ -134,7 +141,7 @@ impl RowSchema for PromptItem {
     const EXPECTED: &'static str =
         "{\"prompt\": string, \"answer\": string?} or {\"messages\": [{\"role\", \"content\"}, ...], \"answer\": string?}";
 
-    fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, String> {
+    fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, RowError> {
         need_object(row)?;
         let answer = string(row, "answer")?;
         let prompt = match (text_or_chat(row, "prompt")?, text_or_chat(row, "messages")?) {
@@ -142,19 +149,18 @@ impl RowSchema for PromptItem {
             (Some(TextOrChat::Chat(m)), None) | (None, Some(TextOrChat::Chat(m))) => {
                 render(tok, &m, true)?
             }
-            (None, None) => return Err("no `prompt` or `messages`".into()),
-            _ => {
-                return Err(
-                    "give either `prompt` (a string) or `messages` (a list), not both".into(),
-                )
-            }
+            (None, None) => return Err(RowError::Missing("`prompt` or `messages`")),
+            _ => return Err(RowError::PromptAndMessages),
         };
         Ok(PromptItem { prompt, answer })
     }
 }
 
 /// One example per assistant turn of a conversation that ends with one.
-fn assistant_turns(tok: Option<&Tokenizer>, msgs: &[ChatMessage]) -> Result<Vec<SftPair>, String> {
+fn assistant_turns(
+    tok: Option<&Tokenizer>,
+    msgs: &[ChatMessage],
+) -> Result<Vec<SftPair>, RowError> {
     let mut out = Vec::new();
     for k in 0..msgs.len() {
         if msgs[k].role == "assistant" || k + 1 == msgs.len() {
@@ -169,15 +175,15 @@ impl RowSchema for SftRow {
     const EXPECTED: &'static str =
         "{\"prompt\": string, \"response\": string} or {\"messages\": [..., {\"role\": \"assistant\", \"content\"}]}";
 
-    fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, String> {
+    fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, RowError> {
         need_object(row)?;
         if let Some(TextOrChat::Chat(m)) = text_or_chat(row, "messages")? {
             return Ok(SftRow {
                 examples: assistant_turns(tok, &m)?,
             });
         }
-        let prompt = string(row, "prompt")?.ok_or("no `prompt` (or `messages`)")?;
-        let response = string(row, "response")?.ok_or("no `response`")?;
+        let prompt = string(row, "prompt")?.ok_or(RowError::Missing("`prompt` (or `messages`)"))?;
+        let response = string(row, "response")?.ok_or(RowError::Missing("`response`"))?;
         Ok(SftRow {
             examples: vec![SftPair { prompt, response }],
         })
@@ -189,7 +195,7 @@ fn side(
     tok: Option<&Tokenizer>,
     prompt: &Option<TextOrChat>,
     answer: TextOrChat,
-) -> Result<(String, String), String> {
+) -> Result<(String, String), RowError> {
     match (prompt, answer) {
         (Some(TextOrChat::Text(p)), TextOrChat::Text(a)) => Ok((p.clone(), a)),
         (Some(TextOrChat::Chat(p)), TextOrChat::Text(a)) => Ok((render(tok, p, true)?, a)),
@@ -198,10 +204,8 @@ fn side(
             split_last_turn(tok, &all)
         }
         (None, TextOrChat::Chat(a)) => split_last_turn(tok, &a),
-        (None, TextOrChat::Text(_)) => Err("no `prompt` (text answers need one)".into()),
-        (Some(TextOrChat::Text(_)), TextOrChat::Chat(_)) => {
-            Err("a text `prompt` with message-list answers: give the prompt as messages too".into())
-        }
+        (None, TextOrChat::Text(_)) => Err(RowError::Missing("`prompt` (text answers need one)")),
+        (Some(TextOrChat::Text(_)), TextOrChat::Chat(_)) => Err(RowError::TextPromptChatAnswers),
     }
 }
 
@@ -209,15 +213,15 @@ impl RowSchema for PreferencePair {
     const EXPECTED: &'static str =
         "{\"prompt\": string or messages, \"chosen\": string or messages, \"rejected\": string or messages}";
 
-    fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, String> {
+    fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, RowError> {
         need_object(row)?;
         let prompt = text_or_chat(row, "prompt")?;
-        let chosen = text_or_chat(row, "chosen")?.ok_or("no `chosen`")?;
-        let rejected = text_or_chat(row, "rejected")?.ok_or("no `rejected`")?;
+        let chosen = text_or_chat(row, "chosen")?.ok_or(RowError::Missing("`chosen`"))?;
+        let rejected = text_or_chat(row, "rejected")?.ok_or(RowError::Missing("`rejected`"))?;
         let (pc, chosen) = side(tok, &prompt, chosen)?;
         let (pr, rejected) = side(tok, &prompt, rejected)?;
         if pc != pr {
-            return Err("`chosen` and `rejected` do not share the same prompt turns".into());
+            return Err(RowError::PromptsDiffer);
         }
         Ok(PreferencePair {
             prompt: pc,
@@ -277,7 +281,7 @@ mod tests {
 
     #[test]
     fn malformed_rows_say_what_is_wrong() {
-        let e = |v: Value| SftRow::from_row(&v, None).unwrap_err();
+        let e = |v: Value| SftRow::from_row(&v, None).unwrap_err().to_string();
         assert!(e(json!({"prompt": "a"})).contains("no `response`"));
         assert!(e(json!([1])).contains("not an object"));
         assert!(
@@ -285,7 +289,7 @@ mod tests {
         );
         let chat = json!({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]});
         assert!(e(chat).contains("tokenizer"));
-        let p = |v: Value| PreferencePair::from_row(&v, None).unwrap_err();
+        let p = |v: Value| PreferencePair::from_row(&v, None).unwrap_err().to_string();
         assert!(p(json!({"prompt": "a", "chosen": "b"})).contains("no `rejected`"));
         assert!(p(json!({"prompt": "a", "chosen": true, "rejected": "c"})).contains("a boolean"));
     }

@@ -48,15 +48,14 @@ impl Breaker {
     }
 
     /// `Err(why)` while the breaker is open at `now`.
-    pub(crate) fn check(&self, now: Instant) -> Result<(), String> {
+    pub(crate) fn check(&self, now: Instant) -> Result<(), BreakerOpen> {
         let s = self.lock();
         match s.open_until {
-            Some(until) if now < until => Err(format!(
-                "circuit breaker open after {} consecutive failed attempts (failing fast for {:.1} s more); the last: {}",
-                s.consecutive,
-                (until - now).as_secs_f64(),
-                s.last.as_deref().unwrap_or("unknown")
-            )),
+            Some(until) if now < until => Err(BreakerOpen {
+                consecutive: s.consecutive,
+                seconds_left: (until - now).as_secs_f64(),
+                last: s.last.clone().unwrap_or_else(|| "unknown".into()),
+            }),
             _ => Ok(()),
         }
     }
@@ -110,10 +109,17 @@ impl AttemptLog {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Attempts(pub(crate) Arc<AttemptLog>);
 
-/// The breaker fails the attempt without sending it.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Open(String);
+/// The breaker is open: it fails the attempt without sending it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("circuit breaker open after {consecutive} consecutive failed attempts (failing fast for {seconds_left:.1} s more); the last: {last}")]
+pub(crate) struct BreakerOpen {
+    /// Consecutive failed attempts that opened it.
+    consecutive: u32,
+    /// Seconds until it lets an attempt through again.
+    seconds_left: f64,
+    /// The last failure before it opened.
+    last: String,
+}
 
 /// The middleware: counts attempts, records failures, and trips the breaker.
 pub(crate) struct Guard(pub(crate) Arc<Breaker>);
@@ -129,8 +135,8 @@ impl Middleware for Guard {
         let log = ext.get::<Attempts>().cloned().unwrap_or_default().0;
         log.count.fetch_add(1, Ordering::SeqCst);
         if let Err(why) = self.0.check(Instant::now()) {
-            log.note(Some(why.clone()));
-            return Err(reqwest_middleware::Error::middleware(Open(why)));
+            log.note(Some(why.to_string()));
+            return Err(reqwest_middleware::Error::middleware(why));
         }
         let result = next.run(req, ext).await;
         let verdict = match &result {
@@ -184,7 +190,10 @@ mod tests {
         b.failure(t0, "HTTP 500".into());
         assert!(b.check(t0).is_ok(), "two failures are under the threshold");
         b.failure(t0, "HTTP 503".into());
-        let why = b.check(t0 + Duration::from_secs(1)).unwrap_err();
+        let why = b
+            .check(t0 + Duration::from_secs(1))
+            .unwrap_err()
+            .to_string();
         assert!(
             why.contains("3 consecutive") && why.contains("HTTP 503"),
             "{why}"

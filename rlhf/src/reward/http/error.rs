@@ -37,7 +37,7 @@ pub enum HttpRewardError {
         /// Attempts made.
         attempts: u32,
         /// What is wrong with the body.
-        message: String,
+        message: super::schema::ResponseError,
     },
 }
 

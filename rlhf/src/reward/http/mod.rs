@@ -51,11 +51,22 @@ pub struct HttpRewardConfig {
     pub breaker_cooldown: Duration,
 }
 
+/// Why a reward-service URL is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum UrlError {
+    /// It does not parse as a URL.
+    #[error("not a URL: {0}")]
+    NotUrl(#[from] url::ParseError),
+    /// Another scheme, or no host.
+    #[error("expected an http:// or https:// URL with a host")]
+    NotHttp,
+}
+
 /// `Ok` when `url` is an `http://` or `https://` URL with a host, else what is wrong.
-pub fn check_url(url: &str) -> Result<(), String> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
+pub fn check_url(url: &str) -> Result<(), UrlError> {
+    let parsed = reqwest::Url::parse(url)?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err("expected an http:// or https:// URL with a host".into());
+        return Err(UrlError::NotHttp);
     }
     Ok(())
 }
@@ -73,7 +84,7 @@ impl HttpReward {
             url: cfg.url.clone(),
             message,
         };
-        check_url(&cfg.url).map_err(bad)?;
+        check_url(&cfg.url).map_err(|e| bad(e.to_string()))?;
         if cfg.timeout.is_zero() || cfg.rows_per_request == 0 || cfg.concurrency == 0 {
             return Err(bad(
                 "timeout, rows per request and concurrency must be positive".into(),

@@ -25,36 +25,69 @@ struct RewardResponse {
     rewards: Vec<Option<f64>>,
 }
 
+/// What is wrong with a 2xx answer's body.
+#[derive(Debug, thiserror::Error)]
+pub enum ResponseError {
+    /// Not `{"rewards": [...]}` JSON.
+    #[error("expected {{\"rewards\": [{rows} numbers]}}: {source}{hint}; body starts {start:?}")]
+    Schema {
+        /// Rows in the request.
+        rows: usize,
+        /// The JSON error.
+        source: serde_json::Error,
+        /// Advice for NaN / Infinity in the body, or empty.
+        hint: &'static str,
+        /// The body's first 200 bytes.
+        start: String,
+    },
+    /// Another number of rewards than rows.
+    #[error("expected {rows} rewards (one per row), got {got}")]
+    Count {
+        /// Rows in the request.
+        rows: usize,
+        /// Rewards in the answer.
+        got: usize,
+    },
+    /// A reward that is not a finite f32 (`None`: null).
+    #[error("reward of row {row} is {}: expected a finite number", .value.map_or("null".to_string(), |x| x.to_string()))]
+    NotFinite {
+        /// The row.
+        row: usize,
+        /// The value sent, `None` for null.
+        value: Option<f64>,
+    },
+}
+
 /// The rewards in `body` for a request of `rows` rows, or what is wrong with it. Rewards must
 /// be finite and fit an f32 (the batch's precision).
-pub fn parse_rewards(body: &[u8], rows: usize) -> Result<Vec<f64>, String> {
-    let parsed: RewardResponse = serde_json::from_slice(body).map_err(|e| {
-        let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-        let hint = if ["NaN", "Infinity"].iter().any(|t| text.contains(t)) {
+pub fn parse_rewards(body: &[u8], rows: usize) -> Result<Vec<f64>, ResponseError> {
+    let parsed: RewardResponse = serde_json::from_slice(body).map_err(|source| {
+        let start = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+        let hint = if ["NaN", "Infinity"].iter().any(|t| start.contains(t)) {
             " (NaN and Infinity are not JSON numbers; send finite rewards)"
         } else {
             ""
         };
-        format!("expected {{\"rewards\": [{rows} numbers]}}: {e}{hint}; body starts {text:?}")
+        ResponseError::Schema {
+            rows,
+            source,
+            hint,
+            start,
+        }
     })?;
     if parsed.rewards.len() != rows {
-        return Err(format!(
-            "expected {rows} rewards (one per row), got {}",
-            parsed.rewards.len()
-        ));
+        return Err(ResponseError::Count {
+            rows,
+            got: parsed.rewards.len(),
+        });
     }
     parsed
         .rewards
         .iter()
         .enumerate()
-        .map(|(i, r)| match r {
+        .map(|(row, r)| match r {
             Some(x) if x.is_finite() && x.abs() <= f32::MAX as f64 => Ok(*x),
-            Some(x) => Err(format!(
-                "reward of row {i} is {x}: expected a finite number"
-            )),
-            None => Err(format!(
-                "reward of row {i} is null: expected a finite number"
-            )),
+            value => Err(ResponseError::NotFinite { row, value: *value }),
         })
         .collect()
 }
@@ -81,21 +114,31 @@ mod tests {
     #[test]
     fn response_must_have_one_finite_reward_per_row() {
         assert_eq!(
-            parse_rewards(br#"{"rewards": [1, -0.5], "extra": 1}"#, 2),
-            Ok(vec![1.0, -0.5])
+            parse_rewards(br#"{"rewards": [1, -0.5], "extra": 1}"#, 2).unwrap(),
+            vec![1.0, -0.5]
         );
-        let e = parse_rewards(br#"{"rewards": [1]}"#, 2).unwrap_err();
+        let e = parse_rewards(br#"{"rewards": [1]}"#, 2)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("expected 2 rewards") && e.contains("got 1"),
             "{e}"
         );
-        let e = parse_rewards(br#"{"rewards": [1, null]}"#, 2).unwrap_err();
+        let e = parse_rewards(br#"{"rewards": [1, null]}"#, 2)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("row 1 is null"), "{e}");
-        let e = parse_rewards(br#"{"rewards": [NaN]}"#, 1).unwrap_err();
+        let e = parse_rewards(br#"{"rewards": [NaN]}"#, 1)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("NaN and Infinity are not JSON"), "{e}");
-        let e = parse_rewards(br#"{"rewards": [1e39]}"#, 1).unwrap_err();
+        let e = parse_rewards(br#"{"rewards": [1e39]}"#, 1)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("row 0") && e.contains("finite"), "{e}");
-        let e = parse_rewards(b"<html>oops</html>", 1).unwrap_err();
+        let e = parse_rewards(b"<html>oops</html>", 1)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("expected {\"rewards\"") && e.contains("<html>"),
             "{e}"
