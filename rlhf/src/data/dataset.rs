@@ -194,7 +194,7 @@ fn parse<T: RowSchema>(
     Ok(parsed.map_err(|message| DataError::Row {
         path: path.to_path_buf(),
         at: file.at(i),
-        message,
+        message: Box::new(message),
         expected: T::EXPECTED,
     }))
 }

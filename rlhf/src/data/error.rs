@@ -54,7 +54,7 @@ pub enum DataError {
         /// Where the row is.
         at: RowAt,
         /// What is wrong with it.
-        message: super::RowError,
+        message: Box<super::RowError>,
         /// The schema the row should follow.
         expected: &'static str,
     },
