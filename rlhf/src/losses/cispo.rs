@@ -9,11 +9,8 @@ use candle_core::Tensor;
 
 use crate::error::Result;
 use crate::losses::aggregate::aggregate_loss;
-use crate::losses::ppo::{PpoConfig, PpoStats, LOG_RATIO_CLAMP};
-use crate::mask::{
-    expect_2d, expect_float, expect_like, expect_shape, masked_mean, predicate, scalar,
-    zero_unmasked_out,
-};
+use crate::losses::ppo::{check_policy_inputs, PpoConfig, PpoStats, LOG_RATIO_CLAMP};
+use crate::mask::{masked_mean, predicate, scalar, zero_unmasked_out};
 
 /// CISPO's loss. Inputs as in [`crate::losses::ppo_policy_loss`]; `config.clip_low` and
 /// `config.clip_high` bound the weight, `config.agg` aggregates, `config.dual_clip` must be
@@ -26,18 +23,7 @@ pub fn cispo_policy_loss(
     config: &PpoConfig,
     is_weights: Option<&Tensor>,
 ) -> Result<(Tensor, PpoStats)> {
-    let dtype = expect_float("logprobs", logprobs)?;
-    let (b, t) = expect_2d("logprobs", logprobs)?;
-    let dims = [b, t];
-    expect_like("old_logprobs", old_logprobs, &dims, dtype, "logprobs")?;
-    expect_like("advantages", advantages, &dims, dtype, "logprobs")?;
-    expect_shape("mask", mask, &dims, "[batch, seq]")?;
-    for (name, v) in [
-        ("clip_low", config.clip_low),
-        ("clip_high", config.clip_high),
-    ] {
-        crate::error::check_min(name, v, 0.0)?;
-    }
+    let dtype = check_policy_inputs(logprobs, old_logprobs, advantages, mask, config, is_weights)?;
     if config.dual_clip.is_some() {
         return Err(crate::RlhfError::invalid(
             "dual_clip",
@@ -56,7 +42,6 @@ pub fn cispo_policy_loss(
     let weight = ratio.clamp(lo, hi)?;
     let mut per_token = (weight * adv)?.neg()?.mul(&logp)?;
     if let Some(w) = is_weights {
-        expect_like("is_weights", w, &dims, dtype, "logprobs")?;
         per_token = (per_token * zero_unmasked_out(&w.detach(), &pred)?)?;
     }
     let loss = aggregate_loss(&per_token, mask, config.agg)?;

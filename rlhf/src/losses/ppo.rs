@@ -2,7 +2,7 @@
 //! optional dual clip (Ye et al. 2020) and optional per-token importance weights (TIS).
 //! It does not add KL or entropy terms; combine those from `kl.rs` / `entropy.rs`.
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use crate::error::Result;
 use crate::losses::aggregate::{aggregate_loss, LossAgg};
@@ -61,6 +61,35 @@ pub struct PpoStats {
     pub loss: f64,
 }
 
+/// The checks every policy surrogate makes of its inputs: float `[batch, seq]` log-probs
+/// with old log-probs, advantages and optional importance weights of the same shape and
+/// dtype, a `[batch, seq]` mask, and clip widths ≥ 0. Returns the dtype.
+pub(crate) fn check_policy_inputs(
+    logprobs: &Tensor,
+    old_logprobs: &Tensor,
+    advantages: &Tensor,
+    mask: &Tensor,
+    config: &PpoConfig,
+    is_weights: Option<&Tensor>,
+) -> Result<DType> {
+    let dtype = expect_float("logprobs", logprobs)?;
+    let (b, t) = expect_2d("logprobs", logprobs)?;
+    let dims = [b, t];
+    expect_like("old_logprobs", old_logprobs, &dims, dtype, "logprobs")?;
+    expect_like("advantages", advantages, &dims, dtype, "logprobs")?;
+    expect_shape("mask", mask, &dims, "[batch, seq]")?;
+    if let Some(w) = is_weights {
+        expect_like("is_weights", w, &dims, dtype, "logprobs")?;
+    }
+    for (name, v) in [
+        ("clip_low", config.clip_low),
+        ("clip_high", config.clip_high),
+    ] {
+        crate::error::check_min(name, v, 0.0)?;
+    }
+    Ok(dtype)
+}
+
 /// PPO clipped surrogate loss.
 ///
 /// * `logprobs`: `[batch, seq]` float, log π_θ(a_t|s_t) in nats (differentiable).
@@ -84,21 +113,7 @@ pub fn ppo_policy_loss(
     config: &PpoConfig,
     is_weights: Option<&Tensor>,
 ) -> Result<(Tensor, PpoStats)> {
-    let dtype = expect_float("logprobs", logprobs)?;
-    let (b, t) = expect_2d("logprobs", logprobs)?;
-    let dims = [b, t];
-    expect_like("old_logprobs", old_logprobs, &dims, dtype, "logprobs")?;
-    expect_like("advantages", advantages, &dims, dtype, "logprobs")?;
-    expect_shape("mask", mask, &dims, "[batch, seq]")?;
-    if let Some(w) = is_weights {
-        expect_like("is_weights", w, &dims, dtype, "logprobs")?;
-    }
-    for (name, v) in [
-        ("clip_low", config.clip_low),
-        ("clip_high", config.clip_high),
-    ] {
-        crate::error::check_min(name, v, 0.0)?;
-    }
+    let dtype = check_policy_inputs(logprobs, old_logprobs, advantages, mask, config, is_weights)?;
     if let Some(c) = config.dual_clip {
         crate::error::check_above("dual_clip", c, 1.0)?;
     }
