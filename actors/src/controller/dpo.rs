@@ -195,16 +195,12 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
         if !eval.0.is_empty() && (step == 0 || evaluates(step, s.steps, s.eval_every)) {
             let (acc, margin) = evaluate(ctx, &policy, &eval, &ref_eval).await?;
             m = log.record(step, &[("eval_accuracy", acc), ("eval_margin", margin)], m);
-            let loss = m
-                .values
-                .get("loss")
-                .map_or("-".into(), |l| format!("{l:.4}"));
-            offline::progress(
+            offline::eval_progress(
                 ctx,
-                format!(
-                    "dpo {step:>5}/{}  loss {loss}  held-out accuracy {acc:.3}  margin {margin:.4}",
-                    s.steps
-                ),
+                "dpo",
+                (step, s.steps),
+                &m,
+                format!("held-out accuracy {acc:.3}  margin {margin:.4}"),
             );
         }
         if step > 0 {

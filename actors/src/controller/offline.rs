@@ -135,6 +135,24 @@ pub(crate) fn progress(ctx: &Ctx<'_>, line: String) {
     }
 }
 
+/// Prints an evaluated step's line: `<kind> <step>/<steps>  loss <step loss or ->  <held_out>`.
+pub(crate) fn eval_progress(
+    ctx: &Ctx<'_>,
+    kind: &str,
+    (step, steps): (u64, u64),
+    metrics: &StepMetrics,
+    held_out: String,
+) {
+    let loss = metrics
+        .values
+        .get("loss")
+        .map_or("-".into(), |l| format!("{l:.4}"));
+    progress(
+        ctx,
+        format!("{kind} {step:>5}/{steps}  loss {loss}  {held_out}"),
+    );
+}
+
 /// The `batch_size` training rows of step `step` (1-based): positions
 /// `(step − 1) · batch_size ..`, epoch after epoch.
 pub(crate) fn step_rows<T: RowSchema>(

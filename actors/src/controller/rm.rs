@@ -162,16 +162,12 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
         if !eval.0.is_empty() && (step == 0 || evaluates(step, s.steps, s.eval_every)) {
             let (acc, margin) = evaluate(ctx, &rm, &eval).await?;
             m = log.record(step, &[("eval_accuracy", acc), ("eval_margin", margin)], m);
-            let loss = m
-                .values
-                .get("loss")
-                .map_or("-".into(), |l| format!("{l:.4}"));
-            offline::progress(
+            offline::eval_progress(
                 ctx,
-                format!(
-                    "rm {step:>5}/{}  loss {loss}  held-out accuracy {acc:.3}  margin {margin:.3}",
-                    s.steps
-                ),
+                "rm",
+                (step, s.steps),
+                &m,
+                format!("held-out accuracy {acc:.3}  margin {margin:.3}"),
             );
         }
         if step > 0 {

@@ -78,16 +78,12 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
         if !eval.is_empty() && (step == 0 || evaluates(step, s.steps, s.eval_every)) {
             let nll = mean_nll(ctx, &policy, At::Eval("eval"), &eval).await?;
             m = log.record(step, &[("eval_loss", nll)], m);
-            let loss = m
-                .values
-                .get("loss")
-                .map_or("-".into(), |l| format!("{l:.4}"));
-            offline::progress(
+            offline::eval_progress(
                 ctx,
-                format!(
-                    "sft {step:>5}/{}  loss {loss}  held-out loss {nll:.4}",
-                    s.steps
-                ),
+                "sft",
+                (step, s.steps),
+                &m,
+                format!("held-out loss {nll:.4}"),
             );
         }
         if step > 0 {
