@@ -5,6 +5,7 @@
 //! stops the run).
 
 use candle_core::Var;
+use oxalign_rlhf::trainer::StepStats;
 use oxalign_rlhf::RlhfError;
 use serde::{Deserialize, Serialize};
 
@@ -64,6 +65,21 @@ impl Divergence {
             _ => None,
         }
     }
+}
+
+/// The divergence of a step of one optimizer update that ended with `step`: its skipped
+/// (non-finite) gradient, else the first non-finite weight of `named`, else none.
+pub fn after_one_update(
+    step: &StepStats,
+    named: &[(String, Var)],
+) -> candle_core::Result<Option<Divergence>> {
+    if step.skipped {
+        return Ok(Some(Divergence::Gradient {
+            norm: step.grad_norm,
+            update: 1,
+        }));
+    }
+    Ok(non_finite_weight(named)?.map(|tensor| Divergence::Weights { tensor }))
 }
 
 /// The first parameter (by name) holding a NaN or an infinity, if any.

@@ -2,7 +2,7 @@
 //! pairs arrive as host data with the reference's summed log-probs (computed once by the
 //! reference role), each replica trains on its share of the rows, and gradients are averaged.
 
-use super::divergence::{non_finite_weight, Divergence};
+use super::divergence::{after_one_update, Divergence};
 use crate::batch::Sequences;
 use crate::error::Cause;
 use crate::replicas::{shard_ranges, ReplicaCtx};
@@ -51,14 +51,7 @@ pub(crate) fn dpo_update(
     let rr = Tensor::new(&w.ref_rejected[range], &device)?;
     match t.dpo_step(&chosen, &rejected, &rc, &rr, &w.cfg, weight, ctx.collective) {
         Ok((stats, step)) => {
-            let mut diverged = step.skipped.then_some(Divergence::Gradient {
-                norm: step.grad_norm,
-                update: 1,
-            });
-            if diverged.is_none() {
-                diverged = non_finite_weight(&t.model.vars())?
-                    .map(|tensor| Divergence::Weights { tensor });
-            }
+            let diverged = after_one_update(&step, &t.model.vars())?;
             Ok(DpoSummary {
                 stats,
                 grad_norm: step.grad_norm,

@@ -2,7 +2,7 @@
 //! `*ForSequenceClassification` model on preference pairs, held-out scoring, and saving. Each
 //! replica trains on its share of the pairs; gradients are averaged. Messages carry host data.
 
-use super::divergence::{non_finite_weight, Divergence};
+use super::divergence::{after_one_update, Divergence};
 use super::policy_train::refuse_non_finite;
 use super::{Busy, Sequences};
 use crate::error::{Cause, RoleError};
@@ -86,14 +86,7 @@ fn rm_update(
     let r = rejected.batch_rows(range, &device)?;
     match t.step(&c, &r, *lr, *clip, weight, ctx.collective) {
         Ok((stats, step)) => {
-            let mut diverged = step.skipped.then_some(Divergence::Gradient {
-                norm: step.grad_norm,
-                update: 1,
-            });
-            if diverged.is_none() {
-                diverged = non_finite_weight(&t.model.vars())?
-                    .map(|tensor| Divergence::Weights { tensor });
-            }
+            let diverged = after_one_update(&step, &t.model.vars())?;
             Ok(RmStepSummary {
                 stats,
                 grad_norm: step.grad_norm,
