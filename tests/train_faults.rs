@@ -290,3 +290,35 @@ fn check_names_a_bad_fault() {
         assert!(err.contains(key), "{f}: expected {key} in: {err}");
     }
 }
+
+/// With `rl.max_staleness = 1` a failure replays from a checkpoint together with the batch
+/// that waited there: a panic in policy training at step 3 (replayed from `step_000002`,
+/// which holds step 3's batch) and an error in the generation ahead during step 2 (step 3's
+/// batch; replayed from `step_000000`) both end with the clean pipelined run's metrics.
+#[test]
+fn pipelined_runs_replay_with_the_batches_generated_ahead() {
+    let stale = ["--set", "rl.max_staleness=1"];
+    let clean = train("", &stale);
+    assert!(clean.out.status.success(), "{}", stderr(&clean));
+    let lag: Vec<f64> = clean
+        .metrics
+        .iter()
+        .map(|m| m["staleness"].as_f64().unwrap())
+        .collect();
+    assert_eq!(lag, [0.0, 1.0, 1.0]);
+    for (f, step) in [
+        (fault("policy", "policy_train", 3, "panic"), 3),
+        (fault("policy", "generate", 2, "error"), 2),
+    ] {
+        let r = train(&f, &stale);
+        assert!(r.out.status.success(), "{f}: {}", stderr(&r));
+        assert!(stderr(&r).contains("restarting"), "{f}: {}", stderr(&r));
+        assert_eq!(r.metrics.len(), clean.metrics.len(), "each step once");
+        for (x, y) in clean.metrics.iter().zip(&r.metrics) {
+            for k in EXACT {
+                assert_eq!(x[k], y[k], "{f}: step {}: {k} differs", x["step"]);
+            }
+        }
+        assert_eq!(r.metrics[step - 1]["restarts"].as_f64(), Some(1.0), "{f}");
+    }
+}

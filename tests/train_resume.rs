@@ -154,8 +154,9 @@ fn copy_tree(from: &Path, to: &Path) {
 /// left it: newer checkpoints gone, metrics of `metrics_steps` RL steps (some after the
 /// checkpoint) plus a half-written line, no summary; during SFT also no reference.
 fn killed_copy(full: &Path, keep: &str, metrics_steps: usize) -> tempfile::TempDir {
+    let recipe = std::fs::read_to_string(full.join("r.toml")).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("r.toml"), RECIPE).unwrap();
+    std::fs::write(dir.path().join("r.toml"), recipe).unwrap();
     let run = run_dir(dir.path());
     copy_tree(&run_dir(full), &run);
     let order = |n: &str| (n.starts_with("step_"), n.to_string());
@@ -253,6 +254,48 @@ fn kills_at_any_point_resume_to_the_uninterrupted_run() {
     );
 
     damaged_checkpoints_fall_back_or_fail(full.path());
+}
+
+/// `rl.max_staleness = 1`: step 1 trains on its own batch, each later step on the batch the
+/// engine generated while the step before was updating (one version behind, corrected by
+/// token TIS). The waiting batch is saved with each checkpoint, so a kill after any RL
+/// checkpoint resumes to exactly the uninterrupted run.
+#[test]
+fn pipelined_runs_train_one_version_behind_and_resume_exactly() {
+    let full = tempfile::tempdir().unwrap();
+    let recipe = RECIPE.replace("[rl]\n", "[rl]\nmax_staleness = 1\n");
+    std::fs::write(full.path().join("r.toml"), &recipe).unwrap();
+    train_ok(full.path(), &[]);
+    let m = metrics(full.path());
+    let lag: Vec<f64> = m.iter().map(|x| x["staleness"].as_f64().unwrap()).collect();
+    assert_eq!(lag, [0.0, 1.0, 1.0], "batch j comes from version j - 2");
+    for x in &m[1..] {
+        let w = x["rollout_is_weight_mean"].as_f64().unwrap();
+        assert!(w.is_finite() && w > 0.0, "token TIS is on by default: {x}");
+    }
+    let ckpts = run_dir(full.path()).join("checkpoints");
+    for (step, waiting) in [(0, false), (1, true), (2, true), (3, false)] {
+        let has = ckpts
+            .join(format!("step_{step:06}"))
+            .join("rollouts_ahead.json")
+            .is_file();
+        assert_eq!(has, waiting, "checkpoint of step {step}");
+    }
+    for (keep, metrics_steps) in [("step_000001", 2), ("step_000002", 2)] {
+        let killed = killed_copy(full.path(), keep, metrics_steps);
+        train_ok(killed.path(), &["--resume", "runs/r"]);
+        assert_same_run(full.path(), killed.path(), keep);
+    }
+    // The on-policy run differs from step 2 on: its batches come from the newest weights.
+    let on_policy = tempfile::tempdir().unwrap();
+    std::fs::write(on_policy.path().join("r.toml"), RECIPE).unwrap();
+    train_ok(on_policy.path(), &[]);
+    let k0 = metrics(on_policy.path());
+    assert_eq!(
+        k0[0]["reward_mean"], m[0]["reward_mean"],
+        "same first batch"
+    );
+    assert_ne!(k0[1]["kl"], m[1]["kl"], "step 2 trains on another batch");
 }
 
 /// Flips one byte in the middle of `file`.

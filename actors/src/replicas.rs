@@ -29,6 +29,10 @@ type Shared<T> = Arc<Mutex<T>>;
 /// States of a role's replicas and the devices they live on.
 pub struct Replicas<T> {
     role: String,
+    /// The executor lane the jobs run on: the role's own by default; a second lane
+    /// ([`Replicas::on_lane`]) gives a role two kinds of state that work at once on the CPU
+    /// (the policy's trainer and its engine).
+    lane: String,
     specs: Vec<DeviceSpec>,
     states: Vec<Shared<T>>,
     collectives: Vec<Option<Arc<ThreadCollective>>>,
@@ -49,6 +53,7 @@ impl<T: Send + 'static> Replicas<T> {
         };
         Self {
             role: role.to_string(),
+            lane: role.to_string(),
             specs,
             states: states
                 .into_iter()
@@ -57,6 +62,19 @@ impl<T: Send + 'static> Replicas<T> {
             collectives,
             pool,
         }
+    }
+
+    /// The same replicas with their jobs on executor lane `lane` (on the CPU, threads of
+    /// their own, `cpu:0/<lane>`; a GPU has one executor, whatever the lane). Errors and
+    /// injected faults still name the role.
+    pub fn on_lane(mut self, lane: &str) -> Self {
+        self.lane = lane.to_string();
+        self
+    }
+
+    /// The executor lane the jobs run on.
+    pub fn lane(&self) -> &str {
+        &self.lane
     }
 
     /// Number of replicas.
@@ -110,7 +128,7 @@ impl<T: Send + 'static> Replicas<T> {
                 }
             })
             .collect();
-        let results = self.pool.run_group(&self.role, &self.specs, jobs).await;
+        let results = self.pool.run_group(&self.lane, &self.specs, jobs).await;
         let mut out = Vec::with_capacity(world);
         for (rank, r) in results.into_iter().enumerate() {
             match r.map_err(Cause::from).and_then(|r| r) {
@@ -119,6 +137,20 @@ impl<T: Send + 'static> Replicas<T> {
             }
         }
         Ok(out)
+    }
+}
+
+impl<T> Clone for Replicas<T> {
+    /// Another handle on the same replicas (their states are shared, not copied).
+    fn clone(&self) -> Self {
+        Self {
+            role: self.role.clone(),
+            lane: self.lane.clone(),
+            specs: self.specs.clone(),
+            states: self.states.clone(),
+            collectives: self.collectives.clone(),
+            pool: self.pool.clone(),
+        }
     }
 }
 

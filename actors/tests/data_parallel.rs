@@ -8,7 +8,8 @@ use oxalign_actors::executor::ExecutorPool;
 use oxalign_actors::monitor::MonitorHandle;
 use oxalign_actors::replicas::Replicas;
 use oxalign_actors::roles::{
-    ask, Policy, PolicyMsg, PolicyReplica, PolicyState, PolicyWork, Sequences,
+    ask, EngineReplica, Policy, PolicyMsg, PolicyReplica, PolicyState, PolicyWork, Sequences,
+    ENGINE_LANE,
 };
 use oxalign_kernels::device::DeviceSpec;
 use oxalign_models::engine::EngineConfig;
@@ -44,7 +45,7 @@ fn sequences() -> Sequences {
 /// The weights after one PPO update on `world` replicas (on packed rows when `packed`).
 async fn update_with(world: usize, agg: LossAgg, packed: bool) -> HashMap<String, Tensor> {
     let specs: Vec<DeviceSpec> = (0..world).map(DeviceSpec::cpu).collect();
-    let trainers = (0..world)
+    let (trainers, engines): (Vec<_>, Vec<_>) = (0..world)
         .map(|_| {
             let mut trainer = PolicyTrainer::new(
                 CausalLm::init_random(&config(), 5, &Device::Cpu).unwrap(),
@@ -56,9 +57,10 @@ async fn update_with(world: usize, agg: LossAgg, packed: bool) -> HashMap<String
                 sft: false,
                 rl: packed,
             };
-            PolicyReplica::new(trainer, EngineConfig::default(), 1e-4).unwrap()
+            let engine = EngineReplica::new(&trainer.model, EngineConfig::default()).unwrap();
+            (PolicyReplica::new(trainer, 1e-4), engine)
         })
-        .collect();
+        .unzip();
     let probe = CausalLm::init_random(&config(), 5, &Device::Cpu).unwrap();
     let seqs = sequences();
     let batch = seqs.batch(&Device::Cpu).unwrap();
@@ -70,11 +72,13 @@ async fn update_with(world: usize, agg: LossAgg, packed: bool) -> HashMap<String
     let adv = seeded_normal(1, b, t, 1.0);
     // Make the old log-probs differ from the current ones so clipping is exercised.
     let old_shifted = (&old + seeded_normal(2, b, t, 0.3)).unwrap();
-    let replicas = Replicas::new("policy", specs, trainers, ExecutorPool::new());
+    let pool = ExecutorPool::new();
+    let replicas = Replicas::new("policy", specs.clone(), trainers, pool.clone());
+    let engines = Replicas::new("policy", specs, engines, pool).on_lane(ENGINE_LANE);
     let (policy, _) = Actor::spawn(
         None,
         Policy,
-        PolicyState::new(replicas, MonitorHandle::disabled()),
+        PolicyState::new(replicas, engines, MonitorHandle::disabled()),
     )
     .await
     .unwrap();

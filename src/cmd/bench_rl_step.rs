@@ -63,6 +63,10 @@ pub struct Args {
     /// Run seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// `rl.max_staleness`: with k ≥ 1 the engine generates the next step's batch while this
+    /// one trains (the first step still generates its own; keep --warmup ≥ 1).
+    #[arg(long, default_value_t = 0)]
+    pub max_staleness: u64,
 }
 
 /// The JSON line.
@@ -74,10 +78,14 @@ struct Report {
     prompts_per_step: u64,
     samples: u64,
     max_new_tokens: u64,
+    max_staleness: u64,
     steps: usize,
     threads: usize,
     step_seconds: Spread,
+    /// Generating the step's batch (during the previous step when it was generated ahead).
     generate_seconds: Spread,
+    /// The part of generation the step waited for.
+    generate_exposed_seconds: Spread,
     score_seconds: Spread,
     experience_seconds: Spread,
     train_seconds: Spread,
@@ -119,6 +127,7 @@ kl_mode = "loss"
 kl_estimator = "k3"
 max_new_tokens = {mnt}
 temperature = 1.0
+max_staleness = {stale}
 
 [reward]
 kind = "exact_match"
@@ -136,6 +145,7 @@ quant = {quant:?}
         batch = a.prompts_per_step * a.samples,
         beta = a.beta,
         mnt = a.max_new_tokens,
+        stale = a.max_staleness,
         quant = a.quant,
     )
 }
@@ -201,15 +211,16 @@ fn report(a: &Args, metrics: &str) -> anyhow::Result<Report> {
             .map(|r| r.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN))
             .collect()
     };
-    let (step, gen, score, train, refit) = (
+    let (step, gen, exposed, score, train, refit) = (
         col("step_seconds"),
         col("time_generate"),
+        col("time_generate_exposed"),
         col("time_score"),
         col("time_train"),
         col("refit_seconds"),
     );
     let experience: Vec<f64> = (0..step.len())
-        .map(|i| (step[i] - gen[i] - score[i] - train[i] - refit[i]).max(0.0))
+        .map(|i| (step[i] - exposed[i] - score[i] - train[i] - refit[i]).max(0.0))
         .collect();
     let n = (a.prompts_per_step * a.samples) as f64;
     let tokens: Vec<f64> = col("response_len").iter().map(|l| l * n).collect();
@@ -221,10 +232,12 @@ fn report(a: &Args, metrics: &str) -> anyhow::Result<Report> {
         prompts_per_step: a.prompts_per_step,
         samples: a.samples,
         max_new_tokens: a.max_new_tokens,
+        max_staleness: a.max_staleness,
         steps: timed.len(),
         threads: rayon_threads(),
         step_seconds: Spread::of(&step),
         generate_seconds: Spread::of(&gen),
+        generate_exposed_seconds: Spread::of(&exposed),
         score_seconds: Spread::of(&score),
         experience_seconds: Spread::of(&experience),
         train_seconds: Spread::of(&train),

@@ -9,12 +9,16 @@
 
 use super::checkpoint_error::CheckpointError;
 use super::checksums;
+use super::rl_rollout::Rollout;
 use oxalign_rlhf::KlController;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// File that marks a complete checkpoint (written last).
 pub const STATE_FILE: &str = "state.json";
+
+/// The rollouts generated ahead of a checkpoint's step (only when there are some).
+pub const AHEAD_FILE: &str = "rollouts_ahead.json";
 
 /// The phase a checkpoint was taken in.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
@@ -59,6 +63,11 @@ pub struct LoopState {
     /// Mean reward of the newest RL step.
     #[serde(default)]
     pub reward_last: Option<f64>,
+    /// Rollouts generated ahead for the next steps (`rl.max_staleness ≥ 1`), oldest first.
+    /// Kept in [`AHEAD_FILE`] beside `state.json`, so a resumed or replayed step trains on
+    /// exactly the batch the uninterrupted run would have.
+    #[serde(skip)]
+    pub(crate) ahead: Vec<Rollout>,
 }
 
 impl LoopState {
@@ -124,12 +133,30 @@ pub fn read_state(ckpt: &Path) -> Result<LoopState, CheckpointError> {
         path: path.clone(),
         source,
     })?;
-    serde_json::from_str(&text).map_err(|source| CheckpointError::BadJson { path, source })
+    let mut state: LoopState =
+        serde_json::from_str(&text).map_err(|source| CheckpointError::BadJson { path, source })?;
+    let ahead = ckpt.join(AHEAD_FILE);
+    if ahead.is_file() {
+        let text =
+            std::fs::read_to_string(&ahead).map_err(|source| CheckpointError::Unreadable {
+                path: ahead.clone(),
+                source,
+            })?;
+        state.ahead = serde_json::from_str(&text).map_err(|source| CheckpointError::BadJson {
+            path: ahead,
+            source,
+        })?;
+    }
+    Ok(state)
 }
 
-/// Writes `checksums.json` (SHA-256 of every file) and then `state.json` into the staged
-/// folder, and fsyncs every file in it.
+/// Writes the rollouts generated ahead (if any), `checksums.json` (SHA-256 of every file)
+/// and then `state.json` into the staged folder, and fsyncs every file in it.
 pub fn seal(staged: &Path, state: &LoopState) -> std::io::Result<()> {
+    if !state.ahead.is_empty() {
+        let text = serde_json::to_string(&state.ahead).map_err(std::io::Error::other)?;
+        std::fs::write(staged.join(AHEAD_FILE), text)?;
+    }
     checksums::write_manifest(staged, &[STATE_FILE])?;
     let text = serde_json::to_string_pretty(state).map_err(std::io::Error::other)?;
     std::fs::write(staged.join(STATE_FILE), text)?;
@@ -221,6 +248,7 @@ mod tests {
             sampled_accuracy_sft: Some(0.4),
             accuracy_init: None,
             wall_seconds: 1.0,
+            ahead: Vec::new(),
         }
     }
 

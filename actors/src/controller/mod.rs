@@ -22,6 +22,7 @@ mod offline_eval;
 mod offline_report;
 mod progress;
 pub mod resume_point;
+mod rl_ahead;
 mod rl_experience;
 mod rl_loop;
 mod rl_report;
@@ -44,6 +45,7 @@ pub use divergence::DivergenceError;
 pub use lengths::ContextError;
 pub use offline_report::OfflineSummary;
 pub use resume_point::{find_resume_point, ResumePoint};
+pub use rl_ahead::StalenessError;
 pub use rl_loop::RESTARTS;
 pub use run_error::{At, RunError};
 pub use run_folder::RunFolderError;
@@ -186,6 +188,7 @@ fn fresh_state(recipe: &Recipe) -> Result<LoopState, RunError> {
         wall_seconds: 0.0,
         reward_first: None,
         reward_last: None,
+        ahead: Vec::new(),
     })
 }
 

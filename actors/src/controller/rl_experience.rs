@@ -42,9 +42,9 @@ pub(crate) fn rollout_correction(rl: &RlSection) -> RolloutCorrection {
     let (lower, upper) = rl.rollout_mask_band();
     match rl.rollout_correction() {
         RolloutCorrectionName::None => RolloutCorrection::None,
-        // Validation refuses `token_tis` without `tis_cap`.
+        // Validation refuses `token_tis` without a cap in force.
         RolloutCorrectionName::TokenTis => RolloutCorrection::TokenTis {
-            cap: rl.tis_cap.unwrap_or(f64::INFINITY),
+            cap: rl.tis_cap_in_force().unwrap_or(f64::INFINITY),
         },
         RolloutCorrectionName::SeqMask => RolloutCorrection::SeqMask { lower, upper },
         RolloutCorrectionName::Icepop => RolloutCorrection::Icepop { lower, upper },

@@ -4,7 +4,7 @@
 //! (`supervisor.rs`), within the restart budget.
 
 use super::checkpoint::LoopState;
-use super::run_error::RunError;
+use super::run_error::{At, RunError};
 use super::setup::Roles;
 use super::start::WallClock;
 use super::supervisor::{self, Budget};
@@ -12,12 +12,33 @@ use super::{progress, rl_step, saving, Ctx};
 use crate::executor::ExecutorPool;
 use crate::monitor::ActorUpdate;
 use crate::recipe::Algorithm;
+use crate::roles::{ask, PolicyMsg};
 use oxalign_rlhf::data::PromptSource;
 use std::path::PathBuf;
 
 /// The name of the per-step restart count in `metrics.jsonl`: restarts since the previous
 /// step's line (0 on a clean step).
 pub const RESTARTS: &str = "restarts";
+
+/// A policy spawned from a checkpoint has an engine at version 0 serving the checkpoint's
+/// weights: it refits (verified) as `state.policy_version`, so the batches it generates
+/// carry their true version (`rl.max_staleness` checks it). A no-op at the start of RL.
+async fn label_engine_weights(
+    ctx: &Ctx<'_>,
+    roles: &Roles,
+    state: &LoopState,
+) -> Result<(), RunError> {
+    let version = state.policy_version;
+    if version == 0 {
+        return Ok(());
+    }
+    ask("policy", "refit", &roles.policy, ctx.timeout, |reply| {
+        PolicyMsg::Refit { version, reply }
+    })
+    .await
+    .map(|_| ())
+    .map_err(RunError::at(At::Rl(state.step + 1)))
+}
 
 /// Runs RL steps until `run.steps`, checkpointing every `run.checkpoint_every` steps and at
 /// the end; returns the newest checkpoint folder. `roles` may be rebuilt on the way.
@@ -36,6 +57,7 @@ pub(crate) async fn rl_loop(
     if state.step < recipe.run.steps {
         progress.line(&rl_step::header());
     }
+    label_engine_weights(ctx, roles, state).await?;
     let mut budget = Budget::new(&recipe.supervision);
     // Steps up to `reported` have their metrics line; a replay runs them again silently.
     let mut reported = state.step;
@@ -59,6 +81,9 @@ pub(crate) async fn rl_loop(
                 );
                 *state =
                     supervisor::rebuild(ctx, pool, roles, &names, &last_checkpoint, step).await?;
+                if names.contains(&"policy") {
+                    label_engine_weights(ctx, roles, state).await?;
+                }
                 restarts += 1;
                 continue;
             }

@@ -49,9 +49,14 @@ pub(crate) struct StepOutcome<'a> {
     pub refit: &'a RefitReport,
     pub policy_version: u64,
     pub data_position: u64,
-    /// Seconds: the whole step, generation, scoring, training.
+    /// Versions the batch lagged the trainer (0 on-policy; ≤ `rl.max_staleness`).
+    pub staleness: u64,
+    /// Seconds: the whole step, the batch's generation (during an earlier step when it was
+    /// generated ahead), the part of generation the step waited for (not hidden behind its
+    /// scoring and training), scoring, training.
     pub step_secs: f64,
     pub gen_secs: f64,
+    pub gen_wait_secs: f64,
     pub score_secs: f64,
     pub train_secs: f64,
 }
@@ -87,6 +92,8 @@ fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
         ),
         (metric::STEP_SECONDS, o.step_secs),
         ("time_generate", o.gen_secs),
+        ("time_generate_exposed", o.gen_wait_secs),
+        ("staleness", o.staleness as f64),
         ("time_score", o.score_secs),
         ("time_train", o.train_secs),
         ("refit_seconds", o.refit.seconds),

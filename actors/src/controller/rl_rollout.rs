@@ -18,16 +18,22 @@ use crate::batch::{RolloutBatch, RolloutRequest, SampleRequest, Sampling};
 use crate::roles::{ask, PolicyMsg, RewardMsg};
 use oxalign_rlhf::advantages::{informative_count, informative_groups, select_groups};
 use oxalign_rlhf::data::PromptSource;
+use serde::{Deserialize, Serialize};
 
 /// Each sample's prompt text and reference answer, in sample order.
-#[derive(Default)]
-pub(super) struct RowTexts {
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct RowTexts {
     pub prompts: Vec<String>,
     pub answers: Vec<Option<String>>,
 }
 
 /// The rollout stage's output: the samples the step trains on, and what generating cost.
-pub(super) struct Rollout {
+/// Plain data: a batch generated ahead (`rl.max_staleness`) waits in the loop state and in
+/// its checkpoints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Rollout {
+    /// The RL step that trains on it.
+    pub step: u64,
     /// The samples trained on.
     pub batch: RolloutBatch,
     /// Their decoded responses.
@@ -52,8 +58,8 @@ pub(super) struct Rollout {
 }
 
 /// What dynamic sampling did in one step.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct DynamicReport {
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub(crate) struct DynamicReport {
     /// Generation rounds run.
     pub rounds: usize,
     /// Groups with all-equal rewards that were not trained on.
@@ -141,6 +147,7 @@ async fn generate(
             .count()
     });
     Ok(Rollout {
+        step,
         generated: batch.len(),
         gen_tokens: batch.response_tokens(),
         all_tokens: batch
@@ -230,6 +237,7 @@ fn merge(
     report: DynamicReport,
 ) -> Rollout {
     let mut out = Rollout {
+        step: rounds[0].step,
         batch: RolloutBatch {
             policy_version: rounds[0].batch.policy_version,
             samples: Vec::new(),

@@ -1,16 +1,17 @@
 //! One RL step as a short pipeline over host data: rollout (the policy generates a
-//! [`RolloutBatch`]), score (reference log-probs, rewards, values and old log-probs,
+//! [`crate::batch::RolloutBatch`], or one generated ahead is taken), score (reference log-probs, rewards, values and old log-probs,
 //! concurrently, into a [`ScoredBatch`]), experience (`rl_experience.rs`), update (policy and
 //! critic concurrently), refit, report (`rl_report.rs`). No tensor crosses a message.
 
 use super::divergence::{check_rollout, DivergenceError};
+use super::rl_ahead::{check_staleness, take_or_generate, AheadPlan};
 use super::rl_experience::{agg, experience, policy_loss_config, Experience};
 use super::rl_report::{self, StepOutcome, StepRow};
-use super::rl_rollout::{rollout, RowTexts};
+use super::rl_rollout::Rollout;
 use super::run_error::{At, RunError};
 use super::setup::Roles;
 use super::{Ctx, LoopState};
-use crate::batch::{RolloutBatch, ScoredBatch};
+use crate::batch::ScoredBatch;
 use crate::recipe::EngineQuant;
 use crate::roles::{
     ask, split_state_values, CriticMsg, CriticWork, PolicyMsg, PolicyTrainSummary, PolicyWork,
@@ -18,6 +19,7 @@ use crate::roles::{
 };
 use oxalign_rlhf::data::PromptSource;
 use std::time::Instant;
+use tokio::sync::oneshot;
 
 pub(crate) use rl_report::header;
 
@@ -32,17 +34,22 @@ pub(super) fn sample_seed(seed: u64, step: u64, index: usize) -> u64 {
 }
 
 /// The score stage: reference log-probs, rewards (unless dynamic sampling already scored
-/// them: `known_rewards`), values (PPO) and, for a quantized engine, the trainer's log-probs
-/// of `rollout`, concurrently.
+/// them: `ro.rewards`), values (PPO) and, for a quantized engine or a stale batch
+/// (`stale`), the trainer's log-probs of the rollout, concurrently.
 async fn score(
     ctx: &Ctx<'_>,
     roles: &Roles,
-    step: u64,
-    rollout: RolloutBatch,
-    texts: Vec<String>,
-    rows: RowTexts,
-    known_rewards: Option<Vec<f32>>,
+    ro: Rollout,
+    stale: bool,
 ) -> Result<ScoredBatch, RunError> {
+    let Rollout {
+        step,
+        batch: rollout,
+        texts,
+        rows,
+        rewards: known_rewards,
+        ..
+    } = ro;
     let seqs = rollout.sequences(ctx.pad_id);
     let timed = |actor: &'static str, phase: &'static str| ctx.monitor.time(actor, phase, step);
     let ref_fut = async {
@@ -89,10 +96,11 @@ async fn score(
         .await
         .map(|full| Some(split_state_values(&full, &seqs)))
     };
-    // π_old's log-probs: an f32 engine already reported them while sampling (the trainer's
-    // weights in the trainer's precision; the update measures the gap on its first
-    // minibatch), so only a quantized engine needs the trainer to score the rollout again.
-    let trainer_scores_old = ctx.recipe.engine.quant != EngineQuant::None;
+    // π_old's log-probs: an f32 engine already reported them while sampling an on-policy
+    // batch (the trainer's weights in the trainer's precision; the update measures the gap
+    // on its first minibatch), so only a quantized engine or a batch from an older version
+    // (the engine's log-probs are then the behaviour policy's) needs the trainer to score it.
+    let trainer_scores_old = ctx.recipe.engine.quant != EngineQuant::None || stale;
     let old_fut = async {
         if !trainer_scores_old {
             return Ok(None);
@@ -213,9 +221,54 @@ async fn update(
     }
 }
 
+/// What the score, experience and update stages of a step produced.
+struct Trained {
+    exp: Experience,
+    policy: PolicyTrainSummary,
+    value_loss: Option<f64>,
+    score_secs: f64,
+    train_secs: f64,
+    /// When the update finished.
+    done: Instant,
+}
+
+/// Stages 2-4 of step `step` on rollout `ro`: score, experience (a divergence of the
+/// rollout itself stops the step here), update. `updating` is told when the update starts.
+async fn score_and_update(
+    ctx: &Ctx<'_>,
+    roles: &Roles,
+    step: u64,
+    ro: Rollout,
+    stale: bool,
+    beta: f64,
+    updating: oneshot::Sender<()>,
+) -> Result<Trained, RunError> {
+    let t_score = Instant::now();
+    let scored = score(ctx, roles, ro, stale).await?;
+    let score_secs = t_score.elapsed().as_secs_f64();
+    let exp = experience(At::Rl(step), &ctx.recipe.rl, beta, scored, ctx.pad_id).await?;
+    let guard = &ctx.recipe.guard;
+    check_rollout(step, "kl", exp.stats.kl, guard.max_kl)?;
+    check_rollout(step, "reward_mean", exp.stats.score_mean, f64::INFINITY)?;
+    check_rollout(step, "adv_std", exp.stats.adv_std, f64::INFINITY)?;
+    let t_train = Instant::now();
+    let _ = updating.send(());
+    let (policy, value_loss) = update(ctx, roles, step, &exp, beta).await?;
+    Ok(Trained {
+        exp,
+        policy,
+        value_loss,
+        score_secs,
+        train_secs: t_train.elapsed().as_secs_f64(),
+        done: Instant::now(),
+    })
+}
+
 /// Runs RL step `step` (1-based) from `state`, which it advances (policy version, data
-/// position, KL controller) once the step's updates and refit succeeded. Returns what the
-/// step reports; the loop sends it to the monitor (a replayed step is not reported again).
+/// position, KL controller, the batches generated ahead) once the step's updates and refit
+/// succeeded. With `rl.max_staleness = k ≥ 1` the engine generates the next steps' batches
+/// (`rl_ahead.rs`) while this one scores and trains. Returns what the step reports; the loop
+/// sends it to the monitor (a replayed step is not reported again).
 pub(crate) async fn run_step(
     ctx: &Ctx<'_>,
     roles: &Roles,
@@ -227,28 +280,48 @@ pub(crate) async fn run_step(
     let rl = &ctx.recipe.rl;
     let t0 = Instant::now();
 
-    // 1. Rollout (with dynamic sampling, rounds of generation and rewards).
-    let ro = rollout(ctx, roles, data, state.data_position, step).await?;
+    // 1. Rollout: generated ahead during an earlier step, or now.
+    let mut ahead = std::mem::take(&mut state.ahead);
+    let (ro, gen_now_secs) =
+        take_or_generate(ctx, roles, data, &mut ahead, state.data_position, step).await?;
+    let staleness = check_staleness(&ro, state.policy_version, rl.max_staleness)?;
     let n = ro.batch.len();
     let (generated, gen_secs, correct) = (ro.generated, ro.gen_secs, ro.correct);
     let (gen_tokens, all_tokens) = (ro.gen_tokens, ro.all_tokens);
     let (prompts_drawn, dynamic) = (ro.prompts_drawn, ro.dynamic);
+    let waiting: u64 = ahead.iter().map(|r| r.prompts_drawn).sum();
+    let plan = AheadPlan::of(
+        step,
+        &ahead,
+        state.data_position + prompts_drawn + waiting,
+        rl.max_staleness,
+        ctx.recipe.run.steps,
+    );
 
-    // 2. Score, 3. experience; divergence of the rollout itself stops the step here.
-    let t_score = Instant::now();
-    let scored = score(ctx, roles, step, ro.batch, ro.texts, ro.rows, ro.rewards).await?;
-    let score_secs = t_score.elapsed().as_secs_f64();
+    // 2-4. Score, experience, update. While the trainers update, the engine generates the
+    // batches ahead: not during scoring, whose reference and trainer forwards it would only
+    // slow down where they share cores.
     let beta = state.kl.beta();
-    let exp = experience(at, rl, beta, scored, ctx.pad_id).await?;
-    let guard = &ctx.recipe.guard;
-    check_rollout(step, "kl", exp.stats.kl, guard.max_kl)?;
-    check_rollout(step, "reward_mean", exp.stats.score_mean, f64::INFINITY)?;
-    check_rollout(step, "adv_std", exp.stats.adv_std, f64::INFINITY)?;
+    let stale = staleness > 0;
+    let (updating, update_started) = oneshot::channel();
+    let generate_ahead = async {
+        // The update never started: the step fails, and nothing is generated ahead.
+        let out = match update_started.await {
+            Ok(()) => plan.generate(ctx, roles, data).await,
+            Err(_) => Ok(Vec::new()),
+        };
+        (out, Instant::now())
+    };
+    let train = score_and_update(ctx, roles, step, ro, stale, beta, updating);
+    let ((generated_ahead, ahead_done), trained) = tokio::join!(generate_ahead, train);
+    let (trained, generated_ahead) = (trained?, generated_ahead?);
+    let gen_wait_secs = gen_now_secs
+        + ahead_done
+            .saturating_duration_since(trained.done)
+            .as_secs_f64();
+    ahead.extend(generated_ahead);
 
-    // 4. Update, 5. refit: the engine takes the new weights, verified before the next rollout.
-    let t_train = Instant::now();
-    let (policy, value_loss) = update(ctx, roles, step, &exp, beta).await?;
-    let train_secs = t_train.elapsed().as_secs_f64();
+    // 5. Refit: the engine takes the new weights, verified before its next rollout.
     state.policy_version += 1;
     let timer = ctx.monitor.time("policy", "refit", step);
     let version = state.policy_version;
@@ -259,9 +332,10 @@ pub(crate) async fn run_step(
     .map_err(RunError::at(at))?;
     timer.finish();
     state.data_position += prompts_drawn;
+    state.ahead = ahead;
     state
         .kl
-        .update(exp.stats.kl_seq, n as u64)
+        .update(trained.exp.stats.kl_seq, n as u64)
         .map_err(|e| RunError::controller(at, "kl_controller", e))?;
 
     // 6. Report.
@@ -274,16 +348,18 @@ pub(crate) async fn run_step(
         gen_tokens,
         all_tokens,
         beta,
-        exp: &exp,
-        policy: &policy,
-        value_loss,
+        exp: &trained.exp,
+        policy: &trained.policy,
+        value_loss: trained.value_loss,
         refit: &refit,
         policy_version: state.policy_version,
         data_position: state.data_position,
+        staleness,
         step_secs: t0.elapsed().as_secs_f64(),
         gen_secs,
-        score_secs,
-        train_secs,
+        gen_wait_secs,
+        score_secs: trained.score_secs,
+        train_secs: trained.train_secs,
     };
     Ok(rl_report::row(&outcome))
 }

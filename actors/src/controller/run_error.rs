@@ -6,6 +6,7 @@
 use super::checkpoint_error::CheckpointError;
 use super::divergence::DivergenceError;
 use super::lengths::ContextError;
+use super::rl_ahead::StalenessError;
 use crate::error::{Cause, RoleError};
 use std::path::PathBuf;
 
@@ -83,6 +84,9 @@ pub enum RunError {
         #[source]
         source: Box<RunError>,
     },
+    /// A batch generated ahead does not fit the step about to train on it.
+    #[error(transparent)]
+    Staleness(#[from] StalenessError),
     /// A file of the run folder could not be written.
     #[error("cannot {action} {}: {source}", path.display())]
     Io {
@@ -122,7 +126,10 @@ impl RunError {
         match self {
             RunError::Role { source, .. } => source.is_bad_input(),
             RunError::Checkpoint(_) | RunError::Context(_) => true,
-            RunError::Diverged(_) | RunError::Io { .. } | RunError::RestartBudget { .. } => false,
+            RunError::Diverged(_)
+            | RunError::Io { .. }
+            | RunError::RestartBudget { .. }
+            | RunError::Staleness(_) => false,
         }
     }
 

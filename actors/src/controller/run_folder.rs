@@ -177,6 +177,7 @@ mod tests {
             wall_seconds: 0.0,
             reward_first: None,
             reward_last: None,
+            ahead: Vec::new(),
         }
     }
 

@@ -10,8 +10,9 @@ use crate::placement::DeviceGroup;
 use crate::recipe::{EngineQuant, Recipe, RewardKeyError, RewardKind, TaskKind};
 use crate::replicas::Replicas;
 use crate::roles::{
-    Critic, CriticMsg, CriticState, Policy, PolicyMsg, PolicyReplica, PolicyState, Reference,
-    ReferenceMsg, ReferenceState, Reward, RewardMsg, RewardState, Scorer, Scoring,
+    Critic, CriticMsg, CriticState, EngineReplica, Policy, PolicyMsg, PolicyReplica, PolicyState,
+    Reference, ReferenceMsg, ReferenceState, Reward, RewardMsg, RewardState, Scorer, Scoring,
+    ENGINE_LANE,
 };
 use candle_core::{DType, Tensor};
 use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
@@ -214,7 +215,7 @@ pub async fn spawn_policy(
     let fail = setup_failed("policy");
     let (pg, devices) =
         group(&recipe.placement.policy, "policy").map_err(RunError::at(At::Setup))?;
-    let mut trainers = Vec::new();
+    let (mut trainers, mut engines) = (Vec::new(), Vec::new());
     for dev in devices {
         let m = CausalLm::load(weights, &dev).map_err(|e| fail(e.into()))?;
         let mut trainer = PolicyTrainer::new(m, recipe.rl.lr, 0.0).map_err(|e| fail(e.into()))?;
@@ -226,19 +227,20 @@ pub async fn spawn_policy(
             sft: recipe.sft.packing,
             rl: recipe.rl.packing,
         };
-        let replica = PolicyReplica::new(
+        engines.push(EngineReplica::new(&trainer.model, engine_config(recipe)).map_err(&fail)?);
+        trainers.push(PolicyReplica::new(
             trainer,
-            engine_config(recipe),
             recipe.engine.refit_tolerance as f32,
-        );
-        trainers.push(replica.map_err(&fail)?);
+        ));
     }
     let policy_replicas = Replicas::new("policy", pg.specs.clone(), trainers, pool.clone());
+    let engines =
+        Replicas::new("policy", pg.specs.clone(), engines, pool.clone()).on_lane(ENGINE_LANE);
     monitor.report(ActorInfo::new("policy", "policy", pg.names()));
     let (policy, _) = Actor::spawn(
         Some("policy".into()),
         Policy,
-        PolicyState::new(policy_replicas, monitor.clone()),
+        PolicyState::new(policy_replicas, engines, monitor.clone()),
     )
     .await
     .map_err(|e| fail(e.into()))?;

@@ -18,6 +18,7 @@ use crate::executor::ExecutorPool;
 use crate::monitor::ActorUpdate;
 use crate::placement::DeviceGroup;
 use crate::recipe::SupervisionSection;
+use crate::roles::ENGINE_LANE;
 use ractor::ActorRef;
 use std::path::Path;
 use std::time::Duration;
@@ -151,6 +152,9 @@ async fn rebuild_one(
         )
     })?;
     pool.retire(name, &group.specs);
+    if name == "policy" {
+        pool.retire(ENGINE_LANE, &group.specs);
+    }
     respawn(ctx, pool, roles, name, ckpt).await
 }
 

@@ -406,8 +406,12 @@ pub struct RlSection {
     pub top_p: f64,
     /// Top-k sampling (0 = off). Default `0`.
     pub top_k: usize,
-    /// How many policy versions a rollout batch may lag the trainer. Only `0` (on-policy) is
-    /// implemented; other values are refused by validation. Default `0`.
+    /// How many policy versions a rollout batch may lag the trainer, `0..=MAX_STALENESS`.
+    /// `0`: on-policy, each step generates and then trains. `k ≥ 1`: the engine generates
+    /// step `s + k`'s batch while the trainer updates on step `s`'s (batch `j` comes from
+    /// policy version `max(0, j − 1 − k)`), at most `k` batches wait, π_old is the trainer's
+    /// own log-prob at the update, and the rollout correction against the engine's
+    /// (behaviour) log-probs defaults to `token_tis` with cap 2. Default `0`.
     pub max_staleness: u64,
     /// Pack the sequences of each policy and critic minibatch into rows as long as its
     /// longest one (first-fit decreasing; attention and position ids per sequence), so
@@ -415,6 +419,13 @@ pub struct RlSection {
     /// `loss_agg`, to f32 rounding. Default `false`.
     pub packing: bool,
 }
+
+/// Largest `rl.max_staleness`: each version of lag is one more batch held in memory.
+pub const MAX_STALENESS: u64 = 8;
+
+/// The truncated-IS cap of stale batches when the recipe sets none (veRL's and the TIS
+/// paper's `C = 2`).
+pub const STALE_TIS_CAP: f64 = 2.0;
 
 impl RlSection {
     /// The loss aggregation in force: the recipe's, or the algorithm's own default.
@@ -431,13 +442,23 @@ impl RlSection {
         self.dynamic_sampling_max_rounds.unwrap_or(3)
     }
 
-    /// The rollout correction in force: the recipe's, or `token_tis` when only `tis_cap` is set.
+    /// The rollout correction in force: the recipe's, or `token_tis` when only `tis_cap` is
+    /// set or the batches may be stale (`max_staleness ≥ 1`).
     pub fn rollout_correction(&self) -> RolloutCorrectionName {
         match (self.rollout_correction_choice, self.tis_cap) {
             (Some(c), _) => c,
             (None, Some(_)) => RolloutCorrectionName::TokenTis,
+            (None, None) if self.max_staleness > 0 => RolloutCorrectionName::TokenTis,
             (None, None) => RolloutCorrectionName::None,
         }
+    }
+
+    /// The cap of `token_tis` in force: the recipe's, or [`STALE_TIS_CAP`] for the default
+    /// correction of stale batches.
+    pub fn tis_cap_in_force(&self) -> Option<f64> {
+        let stale_tis =
+            self.max_staleness > 0 && self.rollout_correction() == RolloutCorrectionName::TokenTis;
+        self.tis_cap.or(stale_tis.then_some(STALE_TIS_CAP))
     }
 
     /// The `[low, high]` band of kept ratios of `seq_mask` and `icepop`: the recipe's, or

@@ -286,3 +286,31 @@ fn check_refuses_inconsistent_sampling_correction_and_distillation_options() {
         .to_string();
     assert!(e.contains("rl.kl_coef"), "{e}");
 }
+
+/// `rl.max_staleness`: 0 to MAX_STALENESS; stale batches correct with token TIS (cap 2) by
+/// default, and any rollout correction applies to them even with an f32 engine.
+#[test]
+fn stale_batches_default_to_token_tis_and_the_lag_is_bounded() {
+    let grpo = "[rl]\nalgorithm = \"grpo\"\nsamples_per_prompt = 4\nminibatch_size = 32\n";
+    let r = parse(&format!("{grpo}max_staleness = 1\n"), &[]).unwrap();
+    validate(&r, Path::new("r.toml")).unwrap();
+    assert_eq!(r.rl.rollout_correction(), RolloutCorrectionName::TokenTis);
+    assert_eq!(r.rl.tis_cap_in_force(), Some(STALE_TIS_CAP));
+    for ok in [
+        format!("{grpo}max_staleness = 2\nrollout_correction = \"seq_mask\"\n"),
+        format!("{grpo}max_staleness = 1\ntis_cap = 5.0\n"),
+        format!("{grpo}max_staleness = 1\nrollout_correction = \"none\"\n"),
+    ] {
+        let r = parse(&ok, &[]).unwrap();
+        validate(&r, Path::new("r.toml")).unwrap();
+    }
+    let r = parse(&format!("{grpo}max_staleness = 1\ntis_cap = 5.0\n"), &[]).unwrap();
+    assert_eq!(r.rl.tis_cap_in_force(), Some(5.0));
+    let on_policy = parse(grpo, &[]).unwrap();
+    assert_eq!(on_policy.rl.tis_cap_in_force(), None);
+    let text = format!("{grpo}max_staleness = {}\n", MAX_STALENESS + 1);
+    let e = validate(&parse(&text, &[]).unwrap(), Path::new("r.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rl.max_staleness"), "{e}");
+}

@@ -3,7 +3,7 @@
 //! `oxalign train --check` stops after this. It does not load models or data; it only
 //! makes sure they are there and that the numbers make sense together.
 
-use super::{Algorithm, Recipe, RecipeError, RewardKind, RunKind, TaskKind};
+use super::{Algorithm, Recipe, RecipeError, RewardKind, RunKind, TaskKind, MAX_STALENESS};
 use std::path::Path;
 
 /// Returns the first problem found, naming the key and what was expected.
@@ -136,11 +136,15 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
             "temperature must be >= 0 and top_p in (0, 1]".into(),
         ));
     }
-    if r.rl.max_staleness > 0 {
-        return Err(bad("rl.max_staleness", format!(
-            "{}: asynchronous (off-policy) rollouts are not implemented yet; expected 0 (on-policy)",
-            r.rl.max_staleness
-        )));
+    if r.rl.max_staleness > MAX_STALENESS {
+        return Err(bad(
+            "rl.max_staleness",
+            format!(
+                "{}: expected 0 (on-policy) to {MAX_STALENESS} versions of lag (each one more \
+                 batch held in memory)",
+                r.rl.max_staleness
+            ),
+        ));
     }
     if let Some(c) = r.rl.dual_clip {
         if c <= 1.0 {

@@ -191,7 +191,7 @@ fn rollout_correction(
         mode,
         RolloutCorrectionName::SeqMask | RolloutCorrectionName::Icepop
     );
-    match (mode, rl.tis_cap) {
+    match (mode, rl.tis_cap_in_force()) {
         (RolloutCorrectionName::TokenTis, None) => {
             return Err(bad(
                 "rl.tis_cap",
@@ -236,14 +236,18 @@ fn rollout_correction(
             format!("{high}: expected a finite ratio >= 1 (and > rl.rollout_mask_low)"),
         ));
     }
-    if mode != RolloutCorrectionName::None && r.engine.quant == EngineQuant::None {
+    if mode != RolloutCorrectionName::None
+        && r.engine.quant == EngineQuant::None
+        && rl.max_staleness == 0
+    {
         return Err(bad(
             "rl.rollout_correction",
             format!(
                 "{mode:?} corrects the gap between the engine's and the trainer's log-probs, \
-                 but with engine.quant = \"none\" π_old is the engine's own log-prob, so every \
-                 weight is 1 and nothing would be corrected; use a quantized engine \
-                 (engine.quant = \"int8\" or \"q4\") or remove the correction"
+                 but with engine.quant = \"none\" and rl.max_staleness = 0 π_old is the \
+                 engine's own log-prob, so every weight is 1 and nothing would be corrected; \
+                 use a quantized engine (engine.quant = \"int8\" or \"q4\"), stale batches \
+                 (rl.max_staleness >= 1) or remove the correction"
             ),
         ));
     }

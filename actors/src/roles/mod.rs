@@ -8,6 +8,7 @@ mod divergence;
 mod minibatch;
 mod policy;
 mod policy_dpo;
+mod policy_engine;
 mod policy_replica;
 mod policy_train;
 mod reference;
@@ -21,6 +22,7 @@ pub use critic::{
 pub use divergence::{non_finite_weight, Divergence};
 pub use policy::{Policy, PolicyMsg, PolicyState};
 pub use policy_dpo::{DpoSummary, DpoWork};
+pub use policy_engine::{EngineReplica, ENGINE_LANE};
 pub use policy_replica::PolicyReplica;
 pub use policy_train::{PolicyTrainSummary, PolicyWork, SftStepSummary};
 pub use reference::{Reference, ReferenceMsg, ReferenceState};

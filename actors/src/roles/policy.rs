@@ -1,11 +1,17 @@
 //! The policy actor: generates rollouts with its engine (paged KV cache, continuous
 //! batching), reports old log-probs, trains (SFT and PPO) with data-parallel replicas, and
 //! refits the engine from the trainer after each update, verified and versioned. Messages
-//! carry host data only; the replicas' jobs (`policy_replica.rs`, `policy_train.rs`) move it
-//! onto their devices.
+//! carry host data only; the replicas' jobs (`policy_replica.rs`, `policy_engine.rs`,
+//! `policy_train.rs`) move it onto their devices.
+//!
+//! The trainers and the engines are separate replicas on separate executor lanes, and a
+//! generation request is served off the actor's mailbox, so the engine can generate the next
+//! batch while the trainer updates on this one (`rl.max_staleness`). A refit's engine job
+//! queues behind any generation still running on the engine's lane.
 
 use super::minibatch::local_weight;
 use super::policy_dpo::{dpo_update, DpoSummary, DpoWork};
+use super::policy_engine::EngineReplica;
 use super::policy_replica::PolicyReplica;
 use super::policy_train::{ppo_update, refuse_non_finite, sft_step};
 use super::{Busy, PolicyTrainSummary, PolicyWork, SftStepSummary};
@@ -92,37 +98,71 @@ pub enum PolicyMsg {
 /// The policy actor.
 pub struct Policy;
 
-/// The policy's state: its replicas and its monitor.
+/// The policy's state: its trainer and engine replicas (one of each per device) and its
+/// monitor.
 pub struct PolicyState {
     replicas: Replicas<PolicyReplica>,
+    engines: Replicas<EngineReplica>,
     monitor: MonitorHandle,
     name: String,
 }
 
+/// Generates `request` on `engines`, each replica a contiguous share of the samples.
+async fn generate(
+    engines: &Replicas<EngineReplica>,
+    request: RolloutRequest,
+) -> Result<RolloutBatch, RoleError> {
+    let request = Arc::new(request);
+    let parts = engines
+        .each("generate", move |ctx, rep| {
+            let range = shard_ranges(request.samples.len(), ctx.world)[ctx.rank].clone();
+            rep.generate(&request, range)
+        })
+        .await?;
+    let policy_version = parts.first().map_or(0, |p| p.0);
+    Ok(RolloutBatch {
+        policy_version,
+        samples: parts.into_iter().flat_map(|p| p.1).collect(),
+    })
+}
+
 impl PolicyState {
-    /// State over already-built replicas.
-    pub fn new(replicas: Replicas<PolicyReplica>, monitor: MonitorHandle) -> Self {
+    /// State over already-built replicas: `replicas` (trainers) and `engines`, one per
+    /// device of the same group, rank by rank.
+    pub fn new(
+        replicas: Replicas<PolicyReplica>,
+        engines: Replicas<EngineReplica>,
+        monitor: MonitorHandle,
+    ) -> Self {
         Self {
             replicas,
+            engines,
             monitor,
             name: "policy".into(),
         }
     }
 
-    async fn generate(&self, request: RolloutRequest) -> Result<RolloutBatch, RoleError> {
-        let request = Arc::new(request);
-        let parts = self
-            .replicas
-            .each("generate", move |ctx, rep| {
-                let range = shard_ranges(request.samples.len(), ctx.world)[ctx.rank].clone();
-                rep.generate(&request, range)
-            })
-            .await?;
-        let policy_version = parts.first().map_or(0, |p| p.0);
-        Ok(RolloutBatch {
-            policy_version,
-            samples: parts.into_iter().flat_map(|p| p.1).collect(),
-        })
+    /// Serves a generation request off the mailbox, so later messages (an update, old
+    /// log-probs) are handled while the engine generates.
+    fn spawn_generate(
+        &self,
+        request: RolloutRequest,
+        label: String,
+        reply: RpcReplyPort<Result<RolloutBatch, RoleError>>,
+    ) {
+        let (engines, monitor, name) = (
+            self.engines.clone(),
+            self.monitor.clone(),
+            self.name.clone(),
+        );
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let busy = Busy::start(&monitor, &name, label);
+            let n = request.samples.len();
+            let r = generate(&engines, request).await;
+            busy.done(&r, n, started.elapsed().as_secs_f64());
+            let _ = reply.send(r);
+        });
     }
 
     async fn logprobs(&self, seqs: Sequences) -> Result<TokenArray, RoleError> {
@@ -185,10 +225,20 @@ impl PolicyState {
         Ok(v.swap_remove(0))
     }
 
+    /// Each trainer exports its weights and probe; its rank's engine takes them (after any
+    /// generation still running on it), verified.
     async fn refit(&self, version: u64) -> Result<RefitReport, RoleError> {
-        let mut v = self
+        let updates = self
             .replicas
-            .each("refit", move |_, rep| rep.refit(version))
+            .each("refit", move |_, rep| rep.refit_update(version))
+            .await?;
+        let updates = Arc::new(updates);
+        let mut v = self
+            .engines
+            .each("refit", move |ctx, rep| {
+                let (update, probe) = &updates[ctx.rank];
+                rep.refit(update, probe)
+            })
             .await?;
         Ok(v.swap_remove(0))
     }
@@ -247,13 +297,7 @@ impl Actor for Policy {
                 request,
                 label,
                 reply,
-            } => {
-                let busy = Busy::start(&st.monitor, &st.name, label);
-                let n = request.samples.len();
-                let r = st.generate(request).await;
-                busy.done(&r, n, secs());
-                let _ = reply.send(r);
-            }
+            } => st.spawn_generate(request, label, reply),
             PolicyMsg::Logprobs { seqs, reply } => {
                 let busy = Busy::start(&st.monitor, &st.name, "logprobs".into());
                 let n = seqs.len();

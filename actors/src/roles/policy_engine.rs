@@ -1,0 +1,84 @@
+//! One replica of the policy's rollout engine: generates the samples of a
+//! [`RolloutRequest`] and takes the trainer's weights at a refit, verified. It lives apart
+//! from the trainer (its own state, its own executor lane on the CPU, [`ENGINE_LANE`]), so
+//! the engine can generate the next batch while the trainer updates (`rl.max_staleness`).
+
+use crate::batch::{Finish, RolloutRequest, Sample};
+use crate::error::Cause;
+use oxalign_models::engine::{Engine, EngineConfig, Probe, RefitReport, WeightUpdate};
+use oxalign_models::{CausalLm, FinishReason, GenerationRequest, SamplingParams};
+use std::ops::Range;
+
+/// The executor lane of the policy's engines: on the CPU, threads of their own
+/// (`cpu:0/policy-engine`) beside the trainer's (`cpu:0/policy`).
+pub const ENGINE_LANE: &str = "policy-engine";
+
+/// One replica's engine. It holds its own copy of the weights; a training step reaches it
+/// only through a refit ([`super::PolicyMsg::Refit`]).
+pub struct EngineReplica {
+    /// The generation engine.
+    pub engine: Engine,
+}
+
+impl EngineReplica {
+    /// An engine serving `model`'s current weights.
+    pub fn new(model: &CausalLm, config: EngineConfig) -> Result<Self, Cause> {
+        Ok(Self {
+            engine: Engine::from_model(model, config)?,
+        })
+    }
+
+    /// Completes samples `range` of `request`; returns them with the weight version that
+    /// generated them.
+    pub(crate) fn generate(
+        &mut self,
+        request: &RolloutRequest,
+        range: Range<usize>,
+    ) -> Result<(u64, Vec<Sample>), Cause> {
+        let rows = &request.samples[range];
+        let engine_requests: Vec<GenerationRequest> = rows
+            .iter()
+            .map(|r| {
+                let mut q = GenerationRequest::new(r.prompt.clone(), r.max_new_tokens);
+                q.sampling = SamplingParams {
+                    temperature: r.sampling.temperature,
+                    top_k: r.sampling.top_k,
+                    top_p: r.sampling.top_p,
+                    seed: r.sampling.seed,
+                };
+                q
+            })
+            .collect();
+        let completions = if rows.is_empty() {
+            Vec::new()
+        } else {
+            self.engine.generate(&engine_requests)?
+        };
+        let samples = rows
+            .iter()
+            .zip(completions)
+            .map(|(r, c)| Sample {
+                sample_id: r.sample_id,
+                group_id: r.group_id,
+                prompt: r.prompt.clone(),
+                response: c.tokens,
+                logprobs: c.logprobs,
+                finish: match c.finish_reason {
+                    FinishReason::Stop => Finish::Stop,
+                    FinishReason::Length => Finish::Length,
+                },
+            })
+            .collect();
+        Ok((self.engine.version(), samples))
+    }
+
+    /// Takes `update` (the trainer's weights), verified by its per-tensor checksums and
+    /// `probe` (the trainer's log-probs of a fixed sequence).
+    pub(crate) fn refit(
+        &mut self,
+        update: &WeightUpdate,
+        probe: &Probe,
+    ) -> Result<RefitReport, Cause> {
+        Ok(self.engine.refit(update, Some(probe))?)
+    }
+}
