@@ -13,6 +13,7 @@ mod policy_train;
 mod reference;
 mod reward;
 mod reward_trainer;
+mod sharded;
 
 pub use crate::batch::Sequences;
 pub use critic::{
