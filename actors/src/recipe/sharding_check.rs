@@ -47,3 +47,43 @@ pub(crate) fn validate(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::recipe::{validate, Recipe, Sharding};
+    use std::path::Path;
+
+    fn check(text: &str) -> Result<Recipe, String> {
+        let r = Recipe::parse(text, Path::new("r.toml"), &[]).map_err(|e| e.to_string())?;
+        validate(&r, Path::new("r.toml")).map_err(|e| e.to_string())?;
+        Ok(r)
+    }
+
+    #[test]
+    fn sharded_is_accepted_on_cpu_groups_and_defaults_to_replicated() {
+        assert_eq!(check("").unwrap().placement.sharding, Sharding::Replicated);
+        let r = check("[placement]\npolicy = \"cpu:0,cpu:1\"\nsharding = \"sharded\"\n").unwrap();
+        assert_eq!(r.placement.sharding, Sharding::Sharded);
+    }
+
+    #[test]
+    fn unsupported_sharded_recipes_name_the_key_and_the_reason() {
+        let e = check("[placement]\nsharding = \"zero3\"\n").unwrap_err();
+        assert!(e.contains("sharding") && e.contains("sharded"), "{e}");
+        let e =
+            check("[placement]\nsharding = \"sharded\"\n[engine]\nquant = \"int8\"\n").unwrap_err();
+        assert!(
+            e.contains("placement.sharding") && e.contains("engine.quant"),
+            "{e}"
+        );
+        let text = "[run]\nkind = \"dpo\"\n[placement]\nsharding = \"sharded\"\n";
+        let r = Recipe::parse(text, Path::new("r.toml"), &[]).unwrap();
+        let bad = |k: &str, m: String| crate::recipe::RecipeError::Invalid {
+            path: "r.toml".into(),
+            key: k.into(),
+            message: m,
+        };
+        let e = super::validate(&r, &bad).unwrap_err().to_string();
+        assert!(e.contains("placement.sharding") && e.contains("Dpo"), "{e}");
+    }
+}
