@@ -216,7 +216,7 @@ fn sharded_run_checkpoints_and_resumes_exactly() {
     std::fs::write(full.path().join("r.toml"), &recipe).unwrap();
     train(full.path(), &["--check"]);
     train(full.path(), &[]);
-    let step2 = full.path().join("runs/e2e/checkpoints/step_2");
+    let step2 = full.path().join("runs/e2e/checkpoints/step_000002");
     for rank in 0..2 {
         let layout = format!("policy/optimizer/shard_{rank}/shard_layout.json");
         assert!(step2.join(&layout).is_file(), "{layout} missing");
