@@ -1,6 +1,7 @@
 //! Data parallelism: one PPO update (and one SFT step) with the batch split over two CPU
 //! replicas leaves the same weights as one replica on the whole batch, also when each replica
-//! packs its shard (`rl.packing`).
+//! packs its shard (`rl.packing`), and also when the replicas are sharded (FSDP: 2 and 4
+//! replicas, each holding 1/N of the parameters, gradients and optimizer state).
 
 use candle_core::{DType, Device, Tensor};
 use oxalign_actors::batch::{ExperienceBatch, TokenArray};
@@ -15,7 +16,7 @@ use oxalign_kernels::device::DeviceSpec;
 use oxalign_models::engine::EngineConfig;
 use oxalign_models::{CausalLm, Family, ModelConfig, Preset};
 use oxalign_rlhf::losses::{KlEstimator, LossAgg, PpoConfig};
-use oxalign_rlhf::trainer::{Packing, PolicyLossConfig, PolicyTrainer};
+use oxalign_rlhf::trainer::{Packing, PolicyLossConfig, PolicyTrainer, Sharded};
 use ractor::Actor;
 use std::collections::HashMap;
 
@@ -44,9 +45,20 @@ fn sequences() -> Sequences {
 
 /// The weights after one PPO update on `world` replicas (on packed rows when `packed`).
 async fn update_with(world: usize, agg: LossAgg, packed: bool) -> HashMap<String, Tensor> {
+    update_on(world, agg, packed, false).await
+}
+
+/// [`update_with`], with the trainers sharded (FSDP) over the replicas when `sharded`; the
+/// save then also writes every rank's optimizer shard.
+async fn update_on(
+    world: usize,
+    agg: LossAgg,
+    packed: bool,
+    sharded: bool,
+) -> HashMap<String, Tensor> {
     let specs: Vec<DeviceSpec> = (0..world).map(DeviceSpec::cpu).collect();
     let (trainers, engines): (Vec<_>, Vec<_>) = (0..world)
-        .map(|_| {
+        .map(|rank| {
             let mut trainer = PolicyTrainer::new(
                 CausalLm::init_random(&config(), 5, &Device::Cpu).unwrap(),
                 1e-4,
@@ -58,7 +70,11 @@ async fn update_with(world: usize, agg: LossAgg, packed: bool) -> HashMap<String
                 rl: packed,
             };
             let engine = EngineReplica::new(&trainer.model, EngineConfig::default()).unwrap();
-            (PolicyReplica::new(trainer, 1e-4), engine)
+            let mut replica = PolicyReplica::new(trainer, 1e-4);
+            if sharded {
+                replica.trainer.shard(rank, world).unwrap();
+            }
+            (replica, engine)
         })
         .unzip();
     let probe = CausalLm::init_random(&config(), 5, &Device::Cpu).unwrap();
@@ -136,11 +152,23 @@ async fn update_with(world: usize, agg: LossAgg, packed: bool) -> HashMap<String
     let d = dir.path().to_path_buf();
     ask("policy", "save", &policy, LIMIT, |reply| PolicyMsg::Save {
         dir: d,
-        optimizer: false,
+        optimizer: sharded,
         reply,
     })
     .await
     .unwrap();
+    if sharded {
+        for rank in 0..world {
+            let shard = dir.path().join(format!("optimizer/shard_{rank}"));
+            assert!(shard.join("shard_layout.json").is_file(), "{shard:?}");
+        }
+        let d = dir.path().to_path_buf();
+        ask("policy", "load_optimizer", &policy, LIMIT, |reply| {
+            PolicyMsg::LoadOptimizer { dir: d, reply }
+        })
+        .await
+        .unwrap();
+    }
     policy.stop(None);
     CausalLm::load(dir.path(), &Device::Cpu)
         .unwrap()
@@ -202,4 +230,24 @@ async fn two_replicas_match_one_on_the_same_global_batch() {
             "{agg:?}: packed DP=2 differs from DP=1 by {packed}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_two_and_four_replicas_match_one_replicated() {
+    for agg in [LossAgg::TokenMean, LossAgg::SeqMeanTokenMean] {
+        let one = update_with(1, agg, false).await;
+        for world in [2, 4] {
+            let sharded = update_on(world, agg, false, true).await;
+            let d = max_diff(&one, &sharded);
+            eprintln!("{agg:?}: max |sharded DP{world} - DP1| = {d:e}");
+            assert!(
+                d < 1e-5,
+                "{agg:?}: sharded DP={world} differs from DP=1 by {d}"
+            );
+        }
+    }
+    // Packed rows on sharded replicas change nothing either.
+    let one = update_with(1, LossAgg::TokenMean, false).await;
+    let packed = max_diff(&one, &update_on(2, LossAgg::TokenMean, true, true).await);
+    assert!(packed < 1e-5, "packed sharded DP=2 differs by {packed}");
 }

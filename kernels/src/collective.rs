@@ -1,5 +1,7 @@
-//! Collectives for data-parallel replicas: the [`Collective`] trait and [`ThreadCollective`],
-//! its implementation for N replicas on N threads of one process (CPU data parallelism).
+//! Collectives for data-parallel and sharded (FSDP-style) replicas: the [`Collective`] trait
+//! and [`ThreadCollective`], its implementation for N replicas on N threads of one process
+//! (CPU data parallelism). All-reduce, broadcast and barrier serve replicated training;
+//! all-gather and reduce-scatter serve sharded training.
 //! NCCL for GPUs and cross-process transports are other implementations, not in this file.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -73,6 +75,24 @@ pub trait Collective: Send + Sync {
     /// Returns once every rank has called `barrier`.
     fn barrier(&self) -> Result<(), CollectiveError>;
 
+    /// All-gather: `out[i]` (length `world_size() · shards[i].len()`) receives every rank's
+    /// `shards[i]`, concatenated in rank order. `shards[i]` must have the same length on every
+    /// rank.
+    fn all_gather_f32(
+        &self,
+        shards: &[&[f32]],
+        out: &mut [&mut [f32]],
+    ) -> Result<(), CollectiveError>;
+
+    /// Reduce-scatter with a mean: `inputs[i]` (length `world_size() · L_i`, the same on every
+    /// rank) is averaged elementwise over ranks (sums in rank order) and this rank receives
+    /// chunk `rank()` of the mean, `out[i]` (length `L_i`).
+    fn reduce_scatter_mean_f32(
+        &self,
+        inputs: &[&[f32]],
+        out: &mut [&mut [f32]],
+    ) -> Result<(), CollectiveError>;
+
     /// Elementwise mean over ranks of each tensor (e.g. gradients): same shapes, dtypes and
     /// devices in and out. Float tensors only; the reduction runs in f32 on the host.
     fn all_reduce_mean(&self, tensors: &[Tensor]) -> Result<Vec<Tensor>, CollectiveError> {
@@ -93,6 +113,64 @@ pub trait Collective: Send + Sync {
         }
         host_to_tensors(self.rank(), "broadcast", host, tensors)
     }
+
+    /// Every rank's `shards[i]`, flattened and concatenated in rank order: a 1-D tensor of
+    /// `world_size() · numel` elements with the shard's dtype and device.
+    fn all_gather(&self, shards: &[Tensor]) -> Result<Vec<Tensor>, CollectiveError> {
+        let host = tensors_to_host(self.rank(), "all_gather", shards)?;
+        let world = self.world_size();
+        let mut out: Vec<Vec<f32>> = host.iter().map(|h| vec![0.0; h.len() * world]).collect();
+        {
+            let ins: Vec<&[f32]> = host.iter().map(Vec::as_slice).collect();
+            let mut outs: Vec<&mut [f32]> = out.iter_mut().map(Vec::as_mut_slice).collect();
+            self.all_gather_f32(&ins, &mut outs)?;
+        }
+        host_to_flat_tensors(self.rank(), "all_gather", out, shards)
+    }
+
+    /// Reduce-scatter of each tensor (e.g. gradients), flattened: a 1-D tensor holding this
+    /// rank's chunk of the elementwise mean over ranks, `numel / world_size()` elements with
+    /// the input's dtype and device. `numel` must be a multiple of `world_size()`.
+    fn reduce_scatter_mean(&self, tensors: &[Tensor]) -> Result<Vec<Tensor>, CollectiveError> {
+        let rank = self.rank();
+        let host = tensors_to_host(rank, "reduce_scatter_mean", tensors)?;
+        let world = self.world_size();
+        if let Some((i, h)) = host.iter().enumerate().find(|(_, h)| h.len() % world != 0) {
+            return Err(CollectiveError::Mismatch {
+                rank,
+                detail: format!(
+                    "reduce_scatter_mean: tensor {i} has {} elements, not a multiple of the \
+                     group size {world}",
+                    h.len()
+                ),
+            });
+        }
+        let mut out: Vec<Vec<f32>> = host.iter().map(|h| vec![0.0; h.len() / world]).collect();
+        {
+            let ins: Vec<&[f32]> = host.iter().map(Vec::as_slice).collect();
+            let mut outs: Vec<&mut [f32]> = out.iter_mut().map(Vec::as_mut_slice).collect();
+            self.reduce_scatter_mean_f32(&ins, &mut outs)?;
+        }
+        host_to_flat_tensors(rank, "reduce_scatter_mean", out, tensors)
+    }
+}
+
+/// 1-D tensors from host buffers, with the dtype and device of `like`.
+fn host_to_flat_tensors(
+    rank: usize,
+    op: &'static str,
+    host: Vec<Vec<f32>>,
+    like: &[Tensor],
+) -> Result<Vec<Tensor>, CollectiveError> {
+    host.into_iter()
+        .zip(like)
+        .map(|(data, t)| {
+            let n = data.len();
+            Tensor::from_vec(data, n, t.device())
+                .and_then(|r| r.to_dtype(t.dtype()))
+                .map_err(|e| tensor_error(rank, op, e))
+        })
+        .collect()
 }
 
 fn tensor_error(rank: usize, op: &'static str, e: candle_core::Error) -> CollectiveError {
@@ -155,6 +233,8 @@ enum OpKind {
     AllReduceMean,
     Broadcast { root: usize },
     Barrier,
+    AllGather,
+    ReduceScatterMean,
 }
 
 impl OpKind {
@@ -163,6 +243,8 @@ impl OpKind {
             OpKind::AllReduceMean => "all_reduce_mean",
             OpKind::Broadcast { .. } => "broadcast",
             OpKind::Barrier => "barrier",
+            OpKind::AllGather => "all_gather",
+            OpKind::ReduceScatterMean => "reduce_scatter_mean",
         }
     }
 }
@@ -363,12 +445,25 @@ fn mismatch(other: &Contribution, kind: OpKind, buffers: &[Vec<f32>]) -> Option<
     })
 }
 
-/// The combined result: rank-order sums divided by `world` (mean), root's copy (broadcast).
+/// The combined result: rank-order sums divided by `world` (mean; reduce-scatter takes its
+/// chunk of it), root's copy (broadcast), the rank-order concatenation (all-gather).
 fn combine(kind: OpKind, mut contributions: Vec<Contribution>, world: usize) -> Vec<Vec<f32>> {
     match kind {
         OpKind::Barrier => Vec::new(),
         OpKind::Broadcast { root } => std::mem::take(&mut contributions[root].buffers),
-        OpKind::AllReduceMean => {
+        OpKind::AllGather => {
+            let n_buffers = contributions[0].buffers.len();
+            (0..n_buffers)
+                .map(|b| {
+                    let mut all = Vec::with_capacity(contributions[0].buffers[b].len() * world);
+                    for c in &contributions {
+                        all.extend_from_slice(&c.buffers[b]);
+                    }
+                    all
+                })
+                .collect()
+        }
+        OpKind::AllReduceMean | OpKind::ReduceScatterMean => {
             let n_buffers = contributions[0].buffers.len();
             let n = world as f32;
             (0..n_buffers)
@@ -437,6 +532,86 @@ impl Collective for ThreadCollective {
 
     fn barrier(&self) -> Result<(), CollectiveError> {
         self.exchange(OpKind::Barrier, Vec::new()).map(|_| ())
+    }
+
+    fn all_gather_f32(
+        &self,
+        shards: &[&[f32]],
+        out: &mut [&mut [f32]],
+    ) -> Result<(), CollectiveError> {
+        let world = self.shared.world;
+        self.check_outputs("all_gather", shards, out, |len| len * world)?;
+        let owned = shards.iter().map(|b| b.to_vec()).collect();
+        let result = self.exchange(OpKind::AllGather, owned)?;
+        for (dst, src) in out.iter_mut().zip(result.iter()) {
+            dst.copy_from_slice(src);
+        }
+        Ok(())
+    }
+
+    fn reduce_scatter_mean_f32(
+        &self,
+        inputs: &[&[f32]],
+        out: &mut [&mut [f32]],
+    ) -> Result<(), CollectiveError> {
+        let world = self.shared.world;
+        if let Some((i, b)) = inputs
+            .iter()
+            .enumerate()
+            .find(|(_, b)| b.len() % world != 0)
+        {
+            return Err(self.fail_local(format!(
+                "reduce_scatter_mean: buffer {i} has {} elements, not a multiple of the group \
+                 size {world}",
+                b.len()
+            )));
+        }
+        self.check_outputs("reduce_scatter_mean", inputs, out, |len| len / world)?;
+        let owned = inputs.iter().map(|b| b.to_vec()).collect();
+        let result = self.exchange(OpKind::ReduceScatterMean, owned)?;
+        for (dst, src) in out.iter_mut().zip(result.iter()) {
+            let n = dst.len();
+            dst.copy_from_slice(&src[self.rank * n..(self.rank + 1) * n]);
+        }
+        Ok(())
+    }
+}
+
+impl ThreadCollective {
+    /// Errors (before any exchange) unless there is one output per input and output `i` has
+    /// `expected(inputs[i].len())` elements.
+    fn check_outputs(
+        &self,
+        op: &'static str,
+        inputs: &[&[f32]],
+        out: &[&mut [f32]],
+        expected: impl Fn(usize) -> usize,
+    ) -> Result<(), CollectiveError> {
+        let bad = inputs.len() != out.len()
+            || inputs
+                .iter()
+                .zip(out)
+                .any(|(i, o)| o.len() != expected(i.len()));
+        if !bad {
+            return Ok(());
+        }
+        let ins: Vec<usize> = inputs.iter().map(|b| b.len()).collect();
+        let outs: Vec<usize> = out.iter().map(|b| b.len()).collect();
+        Err(self.fail_local(format!(
+            "{op}: output lengths {outs:?} do not fit input lengths {ins:?} in a group of {}",
+            self.shared.world
+        )))
+    }
+
+    /// A call this rank cannot make: fails the group (so peers already waiting are released
+    /// at once, as for a mismatch between ranks) and returns the error.
+    fn fail_local(&self, detail: String) -> CollectiveError {
+        let detail = format!("rank {}: {detail}", self.rank);
+        self.abort(&detail);
+        CollectiveError::Mismatch {
+            rank: self.rank,
+            detail,
+        }
     }
 }
 

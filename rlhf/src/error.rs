@@ -87,6 +87,10 @@ pub enum RlhfError {
         /// The configured limit.
         limit: f64,
     },
+    /// Sharded (FSDP) training could not gather, scatter or use its shards: a collective
+    /// failed, the weights were released when read, or the model cannot be sharded.
+    #[error("sharded training: {0}")]
+    Sharding(String),
     /// An error from candle's tensor operations.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),

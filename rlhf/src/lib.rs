@@ -5,6 +5,7 @@
 pub mod advantages;
 pub mod data;
 pub mod error;
+pub mod fsdp;
 pub mod kl_controller;
 pub mod losses;
 pub mod mask;

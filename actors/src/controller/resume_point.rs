@@ -22,17 +22,25 @@ pub struct ResumePoint {
     pub rejected: Vec<(PathBuf, CheckpointError)>,
 }
 
-/// Files (relative to the checkpoint) a resume of a role folder needs.
-fn role_files(role: &str) -> Vec<String> {
-    [
-        "config.json",
-        "model.safetensors",
-        "optimizer/optimizer.json",
-        "optimizer/optimizer.safetensors",
-    ]
-    .iter()
-    .map(|f| format!("{role}/{f}"))
-    .collect()
+/// Files (relative to the checkpoint `dir`) a resume of a role folder needs: its HF
+/// weights and its optimizer state, whole (replicated) or as rank shards with their layout
+/// (sharded: `optimizer/shard_<rank>/`, every rank's files covered by the checksums).
+fn role_files(dir: &Path, role: &str) -> Vec<String> {
+    let optimizer = if dir.join(role).join("optimizer/shard_0").is_dir() {
+        "optimizer/shard_0/"
+    } else {
+        "optimizer/"
+    };
+    let mut files = vec![
+        format!("{role}/config.json"),
+        format!("{role}/model.safetensors"),
+        format!("{role}/{optimizer}optimizer.json"),
+        format!("{role}/{optimizer}optimizer.safetensors"),
+    ];
+    if optimizer != "optimizer/" {
+        files.push(format!("{role}/{optimizer}shard_layout.json"));
+    }
+    files
 }
 
 /// Verifies one checkpoint folder and reads its state. `needs_critic`: the run trains a
@@ -53,9 +61,9 @@ pub fn verify_checkpoint(dir: &Path, needs_critic: bool) -> Result<LoopState, Ch
     })?;
     let state: LoopState =
         serde_json::from_str(&text).map_err(|source| CheckpointError::BadJson { path, source })?;
-    let mut required = role_files("policy");
+    let mut required = role_files(dir, "policy");
     if needs_critic && state.phase == Phase::Rl {
-        required.extend(role_files("critic"));
+        required.extend(role_files(dir, "critic"));
     }
     checksums::verify(dir, &required)?;
     Ok(state)

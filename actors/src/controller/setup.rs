@@ -7,7 +7,7 @@ use crate::error::{Cause, RoleError};
 use crate::executor::ExecutorPool;
 use crate::monitor::{ActorInfo, MonitorHandle};
 use crate::placement::DeviceGroup;
-use crate::recipe::{EngineQuant, Recipe, RewardKeyError, RewardKind, TaskKind};
+use crate::recipe::{EngineQuant, Recipe, RewardKeyError, RewardKind, Sharding, TaskKind};
 use crate::replicas::Replicas;
 use crate::roles::{
     Critic, CriticMsg, CriticState, EngineReplica, Policy, PolicyMsg, PolicyReplica, PolicyState,
@@ -24,7 +24,7 @@ use oxalign_models::{
 use oxalign_rlhf::data::{ArithmeticTask, DataSpec, PromptFile, PromptSource};
 use oxalign_rlhf::reward::http::HttpReward;
 use oxalign_rlhf::reward::ExactMatch;
-use oxalign_rlhf::trainer::{CriticTrainer, Packing, PolicyTrainer};
+use oxalign_rlhf::trainer::{CriticTrainer, Packing, PolicyTrainer, Sharded};
 use ractor::{Actor, ActorRef};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -205,6 +205,19 @@ pub fn scoring_engine_config(recipe: &Recipe) -> EngineConfig {
     }
 }
 
+/// Shards `trainer` as `rank` of `world` when the recipe says `placement.sharding = "sharded"`.
+fn shard_if(
+    recipe: &Recipe,
+    trainer: &mut impl Sharded,
+    rank: usize,
+    world: usize,
+) -> Result<(), Cause> {
+    if recipe.placement.sharding == Sharding::Sharded {
+        trainer.shard(rank, world)?;
+    }
+    Ok(())
+}
+
 /// Spawns the policy actor with one trainer replica per device of its group.
 pub async fn spawn_policy(
     recipe: &Recipe,
@@ -216,7 +229,8 @@ pub async fn spawn_policy(
     let (pg, devices) =
         group(&recipe.placement.policy, "policy").map_err(RunError::at(At::Setup))?;
     let (mut trainers, mut engines) = (Vec::new(), Vec::new());
-    for dev in devices {
+    let world = devices.len();
+    for (rank, dev) in devices.into_iter().enumerate() {
         let m = CausalLm::load(weights, &dev).map_err(|e| fail(e.into()))?;
         let mut trainer = PolicyTrainer::new(m, recipe.rl.lr, 0.0).map_err(|e| fail(e.into()))?;
         trainer.max_sft_loss = recipe.guard.max_sft_loss;
@@ -228,10 +242,10 @@ pub async fn spawn_policy(
             rl: recipe.rl.packing,
         };
         engines.push(EngineReplica::new(&trainer.model, engine_config(recipe)).map_err(&fail)?);
-        trainers.push(PolicyReplica::new(
-            trainer,
-            recipe.engine.refit_tolerance as f32,
-        ));
+        let mut replica = PolicyReplica::new(trainer, recipe.engine.refit_tolerance as f32);
+        // After the engine took its copy: a sharded trainer frees its full weights here.
+        shard_if(recipe, &mut replica.trainer, rank, world).map_err(&fail)?;
+        trainers.push(replica);
     }
     let policy_replicas = Replicas::new("policy", pg.specs.clone(), trainers, pool.clone());
     let engines =
@@ -378,7 +392,8 @@ pub(crate) async fn spawn_critic(
     let (cg, devices) =
         group(&recipe.placement.critic, "critic").map_err(RunError::at(At::Setup))?;
     let mut ts = Vec::new();
-    for dev in devices {
+    let world = devices.len();
+    for (rank, dev) in devices.into_iter().enumerate() {
         let model = match &src.critic {
             // A reward model has `score.weight` but no bias: the bias starts at zero.
             Some(p) => ValueModel::load_with_new_head(p, recipe.run.seed ^ 0xC217, &dev)
@@ -389,6 +404,7 @@ pub(crate) async fn spawn_critic(
             CriticTrainer::new(model, recipe.rl.critic_lr, 0.0).map_err(|e| fail(e.into()))?;
         trainer.max_value_loss = recipe.guard.max_value_loss;
         trainer.packing = recipe.rl.packing;
+        shard_if(recipe, &mut trainer, rank, world).map_err(&fail)?;
         ts.push(trainer);
     }
     monitor.report(ActorInfo::new("critic", "critic", cg.names()));

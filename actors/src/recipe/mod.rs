@@ -11,6 +11,7 @@ mod overrides;
 mod resume_check;
 mod reward;
 mod sections;
+mod sharding_check;
 mod supervision;
 mod teacher_check;
 mod validate;

@@ -542,6 +542,25 @@ pub struct PlacementSection {
     pub reward: String,
     /// Default `"cpu"`.
     pub critic: String,
+    /// How the training roles (policy and critic) use their group: `"replicated"` (every
+    /// replica holds the whole model, gradients and AdamW state; gradients are all-reduced) or
+    /// `"sharded"` (FSDP / ZeRO-3 style: each replica holds 1/N of the parameters, gradients
+    /// and AdamW state, gathers the model for each step and frees it after; gradients are
+    /// reduce-scattered). Same updates either way, to f32 rounding. `"sharded"` needs CPU
+    /// devices, `engine.quant = "none"` and `run.kind = "rl"` or `"sft"`. Default
+    /// `"replicated"`.
+    pub sharding: Sharding,
+}
+
+/// `placement.sharding`: replicated or sharded (FSDP) training roles.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Sharding {
+    /// Every replica holds everything; gradients are all-reduced.
+    #[default]
+    Replicated,
+    /// Each replica holds 1/N of parameters, gradients and optimizer state.
+    Sharded,
 }
 
 impl Default for PlacementSection {
@@ -551,6 +570,7 @@ impl Default for PlacementSection {
             reference: "cpu".into(),
             reward: "cpu".into(),
             critic: "cpu".into(),
+            sharding: Sharding::Replicated,
         }
     }
 }

@@ -2,17 +2,18 @@
 //! data-parallel replicas like the policy. Batches arrive as host data and become tensors on
 //! each replica's device inside its job.
 
-use super::divergence::{non_finite_weight, Divergence};
+use super::divergence::Divergence;
 use super::minibatch::{minibatch_order, Shard};
 use super::policy::concat_rows;
 use super::policy_train::refuse_non_finite;
+use super::sharded::{load_optimizer, save_replica, with_gathered};
 use super::{Busy, Sequences};
 use crate::batch::{ExperienceBatch, TokenArray};
 use crate::error::{Cause, RoleError, LOAD_OPTIMIZER};
 use crate::monitor::MonitorHandle;
 use crate::replicas::{shard_ranges, Replicas};
 use oxalign_rlhf::losses::LossAgg;
-use oxalign_rlhf::trainer::CriticTrainer;
+use oxalign_rlhf::trainer::{CriticTrainer, Sharded};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -151,7 +152,9 @@ fn critic_update(
         }
         total += loss;
     }
-    let diverged = non_finite_weight(&t.model.vars())?.map(|tensor| Divergence::Weights { tensor });
+    let diverged = t
+        .first_non_finite_weight(ctx.collective)?
+        .map(|tensor| Divergence::Weights { tensor });
     Ok(CriticTrainSummary {
         value_loss: total / n.max(1) as f64,
         diverged,
@@ -187,11 +190,13 @@ impl Actor for Critic {
                     .replicas
                     .each("values", move |ctx, t| {
                         let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
-                        if range.is_empty() {
-                            return Ok(None);
-                        }
-                        let b = seqs.batch_rows(range, t.model.device())?;
-                        Ok(Some(TokenArray::from_tensor(&t.state_values(&b)?)?))
+                        with_gathered(ctx, t, |t| {
+                            if range.is_empty() {
+                                return Ok(None);
+                            }
+                            let b = seqs.batch_rows(range, t.model.device())?;
+                            Ok(Some(TokenArray::from_tensor(&t.state_values(&b)?)?))
+                        })
                     })
                     .await
                     .and_then(|parts| concat_rows("critic", "values", parts));
@@ -214,12 +219,10 @@ impl Actor for Critic {
                 let r = st
                     .replicas
                     .each("save", move |ctx, t| {
-                        if ctx.rank == 0 {
+                        save_replica(ctx, t, &dir, true, |t| {
                             refuse_non_finite(&t.model.vars())?;
-                            t.model.save(&dir)?;
-                            t.opt.save_state(&dir.join("optimizer"))?;
-                        }
-                        Ok(())
+                            Ok(t.model.save(&dir)?)
+                        })
                     })
                     .await
                     .map(|_| ());
@@ -228,9 +231,7 @@ impl Actor for Critic {
             CriticMsg::LoadOptimizer { dir, reply } => {
                 let r = st
                     .replicas
-                    .each(LOAD_OPTIMIZER, move |_, t| {
-                        Ok(t.opt.load_state(&dir.join("optimizer"))?)
-                    })
+                    .each(LOAD_OPTIMIZER, move |_, t| load_optimizer(t, &dir))
                     .await
                     .map(|_| ());
                 let _ = reply.send(r);

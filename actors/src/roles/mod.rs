@@ -14,6 +14,7 @@ mod policy_train;
 mod reference;
 mod reward;
 mod reward_trainer;
+mod sharded;
 
 pub use crate::batch::Sequences;
 pub use critic::{

@@ -14,6 +14,7 @@ use super::policy_dpo::{dpo_update, DpoSummary, DpoWork};
 use super::policy_engine::EngineReplica;
 use super::policy_replica::PolicyReplica;
 use super::policy_train::{ppo_update, refuse_non_finite, sft_step};
+use super::sharded;
 use super::{Busy, PolicyTrainSummary, PolicyWork, SftStepSummary};
 use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray};
 use crate::error::{RoleError, LOAD_OPTIMIZER};
@@ -171,10 +172,10 @@ impl PolicyState {
             .replicas
             .each("old_logprobs", move |ctx, rep| {
                 let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
-                if range.is_empty() {
-                    return Ok(None);
-                }
-                rep.logprobs(&seqs, range).map(Some)
+                sharded::with_policy_gathered(ctx, rep, |rep| match range.is_empty() {
+                    true => Ok(None),
+                    false => rep.logprobs(&seqs, range).map(Some),
+                })
             })
             .await?;
         concat_rows("policy", "old_logprobs", parts)
@@ -230,7 +231,9 @@ impl PolicyState {
     async fn refit(&self, version: u64) -> Result<RefitReport, RoleError> {
         let updates = self
             .replicas
-            .each("refit", move |_, rep| rep.refit_update(version))
+            .each("refit", move |ctx, rep| {
+                sharded::with_policy_gathered(ctx, rep, |rep| rep.refit_update(version))
+            })
             .await?;
         let updates = Arc::new(updates);
         let mut v = self
@@ -246,7 +249,7 @@ impl PolicyState {
     async fn load_optimizer(&self, dir: PathBuf) -> Result<(), RoleError> {
         self.replicas
             .each(LOAD_OPTIMIZER, move |_, rep| {
-                Ok(rep.trainer.opt.load_state(&dir.join("optimizer"))?)
+                sharded::load_optimizer(&mut rep.trainer, &dir)
             })
             .await
             .map(|_| ())
@@ -255,16 +258,10 @@ impl PolicyState {
     async fn save(&self, dir: PathBuf, optimizer: bool) -> Result<(), RoleError> {
         self.replicas
             .each("save", move |ctx, rep| {
-                let t = &mut rep.trainer;
-                if ctx.rank != 0 {
-                    return Ok(());
-                }
-                refuse_non_finite(&t.model.vars())?;
-                t.model.save(&dir)?;
-                if optimizer {
-                    t.opt.save_state(&dir.join("optimizer"))?;
-                }
-                Ok(())
+                sharded::save_replica(ctx, &mut rep.trainer, &dir, optimizer, |t| {
+                    refuse_non_finite(&t.model.vars())?;
+                    Ok(t.model.save(&dir)?)
+                })
             })
             .await
             .map(|_| ())

@@ -8,7 +8,7 @@ use super::minibatch::{minibatch_order, Shard};
 use crate::batch::ExperienceBatch;
 use crate::error::Cause;
 use crate::replicas::ReplicaCtx;
-use oxalign_rlhf::trainer::{PolicyLossConfig, PolicyStats, PolicyTrainer, TokenBatch};
+use oxalign_rlhf::trainer::{PolicyLossConfig, PolicyStats, PolicyTrainer, Sharded, TokenBatch};
 
 /// Everything one PPO update of the policy needs: the step's experience (host data) and the
 /// loss settings.
@@ -115,7 +115,9 @@ pub(crate) fn ppo_update(
     sum.approx_kl /= n;
     sum.entropy /= n;
     sum.step.grad_norm /= n;
-    let diverged = non_finite_weight(&t.model.vars())?.map(|tensor| Divergence::Weights { tensor });
+    let diverged = t
+        .first_non_finite_weight(ctx.collective)?
+        .map(|tensor| Divergence::Weights { tensor });
     Ok(PolicyTrainSummary {
         stats: sum,
         updates,

@@ -1,16 +1,18 @@
 //! The critic's trainer: per-token values for rollouts and clipped value-loss updates on a
 //! `ValueModel`. It does not compute returns; `experience.rs` does.
 
-use super::grads::{adamw_over, apply_gradients, check_loss, StepStats};
+use super::grads::{adamw_over, check_loss, StepStats};
+use super::sharding::{Sharded, TrainParams};
 use super::{PackedRows, TokenBatch};
 use crate::losses::{value_loss, LossAgg};
 use crate::optim::AdamW;
 use crate::Result;
-use candle_core::{Tensor, Var};
+use candle_core::Tensor;
 use oxalign_kernels::collective::Collective;
-use oxalign_models::ValueModel;
+use oxalign_models::{ParamStore, ValueModel};
 
-/// A value model and its optimizer.
+/// A value model and its optimizer; replicated, or sharded with [`Sharded::shard`] (as
+/// [`super::PolicyTrainer`]).
 pub struct CriticTrainer {
     /// The critic.
     pub model: ValueModel,
@@ -22,7 +24,17 @@ pub struct CriticTrainer {
     /// Run the value updates on packed rows ([`PackedRows`]) instead of the padded batch;
     /// the loss and gradients are the padded path's (to f32 rounding). Default `false`.
     pub packing: bool,
-    vars: Vec<Var>,
+    params: TrainParams,
+}
+
+impl Sharded for CriticTrainer {
+    fn parts(&self) -> (&TrainParams, &AdamW, &ParamStore) {
+        (&self.params, &self.opt, self.model.params())
+    }
+
+    fn parts_mut(&mut self) -> (&mut TrainParams, &mut AdamW, &ParamStore) {
+        (&mut self.params, &mut self.opt, self.model.params())
+    }
 }
 
 impl CriticTrainer {
@@ -34,7 +46,7 @@ impl CriticTrainer {
             opt,
             max_value_loss: f64::INFINITY,
             packing: false,
-            vars,
+            params: TrainParams::new(vars),
         })
     }
 
@@ -48,6 +60,7 @@ impl CriticTrainer {
     /// the column of a row's last real token is the value of the state after its response
     /// (what GAE bootstraps from when the response was cut off).
     pub fn state_values(&self, batch: &TokenBatch) -> Result<Tensor> {
+        self.params.ensure_gathered()?;
         Ok(self
             .model
             .forward(&batch.ids, Some(&batch.attention_mask))?
@@ -57,6 +70,7 @@ impl CriticTrainer {
     /// V(s_t) `[B, T-1]` (differentiable), from packed rows when `packed` (then 0 past each
     /// sequence's end).
     pub fn forward(&self, batch: &TokenBatch, packed: bool) -> Result<Tensor> {
+        self.params.ensure_gathered()?;
         if packed {
             let rows = PackedRows::new(batch)?;
             let l = rows.ids.dim(1)?;
@@ -85,6 +99,32 @@ impl CriticTrainer {
         weight: f64,
         collective: Option<&dyn Collective>,
     ) -> Result<(f64, StepStats)> {
+        self.gather(collective)?;
+        let out = self.step_gathered(
+            batch,
+            (old_values, returns),
+            clip,
+            agg,
+            lr,
+            max_grad_norm,
+            weight,
+            collective,
+        );
+        self.params.finish(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn step_gathered(
+        &mut self,
+        batch: &TokenBatch,
+        (old_values, returns): (&Tensor, &Tensor),
+        clip: Option<f64>,
+        agg: LossAgg,
+        lr: f64,
+        max_grad_norm: f64,
+        weight: f64,
+        collective: Option<&dyn Collective>,
+    ) -> Result<(f64, StepStats)> {
         self.opt.set_lr(lr);
         let v = self.forward(batch, self.packing)?;
         let (loss, stats) = value_loss(&v, old_values, returns, &batch.response_mask, clip, agg)?;
@@ -96,9 +136,8 @@ impl CriticTrainer {
             &device,
             collective,
         )?;
-        let step = apply_gradients(
+        let step = self.params.apply(
             &loss.affine(weight, 0.0)?,
-            &self.vars,
             &mut self.opt,
             max_grad_norm,
             collective,

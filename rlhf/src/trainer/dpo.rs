@@ -2,7 +2,7 @@
 //! policy's summed response log-probs of the chosen and rejected rows against the frozen
 //! reference's (given, computed once elsewhere). The loss is in `losses/dpo.rs`.
 
-use super::grads::{apply_gradients, check_loss, StepStats};
+use super::grads::{check_loss, StepStats};
 use super::{PolicyTrainer, TokenBatch};
 use crate::losses::{dpo_loss, DpoLoss, DpoStats, PreferenceLogprobs};
 use crate::Result;
@@ -75,9 +75,8 @@ impl PolicyTrainer {
             &device,
             collective,
         )?;
-        let step = apply_gradients(
+        let step = self.params.apply(
             &loss.affine(weight, 0.0)?,
-            &self.vars,
             &mut self.opt,
             cfg.max_grad_norm,
             collective,

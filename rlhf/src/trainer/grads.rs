@@ -32,6 +32,18 @@ pub fn apply_gradients(
     max_grad_norm: f64,
     collective: Option<&dyn Collective>,
 ) -> Result<StepStats> {
+    apply_gradients_measured(loss, vars, opt, max_grad_norm, collective).map(|(s, _)| s)
+}
+
+/// [`apply_gradients`], also returning the bytes held by the gradients the optimizer stepped
+/// on (measured from their storage).
+pub(crate) fn apply_gradients_measured(
+    loss: &Tensor,
+    vars: &[Var],
+    opt: &mut AdamW,
+    max_grad_norm: f64,
+    collective: Option<&dyn Collective>,
+) -> Result<(StepStats, usize)> {
     let mut grads = loss.backward()?;
     if let Some(c) = collective.filter(|c| c.world_size() > 1) {
         let local: Vec<Tensor> = vars
@@ -48,18 +60,25 @@ pub fn apply_gradients(
             grads.insert(v.as_tensor(), g);
         }
     }
+    let grad_bytes = vars
+        .iter()
+        .filter_map(|v| grads.get(v.as_tensor()))
+        .map(crate::fsdp::held_bytes)
+        .sum();
     let (grad_norm, clip_scale) = clip_coefficient(&grads, vars.iter(), max_grad_norm)?;
     if !grad_norm.is_finite() {
-        return Ok(StepStats {
+        let stats = StepStats {
             grad_norm,
             skipped: true,
-        });
+        };
+        return Ok((stats, grad_bytes));
     }
     opt.step_scaled(&grads, clip_scale)?;
-    Ok(StepStats {
+    let stats = StepStats {
         grad_norm,
         skipped: false,
-    })
+    };
+    Ok((stats, grad_bytes))
 }
 
 /// Refuses a loss that is not finite or whose magnitude exceeds `limit`

@@ -11,6 +11,7 @@ mod grads;
 mod packing;
 mod policy;
 mod reward_trainer;
+mod sharding;
 mod token_batch;
 
 pub use critic::CriticTrainer;
@@ -22,6 +23,7 @@ pub use grads::{apply_gradients, check_loss, StepStats};
 pub use packing::{first_fit_decreasing, PackedRows, Packing, PAD_SEGMENT};
 pub use policy::{PolicyLossConfig, PolicyStats, PolicyTrainer};
 pub use reward_trainer::RewardTrainer;
+pub use sharding::{Sharded, TrainParams};
 pub use token_batch::TokenBatch;
 
 /// Reads a scalar tensor as f64 (for stats).

@@ -4,7 +4,8 @@
 //! It computes; it does not schedule. Which minibatch, which learning rate and which replica
 //! are the caller's decisions.
 
-use super::grads::{adamw_over, apply_gradients, check_loss, StepStats};
+use super::grads::{adamw_over, check_loss, StepStats};
+use super::sharding::{Sharded, TrainParams};
 use super::{scalar, PackedRows, Packing, TokenBatch};
 use crate::losses::{
     entropy_bonus, kl_loss, sft_loss, KlEstimator, PolicyObjective, PpoConfig, RolloutCorrection,
@@ -12,10 +13,10 @@ use crate::losses::{
 use crate::mask::masked_abs_diff;
 use crate::optim::AdamW;
 use crate::Result;
-use candle_core::{Tensor, Var};
+use candle_core::Tensor;
 use oxalign_kernels::collective::Collective;
 use oxalign_kernels::ops::{HeadOutputs, TokenDistribution};
-use oxalign_models::CausalLm;
+use oxalign_models::{CausalLm, ParamStore};
 
 /// Loss settings of a PPO policy update.
 #[derive(Debug, Clone, Copy)]
@@ -57,7 +58,21 @@ pub struct PolicyStats {
     pub step: StepStats,
 }
 
+/// The tensors of one PPO minibatch update (see [`PolicyTrainer::ppo_step`]).
+#[derive(Clone, Copy)]
+struct PpoInputs<'a> {
+    batch: &'a TokenBatch,
+    old_logprobs: &'a Tensor,
+    advantages: &'a Tensor,
+    ref_logprobs: Option<&'a Tensor>,
+    rollout_logprobs: Option<&'a Tensor>,
+}
+
 /// A policy model and its optimizer.
+///
+/// Replicated by default; [`Sharded::shard`] makes it hold 1/N of the parameters, gradients
+/// and AdamW state (then every step gathers the model and releases it after, and reading the
+/// model outside a step needs [`Sharded::gather`] first).
 pub struct PolicyTrainer {
     /// The model being trained (weights shared with anything that cloned its tensors).
     pub model: CausalLm,
@@ -81,7 +96,17 @@ pub struct PolicyTrainer {
     /// attention and positions per sequence) instead of the padded batch. Losses and
     /// gradients are the padded path's (to f32 rounding). Default: none.
     pub packing: Packing,
-    pub(crate) vars: Vec<Var>,
+    pub(crate) params: TrainParams,
+}
+
+impl Sharded for PolicyTrainer {
+    fn parts(&self) -> (&TrainParams, &AdamW, &ParamStore) {
+        (&self.params, &self.opt, self.model.params())
+    }
+
+    fn parts_mut(&mut self) -> (&mut TrainParams, &mut AdamW, &ParamStore) {
+        (&mut self.params, &mut self.opt, self.model.params())
+    }
 }
 
 impl PolicyTrainer {
@@ -96,7 +121,7 @@ impl PolicyTrainer {
             max_update_kl: f64::INFINITY,
             rollout_distribution: TokenDistribution::MODEL,
             packing: Packing::default(),
-            vars,
+            params: TrainParams::new(vars),
         })
     }
 
@@ -118,6 +143,7 @@ impl PolicyTrainer {
         dist: TokenDistribution,
         packed: bool,
     ) -> Result<HeadOutputs> {
+        self.params.ensure_gathered()?;
         if !packed {
             return Ok(self.model.next_token_outputs(
                 &batch.ids,
@@ -147,6 +173,19 @@ impl PolicyTrainer {
         weight: f64,
         collective: Option<&dyn Collective>,
     ) -> Result<(f64, StepStats)> {
+        self.gather(collective)?;
+        let out = self.sft_step_gathered(batch, lr, max_grad_norm, weight, collective);
+        self.params.finish(out)
+    }
+
+    fn sft_step_gathered(
+        &mut self,
+        batch: &TokenBatch,
+        lr: f64,
+        max_grad_norm: f64,
+        weight: f64,
+        collective: Option<&dyn Collective>,
+    ) -> Result<(f64, StepStats)> {
         self.opt.set_lr(lr);
         let lp = self
             .head_outputs(batch, TokenDistribution::MODEL, self.packing.sft)?
@@ -160,9 +199,8 @@ impl PolicyTrainer {
             &device,
             collective,
         )?;
-        let step = apply_gradients(
+        let step = self.params.apply(
             &loss.affine(weight, 0.0)?,
-            &self.vars,
             &mut self.opt,
             max_grad_norm,
             collective,
@@ -189,6 +227,33 @@ impl PolicyTrainer {
         weight: f64,
         collective: Option<&dyn Collective>,
     ) -> Result<PolicyStats> {
+        self.gather(collective)?;
+        let inputs = PpoInputs {
+            batch,
+            old_logprobs,
+            advantages,
+            ref_logprobs,
+            rollout_logprobs,
+        };
+        let out = self.ppo_step_gathered(&inputs, cfg, lr, weight, collective);
+        self.params.finish(out)
+    }
+
+    fn ppo_step_gathered(
+        &mut self,
+        inputs: &PpoInputs<'_>,
+        cfg: &PolicyLossConfig,
+        lr: f64,
+        weight: f64,
+        collective: Option<&dyn Collective>,
+    ) -> Result<PolicyStats> {
+        let PpoInputs {
+            batch,
+            old_logprobs,
+            advantages,
+            ref_logprobs,
+            rollout_logprobs,
+        } = *inputs;
         self.opt.set_lr(lr);
         let mask = &batch.response_mask;
         let HeadOutputs {
@@ -251,9 +316,8 @@ impl PolicyTrainer {
             &device,
             collective,
         )?;
-        let step = apply_gradients(
+        let step = self.params.apply(
             &loss.affine(weight, 0.0)?,
-            &self.vars,
             &mut self.opt,
             cfg.max_grad_norm,
             collective,

@@ -1,0 +1,76 @@
+//! One optimizer step of a sharded replica: backward on the gathered model, reduce-scatter
+//! of the gradients (the full gradients are dropped right after), the global-norm clip over
+//! the whole group, and AdamW on this rank's shards. The same rules as the replicated
+//! `apply_gradients`: a non-finite norm skips the step, weights untouched.
+
+use super::params::ShardedParams;
+use crate::optim::{clip::CLIP_EPS, default_group_of};
+use crate::optim::{param_groups::default_groups, AdamW, AdamWConfig};
+use crate::trainer::StepStats;
+use crate::Result;
+use candle_core::Tensor;
+use oxalign_kernels::collective::Collective;
+use oxalign_models::ParamStore;
+
+/// Backpropagates `loss` (this replica's share, scaled so that the mean over replicas is
+/// the global loss), reduce-scatters the gradients, clips them to `max_grad_norm` by their
+/// global norm and steps `opt` (built by [`shard_optimizer`]) on the shards. Also returns
+/// the bytes held by the shard gradients the optimizer stepped on.
+pub fn apply_sharded_gradients(
+    loss: &Tensor,
+    params: &ShardedParams,
+    opt: &mut AdamW,
+    max_grad_norm: f64,
+    collective: Option<&dyn Collective>,
+) -> Result<(StepStats, usize)> {
+    crate::error::check_above("max_norm", max_grad_norm, 0.0)?;
+    let full = loss.backward()?;
+    let grads = params.reduce_scatter(&full, collective)?;
+    drop(full);
+    let bytes = params
+        .named_shards()
+        .iter()
+        .filter_map(|(_, v)| grads.get(v.as_tensor()))
+        .map(super::held_bytes)
+        .sum();
+    let grad_norm = params.global_grad_norm(&grads, collective)?;
+    if !grad_norm.is_finite() {
+        let stats = StepStats {
+            grad_norm,
+            skipped: true,
+        };
+        return Ok((stats, bytes));
+    }
+    let coef = max_grad_norm / (grad_norm + CLIP_EPS);
+    opt.step_scaled(&grads, (coef < 1.0).then_some(coef))?;
+    let stats = StepStats {
+        grad_norm,
+        skipped: false,
+    };
+    Ok((stats, bytes))
+}
+
+/// AdamW over the shards of `params` with the groups the model's declaration gives (weight
+/// decay on linear weights only, as [`AdamW::for_params`]), torch's betas and eps.
+pub fn shard_optimizer(
+    store: &ParamStore,
+    params: &ShardedParams,
+    lr: f64,
+    weight_decay: f64,
+) -> Result<AdamW> {
+    let config = AdamWConfig {
+        lr,
+        weight_decay,
+        ..AdamWConfig::default()
+    };
+    let group_of = |n: &str| match store.spec(n) {
+        Some(spec) => usize::from(!spec.kind.decays()),
+        None => default_group_of(n),
+    };
+    AdamW::with_groups(
+        params.named_shards(),
+        config,
+        default_groups(weight_decay),
+        group_of,
+    )
+}

@@ -1,0 +1,191 @@
+//! The parameters a trainer steps, replicated or sharded (FSDP), and the [`Sharded`] trait
+//! the policy and critic trainers share: shard once after construction, gather before a
+//! use of the model, release after, save and load the optimizer with its layout, and report
+//! what the replica holds.
+//!
+//! Replicated: every replica holds the whole model, gradients and AdamW state, and gradients
+//! are averaged with all-reduce. Sharded: see [`crate::fsdp`].
+
+use super::grads::{apply_gradients_measured, StepStats};
+use crate::fsdp::{
+    apply_sharded_gradients, held_bytes, load_shard_state, save_shard_state, shard_optimizer,
+    ShardedParams, TrainMemory,
+};
+use crate::optim::AdamW;
+use crate::{Result, RlhfError};
+use candle_core::{Tensor, Var};
+use oxalign_kernels::collective::Collective;
+use oxalign_models::ParamStore;
+use std::path::Path;
+
+/// A trainer's parameters: the model's `Var`s and, when sharded, the shards behind them.
+pub struct TrainParams {
+    vars: Vec<Var>,
+    fsdp: Option<ShardedParams>,
+    /// Bytes of the gradients the optimizer stepped on in the last step.
+    last_grad_bytes: usize,
+}
+
+impl TrainParams {
+    pub(crate) fn new(vars: Vec<Var>) -> Self {
+        Self {
+            vars,
+            fsdp: None,
+            last_grad_bytes: 0,
+        }
+    }
+
+    /// Backward, gradient exchange (all-reduce, or reduce-scatter when sharded), clip and
+    /// AdamW: the replicated [`super::apply_gradients`] or the sharded
+    /// [`apply_sharded_gradients`].
+    pub(crate) fn apply(
+        &mut self,
+        loss: &Tensor,
+        opt: &mut AdamW,
+        max_grad_norm: f64,
+        collective: Option<&dyn Collective>,
+    ) -> Result<StepStats> {
+        let Some(fsdp) = &self.fsdp else {
+            let (stats, bytes) =
+                apply_gradients_measured(loss, &self.vars, opt, max_grad_norm, collective)?;
+            self.last_grad_bytes = bytes;
+            return Ok(stats);
+        };
+        let (stats, bytes) = apply_sharded_gradients(loss, fsdp, opt, max_grad_norm, collective)?;
+        self.last_grad_bytes = bytes;
+        Ok(stats)
+    }
+
+    /// Errors when the model's weights are released (sharded, between uses).
+    pub(crate) fn ensure_gathered(&self) -> Result<()> {
+        self.fsdp.as_ref().map_or(Ok(()), |f| f.ensure_gathered())
+    }
+
+    /// Releases the weights after a use that returned `out` (a release error is reported
+    /// only when the use itself succeeded).
+    pub(crate) fn finish<R>(&mut self, out: Result<R>) -> Result<R> {
+        let released = match &mut self.fsdp {
+            Some(f) => f.release(),
+            None => Ok(()),
+        };
+        let out = out?;
+        released.map(|_| out)
+    }
+}
+
+/// What the policy and critic trainers share for sharded (FSDP) training. `parts` and
+/// `parts_mut` give the pieces; the other methods are provided.
+pub trait Sharded {
+    /// The parameters, the optimizer and the model's declaration.
+    fn parts(&self) -> (&TrainParams, &AdamW, &ParamStore);
+
+    /// The same, mutably.
+    fn parts_mut(&mut self) -> (&mut TrainParams, &mut AdamW, &ParamStore);
+
+    /// Shards this trainer as rank `rank` of `world`: keeps 1/`world` of every parameter as
+    /// an f32 master shard, rebuilds AdamW over the shards (same lr and weight decay), and
+    /// frees the model's full weights. Call once, before any step (the optimizer must not
+    /// have stepped yet) and after anything that copies the full model (an engine).
+    fn shard(&mut self, rank: usize, world: usize) -> Result<()> {
+        let (params, opt, store) = self.parts_mut();
+        if params.fsdp.is_some() {
+            return Err(RlhfError::Sharding("the trainer is already sharded".into()));
+        }
+        if opt.steps_taken() > 0 {
+            return Err(RlhfError::Sharding(
+                "shard a trainer before its first step (its optimizer state would be lost)".into(),
+            ));
+        }
+        let mut fsdp = ShardedParams::new(store.vars(), rank, world)?;
+        let lr = opt.lr();
+        *opt = shard_optimizer(store, &fsdp, lr, opt.config().weight_decay)?;
+        fsdp.release()?;
+        params.fsdp = Some(fsdp);
+        Ok(())
+    }
+
+    /// True once [`Sharded::shard`] has run.
+    fn is_sharded(&self) -> bool {
+        self.parts().0.fsdp.is_some()
+    }
+
+    /// Fills the model's full weights from every rank's shards (every rank must call it).
+    /// No-op when replicated or already gathered.
+    fn gather(&mut self, collective: Option<&dyn Collective>) -> Result<()> {
+        match &mut self.parts_mut().0.fsdp {
+            Some(f) => f.gather(collective),
+            None => Ok(()),
+        }
+    }
+
+    /// Frees the model's full weights again (sharded only; the shards stay).
+    fn release(&mut self) -> Result<()> {
+        match &mut self.parts_mut().0.fsdp {
+            Some(f) => f.release(),
+            None => Ok(()),
+        }
+    }
+
+    /// The first parameter holding a NaN or infinity (in any rank's shard when sharded;
+    /// every rank must call it then), if any.
+    fn first_non_finite_weight(
+        &self,
+        collective: Option<&dyn Collective>,
+    ) -> Result<Option<String>> {
+        let (params, _, store) = self.parts();
+        if let Some(f) = &params.fsdp {
+            return f.first_non_finite(collective);
+        }
+        for (name, var) in store.vars() {
+            let probe = var.as_tensor().affine(0.0, 0.0)?.sum_all()?;
+            let probe = probe
+                .to_dtype(candle_core::DType::F32)?
+                .to_scalar::<f32>()?;
+            if !probe.is_finite() {
+                return Ok(Some(name));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Saves the optimizer into `dir`: the whole state when replicated, this rank's shard
+    /// with its layout (`dir/shard_<rank>/`) when sharded.
+    fn save_optimizer(&self, dir: &Path) -> Result<()> {
+        let (params, opt, _) = self.parts();
+        match &params.fsdp {
+            Some(f) => save_shard_state(opt, f.layout(), dir),
+            None => opt.save_state(dir),
+        }
+    }
+
+    /// Loads what [`Sharded::save_optimizer`] wrote (a sharded state needs the same layout).
+    fn load_optimizer(&mut self, dir: &Path) -> Result<()> {
+        let (params, opt, _) = self.parts_mut();
+        match &params.fsdp {
+            Some(f) => load_shard_state(opt, f.layout(), dir),
+            None => opt.load_state(dir),
+        }
+    }
+
+    /// What this replica holds now, measured from the tensors' storage: the model's `Var`s
+    /// (empty between uses when sharded) plus the master shards, the gradients of the last
+    /// step, and AdamW's moments.
+    fn memory(&self) -> TrainMemory {
+        let (params, opt, store) = self.parts();
+        let model: usize = store
+            .vars()
+            .iter()
+            .map(|(_, v)| held_bytes(v.as_tensor()))
+            .sum();
+        let shards = params.fsdp.as_ref().map_or(0, |f| f.held().0);
+        let optimizer = opt
+            .param_state()
+            .map(|(_, _, m, v)| held_bytes(m) + held_bytes(v))
+            .sum();
+        TrainMemory {
+            params: model + shards,
+            grads: params.last_grad_bytes,
+            optimizer,
+        }
+    }
+}
