@@ -16,12 +16,11 @@ use crate::error::Cause;
 use crate::executor::ExecutorPool;
 use crate::monitor::StepMetrics;
 use crate::recipe::DpoLossName;
-use crate::roles::{ask, DpoWork, PolicyMsg, ReferenceMsg};
+use crate::roles::{DpoWork, PolicyRole, ReferenceRole};
 use oxalign_rlhf::data::{Dataset, PreferencePair};
 use oxalign_rlhf::losses::DpoLoss;
 use oxalign_rlhf::trainer::DpoConfig;
 use oxalign_rlhf::RlhfError;
-use ractor::ActorRef;
 use std::collections::HashMap;
 
 const KIND: &str = "DPO";
@@ -46,7 +45,7 @@ async fn sums(
 /// Held-out preference accuracy and margin of the implicit rewards `β (log π − log π_ref)`.
 async fn evaluate(
     ctx: &Ctx<'_>,
-    policy: &ActorRef<PolicyMsg>,
+    policy: &dyn PolicyRole,
     eval: &EncodedPairs,
     reference: &PairSums,
 ) -> Result<(f64, f64), RunError> {
@@ -74,7 +73,7 @@ fn loss(ctx: &Ctx<'_>) -> DpoLoss {
 /// 0 (the position `i` of epoch `e` is row `order_e[i]`, so they are keyed by position).
 async fn reference_of_training_rows(
     ctx: &Ctx<'_>,
-    reference: &ActorRef<ReferenceMsg>,
+    reference: &dyn ReferenceRole,
     data: &Dataset<PreferencePair>,
 ) -> Result<HashMap<u64, (f64, f64)>, RunError> {
     let mut out = HashMap::new();
@@ -137,18 +136,13 @@ fn work(
 
 /// One update; its metrics, or the divergence that stopped it.
 async fn train_step(
-    ctx: &Ctx<'_>,
-    policy: &ActorRef<PolicyMsg>,
+    policy: &dyn PolicyRole,
     work: Box<DpoWork>,
     step: u64,
 ) -> Result<StepMetrics, RunError> {
     let lr = work.cfg.lr;
     let at = At::Train { kind: KIND, step };
-    let done = ask("policy", "dpo", policy, ctx.timeout, |reply| {
-        PolicyMsg::Dpo { work, reply }
-    })
-    .await
-    .map_err(RunError::at(at))?;
+    let done = policy.dpo(*work).await.map_err(RunError::at(at))?;
     if let Some(cause) = done.diverged {
         let e = DivergenceError {
             role: "policy",
@@ -178,9 +172,9 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
     let eval = encode_prefs(ctx, At::Eval("eval"), data.eval_items())?;
     let policy = setup::spawn_policy(r, ctx.policy_dir, ctx.monitor, pool).await?;
     let reference = setup::spawn_reference(r, ctx.policy_dir, ctx.monitor, pool).await?;
-    let ref_train = reference_of_training_rows(ctx, &reference, &data).await?;
-    let ref_eval = sums(ctx, &Scorer::Reference(&reference), At::Setup, &eval).await?;
-    reference.stop(None);
+    let ref_train = reference_of_training_rows(ctx, &*reference, &data).await?;
+    let ref_eval = sums(ctx, &Scorer::Reference(&*reference), At::Setup, &eval).await?;
+    reference.shutdown();
     let s = &r.dpo;
     let lr_at = schedule(s.lr, s.warmup_steps, s.steps);
     let mut log = EvalLog::default();
@@ -190,10 +184,10 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
             let at = At::Train { kind: KIND, step };
             let rows = offline::step_rows(&data, step, s.batch_size, at)?;
             let w = work(ctx, &rows, &ref_train, at, lr_at.lr_at(step - 1))?;
-            m = train_step(ctx, &policy, w, step).await?;
+            m = train_step(&*policy, w, step).await?;
         }
         if !eval.0.is_empty() && (step == 0 || evaluates(step, s.steps, s.eval_every)) {
-            let (acc, margin) = evaluate(ctx, &policy, &eval, &ref_eval).await?;
+            let (acc, margin) = evaluate(ctx, &*policy, &eval, &ref_eval).await?;
             m = log.record(step, &[("eval_accuracy", acc), ("eval_margin", margin)], m);
             offline::eval_progress(
                 ctx,
@@ -207,8 +201,8 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
             ctx.monitor.report(m);
         }
     }
-    let dir = offline::save_final_policy(ctx, &policy).await?;
-    policy.stop(None);
+    let dir = offline::save_final_policy(ctx, &*policy).await?;
+    policy.shutdown();
     Ok(OfflineSummary {
         kind: "dpo".into(),
         steps: s.steps,

@@ -8,9 +8,8 @@ use super::lengths::{encode_rollout_prompt, quoted};
 use super::run_error::{At, RunError};
 use super::Ctx;
 use crate::batch::{RolloutRequest, SampleRequest, Sampling};
-use crate::roles::{ask, PolicyMsg};
+use crate::roles::PolicyRole;
 use oxalign_rlhf::data::PromptItem;
-use ractor::ActorRef;
 
 /// Samples per prompt for the sampled accuracy.
 const SAMPLES: usize = 8;
@@ -28,7 +27,7 @@ pub(crate) struct Accuracy {
 /// reward defines no accuracy. Seeds are fixed, so the same weights give the same numbers.
 pub(crate) async fn accuracy(
     ctx: &Ctx<'_>,
-    policy: &ActorRef<PolicyMsg>,
+    policy: &dyn PolicyRole,
     items: &[PromptItem],
     label: &'static str,
 ) -> Result<Option<Accuracy>, RunError> {
@@ -64,16 +63,11 @@ pub(crate) async fn accuracy(
             request.samples.push(r.clone());
         }
     }
-    let out = ask("policy", "generate", policy, ctx.timeout, |reply| {
-        PolicyMsg::Generate {
-            request,
-            label: label.to_string(),
-            reply,
-        }
-    })
-    .await
-    .map_err(RunError::at(At::Eval(label)))?
-    .samples;
+    let out = policy
+        .generate(request, label.to_string())
+        .await
+        .map_err(RunError::at(At::Eval(label)))?
+        .samples;
     let (mut greedy, mut sampled) = (0usize, 0usize);
     for (i, it) in items.iter().enumerate() {
         for (k, c) in out[i * (1 + SAMPLES)..(i + 1) * (1 + SAMPLES)]

@@ -270,7 +270,7 @@ async fn run(
     let final_acc = if data.eval_items().is_empty() {
         None
     } else {
-        evaluate::accuracy(&ctx, &roles.policy, data.eval_items(), "eval final").await?
+        evaluate::accuracy(&ctx, &*roles.policy, data.eval_items(), "eval final").await?
     };
     roles.stop();
     monitor.report(ActorUpdate::idle("controller"));

@@ -14,11 +14,10 @@ use crate::error::Cause;
 use crate::executor::ExecutorPool;
 use crate::monitor::StepMetrics;
 use crate::recipe::RunKind;
-use crate::roles::{ask, PolicyMsg};
+use crate::roles::PolicyRole;
 use oxalign_rlhf::data::{Dataset, RowSchema};
 use oxalign_rlhf::optim::LrSchedule;
 use oxalign_rlhf::RlhfError;
-use ractor::ActorRef;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -171,18 +170,13 @@ pub(crate) fn step_rows<T: RowSchema>(
 /// Saves the policy's weights (no optimizer) as `<run>/final/`, sealed; returns the folder.
 pub(crate) async fn save_final_policy(
     ctx: &Ctx<'_>,
-    policy: &ActorRef<PolicyMsg>,
+    policy: &dyn PolicyRole,
 ) -> Result<PathBuf, RunError> {
     let dir = final_dir(ctx.run_dir)?;
-    ask("policy", "save", policy, ctx.timeout, |reply| {
-        PolicyMsg::Save {
-            dir: dir.clone(),
-            optimizer: false,
-            reply,
-        }
-    })
-    .await
-    .map_err(RunError::at(At::Setup))?;
+    policy
+        .save("save", dir.clone(), false)
+        .await
+        .map_err(RunError::at(At::Setup))?;
     seal_model(ctx, &dir)?;
     Ok(dir)
 }

@@ -7,8 +7,7 @@ use super::run_error::{At, RunError};
 use super::sft::TokenPair;
 use super::{offline, Ctx};
 use crate::batch::{Sequences, TokenArray};
-use crate::roles::{ask, PolicyMsg, ReferenceMsg};
-use ractor::ActorRef;
+use crate::roles::{PolicyRole, ReferenceRole};
 
 /// Rows per scoring call.
 const CHUNK: usize = 64;
@@ -16,9 +15,9 @@ const CHUNK: usize = 64;
 /// Which role scores.
 pub(crate) enum Scorer<'a> {
     /// The trained policy (current weights).
-    Policy(&'a ActorRef<PolicyMsg>),
+    Policy(&'a dyn PolicyRole),
     /// The frozen reference.
-    Reference(&'a ActorRef<ReferenceMsg>),
+    Reference(&'a dyn ReferenceRole),
 }
 
 /// Per row: the sum and the count of the response tokens' log-probs (nats).
@@ -32,24 +31,8 @@ pub(crate) async fn response_logprobs(
     for chunk in pairs.chunks(CHUNK) {
         let seqs = offline::sequences(ctx, chunk.to_vec());
         let lp = match scorer {
-            Scorer::Policy(p) => {
-                ask("policy", "logprobs", p, ctx.timeout, |reply| {
-                    PolicyMsg::Logprobs {
-                        seqs: seqs.clone(),
-                        reply,
-                    }
-                })
-                .await
-            }
-            Scorer::Reference(r) => {
-                ask("reference", "reference_logprobs", r, ctx.timeout, |reply| {
-                    ReferenceMsg::Logprobs {
-                        seqs: seqs.clone(),
-                        reply,
-                    }
-                })
-                .await
-            }
+            Scorer::Policy(p) => p.logprobs("logprobs", seqs.clone()).await,
+            Scorer::Reference(r) => r.logprobs("reference_logprobs", seqs.clone()).await,
         }
         .map_err(RunError::at(at))?;
         out.extend(sum_responses(&lp, &seqs));
@@ -77,7 +60,7 @@ fn sum_responses(lp: &TokenArray, seqs: &Sequences) -> Vec<(f64, usize)> {
 /// Mean NLL per response token (nats) of `pairs` under the policy.
 pub(crate) async fn mean_nll(
     ctx: &Ctx<'_>,
-    policy: &ActorRef<PolicyMsg>,
+    policy: &dyn PolicyRole,
     at: At,
     pairs: &[TokenPair],
 ) -> Result<f64, RunError> {

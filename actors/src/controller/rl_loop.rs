@@ -12,7 +12,6 @@ use super::{progress, rl_step, saving, Ctx};
 use crate::executor::ExecutorPool;
 use crate::monitor::ActorUpdate;
 use crate::recipe::Algorithm;
-use crate::roles::{ask, PolicyMsg};
 use oxalign_rlhf::data::PromptSource;
 use std::path::PathBuf;
 
@@ -23,21 +22,17 @@ pub const RESTARTS: &str = "restarts";
 /// A policy spawned from a checkpoint has an engine at version 0 serving the checkpoint's
 /// weights: it refits (verified) as `state.policy_version`, so the batches it generates
 /// carry their true version (`rl.max_staleness` checks it). A no-op at the start of RL.
-async fn label_engine_weights(
-    ctx: &Ctx<'_>,
-    roles: &Roles,
-    state: &LoopState,
-) -> Result<(), RunError> {
+async fn label_engine_weights(roles: &Roles, state: &LoopState) -> Result<(), RunError> {
     let version = state.policy_version;
     if version == 0 {
         return Ok(());
     }
-    ask("policy", "refit", &roles.policy, ctx.timeout, |reply| {
-        PolicyMsg::Refit { version, reply }
-    })
-    .await
-    .map(|_| ())
-    .map_err(RunError::at(At::Rl(state.step + 1)))
+    roles
+        .policy
+        .refit(version)
+        .await
+        .map(|_| ())
+        .map_err(RunError::at(At::Rl(state.step + 1)))
 }
 
 /// Runs RL steps until `run.steps`, checkpointing every `run.checkpoint_every` steps and at
@@ -57,7 +52,7 @@ pub(crate) async fn rl_loop(
     if state.step < recipe.run.steps {
         progress.line(&rl_step::header());
     }
-    label_engine_weights(ctx, roles, state).await?;
+    label_engine_weights(roles, state).await?;
     let mut budget = Budget::new(&recipe.supervision);
     // Steps up to `reported` have their metrics line; a replay runs them again silently.
     let mut reported = state.step;
@@ -82,7 +77,7 @@ pub(crate) async fn rl_loop(
                 *state =
                     supervisor::rebuild(ctx, pool, roles, &names, &last_checkpoint, step).await?;
                 if names.contains(&"policy") {
-                    label_engine_weights(ctx, roles, state).await?;
+                    label_engine_weights(roles, state).await?;
                 }
                 restarts += 1;
                 continue;
@@ -102,7 +97,8 @@ pub(crate) async fn rl_loop(
         if (every > 0 && step.is_multiple_of(every)) || step == recipe.run.steps {
             state.wall_seconds = clock.now();
             last_checkpoint =
-                saving::save_checkpoint(ctx, &roles.policy, roles.critic.as_ref(), state).await?;
+                saving::save_checkpoint(ctx, roles.policy.as_ref(), roles.critic.as_deref(), state)
+                    .await?;
             checkpoint_step = step;
         }
     }

@@ -15,7 +15,7 @@ use super::run_error::{At, RunError};
 use super::setup::Roles;
 use super::Ctx;
 use crate::batch::{RolloutBatch, RolloutRequest, SampleRequest, Sampling};
-use crate::roles::{ask, PolicyMsg, RewardMsg};
+use crate::roles::RewardRequest;
 use oxalign_rlhf::advantages::{informative_count, informative_groups, select_groups};
 use oxalign_rlhf::data::PromptSource;
 use serde::{Deserialize, Serialize};
@@ -123,15 +123,11 @@ async fn generate(
     let seed_base = round * rl.prompts_per_step * rl.samples_per_prompt;
     let (request, rows) = rollout_request(ctx, data, first, seed_base, step)?;
     let timer = ctx.monitor.time("policy", "generate", step);
-    let batch = ask("policy", "generate", &roles.policy, ctx.timeout, |reply| {
-        PolicyMsg::Generate {
-            request,
-            label: format!("generate step {step}"),
-            reply,
-        }
-    })
-    .await
-    .map_err(RunError::at(at))?;
+    let batch = roles
+        .policy
+        .generate(request, format!("generate step {step}"))
+        .await
+        .map_err(RunError::at(at))?;
     let gen_secs = timer.finish();
     let texts: Vec<String> = batch
         .samples
@@ -174,17 +170,17 @@ async fn rewards(
     step: u64,
 ) -> Result<Vec<f32>, RunError> {
     let _t = ctx.monitor.time("reward", "reward", step);
-    ask("reward", "reward", &roles.reward, ctx.timeout, |reply| {
-        RewardMsg::Score {
-            seqs: ro.batch.sequences(ctx.pad_id),
-            prompts: ro.rows.prompts.clone(),
-            texts: ro.texts.clone(),
-            answers: ro.rows.answers.clone(),
-            reply,
-        }
-    })
-    .await
-    .map_err(RunError::at(At::Rl(step)))
+    let request = RewardRequest {
+        seqs: ro.batch.sequences(ctx.pad_id),
+        prompts: ro.rows.prompts.clone(),
+        texts: ro.texts.clone(),
+        answers: ro.rows.answers.clone(),
+    };
+    roles
+        .reward
+        .rewards(request)
+        .await
+        .map_err(RunError::at(At::Rl(step)))
 }
 
 /// The rollout stage of step `step`, from stream position `data_position`.

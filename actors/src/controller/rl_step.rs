@@ -13,10 +13,7 @@ use super::setup::Roles;
 use super::{Ctx, LoopState};
 use crate::batch::ScoredBatch;
 use crate::recipe::EngineQuant;
-use crate::roles::{
-    ask, split_state_values, CriticMsg, CriticWork, PolicyMsg, PolicyTrainSummary, PolicyWork,
-    ReferenceMsg, RewardMsg,
-};
+use crate::roles::{split_state_values, CriticWork, PolicyTrainSummary, PolicyWork, RewardRequest};
 use oxalign_rlhf::data::PromptSource;
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -54,47 +51,32 @@ async fn score(
     let timed = |actor: &'static str, phase: &'static str| ctx.monitor.time(actor, phase, step);
     let ref_fut = async {
         let _t = timed("reference", "reference_logprobs");
-        ask(
-            "reference",
-            "reference_logprobs",
-            &roles.reference,
-            ctx.timeout,
-            |reply| ReferenceMsg::Logprobs {
-                seqs: seqs.clone(),
-                reply,
-            },
-        )
-        .await
+        roles
+            .reference
+            .logprobs("reference_logprobs", seqs.clone())
+            .await
     };
     let reward_fut = async {
         if let Some(r) = known_rewards {
             return Ok(r);
         }
         let _t = timed("reward", "reward");
-        ask("reward", "reward", &roles.reward, ctx.timeout, |reply| {
-            RewardMsg::Score {
-                seqs: seqs.clone(),
-                prompts: rows.prompts,
-                texts,
-                answers: rows.answers,
-                reply,
-            }
-        })
-        .await
+        let request = RewardRequest {
+            seqs: seqs.clone(),
+            prompts: rows.prompts,
+            texts,
+            answers: rows.answers,
+        };
+        roles.reward.rewards(request).await
     };
     let values_fut = async {
         let Some(c) = &roles.critic else {
             return Ok(None);
         };
         let _t = timed("critic", "values");
-        ask("critic", "values", c, ctx.timeout, |reply| {
-            CriticMsg::Values {
-                seqs: seqs.clone(),
-                reply,
-            }
-        })
-        .await
-        .map(|full| Some(split_state_values(&full, &seqs)))
+        c.values(seqs.clone())
+            .await
+            .map(|full| Some(split_state_values(&full, &seqs)))
     };
     // π_old's log-probs: an f32 engine already reported them while sampling an on-policy
     // batch (the trainer's weights in the trainer's precision; the update measures the gap
@@ -106,18 +88,11 @@ async fn score(
             return Ok(None);
         }
         let _t = timed("policy", "old_logprobs");
-        ask(
-            "policy",
-            "old_logprobs",
-            &roles.policy,
-            ctx.timeout,
-            |reply| PolicyMsg::Logprobs {
-                seqs: seqs.clone(),
-                reply,
-            },
-        )
-        .await
-        .map(Some)
+        roles
+            .policy
+            .logprobs("old_logprobs", seqs.clone())
+            .await
+            .map(Some)
     };
     let (ref_lp, rewards, values, old_lp) = tokio::join!(ref_fut, reward_fut, values_fut, old_fut);
     let failed = RunError::at(At::Rl(step));
@@ -161,17 +136,7 @@ async fn update(
     };
     let policy_fut = async {
         let _t = timed("policy", "policy_train");
-        ask(
-            "policy",
-            "policy_train",
-            &roles.policy,
-            ctx.timeout,
-            |reply| PolicyMsg::Train {
-                work: Box::new(policy_work),
-                reply,
-            },
-        )
-        .await
+        roles.policy.train(policy_work).await
     };
     let critic_fut = async {
         let b = &exp.batch;
@@ -189,14 +154,7 @@ async fn update(
             minibatch_size: rl.minibatch_size,
             shuffle_seed,
         };
-        ask("critic", "critic_train", c, ctx.timeout, |reply| {
-            CriticMsg::Train {
-                work: Box::new(work),
-                reply,
-            }
-        })
-        .await
-        .map(Some)
+        c.train(work).await.map(Some)
     };
     let (ps, vl) = tokio::join!(policy_fut, critic_fut);
     let failed = RunError::at(At::Rl(step));
@@ -325,11 +283,11 @@ pub(crate) async fn run_step(
     state.policy_version += 1;
     let timer = ctx.monitor.time("policy", "refit", step);
     let version = state.policy_version;
-    let refit = ask("policy", "refit", &roles.policy, ctx.timeout, |reply| {
-        PolicyMsg::Refit { version, reply }
-    })
-    .await
-    .map_err(RunError::at(at))?;
+    let refit = roles
+        .policy
+        .refit(version)
+        .await
+        .map_err(RunError::at(at))?;
     timer.finish();
     state.data_position += prompts_drawn;
     state.ahead = ahead;

@@ -5,10 +5,8 @@
 use super::checkpoint::{self, LoopState, Phase};
 use super::run_error::{At, RunError};
 use super::Ctx;
-use crate::error::LOAD_OPTIMIZER;
 use crate::monitor::{unix_ms_now, CheckpointInfo};
-use crate::roles::{ask, CriticMsg, PolicyMsg};
-use ractor::ActorRef;
+use crate::roles::{CriticRole, PolicyRole};
 use std::path::{Path, PathBuf};
 
 /// Tokenizer files copied next to saved policy weights, so the folder is a whole HF model.
@@ -37,8 +35,8 @@ pub(crate) fn copy_tokenizer(from: &Path, to: &Path) -> Result<(), RunError> {
 /// reports it to the monitor and prunes old checkpoints. Returns the checkpoint folder.
 pub(crate) async fn save_checkpoint(
     ctx: &Ctx<'_>,
-    policy: &ActorRef<PolicyMsg>,
-    critic: Option<&ActorRef<CriticMsg>>,
+    policy: &dyn PolicyRole,
+    critic: Option<&dyn CriticRole>,
     state: &LoopState,
 ) -> Result<PathBuf, RunError> {
     let timer = ctx.monitor.time("controller", "checkpoint", state.step);
@@ -60,24 +58,14 @@ pub(crate) async fn save_checkpoint(
     };
     let staged = checkpoint::staging_dir(&fin).map_err(io("stage checkpoint", &fin))?;
     let pdir = staged.join("policy");
-    ask("policy", "save", policy, ctx.timeout, |reply| {
-        PolicyMsg::Save {
-            dir: pdir.clone(),
-            optimizer: true,
-            reply,
-        }
-    })
-    .await
-    .map_err(RunError::at(at))?;
+    policy
+        .save("save", pdir.clone(), true)
+        .await
+        .map_err(RunError::at(at))?;
     copy_tokenizer(ctx.policy_dir, &pdir)?;
     if let Some(c) = critic {
         let cdir = staged.join("critic");
-        ask("critic", "save", c, ctx.timeout, |reply| CriticMsg::Save {
-            dir: cdir,
-            reply,
-        })
-        .await
-        .map_err(RunError::at(at))?;
+        c.save("save", cdir, true).await.map_err(RunError::at(at))?;
     }
     checkpoint::seal(&staged, state).map_err(io("seal checkpoint", &staged))?;
     checkpoint::publish(&staged, &fin).map_err(io("publish checkpoint", &fin))?;
@@ -96,27 +84,23 @@ pub(crate) async fn save_checkpoint(
 
 /// Loads the optimizer state saved in `dir/optimizer` into every replica of the policy.
 pub(crate) async fn load_policy_optimizer(
-    ctx: &Ctx<'_>,
-    policy: &ActorRef<PolicyMsg>,
+    policy: &dyn PolicyRole,
     dir: PathBuf,
 ) -> Result<(), RunError> {
-    ask("policy", LOAD_OPTIMIZER, policy, ctx.timeout, |reply| {
-        PolicyMsg::LoadOptimizer { dir, reply }
-    })
-    .await
-    .map_err(RunError::at(At::Setup))
+    policy
+        .load_optimizer(dir)
+        .await
+        .map_err(RunError::at(At::Setup))
 }
 
 /// Loads the critic's optimizer state saved in `dir/optimizer` (required: a resumed critic
 /// never starts from a fresh optimizer silently).
 pub(crate) async fn load_critic_optimizer(
-    ctx: &Ctx<'_>,
-    critic: &ActorRef<CriticMsg>,
+    critic: &dyn CriticRole,
     dir: PathBuf,
 ) -> Result<(), RunError> {
-    ask("critic", LOAD_OPTIMIZER, critic, ctx.timeout, |reply| {
-        CriticMsg::LoadOptimizer { dir, reply }
-    })
-    .await
-    .map_err(RunError::at(At::Setup))
+    critic
+        .load_optimizer(dir)
+        .await
+        .map_err(RunError::at(At::Setup))
 }

@@ -10,9 +10,9 @@ use crate::placement::DeviceGroup;
 use crate::recipe::{EngineQuant, Recipe, RewardKeyError, RewardKind, Sharding, TaskKind};
 use crate::replicas::Replicas;
 use crate::roles::{
-    Critic, CriticMsg, CriticState, EngineReplica, Policy, PolicyMsg, PolicyReplica, PolicyState,
-    Reference, ReferenceMsg, ReferenceState, Reward, RewardMsg, RewardState, Scorer, Scoring,
-    ENGINE_LANE,
+    Critic, CriticRole, CriticState, EngineReplica, Local, Policy, PolicyReplica, PolicyRole,
+    PolicyState, Reference, ReferenceRole, ReferenceState, Reward, RewardRole, RewardState, Scorer,
+    Scoring, ENGINE_LANE,
 };
 use candle_core::{DType, Tensor};
 use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
@@ -25,31 +25,32 @@ use oxalign_rlhf::data::{ArithmeticTask, DataSpec, PromptFile, PromptSource};
 use oxalign_rlhf::reward::http::HttpReward;
 use oxalign_rlhf::reward::ExactMatch;
 use oxalign_rlhf::trainer::{CriticTrainer, Packing, PolicyTrainer, Sharded};
-use ractor::{Actor, ActorRef};
+use ractor::Actor;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The running actors of one run.
+/// The running roles of one run, behind their traits (`roles/api.rs`): the loop does not
+/// know how a role is served (today: a local actor over executors, [`Local`]).
 pub struct Roles {
     /// Policy.
-    pub policy: ActorRef<PolicyMsg>,
+    pub policy: Arc<dyn PolicyRole>,
     /// Reference.
-    pub reference: ActorRef<ReferenceMsg>,
+    pub reference: Arc<dyn ReferenceRole>,
     /// Reward.
-    pub reward: ActorRef<RewardMsg>,
+    pub reward: Arc<dyn RewardRole>,
     /// Critic (PPO only).
-    pub critic: Option<ActorRef<CriticMsg>>,
+    pub critic: Option<Arc<dyn CriticRole>>,
 }
 
 impl Roles {
-    /// Stops every actor.
+    /// Stops every role.
     pub fn stop(&self) {
-        self.policy.stop(None);
-        self.reference.stop(None);
-        self.reward.stop(None);
+        self.policy.shutdown();
+        self.reference.shutdown();
+        self.reward.shutdown();
         if let Some(c) = &self.critic {
-            c.stop(None);
+            c.shutdown();
         }
     }
 }
@@ -224,7 +225,7 @@ pub async fn spawn_policy(
     weights: &Path,
     monitor: &MonitorHandle,
     pool: &ExecutorPool,
-) -> Result<ActorRef<PolicyMsg>, RunError> {
+) -> Result<Arc<dyn PolicyRole>, RunError> {
     let fail = setup_failed("policy");
     let (pg, devices) =
         group(&recipe.placement.policy, "policy").map_err(RunError::at(At::Setup))?;
@@ -258,14 +259,15 @@ pub async fn spawn_policy(
     )
     .await
     .map_err(|e| fail(e.into()))?;
-    Ok(policy)
+    let timeout = recipe.supervision.call_timeout();
+    Ok(Arc::new(Local::new("policy", policy, timeout)))
 }
 
 /// Spawns reference, reward and (for PPO) critic next to a running policy.
 pub async fn spawn_others(
     recipe: &Recipe,
     src: &RoleSources,
-    policy: ActorRef<PolicyMsg>,
+    policy: Arc<dyn PolicyRole>,
     monitor: &MonitorHandle,
     pool: &ExecutorPool,
 ) -> Result<Roles, RunError> {
@@ -290,7 +292,7 @@ pub(crate) async fn spawn_reference(
     weights: &Path,
     monitor: &MonitorHandle,
     pool: &ExecutorPool,
-) -> Result<ActorRef<ReferenceMsg>, RunError> {
+) -> Result<Arc<dyn ReferenceRole>, RunError> {
     let fail = setup_failed("reference");
     let (rg, devices) =
         group(&recipe.placement.reference, "reference").map_err(RunError::at(At::Setup))?;
@@ -314,7 +316,8 @@ pub(crate) async fn spawn_reference(
     )
     .await
     .map_err(|e| fail(e.into()))?;
-    Ok(reference)
+    let timeout = recipe.supervision.call_timeout();
+    Ok(Arc::new(Local::new("reference", reference, timeout)))
 }
 
 /// The reward: verifiers or a reward model per device of its group, or the client of a
@@ -323,7 +326,7 @@ pub(crate) async fn spawn_reward(
     recipe: &Recipe,
     monitor: &MonitorHandle,
     pool: &ExecutorPool,
-) -> Result<ActorRef<RewardMsg>, RunError> {
+) -> Result<Arc<dyn RewardRole>, RunError> {
     let fail = setup_failed("reward");
     let (wg, devices) =
         group(&recipe.placement.reward, "reward").map_err(RunError::at(At::Setup))?;
@@ -377,7 +380,8 @@ pub(crate) async fn spawn_reward(
     )
     .await
     .map_err(|e| fail(e.into()))?;
-    Ok(reward)
+    let timeout = recipe.supervision.call_timeout();
+    Ok(Arc::new(Local::new("reward", reward, timeout)))
 }
 
 /// The critic (PPO): a value model and its trainer per device of its group, from
@@ -387,7 +391,7 @@ pub(crate) async fn spawn_critic(
     src: &RoleSources,
     monitor: &MonitorHandle,
     pool: &ExecutorPool,
-) -> Result<ActorRef<CriticMsg>, RunError> {
+) -> Result<Arc<dyn CriticRole>, RunError> {
     let fail = setup_failed("critic");
     let (cg, devices) =
         group(&recipe.placement.critic, "critic").map_err(RunError::at(At::Setup))?;
@@ -418,7 +422,8 @@ pub(crate) async fn spawn_critic(
     )
     .await
     .map_err(|e| fail(e.into()))?;
-    Ok(c)
+    let timeout = recipe.supervision.call_timeout();
+    Ok(Arc::new(Local::new("critic", c, timeout)))
 }
 
 /// A value model on the backbone of the policy at `weights`, predicting 0 everywhere.

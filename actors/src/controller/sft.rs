@@ -10,10 +10,9 @@ use super::saving::save_checkpoint;
 use super::start::WallClock;
 use super::{Ctx, LoopState};
 use crate::error::Cause;
-use crate::roles::{ask, PolicyMsg, Sequences};
+use crate::roles::{PolicyRole, Sequences};
 use oxalign_rlhf::data::PromptSource;
 use oxalign_rlhf::optim::LrSchedule;
-use ractor::ActorRef;
 use std::time::Instant;
 
 /// Prompt ids and target ids of one SFT example.
@@ -46,7 +45,7 @@ pub(crate) fn sft_pairs(
 /// RL-start checkpoint follows it).
 pub(crate) async fn run_sft(
     ctx: &Ctx<'_>,
-    policy: &ActorRef<PolicyMsg>,
+    policy: &dyn PolicyRole,
     data: &dyn PromptSource,
     state: &mut LoopState,
     clock: WallClock,
@@ -78,16 +77,10 @@ pub(crate) async fn run_sft(
         };
         let lr = schedule.lr_at(step);
         let timer = ctx.monitor.time("policy", "sft", 0);
-        let done = ask("policy", "sft", policy, ctx.timeout, |reply| {
-            PolicyMsg::Sft {
-                seqs,
-                lr,
-                max_grad_norm: ctx.recipe.rl.max_grad_norm,
-                reply,
-            }
-        })
-        .await
-        .map_err(RunError::at(at))?;
+        let done = policy
+            .sft(seqs, lr, ctx.recipe.rl.max_grad_norm)
+            .await
+            .map_err(RunError::at(at))?;
         drop(timer);
         if let Some(cause) = done.diverged {
             let e = DivergenceError {

@@ -13,33 +13,26 @@ use super::{setup, Ctx};
 use crate::error::Cause;
 use crate::executor::ExecutorPool;
 use crate::monitor::StepMetrics;
-use crate::roles::{ask, PolicyMsg};
+use crate::roles::PolicyRole;
 use oxalign_rlhf::data::{Dataset, SftRow};
 use oxalign_rlhf::RlhfError;
-use ractor::ActorRef;
 
 const KIND: &str = "SFT";
 
 /// One SFT step on `rows`; its metrics, or the divergence that stopped it.
 async fn train_step(
     ctx: &Ctx<'_>,
-    policy: &ActorRef<PolicyMsg>,
+    policy: &dyn PolicyRole,
     rows: &[SftRow],
     step: u64,
     lr: f64,
 ) -> Result<StepMetrics, RunError> {
     let at = At::Train { kind: KIND, step };
     let seqs = offline::sequences(ctx, encode_all(ctx, at, rows)?);
-    let done = ask("policy", "sft", policy, ctx.timeout, |reply| {
-        PolicyMsg::Sft {
-            seqs,
-            lr,
-            max_grad_norm: ctx.recipe.rl.max_grad_norm,
-            reply,
-        }
-    })
-    .await
-    .map_err(RunError::at(at))?;
+    let done = policy
+        .sft(seqs, lr, ctx.recipe.rl.max_grad_norm)
+        .await
+        .map_err(RunError::at(at))?;
     if let Some(cause) = done.diverged {
         let e = DivergenceError {
             role: "policy",
@@ -73,10 +66,10 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
         if step > 0 {
             let at = At::Train { kind: KIND, step };
             let rows = offline::step_rows(&data, step, s.batch_size, at)?;
-            m = train_step(ctx, &policy, &rows, step, lr_at.lr_at(step - 1)).await?;
+            m = train_step(ctx, &*policy, &rows, step, lr_at.lr_at(step - 1)).await?;
         }
         if !eval.is_empty() && (step == 0 || evaluates(step, s.steps, s.eval_every)) {
-            let nll = mean_nll(ctx, &policy, At::Eval("eval"), &eval).await?;
+            let nll = mean_nll(ctx, &*policy, At::Eval("eval"), &eval).await?;
             m = log.record(step, &[("eval_loss", nll)], m);
             offline::eval_progress(
                 ctx,
@@ -90,8 +83,8 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
             ctx.monitor.report(m);
         }
     }
-    let dir = offline::save_final_policy(ctx, &policy).await?;
-    policy.stop(None);
+    let dir = offline::save_final_policy(ctx, &*policy).await?;
+    policy.shutdown();
     Ok(OfflineSummary {
         kind: "sft".into(),
         steps: s.steps,

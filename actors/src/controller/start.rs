@@ -9,12 +9,14 @@ use super::saving::{
 };
 use super::setup::{self, RoleSources, Roles};
 use super::{evaluate, sft, Ctx};
-use crate::error::Cause;
 use crate::executor::ExecutorPool;
 use crate::recipe::Algorithm;
-use crate::roles::{ask, PolicyMsg};
 use oxalign_rlhf::data::PromptSource;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long the SFT policy may take to stop before RL's policy starts.
+const POLICY_STOP_WAIT: Duration = Duration::from_secs(30);
 
 /// Seconds of wall time of this run before the current process, and when it started.
 #[derive(Debug, Clone, Copy)]
@@ -47,38 +49,30 @@ pub(crate) async fn through_sft(
     let weights = from.map_or_else(|| ctx.policy_dir.to_path_buf(), |c| c.join("policy"));
     let mut policy = setup::spawn_policy(r, &weights, ctx.monitor, pool).await?;
     if let Some(ckpt) = from {
-        load_policy_optimizer(ctx, &policy, ckpt.join("policy")).await?;
+        load_policy_optimizer(policy.as_ref(), ckpt.join("policy")).await?;
     } else if r.sft.steps > 0 {
-        let a = evaluate::accuracy(ctx, &policy, data.eval_items(), "eval init").await?;
+        let a = evaluate::accuracy(ctx, policy.as_ref(), data.eval_items(), "eval init").await?;
         state.accuracy_init = a.map(|a| a.greedy);
     }
     if r.sft.steps > 0 {
-        sft::run_sft(ctx, &policy, data, state, clock).await?;
+        sft::run_sft(ctx, policy.as_ref(), data, state, clock).await?;
     }
     // The frozen reference is the policy as RL starts.
-    ask("policy", "save_reference", &policy, ctx.timeout, |reply| {
-        PolicyMsg::Save {
-            dir: reference_dir.clone(),
-            optimizer: false,
-            reply,
-        }
-    })
-    .await
-    .map_err(RunError::at(At::Setup))?;
+    policy
+        .save("save_reference", reference_dir.clone(), false)
+        .await
+        .map_err(RunError::at(At::Setup))?;
     copy_tokenizer(ctx.policy_dir, &reference_dir)?;
     if r.sft.steps > 0 {
         // RL starts from the SFT weights with a fresh optimizer (no SFT moments).
-        policy.stop_and_wait(None, None).await.map_err(|e| {
-            RunError::controller(
-                At::Setup,
-                "restart_policy",
-                Cause::Unreachable(e.to_string()),
-            )
-        })?;
+        policy
+            .stop(POLICY_STOP_WAIT)
+            .await
+            .map_err(RunError::at(At::Setup))?;
         policy = setup::spawn_policy(r, &reference_dir, ctx.monitor, pool).await?;
     }
     // Evaluated through the engine that RL starts with.
-    let a = evaluate::accuracy(ctx, &policy, data.eval_items(), "eval sft").await?;
+    let a = evaluate::accuracy(ctx, policy.as_ref(), data.eval_items(), "eval sft").await?;
     state.accuracy_sft = a.map(|a| a.greedy);
     state.sampled_accuracy_sft = a.map(|a| a.sampled);
     state.phase = Phase::Rl;
@@ -89,7 +83,7 @@ pub(crate) async fn through_sft(
     };
     let roles = setup::spawn_others(r, &sources, policy, ctx.monitor, pool).await?;
     state.wall_seconds = clock.now();
-    save_checkpoint(ctx, &roles.policy, roles.critic.as_ref(), state).await?;
+    save_checkpoint(ctx, roles.policy.as_ref(), roles.critic.as_deref(), state).await?;
     Ok(roles)
 }
 
@@ -101,14 +95,14 @@ pub(crate) async fn from_rl_checkpoint(
 ) -> Result<Roles, RunError> {
     let r = ctx.recipe;
     let policy = setup::spawn_policy(r, &ckpt.join("policy"), ctx.monitor, pool).await?;
-    load_policy_optimizer(ctx, &policy, ckpt.join("policy")).await?;
+    load_policy_optimizer(policy.as_ref(), ckpt.join("policy")).await?;
     let sources = RoleSources {
         reference: setup::reference_weights(ctx)?,
         critic: (r.rl.algorithm == Algorithm::Ppo).then(|| ckpt.join("critic")),
     };
     let roles = setup::spawn_others(r, &sources, policy, ctx.monitor, pool).await?;
     if let Some(critic) = &roles.critic {
-        load_critic_optimizer(ctx, critic, ckpt.join("critic")).await?;
+        load_critic_optimizer(critic.as_ref(), ckpt.join("critic")).await?;
     }
     Ok(roles)
 }

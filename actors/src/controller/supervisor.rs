@@ -19,7 +19,6 @@ use crate::monitor::ActorUpdate;
 use crate::placement::DeviceGroup;
 use crate::recipe::SupervisionSection;
 use crate::roles::ENGINE_LANE;
-use ractor::ActorRef;
 use std::path::Path;
 use std::time::Duration;
 
@@ -171,24 +170,16 @@ fn placement_of<'a>(ctx: &Ctx<'a>, name: &str) -> &'a str {
 
 /// Kills role `name` (ending a hung call) and waits until it is gone.
 async fn stop(roles: &Roles, name: &str) -> Result<(), RunError> {
-    async fn kill<M: ractor::Message>(a: &ActorRef<M>) -> Result<(), ractor::RactorErr<()>> {
-        a.kill_and_wait(Some(KILL_WAIT)).await
-    }
     let r = match name {
-        "policy" => kill(&roles.policy).await,
-        "reference" => kill(&roles.reference).await,
-        "reward" => kill(&roles.reward).await,
+        "policy" => roles.policy.stop(KILL_WAIT).await,
+        "reference" => roles.reference.stop(KILL_WAIT).await,
+        "reward" => roles.reward.stop(KILL_WAIT).await,
         _ => match &roles.critic {
-            Some(c) => kill(c).await,
+            Some(c) => c.stop(KILL_WAIT).await,
             None => Ok(()),
         },
     };
-    r.map_err(|m| {
-        RunError::role(
-            At::Setup,
-            RoleError::new(name, "restart", Cause::Unreachable(m.to_string())),
-        )
-    })
+    r.map_err(|e| RunError::role(At::Setup, e))
 }
 
 /// Spawns role `name` again into `roles`, from `ckpt` for the policy and critic.
@@ -204,7 +195,7 @@ async fn respawn(
         "policy" => {
             let dir = ckpt.join("policy");
             let p = setup::spawn_policy(r, &dir, m, pool).await?;
-            load_policy_optimizer(ctx, &p, dir).await?;
+            load_policy_optimizer(&*p, dir).await?;
             roles.policy = p;
         }
         "reference" => {
@@ -218,7 +209,7 @@ async fn respawn(
                 critic: Some(ckpt.join("critic")),
             };
             let c = setup::spawn_critic(r, &src, m, pool).await?;
-            load_critic_optimizer(ctx, &c, ckpt.join("critic")).await?;
+            load_critic_optimizer(&*c, ckpt.join("critic")).await?;
             roles.critic = Some(c);
         }
     }

@@ -3,6 +3,7 @@
 //! `oxalign-rlhf` and `oxalign-models`. Messages carry the host data of [`crate::batch`],
 //! never tensors.
 
+mod api;
 mod critic;
 mod divergence;
 mod minibatch;
@@ -17,6 +18,10 @@ mod reward_trainer;
 mod sharded;
 
 pub use crate::batch::Sequences;
+pub use api::{
+    CriticRole, Generate, Local, Logprobs, Persist, PolicyRole, ReferenceRole, Refit,
+    RewardRequest, RewardRole, Rewards, Stop, TrainCritic, TrainPolicy, Values,
+};
 pub use critic::{
     split_state_values, Critic, CriticMsg, CriticState, CriticTrainSummary, CriticWork,
 };
