@@ -228,3 +228,36 @@ fn qwen2_moe_with_shared_expert_matches_transformers() {
     check_logprobs_and_greedy("qwen2_moe_tiny");
     check_aux_loss_and_router_grad("qwen2_moe_tiny");
 }
+
+#[test]
+fn every_parameter_of_the_moe_fixtures_gets_a_gradient() {
+    for name in ["qwen3_moe_tiny", "mixtral_tiny", "qwen2_moe_tiny"] {
+        let m = CausalLm::load(&fixture(name), &Device::Cpu).unwrap();
+        // 4 x 40 tokens: enough that every expert of every layer is chosen.
+        let rows: Vec<Vec<u32>> = (0..4).map(|s| common::ids(90 + s, 40, 300)).collect();
+        let ids = batch(&rows);
+        let mut trace = RouterTrace::new();
+        let out = m
+            .next_token_outputs_traced(&ids, None, TokenDistribution::MODEL, &mut trace)
+            .unwrap();
+        let aux = m.router_aux_loss(&trace, None).unwrap().unwrap();
+        let loss =
+            (out.logprobs.sum_all().unwrap() + (aux * m.router_aux_loss_coef()).unwrap()).unwrap();
+        let grads = loss.backward().unwrap();
+        let vars = m.vars();
+        assert_eq!(
+            vars.len(),
+            oxalign_models::layout::causal_lm_specs(m.config()).len()
+        );
+        for (pname, var) in &vars {
+            let g = grads
+                .get(var.as_tensor())
+                .unwrap_or_else(|| panic!("{name}: no gradient for {pname}"));
+            let norm = scalar(&g.sqr().unwrap().sum_all().unwrap());
+            assert!(
+                norm.is_finite() && norm > 0.0,
+                "{name}: zero gradient for {pname}"
+            );
+        }
+    }
+}
