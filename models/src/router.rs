@@ -6,6 +6,7 @@
 //! uses the same [`top_k_experts`] on its host probabilities.
 
 use crate::layers::{linear, softmax_last_dim};
+use crate::routing::FREE;
 use candle_core::{DType, Result, Tensor};
 
 /// One layer's routing of `N` tokens.
@@ -41,8 +42,8 @@ pub fn top_k_experts(probs: &[f32], k: usize, out: &mut Vec<u32>) {
 }
 
 /// Routes `x` `[N, H]` with router weight `w` `[E, H]`: the top `k` experts per token, or the
-/// `replay` choices (`N * k` ids) when given. Errors when a replayed choice has the wrong
-/// length or names no expert.
+/// `replay` choices (`N * k` ids) when given (a token whose choices are all [`FREE`] picks its
+/// own). Errors when a replay has the wrong length or names no expert.
 pub fn route(
     x: &Tensor,
     w: &Tensor,
@@ -54,28 +55,8 @@ pub fn route(
     let e = w.dim(0)?;
     let logits = linear(x, w, None)?;
     let probs = softmax_last_dim(&logits)?;
-    let experts = match replay {
-        Some(r) => {
-            if r.len() != n * k {
-                candle_core::bail!(
-                    "routing replay: {} recorded choices for {n} tokens x top-{k}",
-                    r.len()
-                )
-            }
-            if let Some(bad) = r.iter().find(|&&x| x as usize >= e) {
-                candle_core::bail!("routing replay: expert {bad} is not below num_experts {e}")
-            }
-            r.to_vec()
-        }
-        None => {
-            let host = probs.detach().to_dtype(DType::F32)?.to_vec2::<f32>()?;
-            let mut out = Vec::with_capacity(n * k);
-            for row in &host {
-                top_k_experts(row, k, &mut out);
-            }
-            out
-        }
-    };
+    let host = probs.detach().to_dtype(DType::F32)?.to_vec2::<f32>()?;
+    let experts = choose(&host, e, k, replay)?;
     let index = Tensor::from_slice(&experts, (n, k), x.device())?;
     let weights = probs.gather(&index, 1)?;
     let weights = if norm_topk_prob {
@@ -88,4 +69,29 @@ pub fn route(
         experts,
         weights,
     })
+}
+
+/// The experts of every token (`probs`: `[N][E]` host rows): the replayed ones where given,
+/// else the top `k`. Shared with the engine.
+pub fn choose(probs: &[Vec<f32>], e: usize, k: usize, replay: Option<&[u32]>) -> Result<Vec<u32>> {
+    let n = probs.len();
+    if let Some(r) = replay {
+        if r.len() != n * k {
+            candle_core::bail!(
+                "routing replay: {} recorded choices for {n} tokens x top-{k}",
+                r.len()
+            )
+        }
+        if let Some(bad) = r.iter().find(|&&x| x != FREE && x as usize >= e) {
+            candle_core::bail!("routing replay: expert {bad} is not below num_experts {e}")
+        }
+    }
+    let mut out = Vec::with_capacity(n * k);
+    for (t, row) in probs.iter().enumerate() {
+        match replay.map(|r| &r[t * k..(t + 1) * k]) {
+            Some(rec) if !rec.contains(&FREE) => out.extend_from_slice(rec),
+            _ => top_k_experts(row, k, &mut out),
+        }
+    }
+    Ok(out)
 }

@@ -8,6 +8,10 @@
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
+/// A replayed token whose `top_k` entries are all `FREE` is routed by its own router (a
+/// position the record does not cover: padding, or the last sampled token).
+pub const FREE: u32 = u32::MAX;
+
 /// The experts chosen by every sparse layer of one forward: `layers[l]` holds
 /// `tokens * top_k` expert ids, token-major (the `top_k` choices of token 0, then token 1, ...)
 /// over the forward's tokens in row-major `[B, T]` order; `l` counts sparse layers only, in
@@ -27,6 +31,31 @@ impl ExpertChoices {
             (Some(l), k) if k > 0 => l.len() / k,
             _ => 0,
         }
+    }
+
+    /// The replay for a `[B, T]` batch of left-padded rows: row `b` holds the record
+    /// `rows[b].0` (positions from 0) after `rows[b].1` padding tokens; padding and positions
+    /// past a record are [`FREE`]. Every record needs the same `top_k` and layer count (an
+    /// empty record, from a dense model, is all `FREE`).
+    pub fn for_batch(rows: &[(&ExpertChoices, usize)], t: usize) -> ExpertChoices {
+        let top_k = rows.iter().map(|(r, _)| r.top_k).max().unwrap_or(0);
+        let layers = rows.iter().map(|(r, _)| r.layers.len()).max().unwrap_or(0);
+        let mut out = vec![Vec::with_capacity(rows.len() * t * top_k); layers];
+        for (record, pad) in rows {
+            let n = record.num_tokens();
+            for (l, layer) in out.iter_mut().enumerate() {
+                for pos in 0..t {
+                    let at = pos.checked_sub(*pad).filter(|&p| p < n);
+                    match (at, record.layers.get(l)) {
+                        (Some(p), Some(r)) => {
+                            layer.extend_from_slice(&r[p * top_k..(p + 1) * top_k])
+                        }
+                        _ => layer.extend(std::iter::repeat_n(FREE, top_k)),
+                    }
+                }
+            }
+        }
+        ExpertChoices { top_k, layers: out }
     }
 
     /// The choices of one token of every layer: `[layers][top_k]`.
@@ -55,6 +84,9 @@ impl ExpertChoices {
         let (mut differ, mut total) = (0usize, 0usize);
         for (a, b) in self.layers.iter().zip(&other.layers) {
             for (x, y) in a.chunks(k).zip(b.chunks(k)) {
+                if x.contains(&FREE) || y.contains(&FREE) {
+                    continue;
+                }
                 let (mut x, mut y) = (x.to_vec(), y.to_vec());
                 x.sort_unstable();
                 y.sort_unstable();

@@ -58,7 +58,8 @@ pub(crate) struct AttnDims {
 
 /// Runs all `items` through the model, writing their keys/values into `pool`, and returns
 /// the requested logits `[rows, V]` f32 row-major (rows in item order, positions
-/// ascending), or `None` when no item asked for any.
+/// ascending), or `None` when no item asked for any. With `record`, each sparse layer
+/// appends the experts of the step's tokens (`tokens * k`, item order) to it.
 ///
 /// Everything runs on host buffers: per layer, RMSNorm, the fused q/k/v projection, RoPE,
 /// the KV write, one attention pass, the output projection, RMSNorm, the fused gate/up
@@ -70,6 +71,7 @@ pub(crate) fn paged_forward(
     pool: &mut BlockPool,
     items: &[StepItem<'_>],
     head: Head<'_>,
+    mut record: Option<&mut Vec<Vec<u32>>>,
 ) -> Result<Option<Vec<f32>>> {
     let ids: Vec<u32> = items
         .iter()
@@ -110,7 +112,11 @@ pub(crate) fn paged_forward(
                 add_into(&mut x, &down.forward_host(&act, total)?);
             }
             FfnWeights::Sparse(moe) => {
-                add_into(&mut x, &moe.forward(&h, total, None, None)?);
+                let rec = record.as_deref_mut().and_then(|r| {
+                    r.push(Vec::new());
+                    r.last_mut()
+                });
+                add_into(&mut x, &moe.forward(&h, total, None, rec)?);
             }
         }
     }

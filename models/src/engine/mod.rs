@@ -34,6 +34,7 @@ mod moe_forward;
 mod paged_attention;
 mod refit;
 mod request;
+mod route_log;
 mod scheduler;
 mod score;
 mod stats;

@@ -1,12 +1,12 @@
 //! The engine's sparse MoE block on host buffers: router logits (f32, never quantized),
-//! softmax, top-k per token ([`top_k_experts`], the trainer's rule) or the replayed choices,
+//! softmax, top-k per token (`router::choose`, the trainer's rule) or the replayed choices,
 //! then every expert once over the rows sent to it (fused gate/up, SwiGLU, down, in the
 //! engine's precision), scaled by the routing weights and summed per token; plus the gated
 //! shared expert. It records each token's choices when asked (rollout routing replay). The
 //! trainer's version is `moe.rs`.
 
 use crate::engine::weights::Linear;
-use crate::router::top_k_experts;
+use crate::router::choose;
 use candle_core::Result;
 use oxalign_kernels::ops::rows;
 use rayon::prelude::*;
@@ -58,28 +58,9 @@ impl MoeWeights {
         let k = self.top_k;
         let logits = self.router.forward_host(h, n)?;
         let e = logits.len() / n.max(1);
-        let chosen = match replay {
-            Some(r) if r.len() != n * k => {
-                candle_core::bail!(
-                    "routing replay: {} choices for {n} tokens x top-{k}",
-                    r.len()
-                )
-            }
-            Some(r) => {
-                if let Some(bad) = r.iter().find(|&&x| x as usize >= e) {
-                    candle_core::bail!("routing replay: expert {bad} is not below {e}")
-                }
-                r.to_vec()
-            }
-            None => {
-                let mut out = Vec::with_capacity(n * k);
-                for row in logits.chunks(e) {
-                    top_k_experts(&softmax(row), k, &mut out);
-                }
-                out
-            }
-        };
-        let weights = self.routing_weights(&logits, &chosen, e);
+        let probs: Vec<Vec<f32>> = logits.chunks(e).map(softmax).collect();
+        let chosen = choose(&probs, e, k, replay)?;
+        let weights = self.routing_weights(&probs, &chosen);
         let mut by_expert: Vec<Vec<usize>> = vec![Vec::new(); self.experts.len()];
         for (s, &c) in chosen.iter().enumerate() {
             by_expert[c as usize].push(s);
@@ -121,11 +102,10 @@ impl MoeWeights {
 
     /// The weight of each choice: its softmax probability, renormalised over the token's k
     /// choices when `norm_topk_prob`.
-    fn routing_weights(&self, logits: &[f32], chosen: &[u32], e: usize) -> Vec<f32> {
+    fn routing_weights(&self, probs: &[Vec<f32>], chosen: &[u32]) -> Vec<f32> {
         let k = self.top_k;
         let mut out = Vec::with_capacity(chosen.len());
-        for (row, picks) in logits.chunks(e).zip(chosen.chunks(k)) {
-            let p = softmax(row);
+        for (p, picks) in probs.iter().zip(chosen.chunks(k)) {
             let w: Vec<f32> = picks.iter().map(|&c| p[c as usize]).collect();
             let sum: f32 = w.iter().sum();
             out.extend(

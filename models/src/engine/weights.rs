@@ -370,6 +370,14 @@ impl EngineWeights {
         Ok((weights, sums))
     }
 
+    /// Number of sparse (MoE) layers.
+    pub(crate) fn num_sparse_layers(&self) -> usize {
+        self.layers
+            .iter()
+            .filter(|l| matches!(l.ffn, FfnWeights::Sparse(_)))
+            .count()
+    }
+
     /// Bytes of weights read by one decode step (all linear layers + norms; the embedding
     /// lookup reads one row per token and is not counted).
     pub(crate) fn linear_bytes(&self) -> usize {
