@@ -418,3 +418,41 @@ fn tokenize_round_trips_unicode() {
     assert_eq!(*got.last().unwrap(), 259, "special tokens are single ids");
     assert_eq!(got.len(), text.len() - "<|im_end|>".len() + 1);
 }
+
+#[test]
+fn init_model_writes_the_moe_families_and_they_generate() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    write_jsonl(&input, &[json!({"text": "Once upon a time"})]);
+    for (family, arch) in [
+        ("qwen3_moe", "Qwen3MoeForCausalLM"),
+        ("qwen2_moe", "Qwen2MoeForCausalLM"),
+        ("mixtral", "MixtralForCausalLM"),
+    ] {
+        let model = init(dir.path(), family, family, "lm", "5");
+        let cfg: Value =
+            serde_json::from_str(&std::fs::read_to_string(model.join("config.json")).unwrap())
+                .unwrap();
+        assert_eq!(cfg["model_type"], family);
+        assert_eq!(cfg["architectures"][0], arch);
+        assert_eq!(cfg["num_experts_per_tok"], 2);
+        let args = [
+            "generate",
+            "--model",
+            s(&model),
+            "--input",
+            s(&input),
+            "--temperature",
+            "0",
+            "--max-new-tokens",
+            "5",
+            "--ignore-eos",
+        ];
+        let out = lines(&ok(&args));
+        assert_eq!(
+            out[0]["completion_ids"].as_array().unwrap().len(),
+            5,
+            "{family}"
+        );
+    }
+}

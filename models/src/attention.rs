@@ -1,5 +1,5 @@
 //! Grouped-query self-attention of one decoder layer: q/k/v/o projections (optional biases),
-//! RoPE on q and k, scaled dot-product attention under a visibility rule, optional KV cache.
+//! optional per-head RMSNorm of q and k (Qwen3 `q_norm` / `k_norm`), RoPE on q and k, scaled dot-product attention under a visibility rule, optional KV cache.
 //! The training forward (no cache, f32/f64 on the CPU) runs the fused kernel
 //! `oxalign_kernels::ops::causal_attention_segmented` (packed rows included); everything else
 //! composes candle ops.
@@ -7,7 +7,7 @@
 
 use crate::config::ModelConfig;
 use crate::kv_cache::KvCache;
-use crate::layers::{apply_rope, linear, softmax_last_dim};
+use crate::layers::{apply_rope, linear, rms_norm, softmax_last_dim};
 use crate::layout::AttentionParams;
 use crate::mask::{mask_scores, Visibility};
 use crate::param_store::ParamStore;
@@ -25,6 +25,9 @@ pub struct Attention {
     v_b: Option<Tensor>,
     o_w: Tensor,
     o_b: Option<Tensor>,
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    eps: f64,
     num_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,
@@ -46,6 +49,17 @@ impl Attention {
             v_b: params.bias(&decl.v)?,
             o_w: params.get(&decl.o.weight.name)?,
             o_b: params.bias(&decl.o)?,
+            q_norm: decl
+                .q_norm
+                .as_ref()
+                .map(|n| params.get(&n.name))
+                .transpose()?,
+            k_norm: decl
+                .k_norm
+                .as_ref()
+                .map(|n| params.get(&n.name))
+                .transpose()?,
+            eps: cfg.rms_norm_eps,
             num_heads: cfg.num_attention_heads,
             num_kv_heads: cfg.num_key_value_heads,
             head_dim: cfg.head_dim,
@@ -65,15 +79,17 @@ impl Attention {
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let (nh, nkv, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
-        let heads = |w: &Tensor, bias: Option<&Tensor>, n: usize| -> Result<Tensor> {
-            linear(x, w, bias)?
-                .reshape((b, t, n, hd))?
-                .transpose(1, 2)?
-                .contiguous()
+        let heads = |w: &Tensor, bias: Option<&Tensor>, n: usize, norm: Option<&Tensor>| {
+            let y = linear(x, w, bias)?.reshape((b, t, n, hd))?;
+            let y = match norm {
+                Some(g) => rms_norm(&y, g, self.eps)?,
+                None => y,
+            };
+            y.transpose(1, 2)?.contiguous()
         };
-        let q = heads(&self.q_w, self.q_b.as_ref(), nh)?;
-        let k = heads(&self.k_w, self.k_b.as_ref(), nkv)?;
-        let v = heads(&self.v_w, self.v_b.as_ref(), nkv)?;
+        let q = heads(&self.q_w, self.q_b.as_ref(), nh, self.q_norm.as_ref())?;
+        let k = heads(&self.k_w, self.k_b.as_ref(), nkv, self.k_norm.as_ref())?;
+        let v = heads(&self.v_w, self.v_b.as_ref(), nkv, None)?;
         let q = apply_rope(&q, cos, sin)?;
         let k = apply_rope(&k, cos, sin)?;
         let fused = cache.is_none()

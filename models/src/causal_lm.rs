@@ -7,6 +7,7 @@ use crate::head::LmHead;
 use crate::kv_cache::KvCache;
 use crate::layers::linear;
 use crate::model::Model;
+use crate::routing::RouterTrace;
 use candle_core::{DType, Tensor};
 use oxalign_kernels::ops::{lm_head_logprobs, HeadOutputs, TokenDistribution};
 
@@ -71,6 +72,23 @@ impl CausalLm {
         dist: TokenDistribution,
     ) -> candle_core::Result<HeadOutputs> {
         let hidden = self.hidden(input_ids, attention_mask)?;
+        self.head_outputs(&hidden, input_ids, dist)
+    }
+
+    /// [`CausalLm::next_token_outputs`] that records the routing of every sparse layer in
+    /// `trace` (router logits for [`Model::router_aux_loss`], the chosen experts), or replays
+    /// the choices it holds ([`RouterTrace::replaying`], rollout routing replay). The tokens
+    /// are the `[B, T]` input ids in row-major order, padding included.
+    pub fn next_token_outputs_traced(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        dist: TokenDistribution,
+        trace: &mut RouterTrace,
+    ) -> candle_core::Result<HeadOutputs> {
+        let hidden = self
+            .decoder()
+            .forward_traced(input_ids, attention_mask, None, trace)?;
         self.head_outputs(&hidden, input_ids, dist)
     }
 

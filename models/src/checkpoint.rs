@@ -19,7 +19,8 @@ pub const INDEX_FILE: &str = "model.safetensors.index.json";
 pub const GENERATION_CONFIG_FILE: &str = "generation_config.json";
 
 /// Reads `dir/config.json` and every tensor of the checkpoint in `dir` (single file or shards),
-/// on `device`, in the dtype stored in the file.
+/// on `device`, in the dtype stored in the file. Packed MoE experts come back under their
+/// per-expert names (`expert_layout.rs`).
 pub fn read_checkpoint(
     dir: &Path,
     device: &Device,
@@ -31,7 +32,8 @@ pub fn read_checkpoint(
         });
     }
     let config = ModelConfig::from_file(&dir.join(CONFIG_FILE))?;
-    let tensors = read_weights(dir, device)?;
+    let mut tensors = read_weights(dir, device)?;
+    crate::expert_layout::unpack_experts(&config, &mut tensors, dir)?;
     Ok((config, tensors))
 }
 

@@ -6,6 +6,7 @@
 use crate::error::{ModelError, Result};
 pub use crate::family::Family;
 use crate::layout::BackboneParams;
+pub use crate::moe_config::MoeConfig;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
@@ -79,6 +80,8 @@ pub struct ModelConfig {
     pub eos_token_id: Vec<u32>,
     /// Padding token id (needed by HF sequence classifiers to find the last real token).
     pub pad_token_id: Option<u32>,
+    /// Mixture-of-experts hyper-parameters (`None` for the dense families).
+    pub moe: Option<MoeConfig>,
     /// Keys of config.json this crate does not interpret, kept for the round trip.
     pub extra: Map<String, Value>,
 }
@@ -129,6 +132,10 @@ impl ModelConfig {
         if self.sliding_window == Some(0) {
             return Err(err("sliding_window", "must be greater than 0".into()));
         }
+        if let Some(moe) = &self.moe {
+            moe.validate_at(path, self.num_hidden_layers)?;
+        }
+        self.family.decl().validate(self, path)?;
         for (key, id) in [
             ("bos_token_id", self.bos_token_id),
             ("pad_token_id", self.pad_token_id),
@@ -154,6 +161,11 @@ impl ModelConfig {
             Some(w) if layer >= self.max_window_layers => Some(w),
             _ => None,
         }
+    }
+
+    /// Whether decoder layer `layer` is a sparse MoE block (never for the dense families).
+    pub fn is_sparse_layer(&self, layer: usize) -> bool {
+        self.moe.as_ref().is_some_and(|m| m.is_sparse_layer(layer))
     }
 
     /// Whether q/k/v projections carry a bias (the family's rule).

@@ -27,7 +27,7 @@ pub(crate) struct RawConfig {
     dtype: Option<Value>,
     vocab_size: Option<usize>,
     hidden_size: Option<usize>,
-    intermediate_size: Option<usize>,
+    pub(crate) intermediate_size: Option<usize>,
     num_hidden_layers: Option<usize>,
     num_attention_heads: Option<usize>,
     num_key_value_heads: Option<usize>,
@@ -46,6 +46,18 @@ pub(crate) struct RawConfig {
     pub(crate) sliding_window: Option<usize>,
     pub(crate) use_sliding_window: Option<bool>,
     pub(crate) max_window_layers: Option<usize>,
+    // Mixture-of-experts keys (read by the MoE families, `family/moe_keys.rs`).
+    pub(crate) qkv_bias: Option<bool>,
+    pub(crate) num_experts: Option<usize>,
+    pub(crate) num_local_experts: Option<usize>,
+    pub(crate) num_experts_per_tok: Option<usize>,
+    pub(crate) moe_intermediate_size: Option<usize>,
+    pub(crate) norm_topk_prob: Option<bool>,
+    pub(crate) decoder_sparse_step: Option<usize>,
+    pub(crate) mlp_only_layers: Option<Vec<usize>>,
+    pub(crate) shared_expert_intermediate_size: Option<usize>,
+    pub(crate) router_aux_loss_coef: Option<f64>,
+    pub(crate) output_router_logits: Option<bool>,
     layer_types: Option<Vec<String>>,
     bos_token_id: Option<u32>,
     #[serde(default, deserialize_with = "token_ids")]
@@ -99,10 +111,10 @@ fn token_ids<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Vec<u32>, D
 }
 
 /// Builds `InvalidConfig` errors for one file.
-struct At<'a>(&'a Path);
+pub(crate) struct At<'a>(&'a Path);
 
 impl At<'_> {
-    fn err(&self, key: &str, message: impl Into<String>) -> ModelError {
+    pub(crate) fn err(&self, key: &str, message: impl Into<String>) -> ModelError {
         ModelError::InvalidConfig {
             path: self.0.to_path_buf(),
             key: key.to_string(),
@@ -110,7 +122,7 @@ impl At<'_> {
         }
     }
 
-    fn required(&self, key: &str, v: Option<usize>) -> Result<usize> {
+    pub(crate) fn required(&self, key: &str, v: Option<usize>) -> Result<usize> {
         v.ok_or_else(|| self.err(key, "required key is missing"))
     }
 
@@ -201,7 +213,7 @@ impl RawConfig {
         };
         let (rope_theta, rope_scaling) = self.rope(at)?;
         let num_hidden_layers = at.required("num_hidden_layers", self.num_hidden_layers)?;
-        let keys = family.decl().read_keys(&self);
+        let keys = family.decl().read_keys(&self, at)?;
         let mut cfg = ModelConfig {
             family,
             vocab_size: at.required("vocab_size", self.vocab_size)?,
@@ -223,6 +235,7 @@ impl RawConfig {
             bos_token_id: self.bos_token_id,
             eos_token_id: self.eos_token_id.clone(),
             pad_token_id: self.pad_token_id,
+            moe: keys.moe,
             extra: Map::new(),
         };
         if let Some(types) = &self.layer_types {

@@ -9,6 +9,7 @@ use crate::layers::{embedding, rms_norm};
 use crate::mask::{mask_to_host, position_ids, segment_position_ids, Visibility};
 use crate::param_store::ParamStore;
 use crate::rope::RotaryEmbedding;
+use crate::routing::RouterTrace;
 use candle_core::{DType, Result, Tensor};
 
 /// Embedding + decoder layers + final norm, weights shared with a [`ParamStore`].
@@ -59,7 +60,20 @@ impl Decoder {
         &self,
         input_ids: &Tensor,
         attention_mask: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
+        self.forward_traced(input_ids, attention_mask, cache, &mut RouterTrace::new())
+    }
+
+    /// [`Decoder::forward`] that records the routing of every sparse layer in `trace`, or
+    /// replays it from there (see [`RouterTrace::replaying`]; tokens in row-major `[B, T]`
+    /// order, padding included). Dense models leave `trace` empty.
+    pub fn forward_traced(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
         mut cache: Option<&mut KvCache>,
+        trace: &mut RouterTrace,
     ) -> Result<Tensor> {
         let (b, t) = input_ids.dims2()?;
         if t == 0 {
@@ -100,7 +114,7 @@ impl Decoder {
             segments: None,
             offset,
         };
-        self.run(rows, cache)
+        self.run(rows, cache, trace)
     }
 
     /// Final-normed hidden states `[B, T, H]` of packed rows: `input_ids` `[B, T]` (u32)
@@ -110,6 +124,17 @@ impl Decoder {
     /// hidden states equal those of its sequence run alone. Padding in a packed row is a
     /// segment of its own whose outputs the caller ignores. No KV cache. Differentiable.
     pub fn forward_packed(&self, input_ids: &Tensor, segments: &[u32]) -> Result<Tensor> {
+        self.forward_packed_traced(input_ids, segments, &mut RouterTrace::new())
+    }
+
+    /// [`Decoder::forward_packed`] recording (or replaying) the routing in `trace`, over the
+    /// packed `[B, T]` tokens in row-major order.
+    pub fn forward_packed_traced(
+        &self,
+        input_ids: &Tensor,
+        segments: &[u32],
+        trace: &mut RouterTrace,
+    ) -> Result<Tensor> {
         let (b, t) = input_ids.dims2()?;
         if t == 0 || segments.len() != b * t {
             candle_core::bail!(
@@ -127,11 +152,16 @@ impl Decoder {
             segments: Some(segments),
             offset: 0,
         };
-        self.run(rows, None)
+        self.run(rows, None, trace)
     }
 
     /// Embedding, layers and final norm over `rows` (appending to `cache` when given).
-    fn run(&self, rows: Rows<'_>, mut cache: Option<&mut KvCache>) -> Result<Tensor> {
+    fn run(
+        &self,
+        rows: Rows<'_>,
+        mut cache: Option<&mut KvCache>,
+        trace: &mut RouterTrace,
+    ) -> Result<Tensor> {
         let (b, t) = rows.ids.dims2()?;
         let (offset, key_mask) = (rows.offset, rows.key_mask);
         let dtype = self.embed.dtype();
@@ -159,7 +189,7 @@ impl Decoder {
                 _ => &full,
             };
             let layer_cache = cache.as_deref_mut().map(|c| (c, i));
-            x = layer.forward(&x, &cos, &sin, visible, layer_cache)?;
+            x = layer.forward(&x, &cos, &sin, visible, layer_cache, trace)?;
         }
         rms_norm(&x, &self.norm, self.eps)
     }

@@ -1,15 +1,25 @@
-//! One pre-norm decoder layer: `x + attn(norm(x))`, then `x + mlp(norm(x))`. Composition only;
-//! the attention and MLP math live in `attention.rs` and `mlp.rs`.
+//! One pre-norm decoder layer: `x + attn(norm(x))`, then `x + ffn(norm(x))` where the
+//! feed-forward block is a dense MLP or routed experts. Composition only; the math lives in
+//! `attention.rs`, `mlp.rs` and `moe.rs`.
 
 use crate::attention::Attention;
 use crate::config::ModelConfig;
 use crate::kv_cache::KvCache;
 use crate::layers::rms_norm;
-use crate::layout::LayerParams;
+use crate::layout::{FeedForwardParams, LayerParams};
 use crate::mask::Visibility;
 use crate::mlp::Mlp;
+use crate::moe::SparseMoe;
 use crate::param_store::ParamStore;
+use crate::routing::RouterTrace;
 use candle_core::{Result, Tensor};
+
+/// The feed-forward block of a layer.
+#[derive(Clone, Debug)]
+enum FeedForward {
+    Dense(Mlp),
+    Sparse(SparseMoe),
+}
 
 /// Weights of one decoder layer (the tensors of a [`LayerParams`]).
 #[derive(Clone, Debug)]
@@ -17,7 +27,7 @@ pub struct DecoderLayer {
     input_norm: Tensor,
     attn: Attention,
     post_attn_norm: Tensor,
-    mlp: Mlp,
+    ffn: FeedForward,
     eps: f64,
     window: Option<usize>,
 }
@@ -34,7 +44,12 @@ impl DecoderLayer {
             input_norm: params.get(&decl.input_norm.name)?,
             attn: Attention::new(cfg, params, &decl.attn)?,
             post_attn_norm: params.get(&decl.post_attention_norm.name)?,
-            mlp: Mlp::new(params, &decl.mlp)?,
+            ffn: match &decl.ffn {
+                FeedForwardParams::Dense(m) => FeedForward::Dense(Mlp::new(params, m)?),
+                FeedForwardParams::Sparse(m) => {
+                    FeedForward::Sparse(SparseMoe::new(cfg, params, m)?)
+                }
+            },
             eps: cfg.rms_norm_eps,
             window: cfg.layer_window(index),
         })
@@ -45,7 +60,8 @@ impl DecoderLayer {
         self.window
     }
 
-    /// `x`: `[B, T, H]` -> `[B, T, H]`; see [`Attention::forward`] for the other arguments.
+    /// `x`: `[B, T, H]` -> `[B, T, H]`; see [`Attention::forward`] for the other arguments. A
+    /// sparse layer records its routing in `trace` (and replays from it when asked).
     pub fn forward(
         &self,
         x: &Tensor,
@@ -53,6 +69,7 @@ impl DecoderLayer {
         sin: &Tensor,
         visible: &Visibility,
         cache: Option<(&mut KvCache, usize)>,
+        trace: &mut RouterTrace,
     ) -> Result<Tensor> {
         let h = self.attn.forward(
             &rms_norm(x, &self.input_norm, self.eps)?,
@@ -62,9 +79,11 @@ impl DecoderLayer {
             cache,
         )?;
         let x = (x + h)?;
-        let h = self
-            .mlp
-            .forward(&rms_norm(&x, &self.post_attn_norm, self.eps)?)?;
+        let normed = rms_norm(&x, &self.post_attn_norm, self.eps)?;
+        let h = match &self.ffn {
+            FeedForward::Dense(m) => m.forward(&normed)?,
+            FeedForward::Sparse(m) => m.forward(&normed, trace)?,
+        };
         x + h
     }
 }

@@ -1,6 +1,6 @@
 //! The parameter declaration of a model, as structured data: which tensors the backbone's
-//! embedding, layers (attention, MLP, norms) and final norm consist of, with their HF names,
-//! shapes and kinds. Families build it (`family/`), heads add their own (`head.rs`); the
+//! embedding, layers (attention, MLP or routed experts, norms) and final norm consist of, with
+//! their HF names, shapes and kinds. The MoE variants are built in `layout_moe.rs`. Families build it (`family/`), heads add their own (`head.rs`); the
 //! training modules (`attention.rs`, `mlp.rs`, `decoder*.rs`), load/save (`param_store.rs`),
 //! the engine (`engine/weights.rs`) and the optimizer groups all read it, so a tensor name is
 //! spelled once. No tensors live here.
@@ -32,6 +32,13 @@ impl LinearParams {
         }
     }
 
+    /// The same layer with its weight declared as `kind` (a router instead of a linear
+    /// weight).
+    pub fn with_kind(mut self, kind: ParamKind) -> LinearParams {
+        self.weight.kind = kind;
+        self
+    }
+
     fn push_to(&self, out: &mut Vec<ParamSpec>) {
         out.push(self.weight.clone());
         out.extend(self.bias.iter().cloned());
@@ -54,6 +61,10 @@ pub struct AttentionParams {
     pub v: LinearParams,
     /// Output projection `[H, heads * head_dim]`.
     pub o: LinearParams,
+    /// RMSNorm over each query head `[head_dim]`, before RoPE (Qwen3 `q_norm`).
+    pub q_norm: Option<ParamSpec>,
+    /// RMSNorm over each key head `[head_dim]`, before RoPE (Qwen3 `k_norm`).
+    pub k_norm: Option<ParamSpec>,
 }
 
 /// The projections of one SiLU-gated MLP: `down(silu(gate(x)) * up(x))`.
@@ -67,6 +78,80 @@ pub struct MlpParams {
     pub down: LinearParams,
 }
 
+impl MlpParams {
+    fn push_to(&self, out: &mut Vec<ParamSpec>) {
+        for l in [&self.gate, &self.up, &self.down] {
+            l.push_to(out);
+        }
+    }
+}
+
+/// The always-on expert of a Qwen2-MoE block, scaled per token by
+/// `sigmoid(gate(x))`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SharedExpertParams {
+    /// The expert's MLP (`shared_expert.{gate,up,down}_proj`, width
+    /// `shared_expert_intermediate_size`).
+    pub mlp: MlpParams,
+    /// Its scalar gate `shared_expert_gate` `[1, H]` (a router kind).
+    pub gate: LinearParams,
+}
+
+/// Tensor names of the packed checkpoint layout newer transformers keeps in memory (and some
+/// checkpoints store): every expert of a layer in one tensor. Loading splits them into the
+/// per-expert names ([`crate::expert_layout`]); saving always writes per-expert names.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PackedExpertNames {
+    /// `[E, 2 * I, H]`: per expert, the gate rows then the up rows.
+    pub gate_up: String,
+    /// `[E, H, I]`.
+    pub down: String,
+    /// The router weight `[E, H]` under the packed layout's module name.
+    pub router: String,
+}
+
+/// The parameters of one sparse mixture-of-experts block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeParams {
+    /// The router `[E, H]` (no bias): logits over the experts.
+    pub router: LinearParams,
+    /// The routed experts, each a SiLU-gated MLP of width `moe_intermediate_size`.
+    pub experts: Vec<MlpParams>,
+    /// The shared expert (Qwen2-MoE), when the family has one.
+    pub shared: Option<SharedExpertParams>,
+    /// The packed-layout names of the same tensors (read only).
+    pub packed: PackedExpertNames,
+}
+
+/// The feed-forward block of a decoder layer.
+// A declaration is built once per model and read by reference; the size gap is harmless.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum FeedForwardParams {
+    /// One SiLU-gated MLP.
+    Dense(MlpParams),
+    /// Routed experts (MoE).
+    Sparse(MoeParams),
+}
+
+impl FeedForwardParams {
+    fn push_to(&self, out: &mut Vec<ParamSpec>) {
+        match self {
+            FeedForwardParams::Dense(m) => m.push_to(out),
+            FeedForwardParams::Sparse(moe) => {
+                moe.router.push_to(out);
+                for e in &moe.experts {
+                    e.push_to(out);
+                }
+                if let Some(s) = &moe.shared {
+                    s.mlp.push_to(out);
+                    s.gate.push_to(out);
+                }
+            }
+        }
+    }
+}
+
 /// The parameters of one pre-norm decoder layer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LayerParams {
@@ -74,10 +159,10 @@ pub struct LayerParams {
     pub input_norm: ParamSpec,
     /// Self-attention.
     pub attn: AttentionParams,
-    /// RMSNorm before the MLP `[H]`.
+    /// RMSNorm before the feed-forward block `[H]`.
     pub post_attention_norm: ParamSpec,
-    /// Feed-forward block.
-    pub mlp: MlpParams,
+    /// Feed-forward block (dense MLP or routed experts).
+    pub ffn: FeedForwardParams,
 }
 
 impl LayerParams {
@@ -86,10 +171,10 @@ impl LayerParams {
         for l in [&self.attn.q, &self.attn.k, &self.attn.v, &self.attn.o] {
             l.push_to(out);
         }
+        out.extend(self.attn.q_norm.iter().cloned());
+        out.extend(self.attn.k_norm.iter().cloned());
         out.push(self.post_attention_norm.clone());
-        for l in [&self.mlp.gate, &self.mlp.up, &self.mlp.down] {
-            l.push_to(out);
-        }
+        self.ffn.push_to(out);
     }
 }
 
@@ -106,7 +191,9 @@ pub struct BackboneParams {
 
 impl BackboneParams {
     /// Every parameter, in the canonical order (embedding; per layer: input norm, q, k, v, o,
-    /// post-attention norm, gate, up, down, each weight before its bias; final norm). Random
+    /// q/k norms, post-attention norm, then gate, up, down, or the router, each expert's
+    /// gate, up, down and the shared expert with its gate; each weight before its bias;
+    /// final norm). Random
     /// init draws in this order, so it fixes the weights a seed gives.
     pub fn specs(&self) -> Vec<ParamSpec> {
         let mut out = vec![self.embed_tokens.clone()];
@@ -148,13 +235,17 @@ pub fn dense_backbone(cfg: &ModelConfig, biases: Biases) -> BackboneParams {
                 k: LinearParams::new(&format!("{a}.k_proj"), kv_dim, h, biases.qkv),
                 v: LinearParams::new(&format!("{a}.v_proj"), kv_dim, h, biases.qkv),
                 o: LinearParams::new(&format!("{a}.o_proj"), h, q_dim, biases.o),
+                q_norm: None,
+                k_norm: None,
             },
             post_attention_norm: norm_param(format!("{p}.post_attention_layernorm.weight"), h),
-            mlp: MlpParams {
-                gate: LinearParams::new(&format!("{m}.gate_proj"), i_dim, h, biases.mlp),
-                up: LinearParams::new(&format!("{m}.up_proj"), i_dim, h, biases.mlp),
-                down: LinearParams::new(&format!("{m}.down_proj"), h, i_dim, biases.mlp),
-            },
+            ffn: FeedForwardParams::Dense(mlp_params(
+                &m,
+                ["gate_proj", "up_proj", "down_proj"],
+                i_dim,
+                h,
+                biases.mlp,
+            )),
         }
     };
     BackboneParams {
@@ -165,6 +256,17 @@ pub fn dense_backbone(cfg: &ModelConfig, biases: Biases) -> BackboneParams {
         ),
         layers: (0..cfg.num_hidden_layers).map(layer).collect(),
         norm: norm_param("model.norm.weight".into(), h),
+    }
+}
+
+/// A SiLU-gated MLP `{prefix}.{gate,up,down}` (the three names in that order) of width
+/// `i_dim` over `h`.
+pub fn mlp_params(prefix: &str, names: [&str; 3], i_dim: usize, h: usize, bias: bool) -> MlpParams {
+    let [gate, up, down] = names;
+    MlpParams {
+        gate: LinearParams::new(&format!("{prefix}.{gate}"), i_dim, h, bias),
+        up: LinearParams::new(&format!("{prefix}.{up}"), i_dim, h, bias),
+        down: LinearParams::new(&format!("{prefix}.{down}"), h, i_dim, bias),
     }
 }
 

@@ -1,4 +1,5 @@
-//! oxalign-models: HF-compatible decoder models (Llama, Qwen2, Mistral), each family declaring
+//! oxalign-models: HF-compatible decoder models (dense Llama, Qwen2, Mistral; mixture-of-experts
+//! Qwen3-MoE, Qwen2-MoE, Mixtral), each family declaring
 //! its parameters once (`family/`, `layout.rs`); one backbone with LM, value and reward heads
 //! (`model.rs`, `head.rs`); safetensors + `config.json` load/save; model-folder init;
 //! tokenizers and chat templates.
@@ -24,6 +25,7 @@ pub mod chat_template;
 pub mod tokenizer;
 
 pub mod attention;
+pub mod aux_loss;
 pub mod causal_lm;
 pub mod checkpoint;
 pub mod config;
@@ -32,6 +34,7 @@ pub mod decoder;
 pub mod decoder_layer;
 pub mod engine;
 pub mod error;
+pub mod expert_layout;
 pub mod family;
 pub mod generate;
 pub mod head;
@@ -39,19 +42,24 @@ pub mod init_dir;
 pub mod kv_cache;
 pub mod layers;
 pub mod layout;
+pub mod layout_moe;
 pub mod mask;
 pub mod mlp;
 pub mod model;
+pub mod moe;
+pub mod moe_config;
 pub mod param_spec;
 pub mod param_store;
 pub mod preset;
 pub mod reward_model;
 pub mod rope;
+pub mod router;
+pub mod routing;
 pub mod sampler;
 pub mod value_model;
 
 pub use causal_lm::CausalLm;
-pub use config::{Family, ModelConfig, RopeScaling};
+pub use config::{Family, ModelConfig, MoeConfig, RopeScaling};
 pub use error::ModelError;
 pub use generate::{Completion, FinishReason, GenerationRequest};
 pub use head::{Head, LmHead, RewardHead, ValueHead};

@@ -26,6 +26,9 @@ pub enum ParamKind {
     Embedding,
     /// The weight `[out, in]` of a linear layer (projections, heads).
     Linear,
+    /// The weight `[out, in]` of an MoE router or shared-expert gate: a linear layer whose
+    /// outputs pick experts, so the engine keeps it in f32 (never quantized).
+    Router,
     /// The bias `[out]` of a linear layer.
     Bias,
     /// An RMSNorm scale `[H]`.
@@ -46,19 +49,20 @@ impl ParamKind {
     /// zeros for biases.
     pub fn init(self) -> ParamInit {
         match self {
-            ParamKind::Embedding | ParamKind::Linear => ParamInit::Normal(STD),
+            ParamKind::Embedding | ParamKind::Linear | ParamKind::Router => ParamInit::Normal(STD),
             ParamKind::Norm => ParamInit::Ones,
             ParamKind::Bias => ParamInit::Zeros,
         }
     }
 
-    /// Whether AdamW's weight decay applies (linear weights only; norms, biases and
+    /// Whether AdamW's weight decay applies (linear and router weights; norms, biases and
     /// embeddings are exempt).
     pub fn decays(self) -> bool {
-        self == ParamKind::Linear
+        matches!(self, ParamKind::Linear | ParamKind::Router)
     }
 
-    /// The engine's storage rule for this kind.
+    /// The engine's storage rule for this kind (routers stay f32, so quantization never
+    /// moves a routing decision through the router's own weights).
     pub fn dtype_policy(self) -> DtypePolicy {
         match self {
             ParamKind::Linear => DtypePolicy::Quantizable,

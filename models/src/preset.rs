@@ -71,7 +71,9 @@ impl ModelConfig {
     /// The config of `preset` for `family` with the given vocabulary size.
     ///
     /// qwen2 presets tie the embeddings (and always carry q/k/v bias); llama and mistral presets
-    /// have an untied LM head and no bias. Token ids (`bos/eos/pad`) are left unset: set them from
+    /// have an untied LM head and no bias. The MoE families (qwen3_moe, qwen2_moe, mixtral)
+    /// have an untied head, 4 experts with 2 per token and the family's own MoE defaults
+    /// (`FamilyDecl::preset_moe`); qwen2_moe carries its q/k/v bias (`qkv_bias`). Token ids (`bos/eos/pad`) are left unset: set them from
     /// the tokenizer. `small` is meant for `vocab_size = 32000`.
     pub fn preset(family: Family, preset: Preset, vocab_size: usize) -> ModelConfig {
         let (hidden, inter, layers, heads, kv) = match preset {
@@ -87,18 +89,19 @@ impl ModelConfig {
             num_attention_heads: heads,
             num_key_value_heads: kv,
             head_dim: hidden / heads,
-            rms_norm_eps: if family == Family::Qwen2 { 1e-6 } else { 1e-5 },
+            rms_norm_eps: if family.is_qwen() { 1e-6 } else { 1e-5 },
             rope_theta: 10000.0,
             rope_scaling: None,
             max_position_embeddings: 2048,
             tie_word_embeddings: family == Family::Qwen2,
-            attention_bias: false,
+            attention_bias: family == Family::Qwen2Moe,
             mlp_bias: false,
             sliding_window: None,
             max_window_layers: 0,
             bos_token_id: None,
             eos_token_id: vec![],
             pad_token_id: None,
+            moe: family.decl().preset_moe(hidden, inter),
             extra: Map::new(),
         }
     }

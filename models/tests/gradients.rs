@@ -136,7 +136,12 @@ fn finite_difference_check(family: Family) {
         "model.layers.0.input_layernorm.weight",
         "model.norm.weight",
     ];
-    let mut picked = picks.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut picked = picks
+        .iter()
+        .filter(|s| vars.iter().any(|(n, _)| n == *s))
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>();
+    picked.extend(moe_picks(&cfg));
     if cfg.qkv_bias() {
         picked.push("model.layers.0.self_attn.k_proj.bias".into());
     }
@@ -185,6 +190,34 @@ fn finite_difference_check(family: Family) {
     assert!(checked >= 27);
 }
 
+/// The MoE tensors a finite-difference check probes: the first sparse layer's router, two
+/// experts, the shared expert and its gate, and the q/k norms.
+fn moe_picks(cfg: &oxalign_models::ModelConfig) -> Vec<String> {
+    use oxalign_models::layout::FeedForwardParams;
+    let decl = cfg.backbone_params();
+    let mut out: Vec<String> = decl.layers[0]
+        .attn
+        .q_norm
+        .iter()
+        .chain(&decl.layers[0].attn.k_norm)
+        .map(|s| s.name.clone())
+        .collect();
+    let sparse = decl.layers.iter().find_map(|l| match &l.ffn {
+        FeedForwardParams::Sparse(m) => Some(m.clone()),
+        FeedForwardParams::Dense(_) => None,
+    });
+    if let Some(m) = sparse {
+        out.push(m.router.weight.name.clone());
+        out.push(m.experts[0].gate.weight.name.clone());
+        out.push(m.experts[m.experts.len() - 1].down.weight.name.clone());
+        if let Some(s) = &m.shared {
+            out.push(s.gate.weight.name.clone());
+            out.push(s.mlp.up.weight.name.clone());
+        }
+    }
+    out
+}
+
 #[test]
 fn finite_differences_match_backprop_llama() {
     finite_difference_check(Family::Llama);
@@ -198,4 +231,19 @@ fn finite_differences_match_backprop_qwen2() {
 #[test]
 fn finite_differences_match_backprop_mistral_sliding_window() {
     finite_difference_check(Family::Mistral);
+}
+
+#[test]
+fn finite_differences_match_backprop_qwen3_moe_router_and_qk_norm() {
+    finite_difference_check(Family::Qwen3Moe);
+}
+
+#[test]
+fn finite_differences_match_backprop_qwen2_moe_shared_expert() {
+    finite_difference_check(Family::Qwen2Moe);
+}
+
+#[test]
+fn finite_differences_match_backprop_mixtral() {
+    finite_difference_check(Family::Mixtral);
 }

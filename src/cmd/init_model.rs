@@ -24,7 +24,8 @@ Vocabulary size: `tiny` uses the tokenizer's size exactly; `small` uses 32000, o
 tokenizer's size rounded up to a multiple of 64 when that is larger."
 )]
 pub struct Args {
-    /// Model family (HF model_type): llama, qwen2 or mistral.
+    /// Model family (HF model_type): llama, qwen2, mistral, or the mixture-of-experts
+    /// qwen3_moe, qwen2_moe, mixtral.
     #[arg(long)]
     pub family: Family,
     /// Size preset: tiny (~1M parameters) or small (~56M parameters with vocab 32000).

@@ -10,12 +10,14 @@ use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::forward::{paged_forward, AttnDims, Head, StepItem, WantLogits};
 use crate::engine::refit::{Probe, RefitReport, WeightUpdate};
 use crate::engine::request::{hits_stop_string, Detokenize, EngineRequest};
+use crate::engine::route_log::RouteLog;
 use crate::engine::scheduler::{Planned, Scheduler, SeqState, Sequence};
 use crate::engine::score::Scorer;
 use crate::engine::stats::EngineStats;
 use crate::engine::weights::EngineWeights;
 use crate::generate::{Completion, FinishReason, GenerationRequest};
 use crate::rope::RotaryEmbedding;
+use crate::routing::ExpertChoices;
 use crate::sampler::Sampler;
 use candle_core::{Device, Tensor};
 use oxalign_kernels::ops::TokenDistribution;
@@ -127,12 +129,44 @@ impl Engine {
         self.generate_with_stops(&reqs, None)
     }
 
+    /// [`Engine::generate`] that also records, per request, the experts every fed token
+    /// (prompt and completion but the last sampled token) was routed to in each sparse layer
+    /// (rollout routing replay; positions 0.. of `prompt ++ completion`). The trainer replays
+    /// them with `RouterTrace::replaying(ExpertChoices::for_batch(..))`. Dense models get
+    /// empty records.
+    pub fn generate_with_routing(
+        &mut self,
+        requests: &[GenerationRequest],
+    ) -> EngineResult<Vec<(Completion, ExpertChoices)>> {
+        let reqs: Vec<EngineRequest> = requests.iter().cloned().map(Into::into).collect();
+        let sparse = self.weights.num_sparse_layers();
+        let top_k = self.model.moe.as_ref().map_or(0, |m| m.num_experts_per_tok);
+        let mut log = RouteLog::new(reqs.len(), sparse, top_k);
+        let out = self.generate_logged(&reqs, None, Some(&mut log))?;
+        let fed: Vec<usize> = requests
+            .iter()
+            .zip(&out)
+            .map(|(r, c)| (r.prompt.len() + c.tokens.len()).saturating_sub(1))
+            .collect();
+        Ok(out.into_iter().zip(log.into_choices(&fed)).collect())
+    }
+
     /// [`Engine::generate`] with stop strings; `detokenize` turns completion ids into text
     /// and is required when any request has stop strings.
     pub fn generate_with_stops(
         &mut self,
         requests: &[EngineRequest],
         detokenize: Option<Detokenize<'_>>,
+    ) -> EngineResult<Vec<Completion>> {
+        self.generate_logged(requests, detokenize, None)
+    }
+
+    /// [`Engine::generate_with_stops`], recording the routing in `log` when given.
+    fn generate_logged(
+        &mut self,
+        requests: &[EngineRequest],
+        detokenize: Option<Detokenize<'_>>,
+        mut log: Option<&mut RouteLog>,
     ) -> EngineResult<Vec<Completion>> {
         self.validate(requests, detokenize.is_some())?;
         let mut out: Vec<Completion> = requests
@@ -200,7 +234,7 @@ impl Engine {
                     "nothing could be scheduled although sequences are waiting".into(),
                 ));
             }
-            let logits = self.run_plan(&sched, &plan)?;
+            let logits = self.run_plan(&sched, &plan, log.as_deref_mut())?;
             // Which sequences sample from which logits row (followers fork from their leader
             // and sample from the leader's row).
             let mut draws: Vec<(usize, usize)> = Vec::new();
@@ -220,6 +254,11 @@ impl Engine {
                 draws.push((p.seq, row));
                 if !sched.seqs[p.seq].followers.is_empty() {
                     let (forked, shared) = sched.fork_followers(p.seq, &mut self.pool);
+                    if let Some(l) = log.as_deref_mut() {
+                        for &f in &forked {
+                            l.fork(p.seq, f, sched.seqs[p.seq].computed);
+                        }
+                    }
                     self.stats.forked_sequences += forked.len() as u64;
                     self.stats.prefix_shared_blocks += shared;
                     draws.extend(forked.into_iter().map(|f| (f, row)));
@@ -257,7 +296,12 @@ impl Engine {
     }
 
     /// Runs one scheduled step and returns the wanted logits, row-major `[rows * V]`.
-    fn run_plan(&mut self, sched: &Scheduler, plan: &[Planned]) -> EngineResult<Vec<f32>> {
+    fn run_plan(
+        &mut self,
+        sched: &Scheduler,
+        plan: &[Planned],
+        log: Option<&mut RouteLog>,
+    ) -> EngineResult<Vec<f32>> {
         let items: Vec<StepItem<'_>> = plan
             .iter()
             .map(|p| {
@@ -275,6 +319,7 @@ impl Engine {
                 }
             })
             .collect();
+        let mut step = log.is_some().then(Vec::new);
         let logits = paged_forward(
             &self.weights,
             self.dims,
@@ -282,7 +327,12 @@ impl Engine {
             &mut self.pool,
             &items,
             Head::Logits,
+            step.as_mut(),
         )?;
+        if let (Some(log), Some(step)) = (log, step) {
+            let starts: Vec<usize> = plan.iter().map(|p| sched.seqs[p.seq].computed).collect();
+            log.write(plan, &starts, &step);
+        }
         Ok(logits.unwrap_or_default())
     }
 

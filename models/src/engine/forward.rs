@@ -6,7 +6,7 @@
 
 use crate::engine::block_pool::BlockPool;
 use crate::engine::paged_attention::paged_attention;
-use crate::engine::weights::EngineWeights;
+use crate::engine::weights::{EngineWeights, FfnWeights};
 use candle_core::Result;
 use oxalign_kernels::ops::{rows, TokenDistribution};
 use rayon::prelude::*;
@@ -58,7 +58,8 @@ pub(crate) struct AttnDims {
 
 /// Runs all `items` through the model, writing their keys/values into `pool`, and returns
 /// the requested logits `[rows, V]` f32 row-major (rows in item order, positions
-/// ascending), or `None` when no item asked for any.
+/// ascending), or `None` when no item asked for any. With `record`, each sparse layer
+/// appends the experts of the step's tokens (`tokens * k`, item order) to it.
 ///
 /// Everything runs on host buffers: per layer, RMSNorm, the fused q/k/v projection, RoPE,
 /// the KV write, one attention pass, the output projection, RMSNorm, the fused gate/up
@@ -70,6 +71,7 @@ pub(crate) fn paged_forward(
     pool: &mut BlockPool,
     items: &[StepItem<'_>],
     head: Head<'_>,
+    mut record: Option<&mut Vec<Vec<u32>>>,
 ) -> Result<Option<Vec<f32>>> {
     let ids: Vec<u32> = items
         .iter()
@@ -93,16 +95,30 @@ pub(crate) fn paged_forward(
     for (li, layer) in w.layers.iter().enumerate() {
         rows::rms_norm_rows(&x, &layer.input_norm, w.eps, &mut h);
         let mut qkv = layer.qkv.forward_host(&h, total)?;
+        if let Some((qn, kn)) = &layer.qk_norm {
+            qk_norm_rows(&mut qkv, qn, kn, dims, w.eps);
+        }
         apply_rope_and_store(&mut qkv, &cos, &sin, dims, pool, li, items);
         paged_attention(pool, li, items, &qkv, dims, layer.window, &mut attn_out);
         add_into(&mut x, &layer.o.forward_host(&attn_out, total)?);
         rows::rms_norm_rows(&x, &layer.post_norm, w.eps, &mut h);
-        let gu = layer.gate_up.forward_host(&h, total)?;
-        let inter = w.intermediate;
-        act.par_chunks_mut(inter * 8)
-            .zip(gu.par_chunks(2 * inter * 8))
-            .for_each(|(a, g)| rows::silu_mul_rows(g, inter, a));
-        add_into(&mut x, &layer.down.forward_host(&act, total)?);
+        match &layer.ffn {
+            FfnWeights::Dense { gate_up, down } => {
+                let gu = gate_up.forward_host(&h, total)?;
+                let inter = w.intermediate;
+                act.par_chunks_mut(inter * 8)
+                    .zip(gu.par_chunks(2 * inter * 8))
+                    .for_each(|(a, g)| rows::silu_mul_rows(g, inter, a));
+                add_into(&mut x, &down.forward_host(&act, total)?);
+            }
+            FfnWeights::Sparse(moe) => {
+                let rec = record.as_deref_mut().and_then(|r| {
+                    r.push(Vec::new());
+                    r.last_mut()
+                });
+                add_into(&mut x, &moe.forward(&h, total, None, rec)?);
+            }
+        }
     }
     // Final norm and LM head only on the rows whose logits are wanted.
     let rows_wanted = wanted_rows(items);
@@ -231,6 +247,23 @@ fn apply_rope_and_store(
             t += 1;
         }
     }
+}
+
+/// RMSNorm of every query head with `qn` and every key head with `kn` (`[head_dim]` each),
+/// in place in the fused `[q; k; v]` rows (Qwen3's q/k norm, before RoPE).
+fn qk_norm_rows(qkv: &mut [f32], qn: &[f32], kn: &[f32], dims: AttnDims, eps: f64) {
+    let hd = dims.head_dim;
+    let q_dim = dims.heads * hd;
+    let kv_dim = dims.kv_heads * hd;
+    let row = q_dim + 2 * kv_dim;
+    qkv.par_chunks_mut(row).for_each(|r| {
+        let mut tmp = vec![0f32; hd];
+        for (i, head) in r[..q_dim + kv_dim].chunks_exact_mut(hd).enumerate() {
+            let w = if i < dims.heads { qn } else { kn };
+            rows::rms_norm_rows(head, w, eps, &mut tmp);
+            head.copy_from_slice(&tmp);
+        }
+    });
 }
 
 /// `x += y` elementwise (the residual connections).

@@ -167,6 +167,7 @@ impl Scorer<'_> {
             pool,
             items,
             Head::TargetLogprobs(targets, self.dist),
+            None,
         )?
         .ok_or_else(|| EngineError::Stalled("scoring returned no log-probs".into()))
     }

@@ -5,8 +5,9 @@
 use crate::config::ModelConfig;
 use crate::engine::config::QuantMode;
 use crate::engine::error::{EngineError, EngineResult};
+use crate::engine::moe_forward::{ExpertWeights, MoeWeights};
 use crate::error::ModelError;
-use crate::layout::{causal_lm_specs, lm_head_param, LinearParams};
+use crate::layout::{causal_lm_specs, lm_head_param, FeedForwardParams, LinearParams, MlpParams};
 use crate::param_spec::{DtypePolicy, ParamSpec};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
@@ -93,7 +94,7 @@ impl Linear {
         }
     }
 
-    fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         let t = |t: &Option<Tensor>| t.as_ref().map_or(0, |t| t.elem_count() * 4);
         match self {
             Linear::Dense(w, b) => w.elem_count() * 4 + t(b),
@@ -107,6 +108,15 @@ impl Linear {
     }
 }
 
+/// The feed-forward block of one layer.
+#[derive(Clone, Debug)]
+pub(crate) enum FfnWeights {
+    /// Fused `[gate; up]` projection (output `[T, 2 * intermediate]`) and `down`.
+    Dense { gate_up: Linear, down: Linear },
+    /// Routed experts.
+    Sparse(MoeWeights),
+}
+
 /// Weights of one decoder layer (norm weights on the host).
 #[derive(Clone, Debug)]
 pub(crate) struct LayerWeights {
@@ -114,10 +124,10 @@ pub(crate) struct LayerWeights {
     /// Fused `[q; k; v]` projection: output `[T, (heads + 2 kv_heads) * head_dim]`.
     pub qkv: Linear,
     pub o: Linear,
+    /// Per-head RMSNorm of q and k before RoPE `[head_dim]` each (Qwen3).
+    pub qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     pub post_norm: Vec<f32>,
-    /// Fused `[gate; up]` projection: output `[T, 2 * intermediate]`.
-    pub gate_up: Linear,
-    pub down: Linear,
+    pub ffn: FfnWeights,
     pub window: Option<usize>,
 }
 
@@ -168,6 +178,67 @@ fn fused(
         DtypePolicy::F32 => QuantMode::None,
     };
     Linear::new(w, b, quant)
+}
+
+/// One expert (or dense MLP) with gate/up fused.
+fn expert(
+    m: &MlpParams,
+    get: &dyn Fn(&ParamSpec) -> EngineResult<Tensor>,
+    quant: QuantMode,
+) -> EngineResult<ExpertWeights> {
+    Ok(ExpertWeights {
+        gate_up: fused(&[&m.gate, &m.up], get, quant)?,
+        down: fused(&[&m.down], get, quant)?,
+        inter: m.gate.weight.shape[0],
+    })
+}
+
+/// The engine's copy of one declared feed-forward block.
+fn ffn_weights(
+    cfg: &ModelConfig,
+    decl: &FeedForwardParams,
+    get: &dyn Fn(&ParamSpec) -> EngineResult<Tensor>,
+    quant: QuantMode,
+) -> EngineResult<FfnWeights> {
+    let moe = match decl {
+        FeedForwardParams::Dense(m) => {
+            return Ok(FfnWeights::Dense {
+                gate_up: fused(&[&m.gate, &m.up], get, quant)?,
+                down: fused(&[&m.down], get, quant)?,
+            })
+        }
+        FeedForwardParams::Sparse(moe) => moe,
+    };
+    let Some(mc) = &cfg.moe else {
+        return Err(EngineError::Config {
+            key: "moe",
+            message: "a sparse layer needs the config's MoE keys".into(),
+        });
+    };
+    let shared = match &moe.shared {
+        Some(s) => Some((expert(&s.mlp, get, quant)?, fused(&[&s.gate], get, quant)?)),
+        None => None,
+    };
+    Ok(FfnWeights::Sparse(MoeWeights {
+        router: fused(&[&moe.router], get, quant)?,
+        experts: moe
+            .experts
+            .iter()
+            .map(|m| expert(m, get, quant))
+            .collect::<EngineResult<_>>()?,
+        shared,
+        top_k: mc.num_experts_per_tok,
+        norm_topk_prob: mc.norm_topk_prob,
+    }))
+}
+
+impl FfnWeights {
+    fn bytes(&self) -> usize {
+        match self {
+            FfnWeights::Dense { gate_up, down } => gate_up.bytes() + down.bytes(),
+            FfnWeights::Sparse(m) => m.bytes(),
+        }
+    }
 }
 
 /// A linear layer's weight `[out, in]` as a host row-major vector with its shape, and its
@@ -267,14 +338,17 @@ impl EngineWeights {
         let mut layers = Vec::with_capacity(decl.layers.len());
         for (i, l) in decl.layers.iter().enumerate() {
             let a = &l.attn;
-            let m = &l.mlp;
+            let qk_norm = match (&a.q_norm, &a.k_norm) {
+                (Some(q), Some(k)) => Some((host(&get(q)?)?, host(&get(k)?)?)),
+                _ => None,
+            };
             layers.push(LayerWeights {
                 input_norm: host(&get(&l.input_norm)?)?,
                 qkv: fused(&[&a.q, &a.k, &a.v], &get, quant)?,
                 o: fused(&[&a.o], &get, quant)?,
+                qk_norm,
                 post_norm: host(&get(&l.post_attention_norm)?)?,
-                gate_up: fused(&[&m.gate, &m.up], &get, quant)?,
-                down: fused(&[&m.down], &get, quant)?,
+                ffn: ffn_weights(cfg, &l.ffn, &get, quant)?,
                 window: cfg.layer_window(i),
             });
         }
@@ -296,6 +370,14 @@ impl EngineWeights {
         Ok((weights, sums))
     }
 
+    /// Number of sparse (MoE) layers.
+    pub(crate) fn num_sparse_layers(&self) -> usize {
+        self.layers
+            .iter()
+            .filter(|l| matches!(l.ffn, FfnWeights::Sparse(_)))
+            .count()
+    }
+
     /// Bytes of weights read by one decode step (all linear layers + norms; the embedding
     /// lookup reads one row per token and is not counted).
     pub(crate) fn linear_bytes(&self) -> usize {
@@ -311,7 +393,7 @@ impl EngineWeights {
             + self
                 .layers
                 .iter()
-                .map(|l| l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes())
+                .map(|l| l.qkv.bytes() + l.o.bytes() + l.ffn.bytes())
                 .sum::<usize>()
     }
 }

@@ -3,7 +3,8 @@
 
 use super::{FamilyDecl, FamilyKeys};
 use crate::config::ModelConfig;
-use crate::config_json::RawConfig;
+use crate::config_json::{At, RawConfig};
+use crate::error::Result;
 use crate::layout::Biases;
 use serde_json::{Map, Value};
 
@@ -19,13 +20,12 @@ impl FamilyDecl for Llama {
         "Llama"
     }
 
-    fn read_keys(&self, raw: &RawConfig) -> FamilyKeys {
-        FamilyKeys {
+    fn read_keys(&self, raw: &RawConfig, _at: &At<'_>) -> Result<FamilyKeys> {
+        Ok(FamilyKeys {
             attention_bias: raw.attention_bias.unwrap_or(false),
             mlp_bias: raw.mlp_bias.unwrap_or(false),
-            sliding_window: None,
-            max_window_layers: 0,
-        }
+            ..FamilyKeys::default()
+        })
     }
 
     fn write_keys(&self, cfg: &ModelConfig, out: &mut Map<String, Value>) {

@@ -3,7 +3,8 @@
 
 use super::{FamilyDecl, FamilyKeys};
 use crate::config::ModelConfig;
-use crate::config_json::RawConfig;
+use crate::config_json::{At, RawConfig};
+use crate::error::Result;
 use crate::layout::Biases;
 use serde_json::{Map, Value};
 
@@ -19,11 +20,11 @@ impl FamilyDecl for Mistral {
         "Mistral"
     }
 
-    fn read_keys(&self, raw: &RawConfig) -> FamilyKeys {
-        FamilyKeys {
+    fn read_keys(&self, raw: &RawConfig, _at: &At<'_>) -> Result<FamilyKeys> {
+        Ok(FamilyKeys {
             sliding_window: raw.sliding_window,
             ..FamilyKeys::default()
-        }
+        })
     }
 
     fn write_keys(&self, cfg: &ModelConfig, out: &mut Map<String, Value>) {

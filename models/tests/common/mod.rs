@@ -6,7 +6,9 @@ use oxalign_models::{Family, ModelConfig, Preset};
 
 /// A very small config (fast in the dev profile) of `family`: vocab 64, hidden 32,
 /// 2 layers, 4 heads, 2 KV heads. Llama gets attention + MLP biases, qwen2 tied embeddings,
-/// mistral a sliding window of 4.
+/// mistral a sliding window of 4; the MoE families 4 experts of width 16, top-2 (qwen3_moe
+/// renormalised with layer 1 dense, qwen2_moe with a shared expert of 24, mixtral with a
+/// sliding window of 4 and experts of the MLP width 48).
 pub fn tiny(family: Family) -> ModelConfig {
     let mut c = ModelConfig::preset(family, Preset::Tiny, 64);
     c.hidden_size = 32;
@@ -31,6 +33,20 @@ pub fn tiny(family: Family) -> ModelConfig {
         }
         Family::Qwen2 => {}
         Family::Mistral => c.sliding_window = Some(4),
+        Family::Qwen3Moe | Family::Qwen2Moe | Family::Mixtral => {
+            let m = c.moe.as_mut().expect("MoE preset");
+            m.num_experts = 4;
+            m.num_experts_per_tok = 2;
+            m.moe_intermediate_size = 16;
+            match family {
+                Family::Qwen3Moe => m.mlp_only_layers = vec![1],
+                Family::Qwen2Moe => m.shared_expert_intermediate_size = Some(24),
+                _ => {
+                    m.moe_intermediate_size = 48;
+                    c.sliding_window = Some(4);
+                }
+            }
+        }
     }
     c
 }

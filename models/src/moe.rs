@@ -1,0 +1,112 @@
+//! The sparse mixture-of-experts block of the training forward (and the KV-cached inference
+//! forward): route each token (`router.rs`), run every expert once over the tokens sent to it,
+//! scale each output by its routing weight and sum them back per token; plus, for Qwen2-MoE,
+//! the shared expert scaled by `sigmoid(shared_expert_gate(x))`. Differentiable in every
+//! weight, router included. The engine's host version is `engine/moe_forward.rs`.
+
+use crate::config::ModelConfig;
+use crate::layers::linear;
+use crate::layout::MoeParams;
+use crate::mlp::Mlp;
+use crate::param_store::ParamStore;
+use crate::router::route;
+use crate::routing::RouterTrace;
+use candle_core::{Result, Tensor};
+
+/// The always-on expert and its scalar gate `[1, H]`.
+#[derive(Clone, Debug)]
+struct SharedExpert {
+    mlp: Mlp,
+    gate: Tensor,
+}
+
+/// Weights of one sparse block (the tensors of a [`MoeParams`]).
+#[derive(Clone, Debug)]
+pub struct SparseMoe {
+    router: Tensor,
+    experts: Vec<Mlp>,
+    shared: Option<SharedExpert>,
+    top_k: usize,
+    norm_topk_prob: bool,
+}
+
+impl SparseMoe {
+    /// Picks up the tensors `decl` names from `params`; `cfg.moe` gives top-k and the
+    /// renormalisation rule.
+    pub fn new(cfg: &ModelConfig, params: &ParamStore, decl: &MoeParams) -> Result<SparseMoe> {
+        let Some(moe) = &cfg.moe else {
+            candle_core::bail!("a sparse layer needs the config's MoE keys")
+        };
+        let shared = match &decl.shared {
+            Some(s) => Some(SharedExpert {
+                mlp: Mlp::new(params, &s.mlp)?,
+                gate: params.get(&s.gate.weight.name)?,
+            }),
+            None => None,
+        };
+        Ok(SparseMoe {
+            router: params.get(&decl.router.weight.name)?,
+            experts: decl
+                .experts
+                .iter()
+                .map(|e| Mlp::new(params, e))
+                .collect::<Result<_>>()?,
+            shared,
+            top_k: moe.num_experts_per_tok,
+            norm_topk_prob: moe.norm_topk_prob,
+        })
+    }
+
+    /// `x`: `[B, T, H]` -> `[B, T, H]`. Appends this layer's router logits and choices to
+    /// `trace` (and takes its choices from it when it replays).
+    pub fn forward(&self, x: &Tensor, trace: &mut RouterTrace) -> Result<Tensor> {
+        let (b, t, h) = x.dims3()?;
+        let n = b * t;
+        let flat = x.reshape((n, h))?;
+        let k = self.top_k;
+        let routed = route(
+            &flat,
+            &self.router,
+            k,
+            self.norm_topk_prob,
+            trace.next_replay(),
+        )?;
+        let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); self.experts.len()];
+        let mut slots: Vec<Vec<u32>> = vec![Vec::new(); self.experts.len()];
+        for (slot, &e) in routed.experts.iter().enumerate() {
+            tokens[e as usize].push((slot / k) as u32);
+            slots[e as usize].push(slot as u32);
+        }
+        let weights = routed.weights.flatten_all()?;
+        let device = x.device();
+        let mut outs = Vec::new();
+        let mut rows = Vec::with_capacity(n * k);
+        for (e, expert) in self.experts.iter().enumerate() {
+            if tokens[e].is_empty() {
+                continue;
+            }
+            let idx = Tensor::from_slice(&tokens[e], tokens[e].len(), device)?;
+            let slot = Tensor::from_slice(&slots[e], slots[e].len(), device)?;
+            let y = expert.forward(&flat.index_select(&idx, 0)?)?;
+            let w = weights.index_select(&slot, 0)?.unsqueeze(1)?;
+            outs.push(y.broadcast_mul(&w)?);
+            rows.extend_from_slice(&tokens[e]);
+        }
+        let mut out = Tensor::zeros((n, h), x.dtype(), device)?;
+        if !outs.is_empty() {
+            let rows = Tensor::from_vec(rows, n * k, device)?;
+            out = out.index_add(&rows, &Tensor::cat(&outs, 0)?, 0)?;
+        }
+        if let Some(s) = &self.shared {
+            let gate = sigmoid(&linear(&flat, &s.gate, None)?)?;
+            out = (out + s.mlp.forward(&flat)?.broadcast_mul(&gate)?)?;
+        }
+        trace.push(routed.logits, routed.experts, k);
+        out.reshape((b, t, h))
+    }
+}
+
+/// `1 / (1 + exp(-x))`, composed (differentiable).
+fn sigmoid(x: &Tensor) -> Result<Tensor> {
+    (x.neg()?.exp()? + 1.0)?.recip()
+}
