@@ -14,6 +14,7 @@ use super::{Ctx, LoopState};
 use crate::batch::ScoredBatch;
 use crate::recipe::EngineQuant;
 use crate::roles::{split_state_values, CriticWork, PolicyTrainSummary, PolicyWork, RewardRequest};
+use oxalign_models::engine::RefitReport;
 use oxalign_rlhf::data::PromptSource;
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -222,6 +223,25 @@ async fn score_and_update(
     })
 }
 
+/// The refit stage: the engine takes the updated weights as the next policy version,
+/// verified before its next rollout.
+async fn refit(
+    ctx: &Ctx<'_>,
+    roles: &Roles,
+    state: &mut LoopState,
+    step: u64,
+) -> Result<RefitReport, RunError> {
+    state.policy_version += 1;
+    let timer = ctx.monitor.time("policy", "refit", step);
+    let report = roles
+        .policy
+        .refit(state.policy_version)
+        .await
+        .map_err(RunError::at(At::Rl(step)))?;
+    timer.finish();
+    Ok(report)
+}
+
 /// Runs RL step `step` (1-based) from `state`, which it advances (policy version, data
 /// position, KL controller, the batches generated ahead) once the step's updates and refit
 /// succeeded. With `rl.max_staleness = k ≥ 1` the engine generates the next steps' batches
@@ -279,16 +299,8 @@ pub(crate) async fn run_step(
             .as_secs_f64();
     ahead.extend(generated_ahead);
 
-    // 5. Refit: the engine takes the new weights, verified before its next rollout.
-    state.policy_version += 1;
-    let timer = ctx.monitor.time("policy", "refit", step);
-    let version = state.policy_version;
-    let refit = roles
-        .policy
-        .refit(version)
-        .await
-        .map_err(RunError::at(at))?;
-    timer.finish();
+    // 5. Refit, and the loop state moves on.
+    let refit = refit(ctx, roles, state, step).await?;
     state.data_position += prompts_drawn;
     state.ahead = ahead;
     state
