@@ -23,11 +23,8 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
     match &r.model.path {
         Some(p) => need_model_dir("model.path", p, &bad)?,
         None => {
-            if !["llama", "qwen2"].contains(&r.model.init_family.as_str()) {
-                return Err(bad(
-                    "model.init_family",
-                    format!("{:?}: expected \"llama\" or \"qwen2\"", r.model.init_family),
-                ));
+            if let Err(e) = r.model.init_family.parse::<oxalign_models::Family>() {
+                return Err(bad("model.init_family", e.to_string()));
             }
             if !["tiny", "small"].contains(&r.model.init_preset.as_str()) {
                 return Err(bad(
