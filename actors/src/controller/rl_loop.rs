@@ -48,6 +48,7 @@ pub(crate) async fn rl_loop(
     let recipe = ctx.recipe;
     let mut last_checkpoint = state.checkpoint_dir(ctx.run_dir);
     let mut checkpoint_step = state.step;
+    let mut checkpoint_version = state.policy_version;
     let progress = progress::Progress::new(recipe.run.steps, state.step, ctx.quiet);
     if state.step < recipe.run.steps {
         progress.line(&rl_step::header());
@@ -67,7 +68,9 @@ pub(crate) async fn rl_loop(
             Err(e) => {
                 let note = e.to_string();
                 let failure = budget.charge(step, e)?;
-                let moved = state.step > checkpoint_step;
+                // Steps since the checkpoint, or an update a failed step already applied.
+                let moved =
+                    state.step > checkpoint_step || state.policy_version > checkpoint_version;
                 let ppo = recipe.rl.algorithm == Algorithm::Ppo;
                 let names = supervisor::to_respawn(&failure, moved, ppo);
                 eprintln!(
@@ -100,6 +103,7 @@ pub(crate) async fn rl_loop(
                 saving::save_checkpoint(ctx, roles.policy.as_ref(), roles.critic.as_deref(), state)
                     .await?;
             checkpoint_step = step;
+            checkpoint_version = state.policy_version;
         }
     }
     pool.faults().set_step(0);

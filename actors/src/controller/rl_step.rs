@@ -292,7 +292,17 @@ pub(crate) async fn run_step(
     };
     let train = score_and_update(ctx, roles, step, ro, stale, beta, updating);
     let ((generated_ahead, ahead_done), trained) = tokio::join!(generate_ahead, train);
-    let (trained, generated_ahead) = (trained?, generated_ahead?);
+    let trained = trained?;
+    let generated_ahead = match generated_ahead {
+        Ok(batches) => batches,
+        Err(e) => {
+            // The update went through but the generation ahead failed: the trainers hold an
+            // update that neither the engine nor the newest checkpoint has, so a replay must
+            // rewind them (the loop sees the version move).
+            state.policy_version += 1;
+            return Err(e);
+        }
+    };
     let gen_wait_secs = gen_now_secs
         + ahead_done
             .saturating_duration_since(trained.done)
