@@ -50,12 +50,12 @@ pub(crate) fn validate(
 
 #[cfg(test)]
 mod tests {
-    use crate::recipe::{validate, Recipe, Sharding};
+    use crate::recipe::{validate, Recipe, RecipeError, Sharding};
     use std::path::Path;
 
-    fn check(text: &str) -> Result<Recipe, String> {
-        let r = Recipe::parse(text, Path::new("r.toml"), &[]).map_err(|e| e.to_string())?;
-        validate(&r, Path::new("r.toml")).map_err(|e| e.to_string())?;
+    fn check(text: &str) -> Result<Recipe, RecipeError> {
+        let r = Recipe::parse(text, Path::new("r.toml"), &[])?;
+        validate(&r, Path::new("r.toml"))?;
         Ok(r)
     }
 
@@ -68,10 +68,13 @@ mod tests {
 
     #[test]
     fn unsupported_sharded_recipes_name_the_key_and_the_reason() {
-        let e = check("[placement]\nsharding = \"zero3\"\n").unwrap_err();
+        let e = check("[placement]\nsharding = \"zero3\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("sharding") && e.contains("sharded"), "{e}");
-        let e =
-            check("[placement]\nsharding = \"sharded\"\n[engine]\nquant = \"int8\"\n").unwrap_err();
+        let e = check("[placement]\nsharding = \"sharded\"\n[engine]\nquant = \"int8\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("placement.sharding") && e.contains("engine.quant"),
             "{e}"
