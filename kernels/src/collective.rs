@@ -502,9 +502,7 @@ impl Collective for ThreadCollective {
     fn all_reduce_mean_f32(&self, buffers: &mut [&mut [f32]]) -> Result<(), CollectiveError> {
         let owned = buffers.iter().map(|b| b.to_vec()).collect();
         let result = self.exchange(OpKind::AllReduceMean, owned)?;
-        for (dst, src) in buffers.iter_mut().zip(result.iter()) {
-            dst.copy_from_slice(src);
-        }
+        copy_results(buffers, &result);
         Ok(())
     }
 
@@ -524,9 +522,7 @@ impl Collective for ThreadCollective {
         }
         let owned = buffers.iter().map(|b| b.to_vec()).collect();
         let result = self.exchange(OpKind::Broadcast { root }, owned)?;
-        for (dst, src) in buffers.iter_mut().zip(result.iter()) {
-            dst.copy_from_slice(src);
-        }
+        copy_results(buffers, &result);
         Ok(())
     }
 
@@ -543,9 +539,7 @@ impl Collective for ThreadCollective {
         self.check_outputs("all_gather", shards, out, |len| len * world)?;
         let owned = shards.iter().map(|b| b.to_vec()).collect();
         let result = self.exchange(OpKind::AllGather, owned)?;
-        for (dst, src) in out.iter_mut().zip(result.iter()) {
-            dst.copy_from_slice(src);
-        }
+        copy_results(out, &result);
         Ok(())
     }
 
@@ -574,6 +568,13 @@ impl Collective for ThreadCollective {
             dst.copy_from_slice(&src[self.rank * n..(self.rank + 1) * n]);
         }
         Ok(())
+    }
+}
+
+/// Copies each exchanged buffer of `result` into its caller's buffer in `out` (same lengths).
+fn copy_results(out: &mut [&mut [f32]], result: &[Vec<f32>]) {
+    for (dst, src) in out.iter_mut().zip(result) {
+        dst.copy_from_slice(src);
     }
 }
 

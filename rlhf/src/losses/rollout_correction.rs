@@ -17,10 +17,8 @@
 use candle_core::Tensor;
 
 use crate::error::{check_above, check_min, Result, RlhfError};
-use crate::losses::tis::truncated_is_weights;
-use crate::mask::{
-    expect_2d, expect_float, expect_like, expect_shape, from_host, host_f64, host_mask,
-};
+use crate::losses::tis::{expect_logprob_pair, truncated_is_weights};
+use crate::mask::{from_host, host_f64, host_mask};
 
 /// How the engine/trainer mismatch is corrected.
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
@@ -99,16 +97,7 @@ impl RolloutCorrection {
         mask: &Tensor,
     ) -> Result<Option<(Tensor, CorrectionStats)>> {
         self.validate()?;
-        let dtype = expect_float("trainer_old_logprobs", trainer_old_logprobs)?;
-        let (b, t) = expect_2d("trainer_old_logprobs", trainer_old_logprobs)?;
-        expect_like(
-            "rollout_logprobs",
-            rollout_logprobs,
-            &[b, t],
-            dtype,
-            "trainer_old_logprobs",
-        )?;
-        expect_shape("mask", mask, &[b, t], "[batch, seq]")?;
+        let (b, t) = expect_logprob_pair(trainer_old_logprobs, rollout_logprobs, mask)?;
         if *self == RolloutCorrection::None {
             return Ok(None);
         }
@@ -169,7 +158,12 @@ impl RolloutCorrection {
             truncated_frac: 0.0,
             masked_seq_frac: masked_rows as f64 / rows.max(1) as f64,
         };
-        let weights = from_host(w, &[b, t], dtype, trainer_old_logprobs)?;
+        let weights = from_host(
+            w,
+            &[b, t],
+            trainer_old_logprobs.dtype(),
+            trainer_old_logprobs,
+        )?;
         Ok(Some((weights, stats)))
     }
 }

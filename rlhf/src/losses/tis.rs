@@ -24,6 +24,27 @@ pub struct TisStats {
     pub truncated_frac: f64,
 }
 
+/// Checks the inputs shared by TIS and the rollout corrections: float `[batch, seq]` trainer
+/// log-probs, engine log-probs of the same shape and dtype, and a `[batch, seq]` mask.
+/// Returns `(batch, seq)`.
+pub(crate) fn expect_logprob_pair(
+    trainer_old_logprobs: &Tensor,
+    rollout_logprobs: &Tensor,
+    mask: &Tensor,
+) -> Result<(usize, usize)> {
+    let dtype = expect_float("trainer_old_logprobs", trainer_old_logprobs)?;
+    let (b, t) = expect_2d("trainer_old_logprobs", trainer_old_logprobs)?;
+    expect_like(
+        "rollout_logprobs",
+        rollout_logprobs,
+        &[b, t],
+        dtype,
+        "trainer_old_logprobs",
+    )?;
+    expect_shape("mask", mask, &[b, t], "[batch, seq]")?;
+    Ok((b, t))
+}
+
 /// Per-token TIS weights `w_t = min(exp(log π_trainer_old − log π_rollout), cap)`.
 ///
 /// * `trainer_old_logprobs`: `[batch, seq]` float, log-probs of the rollout tokens recomputed by
@@ -38,16 +59,7 @@ pub fn truncated_is_weights(
     mask: &Tensor,
     cap: f64,
 ) -> Result<(Tensor, TisStats)> {
-    let dtype = expect_float("trainer_old_logprobs", trainer_old_logprobs)?;
-    let (b, t) = expect_2d("trainer_old_logprobs", trainer_old_logprobs)?;
-    expect_like(
-        "rollout_logprobs",
-        rollout_logprobs,
-        &[b, t],
-        dtype,
-        "trainer_old_logprobs",
-    )?;
-    expect_shape("mask", mask, &[b, t], "[batch, seq]")?;
+    expect_logprob_pair(trainer_old_logprobs, rollout_logprobs, mask)?;
     crate::error::check_above("cap", cap, 0.0)?;
     let pred = predicate(mask)?;
     let delta = (zero_unmasked_out(&trainer_old_logprobs.detach(), &pred)?
