@@ -33,6 +33,7 @@ enum Command {
     Train(cmd::train::Args),
     Dashboard(cmd::dashboard::Args),
     Data(cmd::data::Args),
+    Worker(cmd::worker::Args),
 }
 
 impl Command {
@@ -47,6 +48,7 @@ impl Command {
             Command::Train(args) => cmd::train::run(args),
             Command::Dashboard(args) => cmd::dashboard::run(args),
             Command::Data(args) => cmd::data::run(args),
+            Command::Worker(args) => cmd::worker::run(args),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! Actors are thin async facades: tensor math lives in `oxalign-rlhf` and `oxalign-models`.
 
 pub mod batch;
+pub mod cluster;
 pub mod controller;
 pub mod error;
 pub mod executor;

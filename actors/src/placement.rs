@@ -3,6 +3,10 @@
 //! A group is a comma-separated list of device specs (`"cpu"`, `"cpu:0,cpu:1"`, `"cuda:0"`).
 //! With N devices a role runs N data-parallel replicas. This file only parses and opens
 //! devices; it does not start anything.
+//!
+//! A role may also name a node of the recipe's `[cluster]` before its devices
+//! (`"node1:cpu"`, `"node2:cuda:0,cuda:1"`): [`RolePlacement::parse`] splits the two, and the
+//! device group is then opened by the worker on that node, not here.
 
 use candle_core::Device;
 use oxalign_kernels::device::{DeviceError, DeviceSpec};
@@ -68,5 +72,56 @@ impl DeviceGroup {
     /// Human-readable names, e.g. `["cpu:0", "cpu:1"]`.
     pub fn names(&self) -> Vec<String> {
         self.specs.iter().map(|s| s.to_string()).collect()
+    }
+}
+
+/// A role's placement string split into the node that hosts it (a key of
+/// `[cluster] nodes`, or `None` for this process) and the device group there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RolePlacement<'a> {
+    /// The node, when the string starts with a name that is not a device kind.
+    pub node: Option<&'a str>,
+    /// The device group on that node (`"cpu"`, `"cuda:0,cuda:1"`).
+    pub devices: &'a str,
+}
+
+impl<'a> RolePlacement<'a> {
+    /// Splits `"node1:cpu"` into node `node1` and devices `cpu`; `"cpu:0,cpu:1"` and
+    /// `"cuda:0"` have no node. Only the split: the devices are checked by
+    /// [`DeviceGroup::parse`] and the node against `[cluster]` by the recipe check.
+    pub fn parse(spec: &'a str) -> Self {
+        let spec = spec.trim();
+        match spec.split_once(':') {
+            Some((head, rest)) if !is_device_kind(head) => Self {
+                node: Some(head.trim()),
+                devices: rest.trim(),
+            },
+            _ => Self {
+                node: None,
+                devices: spec,
+            },
+        }
+    }
+}
+
+/// True for the device kinds a spec may start with (`cpu`, `cuda`).
+fn is_device_kind(word: &str) -> bool {
+    matches!(word.trim().to_ascii_lowercase().as_str(), "cpu" | "cuda")
+}
+
+#[cfg(test)]
+mod role_placement_tests {
+    use super::RolePlacement;
+
+    #[test]
+    fn a_node_name_comes_before_the_devices() {
+        let p = RolePlacement::parse("node1:cpu");
+        assert_eq!((p.node, p.devices), (Some("node1"), "cpu"));
+        let p = RolePlacement::parse("gpu-box:cuda:0,cuda:1");
+        assert_eq!((p.node, p.devices), (Some("gpu-box"), "cuda:0,cuda:1"));
+        let p = RolePlacement::parse("cpu:0,cpu:1");
+        assert_eq!((p.node, p.devices), (None, "cpu:0,cpu:1"));
+        let p = RolePlacement::parse("CUDA:0");
+        assert_eq!((p.node, p.devices), (None, "CUDA:0"));
     }
 }

@@ -16,3 +16,4 @@ pub mod score;
 pub mod tokenize;
 pub mod train;
 pub mod train_resume;
+pub mod worker;

@@ -218,6 +218,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     summary.wall_seconds,
                     summary.run_dir.display()
                 );
+                let t = oxalign_actors::cluster::traffic();
+                if t.sent + t.received > 0 {
+                    println!("  cluster traffic: {} bytes sent, {} bytes received", t.sent, t.received);
+                }
                 Ok(())
             }
             Err(e) => {

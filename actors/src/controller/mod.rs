@@ -32,7 +32,7 @@ mod rm;
 mod run_error;
 pub mod run_folder;
 mod saving;
-mod setup;
+pub(crate) mod setup;
 mod sft;
 mod sft_file;
 mod start;

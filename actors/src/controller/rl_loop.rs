@@ -72,7 +72,8 @@ pub(crate) async fn rl_loop(
                 let moved =
                     state.step > checkpoint_step || state.policy_version > checkpoint_version;
                 let ppo = recipe.rl.algorithm == Algorithm::Ppo;
-                let names = supervisor::to_respawn(&failure, moved, ppo);
+                let colocated = supervisor::colocated(recipe, &failure.role);
+                let names = supervisor::to_respawn(&failure, &colocated, moved, ppo);
                 eprintln!(
                     "{}",
                     supervisor::restart_note(step, &note, &names, &last_checkpoint, &budget)

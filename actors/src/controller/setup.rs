@@ -1,12 +1,14 @@
 //! Building a run from its recipe: the policy model folder (loaded, or freshly initialised
 //! inside the run folder), the tokenizer, the prompt source, and the role actors on their
-//! device groups.
+//! device groups. A role whose placement names a node (`"node1:cpu"`) is built by that
+//! node's worker instead and reached through [`Remote`].
 
 use super::run_error::{At, RunError};
 use crate::error::{Cause, RoleError};
 use crate::executor::ExecutorPool;
 use crate::monitor::{ActorInfo, MonitorHandle};
-use crate::placement::DeviceGroup;
+use crate::cluster::{Remote, RemoteSources, RoleKind};
+use crate::placement::{DeviceGroup, RolePlacement};
 use crate::recipe::{EngineQuant, Recipe, RewardKeyError, RewardKind, Sharding, TaskKind};
 use crate::replicas::Replicas;
 use crate::roles::{
@@ -31,7 +33,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The running roles of one run, behind their traits (`roles/api.rs`): the loop does not
-/// know how a role is served (today: a local actor over executors, [`Local`]).
+/// know how a role is served (a local actor over executors, [`Local`], or a role on a
+/// worker node, [`Remote`]).
 pub struct Roles {
     /// Policy.
     pub policy: Arc<dyn PolicyRole>,
@@ -219,6 +222,22 @@ fn shard_if(
     Ok(())
 }
 
+/// The role `kind` built by the worker of the node its placement names, or `None` when the
+/// placement names no node (the role lives in this process).
+async fn on_node(
+    recipe: &Recipe,
+    kind: RoleKind,
+    placement: &str,
+    src: RemoteSources<'_>,
+    monitor: &MonitorHandle,
+) -> Result<Option<Remote>, RunError> {
+    let Some(node) = RolePlacement::parse(placement).node else {
+        return Ok(None);
+    };
+    let remote = Remote::spawn(recipe, kind, node, src, monitor).await;
+    remote.map(Some).map_err(RunError::at(At::Setup))
+}
+
 /// Spawns the policy actor with one trainer replica per device of its group.
 pub async fn spawn_policy(
     recipe: &Recipe,
@@ -226,6 +245,14 @@ pub async fn spawn_policy(
     monitor: &MonitorHandle,
     pool: &ExecutorPool,
 ) -> Result<Arc<dyn PolicyRole>, RunError> {
+    let src = RemoteSources {
+        weights: Some(weights),
+        critic: None,
+    };
+    let p = &recipe.placement.policy;
+    if let Some(r) = on_node(recipe, RoleKind::Policy, p, src, monitor).await? {
+        return Ok(Arc::new(r));
+    }
     let fail = setup_failed("policy");
     let (pg, devices) =
         group(&recipe.placement.policy, "policy").map_err(RunError::at(At::Setup))?;
@@ -293,6 +320,14 @@ pub(crate) async fn spawn_reference(
     monitor: &MonitorHandle,
     pool: &ExecutorPool,
 ) -> Result<Arc<dyn ReferenceRole>, RunError> {
+    let src = RemoteSources {
+        weights: Some(weights),
+        critic: None,
+    };
+    let p = &recipe.placement.reference;
+    if let Some(r) = on_node(recipe, RoleKind::Reference, p, src, monitor).await? {
+        return Ok(Arc::new(r));
+    }
     let fail = setup_failed("reference");
     let (rg, devices) =
         group(&recipe.placement.reference, "reference").map_err(RunError::at(At::Setup))?;
@@ -327,6 +362,10 @@ pub(crate) async fn spawn_reward(
     monitor: &MonitorHandle,
     pool: &ExecutorPool,
 ) -> Result<Arc<dyn RewardRole>, RunError> {
+    let (p, src) = (&recipe.placement.reward, RemoteSources::default());
+    if let Some(r) = on_node(recipe, RoleKind::Reward, p, src, monitor).await? {
+        return Ok(Arc::new(r));
+    }
     let fail = setup_failed("reward");
     let (wg, devices) =
         group(&recipe.placement.reward, "reward").map_err(RunError::at(At::Setup))?;
@@ -392,6 +431,14 @@ pub(crate) async fn spawn_critic(
     monitor: &MonitorHandle,
     pool: &ExecutorPool,
 ) -> Result<Arc<dyn CriticRole>, RunError> {
+    let remote_src = RemoteSources {
+        weights: Some(&src.reference),
+        critic: src.critic.as_deref(),
+    };
+    let p = &recipe.placement.critic;
+    if let Some(r) = on_node(recipe, RoleKind::Critic, p, remote_src, monitor).await? {
+        return Ok(Arc::new(r));
+    }
     let fail = setup_failed("critic");
     let (cg, devices) =
         group(&recipe.placement.critic, "critic").map_err(RunError::at(At::Setup))?;

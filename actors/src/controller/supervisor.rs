@@ -13,11 +13,12 @@ use super::run_error::{At, RunError};
 use super::saving::{load_critic_optimizer, load_policy_optimizer};
 use super::setup::{self, RoleSources, Roles};
 use super::Ctx;
+use crate::cluster::ClusterError;
 use crate::error::{Cause, RoleError};
 use crate::executor::ExecutorPool;
 use crate::monitor::ActorUpdate;
-use crate::placement::DeviceGroup;
-use crate::recipe::SupervisionSection;
+use crate::placement::{DeviceGroup, RolePlacement};
+use crate::recipe::{role_placements, Recipe, SupervisionSection};
 use crate::roles::ENGINE_LANE;
 use std::path::Path;
 use std::time::Duration;
@@ -96,16 +97,45 @@ fn retried(e: &RunError) -> Option<Failure> {
     })
 }
 
-/// The roles to respawn after `failure`: the failed one, and the policy and critic when
-/// they may hold updates the checkpoint does not (`moved`: steps completed since it, or the
-/// failure came in the update or refit, after one of them may have updated).
-pub(crate) fn to_respawn(failure: &Failure, moved: bool, ppo: bool) -> Vec<&'static str> {
+/// The roles to respawn after `failure`: the failed one and those on its node (`colocated`,
+/// see [`colocated`]: a lost worker took them all), and the policy and critic when they may
+/// hold updates the checkpoint does not (`moved`: steps completed since it, or the failure
+/// came in the update or refit, after one of them may have updated).
+pub(crate) fn to_respawn(
+    failure: &Failure,
+    colocated: &[&str],
+    moved: bool,
+    ppo: bool,
+) -> Vec<&'static str> {
     let updating = matches!(failure.phase, "policy_train" | "critic_train" | "refit");
     let rewind = moved || updating;
     ["policy", "reference", "reward", "critic"]
         .into_iter()
         .filter(|r| *r != "critic" || ppo)
-        .filter(|r| *r == failure.role || (rewind && matches!(*r, "policy" | "critic")))
+        .filter(|r| {
+            *r == failure.role
+                || colocated.contains(r)
+                || (rewind && matches!(*r, "policy" | "critic"))
+        })
+        .collect()
+}
+
+/// The roles placed on the same worker node as `role`; none when `role` is in this process.
+pub(crate) fn colocated(recipe: &Recipe, role: &str) -> Vec<&'static str> {
+    let placements = role_placements(recipe);
+    let node_of = |name: &str| {
+        placements
+            .iter()
+            .find(|(r, _)| *r == name)
+            .and_then(|(_, p)| RolePlacement::parse(p).node)
+    };
+    let Some(node) = node_of(role) else {
+        return Vec::new();
+    };
+    placements
+        .iter()
+        .filter(|(r, p)| *r != role && RolePlacement::parse(p).node == Some(node))
+        .map(|(r, _)| *r)
         .collect()
 }
 
@@ -128,11 +158,20 @@ pub(crate) async fn rebuild(
         rebuild_one(ctx, pool, roles, name, ckpt)
             .await
             .map_err(|e| match e {
-                RunError::Role { source, .. } => RunError::role(At::Rl(step), source),
+                RunError::Role { source, .. } => RunError::role(At::Rl(step), no_worker_failed(source)),
                 other => other,
             })?;
     }
     Ok(checkpoint::read_state(ckpt)?)
+}
+
+/// A node whose worker did not come back fails the run (exit 1, with the `--resume`
+/// command), where at the start of a run it is the user's setup (exit 2).
+fn no_worker_failed(mut e: RoleError) -> RoleError {
+    if matches!(*e.cause, Cause::Cluster(ClusterError::NoWorker { .. })) {
+        e.cause = Box::new(Cause::Unreachable(e.cause.to_string()));
+    }
+    e
 }
 
 /// Stops role `name`, retires its executors and spawns it again.
@@ -144,15 +183,19 @@ async fn rebuild_one(
     ckpt: &Path,
 ) -> Result<(), RunError> {
     stop(roles, name).await?;
-    let group = DeviceGroup::parse(placement_of(ctx, name)).map_err(|e| {
+    let placement = RolePlacement::parse(placement_of(ctx, name));
+    let group = DeviceGroup::parse(placement.devices).map_err(|e| {
         RunError::role(
             At::Setup,
             RoleError::new(name, "restart", Cause::BadInput(e.to_string())),
         )
     })?;
-    pool.retire(name, &group.specs);
-    if name == "policy" {
-        pool.retire(ENGINE_LANE, &group.specs);
+    // A role on a node runs on that worker's executors, which its worker retires.
+    if placement.node.is_none() {
+        pool.retire(name, &group.specs);
+        if name == "policy" {
+            pool.retire(ENGINE_LANE, &group.specs);
+        }
     }
     respawn(ctx, pool, roles, name, ckpt).await
 }
@@ -247,21 +290,36 @@ mod tests {
     #[test]
     fn only_the_failed_role_unless_the_policy_may_have_moved() {
         assert_eq!(
-            to_respawn(&failure("reward", "reward"), false, true),
+            to_respawn(&failure("reward", "reward"), &[], false, true),
             ["reward"]
         );
         assert_eq!(
-            to_respawn(&failure("reward", "reward"), true, true),
+            to_respawn(&failure("reward", "reward"), &[], true, true),
             ["policy", "reward", "critic"]
         );
         assert_eq!(
-            to_respawn(&failure("critic", "critic_train"), false, true),
+            to_respawn(&failure("critic", "critic_train"), &[], false, true),
             ["policy", "critic"]
         );
         assert_eq!(
-            to_respawn(&failure("policy", "policy_train"), false, false),
+            to_respawn(&failure("policy", "policy_train"), &[], false, false),
             ["policy"]
         );
+        assert_eq!(
+            to_respawn(&failure("reference", "reference_logprobs"), &["reward", "critic"], false, true),
+            ["reference", "reward", "critic"]
+        );
+    }
+
+    #[test]
+    fn roles_on_one_node_go_down_together() {
+        let mut r = Recipe::default();
+        r.placement.policy = "node1:cpu".into();
+        r.placement.reference = "node2:cpu".into();
+        r.placement.reward = "node2:cpu".into();
+        assert_eq!(colocated(&r, "reference"), ["reward"]);
+        assert_eq!(colocated(&r, "policy"), Vec::<&str>::new());
+        assert_eq!(colocated(&r, "critic"), Vec::<&str>::new(), "in this process");
     }
 
     #[test]

@@ -77,6 +77,19 @@ pub enum Cause {
     /// A fault from the recipe's `[[faults]]` fired.
     #[error("injected fault: {0}")]
     Injected(String),
+    /// The connection to a role on another node failed (no worker, refused, lost).
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
+    /// A role on another node failed; the message is the worker's error.
+    #[error("on node {node}: {message}")]
+    Remote {
+        /// The node (`[cluster] nodes` key).
+        node: String,
+        /// The worker's error message.
+        message: String,
+        /// Whether the worker judged it the user's input.
+        bad_input: bool,
+    },
 }
 
 impl Cause {
@@ -116,6 +129,8 @@ impl Cause {
             // A service that stays down or answers badly is a failure of the run (retried by
             // the supervisor, exit 1); only its settings are the user's input.
             Cause::RewardService(e) => e.is_config(),
+            Cause::Cluster(e) => e.is_bad_input(),
+            Cause::Remote { bad_input, .. } => *bad_input,
             Cause::Tensor(_)
             | Cause::Batch(_)
             | Cause::Diverged(_)

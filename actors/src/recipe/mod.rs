@@ -5,6 +5,7 @@
 //! before it is typed, so they get the same checks. Filesystem and device checks live in
 //! `validate.rs`.
 
+mod cluster;
 mod head_check;
 mod offline;
 mod overrides;
@@ -17,6 +18,7 @@ mod teacher_check;
 mod validate;
 mod validate_rl;
 
+pub use cluster::{is_loopback, is_loopback_host, role_placements, split_addr, ClusterSection, DEFAULT_COOKIE_ENV};
 pub use offline::{DpoLossName, DpoSection, RmSection, RunKind};
 pub use overrides::apply_override;
 pub use resume_check::{changed_keys, check_resume, RESUMABLE_KEYS};
@@ -62,6 +64,9 @@ pub struct Recipe {
     pub guard: GuardSection,
     /// `[supervision]`: call timeouts and the restart budget.
     pub supervision: SupervisionSection,
+    /// `[cluster]`: worker nodes that `[placement]` may name (none by default).
+    #[serde(skip_serializing_if = "ClusterSection::is_default")]
+    pub cluster: ClusterSection,
     /// `[[faults]]`: failures to inject (none by default).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<FaultSpec>,

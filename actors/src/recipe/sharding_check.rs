@@ -18,7 +18,8 @@ pub(crate) fn validate(
         ("policy", &r.placement.policy),
         ("critic", &r.placement.critic),
     ] {
-        if spec.split(',').any(|d| !d.trim().starts_with("cpu")) {
+        let devices = crate::placement::RolePlacement::parse(spec).devices;
+        if devices.split(',').any(|d| !d.trim().starts_with("cpu")) {
             return Err(bad(
                 key,
                 format!(

@@ -166,8 +166,10 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
         ("placement.reward", &r.placement.reward),
         ("placement.critic", &r.placement.critic),
     ] {
-        crate::placement::DeviceGroup::parse(spec).map_err(|e| bad(key, e.to_string()))?;
+        let devices = crate::placement::RolePlacement::parse(spec).devices;
+        crate::placement::DeviceGroup::parse(devices).map_err(|e| bad(key, e.to_string()))?;
     }
+    super::cluster::validate(r, &bad)?;
     super::sharding_check::validate(r, &bad)?;
     super::validate_rl::validate_rl(r, &bad)?;
     super::reward::validate(r, &bad)?;

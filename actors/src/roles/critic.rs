@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// One critic update: regress values on the batch's `returns` over the response tokens.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CriticWork {
     /// Token ids, values at rollout time and targets (`old_values` and `returns` are
     /// required).
@@ -42,7 +42,7 @@ pub struct CriticWork {
 }
 
 /// What one critic update did.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct CriticTrainSummary {
     /// Mean value loss over the applied minibatch updates.
     pub value_loss: f64,

@@ -11,7 +11,7 @@ use oxalign_rlhf::losses::DpoStats;
 use oxalign_rlhf::trainer::{DpoConfig, PolicyTrainer};
 
 /// One preference update: row `i` of `chosen` and `rejected` is pair `i`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct DpoWork {
     /// Prompt + chosen response per pair.
     pub chosen: Sequences,
@@ -26,7 +26,7 @@ pub struct DpoWork {
 }
 
 /// What one preference update did.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct DpoSummary {
     /// Loss, implicit rewards, margin and accuracy of the batch (rank 0's rows).
     pub stats: DpoStats,

@@ -12,7 +12,7 @@ use oxalign_rlhf::trainer::{PolicyLossConfig, PolicyStats, PolicyTrainer, Sharde
 
 /// Everything one PPO update of the policy needs: the step's experience (host data) and the
 /// loss settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PolicyWork {
     /// Token ids and the `[B, T-1]` arrays (old, reference and engine log-probs, advantages).
     pub batch: ExperienceBatch,
@@ -29,7 +29,7 @@ pub struct PolicyWork {
 }
 
 /// Averages of one PPO update over its minibatches.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct PolicyTrainSummary {
     /// Mean of the per-minibatch stats (rank 0's view; gradients are global).
     pub stats: PolicyStats,
@@ -45,7 +45,7 @@ pub struct PolicyTrainSummary {
 }
 
 /// What one SFT step did.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct SftStepSummary {
     /// Mean NLL per answer token (nats).
     pub nll: f64,

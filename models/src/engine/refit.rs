@@ -73,7 +73,7 @@ impl Probe {
 }
 
 /// What a successful refit did and measured (for the monitor).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RefitReport {
     /// Version now served.
     pub version: u64,

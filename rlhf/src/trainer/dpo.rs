@@ -11,7 +11,7 @@ use oxalign_kernels::collective::Collective;
 use oxalign_kernels::ops::TokenDistribution;
 
 /// Settings of one preference update.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub struct DpoConfig {
     /// β: the strength of the implicit KL to the reference.
     pub beta: f64,

@@ -12,7 +12,7 @@ use oxalign_kernels::collective::Collective;
 use oxalign_models::ParamStore;
 
 /// What one optimizer step did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepStats {
     /// Global gradient L2 norm before clipping (after the data-parallel average).
     pub grad_norm: f64,

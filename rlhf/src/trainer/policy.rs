@@ -19,7 +19,7 @@ use oxalign_kernels::ops::{HeadOutputs, TokenDistribution};
 use oxalign_models::{CausalLm, ParamStore};
 
 /// Loss settings of a PPO policy update.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub struct PolicyLossConfig {
     /// The surrogate: PPO, GSPO or CISPO.
     pub objective: PolicyObjective,
@@ -39,7 +39,7 @@ pub struct PolicyLossConfig {
 }
 
 /// Diagnostics of one policy minibatch update (local to this replica).
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 pub struct PolicyStats {
     /// PPO surrogate loss.
     pub policy_loss: f64,

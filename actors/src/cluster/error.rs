@@ -1,0 +1,112 @@
+//! The failures of the cluster transport: frames ([`FrameError`]) and connections to a node
+//! ([`ClusterError`]), each naming the node and its address. A role call that fails on the
+//! wire becomes a [`crate::error::Cause::Cluster`] inside the role's error, so the
+//! supervisor treats a lost node like a failed role.
+
+/// A frame could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The header announced more bytes than the frame cap.
+    #[error("a frame of {len} bytes is over the cap of {max} bytes")]
+    FrameTooLarge {
+        /// The announced length.
+        len: usize,
+        /// The cap.
+        max: usize,
+    },
+    /// The frames of one message add up past the message cap.
+    #[error("a message is over the cap of {max} bytes")]
+    MessageTooLarge {
+        /// The cap.
+        max: usize,
+    },
+    /// The header's flag byte is neither 0 (more frames) nor 1 (last frame).
+    #[error("bad frame flag {0}: expected 0 or 1")]
+    BadFlag(u8),
+    /// The stream failed or ended inside a message.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// A connection to a node failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// Nothing accepted at the node's address within `cluster.connect_timeout_s`.
+    #[error(
+        "node {node} ({addr}): no worker accepted within {waited_s:.0} s (last error: {last}); \
+         expected `oxalign worker --listen {addr}` running there"
+    )]
+    NoWorker {
+        /// The node's name in `[cluster] nodes`.
+        node: String,
+        /// Its address.
+        addr: String,
+        /// Seconds waited.
+        waited_s: f64,
+        /// The last connection error.
+        last: String,
+    },
+    /// The worker refused the handshake (wrong cookie or protocol).
+    #[error("node {node} ({addr}) refused the connection: {reason}")]
+    Refused {
+        /// The node.
+        node: String,
+        /// Its address.
+        addr: String,
+        /// What the worker said.
+        reason: String,
+    },
+    /// The connection broke or was closed (the worker died, or stopped the role).
+    #[error("node {node} ({addr}): the connection was lost: {reason}")]
+    Lost {
+        /// The node.
+        node: String,
+        /// Its address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// A message could not be encoded or decoded.
+    #[error("node {node} ({addr}): {message}")]
+    Protocol {
+        /// The node.
+        node: String,
+        /// Its address.
+        addr: String,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+impl ClusterError {
+    /// True when the user must fix something before the run can work: no worker at a
+    /// node's address, or a refused cookie (exit code 2). A lost connection is a failure
+    /// of the run, which the supervisor retries.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            ClusterError::NoWorker { .. } | ClusterError::Refused { .. }
+        )
+    }
+}
+
+/// A worker could not start listening.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The listen address is malformed, or beyond loopback without a cookie.
+    #[error("--listen {addr}: {message}")]
+    Listen {
+        /// The address given.
+        addr: String,
+        /// What is wrong and what was expected.
+        message: String,
+    },
+    /// Binding the address failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,301 @@
+//! [`Remote`]: a role hosted by a worker on another node (or process), behind the same
+//! traits as a local one (`roles/api.rs`), so the controller's loop does not change. Each
+//! remote role has its own connection; each call is one request, bounded by the recipe's
+//! `[supervision] call_timeout_s`, and a lost connection fails the call at once with
+//! [`Cause::Cluster`]. The worker loads the weights itself from the paths the spawn request
+//! names (a shared filesystem, as a cluster's run folder is), so no weights travel.
+
+use super::connection::{Connection, Endpoint};
+use super::wire::{Request, Response, RoleKind, SpawnSpec};
+use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray};
+use crate::error::{Cause, RoleError, LOAD_OPTIMIZER};
+use crate::monitor::{ActorInfo, MonitorHandle};
+use crate::placement::RolePlacement;
+use crate::recipe::{ClusterSection, Recipe};
+use crate::roles::{
+    CriticTrainSummary, CriticWork, DpoSummary, DpoWork, Generate, Logprobs, Persist,
+    PolicyTrainSummary, PolicyWork, Refit, RewardRequest, Rewards, SftStepSummary, Stop,
+    TrainCritic, TrainPolicy, Values,
+};
+use async_trait::async_trait;
+use oxalign_models::engine::RefitReport;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A role served by a worker.
+pub struct Remote {
+    role: &'static str,
+    conn: Connection,
+    timeout: Duration,
+}
+
+/// Where a spawned role's weights come from.
+#[derive(Debug, Clone, Default)]
+pub struct RemoteSources<'a> {
+    /// The policy's or reference's weights, or the critic's backbone.
+    pub weights: Option<&'a Path>,
+    /// The critic's own weights.
+    pub critic: Option<&'a Path>,
+}
+
+impl Remote {
+    /// Connects to `node` of the recipe's `[cluster]` (waiting up to
+    /// `cluster.connect_timeout_s` for its worker) and has it build role `kind` on the
+    /// devices its placement names there.
+    pub async fn spawn(
+        recipe: &Recipe,
+        kind: RoleKind,
+        node: &str,
+        src: RemoteSources<'_>,
+        monitor: &MonitorHandle,
+    ) -> Result<Self, RoleError> {
+        let role = kind.name();
+        let fail = |cause: Cause| RoleError::new(role, "setup", cause);
+        let ep = endpoint(&recipe.cluster, node).map_err(&fail)?;
+        let conn = Connection::open(&ep)
+            .await
+            .map_err(|e| fail(Cause::Cluster(e)))?;
+        let spec = SpawnSpec {
+            kind,
+            recipe_toml: worker_recipe(recipe, kind).to_toml(),
+            weights: src.weights.map(absolute),
+            critic: src.critic.map(absolute),
+        };
+        let remote = Self {
+            role,
+            conn,
+            timeout: recipe.supervision.call_timeout(),
+        };
+        match remote.call("setup", &Request::Spawn(Box::new(spec))).await? {
+            Response::Spawned(devices) => {
+                let names = devices.iter().map(|d| format!("{node}/{d}")).collect();
+                monitor.report(ActorInfo::new(role, role, names));
+                Ok(remote)
+            }
+            other => Err(remote.unexpected("setup", &other)),
+        }
+    }
+
+    async fn call(&self, phase: &'static str, request: &Request) -> Result<Response, RoleError> {
+        let node = self.conn.node();
+        match self.conn.call(request, self.timeout).await {
+            None => Err(RoleError::new(
+                self.role,
+                phase,
+                Cause::Timeout {
+                    seconds: Some(self.timeout.as_secs_f64()),
+                },
+            )),
+            Some(Err(e)) => Err(RoleError::new(self.role, phase, Cause::Cluster(e))),
+            Some(Ok(Response::Failed(e))) => Err(e.into_role_error(self.role, phase, node)),
+            Some(Ok(r)) => Ok(r),
+        }
+    }
+
+    fn unexpected(&self, phase: &'static str, r: &Response) -> RoleError {
+        let what = format!("{r:?}");
+        let what: String = what.chars().take(80).collect();
+        RoleError::new(
+            self.role,
+            phase,
+            Cause::Remote {
+                node: self.conn.node().to_string(),
+                message: format!("answered {what}… to a {phase} call"),
+                bad_input: false,
+            },
+        )
+    }
+}
+
+/// The address, cookie and frame cap of `node`.
+fn endpoint(c: &ClusterSection, node: &str) -> Result<Endpoint, Cause> {
+    let addr = c.nodes.get(node).ok_or_else(|| {
+        Cause::BadInput(format!("[cluster] nodes has no node {node:?}"))
+    })?;
+    Ok(Endpoint {
+        node: node.to_string(),
+        addr: addr.clone(),
+        cookie: c.cookie(),
+        max_frame: c.max_frame_bytes(),
+        patience: c.connect_timeout(),
+    })
+}
+
+/// The recipe a worker builds role `kind` from: its placement reduced to the devices on the
+/// node, no `[cluster]`, and the model folders absolute (the worker may run elsewhere).
+fn worker_recipe(recipe: &Recipe, kind: RoleKind) -> Recipe {
+    let mut r = recipe.clone();
+    let p = &mut r.placement;
+    let slot = match kind {
+        RoleKind::Policy => &mut p.policy,
+        RoleKind::Reference => &mut p.reference,
+        RoleKind::Reward => &mut p.reward,
+        RoleKind::Critic => &mut p.critic,
+    };
+    *slot = RolePlacement::parse(slot).devices.to_string();
+    r.cluster = ClusterSection::default();
+    let m = &mut r.model;
+    for path in [
+        &mut m.path,
+        &mut m.reward_path,
+        &mut m.critic_path,
+        &mut m.teacher_path,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        *path = absolute(Path::new(path)).display().to_string();
+    }
+    r
+}
+
+/// `p` made absolute against this process's folder (unchanged when that fails).
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+#[async_trait]
+impl Stop for Remote {
+    /// Stops the role on the worker; a worker already gone counts as stopped.
+    async fn stop(&self, wait: Duration) -> Result<(), RoleError> {
+        let ms = wait.as_millis() as u64;
+        match self.conn.call(&Request::Stop(ms), wait).await {
+            Some(Ok(Response::Failed(e))) => {
+                Err(e.into_role_error(self.role, "restart", self.conn.node()))
+            }
+            // Gone already, or not answering: dropping the connection makes the worker
+            // stop the role as soon as it reads again.
+            Some(Ok(_)) | Some(Err(_)) | None => Ok(()),
+        }
+    }
+
+    fn shutdown(&self) {
+        self.conn.notify(&Request::Stop(0));
+    }
+}
+
+/// Unwraps the expected answer variant or names what came instead.
+macro_rules! expect {
+    ($self:ident, $phase:expr, $request:expr, $variant:ident($v:ident) => $out:expr) => {
+        match $self.call($phase, &$request).await? {
+            Response::$variant($v) => Ok($out),
+            other => Err($self.unexpected($phase, &other)),
+        }
+    };
+}
+
+#[async_trait]
+impl Generate for Remote {
+    async fn generate(
+        &self,
+        request: RolloutRequest,
+        label: String,
+    ) -> Result<RolloutBatch, RoleError> {
+        let req = Request::Generate { request, label };
+        expect!(self, "generate", req, Batch(b) => *b)
+    }
+}
+
+#[async_trait]
+impl Logprobs for Remote {
+    async fn logprobs(
+        &self,
+        phase: &'static str,
+        seqs: Sequences,
+    ) -> Result<TokenArray, RoleError> {
+        let req = Request::Logprobs {
+            phase: phase.into(),
+            seqs,
+        };
+        expect!(self, phase, req, Tokens(t) => t)
+    }
+}
+
+#[async_trait]
+impl Rewards for Remote {
+    async fn rewards(&self, r: RewardRequest) -> Result<Vec<f32>, RoleError> {
+        let req = Request::Rewards {
+            seqs: r.seqs,
+            prompts: r.prompts,
+            texts: r.texts,
+            answers: r.answers,
+        };
+        expect!(self, "reward", req, Rewards(v) => v)
+    }
+}
+
+#[async_trait]
+impl Values for Remote {
+    async fn values(&self, seqs: Sequences) -> Result<TokenArray, RoleError> {
+        expect!(self, "values", Request::Values(seqs), Tokens(t) => t)
+    }
+}
+
+#[async_trait]
+impl TrainPolicy for Remote {
+    async fn train(&self, work: PolicyWork) -> Result<PolicyTrainSummary, RoleError> {
+        let req = Request::TrainPolicy(Box::new(work));
+        expect!(self, "policy_train", req, PolicyTrained(s) => *s)
+    }
+
+    async fn sft(
+        &self,
+        seqs: Sequences,
+        lr: f64,
+        max_grad_norm: f64,
+    ) -> Result<SftStepSummary, RoleError> {
+        let req = Request::Sft {
+            seqs,
+            lr,
+            max_grad_norm,
+        };
+        expect!(self, "sft", req, Sft(s) => s)
+    }
+
+    async fn dpo(&self, work: DpoWork) -> Result<DpoSummary, RoleError> {
+        expect!(self, "dpo", Request::Dpo(Box::new(work)), Dpo(s) => s)
+    }
+}
+
+#[async_trait]
+impl TrainCritic for Remote {
+    async fn train(&self, work: CriticWork) -> Result<CriticTrainSummary, RoleError> {
+        let req = Request::TrainCritic(Box::new(work));
+        expect!(self, "critic_train", req, CriticTrained(s) => s)
+    }
+}
+
+#[async_trait]
+impl Refit for Remote {
+    async fn refit(&self, version: u64) -> Result<RefitReport, RoleError> {
+        expect!(self, "refit", Request::Refit(version), Refit(r) => r)
+    }
+}
+
+#[async_trait]
+impl Persist for Remote {
+    async fn save(
+        &self,
+        phase: &'static str,
+        dir: PathBuf,
+        optimizer: bool,
+    ) -> Result<(), RoleError> {
+        let req = Request::Save {
+            phase: phase.into(),
+            dir: absolute(&dir),
+            optimizer,
+        };
+        match self.call(phase, &req).await? {
+            Response::Done => Ok(()),
+            other => Err(self.unexpected(phase, &other)),
+        }
+    }
+
+    async fn load_optimizer(&self, dir: PathBuf) -> Result<(), RoleError> {
+        let req = Request::LoadOptimizer(absolute(&dir));
+        match self.call(LOAD_OPTIMIZER, &req).await? {
+            Response::Done => Ok(()),
+            other => Err(self.unexpected(LOAD_OPTIMIZER, &other)),
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! What travels between a controller and a worker: the handshake, one request per role call
+//! and its answer, each in an [`Envelope`] with the call's id, encoded as MessagePack
+//! (`rmp-serde`, field names kept so serde's defaults round-trip). Requests and answers are
+//! the roles' own host data (`crate::batch`, the work and summary types); no tensor and no
+//! weights travel: a worker loads weights from the paths a request names.
+
+use super::wire_error::WireError;
+use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray};
+use crate::roles::{
+    CriticTrainSummary, CriticWork, DpoSummary, DpoWork, PolicyTrainSummary, PolicyWork,
+    SftStepSummary,
+};
+use oxalign_models::engine::RefitReport;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The protocol a [`Hello`] must name.
+pub const PROTOCOL: &str = "oxalign-cluster/1";
+
+/// The client's first message.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Hello {
+    /// [`PROTOCOL`].
+    pub protocol: String,
+    /// The shared cookie (empty when the client has none).
+    pub cookie: String,
+}
+
+/// The worker's answer to a [`Hello`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum HelloReply {
+    /// Accepted; requests may follow.
+    Welcome,
+    /// Refused; the worker closes the connection.
+    Refused {
+        /// Why (`wrong cookie`, `protocol ...`).
+        reason: String,
+    },
+}
+
+/// A request or an answer with the id of its call.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Envelope<T> {
+    /// The call's id (answers carry the request's).
+    pub id: u64,
+    /// The request or answer.
+    pub body: T,
+}
+
+/// Which role a connection hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RoleKind {
+    /// The policy (trainer and engine).
+    Policy,
+    /// The frozen reference.
+    Reference,
+    /// The reward.
+    Reward,
+    /// The critic.
+    Critic,
+}
+
+impl RoleKind {
+    /// The role's name (`policy`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            RoleKind::Policy => "policy",
+            RoleKind::Reference => "reference",
+            RoleKind::Reward => "reward",
+            RoleKind::Critic => "critic",
+        }
+    }
+}
+
+/// The first request on a connection: which role to build, from what.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SpawnSpec {
+    /// The role.
+    pub kind: RoleKind,
+    /// The recipe as TOML, its placement of this role already reduced to the devices on
+    /// the worker.
+    pub recipe_toml: String,
+    /// The weights folder: the policy's or the reference's, or for the critic the backbone
+    /// it starts from when it has no folder of its own.
+    pub weights: Option<PathBuf>,
+    /// The critic's own weights folder, when it has one.
+    pub critic: Option<PathBuf>,
+}
+
+/// One role call.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Request {
+    /// Build the connection's role (first request only).
+    Spawn(Box<SpawnSpec>),
+    /// `Generate::generate`.
+    Generate {
+        /// The requests.
+        request: RolloutRequest,
+        /// The monitor label.
+        label: String,
+    },
+    /// `Logprobs::logprobs`.
+    Logprobs {
+        /// The phase named in errors.
+        phase: String,
+        /// The sequences.
+        seqs: Sequences,
+    },
+    /// `Rewards::rewards`.
+    Rewards {
+        /// Token ids.
+        seqs: Sequences,
+        /// Prompt texts.
+        prompts: Vec<String>,
+        /// Decoded responses.
+        texts: Vec<String>,
+        /// Reference answers.
+        answers: Vec<Option<String>>,
+    },
+    /// `Values::values`.
+    Values(Sequences),
+    /// `TrainPolicy::train`.
+    TrainPolicy(Box<PolicyWork>),
+    /// `TrainPolicy::sft`.
+    Sft {
+        /// The batch.
+        seqs: Sequences,
+        /// Learning rate.
+        lr: f64,
+        /// Gradient clip.
+        max_grad_norm: f64,
+    },
+    /// `TrainPolicy::dpo`.
+    Dpo(Box<DpoWork>),
+    /// `TrainCritic::train`.
+    TrainCritic(Box<CriticWork>),
+    /// `Refit::refit`.
+    Refit(u64),
+    /// `Persist::save`.
+    Save {
+        /// The phase named in errors.
+        phase: String,
+        /// The folder (absolute).
+        dir: PathBuf,
+        /// With the optimizer state.
+        optimizer: bool,
+    },
+    /// `Persist::load_optimizer`.
+    LoadOptimizer(PathBuf),
+    /// `Stop::stop`: stop the role, wait at most this many milliseconds, then close.
+    Stop(u64),
+}
+
+/// The answer to one [`Request`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Response {
+    /// The role is built, on these devices of the worker.
+    Spawned(Vec<String>),
+    /// Rollouts.
+    Batch(Box<RolloutBatch>),
+    /// Per-token numbers.
+    Tokens(TokenArray),
+    /// One reward per row.
+    Rewards(Vec<f32>),
+    /// A policy update.
+    PolicyTrained(Box<PolicyTrainSummary>),
+    /// An SFT step.
+    Sft(SftStepSummary),
+    /// A DPO step.
+    Dpo(DpoSummary),
+    /// A critic update.
+    CriticTrained(CriticTrainSummary),
+    /// A refit.
+    Refit(RefitReport),
+    /// Done (save, load, stop).
+    Done,
+    /// The call failed.
+    Failed(WireError),
+}
+
+/// The bytes of `value`.
+pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, rmp_serde::encode::Error> {
+    rmp_serde::to_vec_named(value)
+}
+
+/// `T` from `bytes`.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, rmp_serde::decode::Error> {
+    rmp_serde::from_slice(bytes)
+}

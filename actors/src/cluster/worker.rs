@@ -1,0 +1,254 @@
+//! `oxalign worker`: a node that hosts role actors for a controller. It listens on one
+//! address; each connection must open with a [`Hello`] carrying the worker's cookie (a
+//! worker beyond loopback refuses to start without one), then asks for one role
+//! ([`Request::Spawn`]) and calls it until it sends [`Request::Stop`] or goes away; either
+//! way the role is stopped and its executors retired. A connection that sends an oversized
+//! frame or bytes that do not decode is closed; the worker and its other connections go on.
+
+use super::error::WorkerError;
+use super::frame::{read_message, write_message, Limits};
+use super::host::HostedRole;
+use super::wire::{decode, encode, Envelope, Hello, HelloReply, Request, Response, PROTOCOL};
+use super::wire_error::WireError;
+use crate::recipe::is_loopback_host;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+/// How long a new connection may take to send its [`Hello`].
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// The cap on a [`Hello`] (a protocol name and a cookie).
+const HELLO_MAX: usize = 4096;
+/// How long a role whose connection went away may take to stop.
+const STOP_WAIT: Duration = Duration::from_secs(30);
+
+/// How a worker serves.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The cookie every connection must present; `None` = any (loopback only).
+    pub cookie: Option<String>,
+    /// Frame cap, bytes.
+    pub max_frame: usize,
+}
+
+/// Binds `listen` (`host:port`; port 0 picks a free one). An address beyond loopback
+/// needs `cookie`.
+pub async fn bind(listen: &str, cookie: Option<&str>) -> Result<TcpListener, WorkerError> {
+    let bad = |message: String| WorkerError::Listen {
+        addr: listen.to_string(),
+        message,
+    };
+    let (host, port) = listen
+        .rsplit_once(':')
+        .ok_or_else(|| bad("expected host:port, e.g. 127.0.0.1:7101".into()))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(bad(
+            "expected host:port with a port from 0 (any free one) to 65535".into(),
+        ));
+    }
+    if !is_loopback_host(host) && cookie.is_none_or(str::is_empty) {
+        return Err(bad(
+            "a worker beyond loopback needs a cookie: pass --cookie or set OXALIGN_COOKIE".into(),
+        ));
+    }
+    TcpListener::bind(listen)
+        .await
+        .map_err(|source| WorkerError::Bind {
+            addr: listen.to_string(),
+            source,
+        })
+}
+
+/// Accepts connections on `listener` until the process ends, each served on its own task.
+pub async fn serve(listener: TcpListener, cfg: WorkerConfig) -> std::io::Result<()> {
+    let cfg = Arc::new(cfg);
+    loop {
+        let (stream, peer) = listener.accept().await?;
+        let cfg = cfg.clone();
+        tokio::spawn(async move {
+            if let Err(reason) = connection(stream, peer, &cfg).await {
+                tracing::warn!("connection from {peer} closed: {reason}");
+            }
+        });
+    }
+}
+
+/// Compares two cookies in time independent of where they differ.
+fn same_cookie(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The verdict on a [`Hello`].
+fn judge(hello: &Hello, cfg: &WorkerConfig) -> HelloReply {
+    if hello.protocol != PROTOCOL {
+        return HelloReply::Refused {
+            reason: format!("protocol {:?}, expected {PROTOCOL:?}", hello.protocol),
+        };
+    }
+    match &cfg.cookie {
+        Some(c) if !same_cookie(c, &hello.cookie) => HelloReply::Refused {
+            reason: "wrong or missing cookie".into(),
+        },
+        _ => HelloReply::Welcome,
+    }
+}
+
+/// Serves one connection: handshake, spawn, calls.
+async fn connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    cfg: &WorkerConfig,
+) -> Result<(), String> {
+    stream.set_nodelay(true).ok();
+    let hello_limits = Limits {
+        max_frame: HELLO_MAX,
+        max_message: HELLO_MAX,
+    };
+    let hello = tokio::time::timeout(HELLO_TIMEOUT, read_message(&mut stream, hello_limits))
+        .await
+        .map_err(|_| "no handshake in time".to_string())?
+        .map_err(|e| format!("handshake: {e}"))?
+        .ok_or("closed before the handshake")?;
+    let hello: Hello = decode(&hello).map_err(|e| format!("handshake does not decode: {e}"))?;
+    let verdict = judge(&hello, cfg);
+    let refused = matches!(verdict, HelloReply::Refused { .. });
+    let bytes = encode(&verdict).map_err(|e| e.to_string())?;
+    write_message(&mut stream, &bytes, cfg.max_frame)
+        .await
+        .map_err(|e| e.to_string())?;
+    if refused {
+        return Err(format!("refused {peer}: {verdict:?}"));
+    }
+    let (rd, mut wr) = stream.into_split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Envelope<Response>>();
+    let max_frame = cfg.max_frame;
+    let writer = tokio::spawn(async move {
+        while let Some(env) = rx.recv().await {
+            let Ok(bytes) = encode(&env) else { continue };
+            if write_message(&mut wr, &bytes, max_frame).await.is_err() {
+                return;
+            }
+        }
+    });
+    let r = calls(rd, Limits::with_frame(cfg.max_frame), &tx).await;
+    drop(tx);
+    let _ = tokio::time::timeout(STOP_WAIT, writer).await;
+    r
+}
+
+/// Reads the spawn request and then the calls, until a stop, the end of the stream or a
+/// bad message. The role is always stopped before this returns.
+async fn calls(
+    mut rd: OwnedReadHalf,
+    limits: Limits,
+    tx: &mpsc::UnboundedSender<Envelope<Response>>,
+) -> Result<(), String> {
+    let reply = |id, body| {
+        let _ = tx.send(Envelope { id, body });
+    };
+    let Some(first) = next(&mut rd, limits).await? else {
+        return Ok(());
+    };
+    let Request::Spawn(spec) = first.body else {
+        reply(first.id, Response::Failed(WireError::other("the first request must be a spawn".into(), true)));
+        return Err("no spawn request".into());
+    };
+    let kind = spec.kind;
+    let host = match HostedRole::spawn(*spec).await {
+        Ok(h) => h,
+        Err(e) => {
+            reply(first.id, Response::Failed(e));
+            return Err(format!("could not build the {}", kind.name()));
+        }
+    };
+    reply(first.id, Response::Spawned(host.group.names()));
+    let outcome = loop {
+        let env = match next(&mut rd, limits).await {
+            Ok(Some(env)) => env,
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        };
+        match env.body {
+            Request::Stop(ms) => {
+                host.stop(Duration::from_millis(ms).max(Duration::from_secs(1))).await;
+                reply(env.id, Response::Done);
+                return Ok(());
+            }
+            Request::Spawn(_) => reply(
+                env.id,
+                Response::Failed(WireError::other("this connection already hosts a role".into(), true)),
+            ),
+            request => answer(&host, env.id, request, tx).await,
+        }
+    };
+    host.stop(STOP_WAIT).await;
+    outcome
+}
+
+/// Starts answering `request`: polled once here, so the role's actor receives calls in
+/// the order they arrived; the rest runs on its own task.
+async fn answer(
+    host: &HostedRole,
+    id: u64,
+    request: Request,
+    tx: &mpsc::UnboundedSender<Envelope<Response>>,
+) {
+    let mut fut = host.answer(request);
+    let first = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await;
+    match first {
+        Poll::Ready(body) => {
+            let _ = tx.send(Envelope { id, body });
+        }
+        Poll::Pending => {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let body = fut.await;
+                let _ = tx.send(Envelope { id, body });
+            });
+        }
+    }
+}
+
+/// The next request, `None` at the end of the stream.
+async fn next(rd: &mut OwnedReadHalf, limits: Limits) -> Result<Option<Envelope<Request>>, String> {
+    match read_message(rd, limits).await {
+        Ok(Some(bytes)) => decode(&bytes)
+            .map(Some)
+            .map_err(|e| format!("a request that does not decode: {e}")),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cookie_and_protocol_decide_the_handshake() {
+        let cfg = WorkerConfig {
+            cookie: Some("s3cret".into()),
+            max_frame: 1 << 20,
+        };
+        let hello = |cookie: &str| Hello {
+            protocol: PROTOCOL.into(),
+            cookie: cookie.into(),
+        };
+        assert!(matches!(judge(&hello("s3cret"), &cfg), HelloReply::Welcome));
+        assert!(matches!(judge(&hello(""), &cfg), HelloReply::Refused { .. }));
+        assert!(matches!(judge(&hello("s3cre"), &cfg), HelloReply::Refused { .. }));
+        let other = Hello {
+            protocol: "http/1.1".into(),
+            cookie: "s3cret".into(),
+        };
+        assert!(matches!(judge(&other, &cfg), HelloReply::Refused { .. }));
+        let open = WorkerConfig { cookie: None, ..cfg };
+        assert!(matches!(judge(&hello(""), &open), HelloReply::Welcome));
+    }
+}

@@ -1,0 +1,167 @@
+//! `[cluster]`: the worker nodes a recipe may place roles on (`placement.<role> =
+//! "node1:cpu"`), where the cookie comes from, and how long to wait for a node; with its
+//! checks. The transport itself is `crate::cluster`.
+
+use super::{Recipe, RecipeError, RunKind};
+use crate::placement::RolePlacement;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+/// The environment variable a cookie is read from unless `cluster.cookie_env` says otherwise.
+pub const DEFAULT_COOKIE_ENV: &str = "OXALIGN_COOKIE";
+
+/// `[cluster]`: worker nodes by name. Unused (and not written to `recipe.toml`) while every
+/// role is placed in this process.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterSection {
+    /// Node name → `host:port` where its `oxalign worker --listen` accepts, e.g.
+    /// `{ node1 = "127.0.0.1:7101" }`. Default none.
+    pub nodes: BTreeMap<String, String>,
+    /// The environment variable holding the shared cookie (never the cookie itself, so a
+    /// recipe can be committed). Required to be set when a node is not on loopback. Default
+    /// `"OXALIGN_COOKIE"`.
+    pub cookie_env: String,
+    /// Seconds to wait for a node's worker to accept a connection, at the start and when a
+    /// node's roles are restarted after a failure (a new worker may take that long to join).
+    /// Default `30`.
+    pub connect_timeout_s: f64,
+    /// Largest frame sent or accepted, MiB; bigger messages travel in several frames.
+    /// Default `16`.
+    pub max_frame_mb: usize,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        Self {
+            nodes: BTreeMap::new(),
+            cookie_env: DEFAULT_COOKIE_ENV.into(),
+            connect_timeout_s: 30.0,
+            max_frame_mb: 16,
+        }
+    }
+}
+
+impl ClusterSection {
+    /// True when the section is at its defaults (then `recipe.toml` leaves it out).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The cookie from `cookie_env`, when it is set and not empty.
+    pub fn cookie(&self) -> Option<String> {
+        std::env::var(&self.cookie_env)
+            .ok()
+            .filter(|c| !c.is_empty())
+    }
+
+    /// The connect wait as a duration.
+    pub fn connect_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.connect_timeout_s)
+    }
+
+    /// The frame cap in bytes.
+    pub fn max_frame_bytes(&self) -> usize {
+        self.max_frame_mb << 20
+    }
+}
+
+/// The placement of each role that can live on a node, with its recipe key.
+pub fn role_placements(r: &Recipe) -> [(&'static str, &str); 4] {
+    [
+        ("policy", r.placement.policy.as_str()),
+        ("reference", r.placement.reference.as_str()),
+        ("reward", r.placement.reward.as_str()),
+        ("critic", r.placement.critic.as_str()),
+    ]
+}
+
+/// True when `addr` (`host:port`) is on loopback (`127.0.0.0/8`, `::1`, `localhost`).
+pub fn is_loopback(addr: &str) -> bool {
+    split_addr(addr).is_ok_and(|(host, _)| is_loopback_host(host))
+}
+
+/// True when `host` is `localhost` or a loopback IP.
+pub fn is_loopback_host(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Splits `host:port` (`[::1]:7101` for IPv6) into host and port, or says what is wrong.
+pub fn split_addr(addr: &str) -> Result<(&str, u16), String> {
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{addr:?}: expected host:port, e.g. \"127.0.0.1:7101\""))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{addr:?}: the port {port:?} is not a number from 0 to 65535"))?;
+    if host.is_empty() || port == 0 {
+        return Err(format!(
+            "{addr:?}: expected a host and a non-zero port, e.g. \"127.0.0.1:7101\""
+        ));
+    }
+    Ok((host, port))
+}
+
+/// Checks the nodes, their addresses, the cookie and every role's node.
+pub(crate) fn validate(
+    r: &Recipe,
+    bad: &impl Fn(&str, String) -> RecipeError,
+) -> Result<(), RecipeError> {
+    let c = &r.cluster;
+    for (name, addr) in &c.nodes {
+        let key = format!("cluster.nodes.{name}");
+        split_addr(addr).map_err(|e| bad(&key, e))?;
+        if !is_loopback(addr) && c.cookie().is_none() {
+            return Err(bad(
+                "cluster.cookie_env",
+                format!(
+                    "node {name} ({addr}) is not on loopback, so a cookie is required: set the \
+                     environment variable {} (and start its worker with the same cookie)",
+                    c.cookie_env
+                ),
+            ));
+        }
+    }
+    if !(c.connect_timeout_s.is_finite() && c.connect_timeout_s > 0.0) {
+        return Err(bad(
+            "cluster.connect_timeout_s",
+            format!("{}: expected a positive number of seconds", c.connect_timeout_s),
+        ));
+    }
+    if !(1..=1024).contains(&c.max_frame_mb) {
+        return Err(bad(
+            "cluster.max_frame_mb",
+            format!("{}: expected 1 to 1024 MiB", c.max_frame_mb),
+        ));
+    }
+    for (role, spec) in role_placements(r) {
+        let Some(node) = RolePlacement::parse(spec).node else {
+            continue;
+        };
+        let key = format!("placement.{role}");
+        if !c.nodes.contains_key(node) {
+            let known: Vec<&str> = c.nodes.keys().map(String::as_str).collect();
+            return Err(bad(
+                &key,
+                format!(
+                    "{spec:?} names node {node:?}, which [cluster] nodes does not list (known: \
+                     {}); expected \"<node>:<devices>\" with a listed node, or devices only",
+                    if known.is_empty() { "none".into() } else { known.join(", ") }
+                ),
+            ));
+        }
+        if r.run.kind != RunKind::Rl {
+            return Err(bad(
+                &key,
+                format!(
+                    "{spec:?}: roles on other nodes need run.kind = \"rl\"; sft, rm and dpo \
+                     runs keep every role in this process"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

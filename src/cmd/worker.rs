@@ -1,0 +1,65 @@
+//! `oxalign worker --listen ADDR`: a node that hosts role actors for a controller whose
+//! recipe places roles on it (`[cluster] nodes`, `placement.<role> = "node1:cpu"`). It
+//! prints the address it listens on, then serves until killed. The protocol and the
+//! hosting live in `oxalign_actors::cluster`.
+
+use std::io::Write;
+
+use anyhow::Context;
+use clap::Parser;
+use oxalign_actors::cluster::{self, WorkerConfig};
+use oxalign_actors::recipe::DEFAULT_COOKIE_ENV;
+
+use crate::user_error::IntoUserError;
+
+/// Arguments of `oxalign worker`.
+#[derive(Debug, Parser)]
+#[command(
+    about = "Host role actors for a controller on another process or node",
+    long_about = "Host role actors for a controller on another process or node. The controller's \
+recipe lists this worker under [cluster] nodes (e.g. node1 = \"10.0.0.5:7101\") and places roles \
+on it (placement.policy = \"node1:cpu\"). Each connection must present the cookie (--cookie, or \
+the OXALIGN_COOKIE environment variable); one is required on any address beyond loopback. Model \
+folders and checkpoints are read and written at the paths the controller names, so the run \
+folder must be on a filesystem both see. Prints `listening on ADDR`, then serves until killed."
+)]
+pub struct Args {
+    /// Address to listen on, host:port (port 0 picks a free one).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: String,
+    /// Cookie every connection must present (default: $OXALIGN_COOKIE).
+    #[arg(long, value_name = "COOKIE")]
+    pub cookie: Option<String>,
+    /// Largest frame accepted or sent, MiB; bigger messages travel in several frames.
+    #[arg(long, default_value_t = 16, value_name = "MIB", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_frame_mb: u32,
+}
+
+/// Runs `oxalign worker`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let cookie = args
+        .cookie
+        .or_else(|| std::env::var(DEFAULT_COOKIE_ENV).ok())
+        .filter(|c| !c.is_empty());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let listener = cluster::bind(&args.listen, cookie.as_deref())
+            .await
+            .user_err("")?;
+        let addr = listener.local_addr().context("reading the bound address")?;
+        // stdout carries exactly one line, the address (scripts and tests read it)
+        println!("listening on {addr}");
+        std::io::stdout().flush().ok();
+        let cfg = WorkerConfig {
+            cookie,
+            max_frame: (args.max_frame_mb as usize) << 20,
+        };
+        cluster::serve(listener, cfg)
+            .await
+            .context("accepting connections failed")
+    })
+}
