@@ -236,10 +236,14 @@ async fn read_loop(
     pending: Arc<Mutex<Pending>>,
     ep: Endpoint,
 ) {
+    let mut closed_cleanly = false;
     let reason = loop {
         let bytes = match read_message(&mut rd, limits).await {
             Ok(Some(b)) => b,
-            Ok(None) => break "the worker closed the connection".to_string(),
+            Ok(None) => {
+                closed_cleanly = true;
+                break "the worker closed the connection".to_string();
+            }
             Err(FrameError::Io(e)) => break format!("the worker is gone ({e})"),
             Err(e) => break format!("bad frame from the worker: {e}"),
         };
@@ -252,6 +256,10 @@ async fn read_loop(
             let _ = tx.send(Ok(env.body));
         }
     };
-    tracing::warn!("node {} ({}): {reason}", ep.node, ep.addr);
+    if closed_cleanly {
+        tracing::debug!("node {} ({}): {reason}", ep.node, ep.addr);
+    } else {
+        tracing::warn!("node {} ({}): {reason}", ep.node, ep.addr);
+    }
     close(&pending, reason);
 }

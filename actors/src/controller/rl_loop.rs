@@ -35,8 +35,16 @@ async fn label_engine_weights(roles: &Roles, state: &LoopState) -> Result<(), Ru
         .map_err(RunError::at(At::Rl(state.step + 1)))
 }
 
+/// The newest checkpoint: its folder, RL step and policy version.
+struct Newest {
+    dir: PathBuf,
+    step: u64,
+    version: u64,
+}
+
 /// Runs RL steps until `run.steps`, checkpointing every `run.checkpoint_every` steps and at
-/// the end; returns the newest checkpoint folder. `roles` may be rebuilt on the way.
+/// the end; returns the newest checkpoint folder. `roles` may be rebuilt on the way: after a
+/// role failed in a step, or in writing a checkpoint (a worker lost while saving).
 pub(crate) async fn rl_loop(
     ctx: &Ctx<'_>,
     pool: &ExecutorPool,
@@ -46,9 +54,11 @@ pub(crate) async fn rl_loop(
     clock: WallClock,
 ) -> Result<Option<PathBuf>, RunError> {
     let recipe = ctx.recipe;
-    let mut last_checkpoint = state.checkpoint_dir(ctx.run_dir);
-    let mut checkpoint_step = state.step;
-    let mut checkpoint_version = state.policy_version;
+    let mut newest = Newest {
+        dir: state.checkpoint_dir(ctx.run_dir),
+        step: state.step,
+        version: state.policy_version,
+    };
     let progress = progress::Progress::new(recipe.run.steps, state.step, ctx.quiet);
     if state.step < recipe.run.steps {
         progress.line(&rl_step::header());
@@ -66,23 +76,7 @@ pub(crate) async fn rl_loop(
         let row = match rl_step::run_step(ctx, roles, data, state, step).await {
             Ok(row) => row,
             Err(e) => {
-                let note = e.to_string();
-                let failure = budget.charge(step, e)?;
-                // Steps since the checkpoint, or an update a failed step already applied.
-                let moved =
-                    state.step > checkpoint_step || state.policy_version > checkpoint_version;
-                let ppo = recipe.rl.algorithm == Algorithm::Ppo;
-                let colocated = supervisor::colocated(recipe, &failure.role);
-                let names = supervisor::to_respawn(&failure, &colocated, moved, ppo);
-                eprintln!(
-                    "{}",
-                    supervisor::restart_note(step, &note, &names, &last_checkpoint, &budget)
-                );
-                *state =
-                    supervisor::rebuild(ctx, pool, roles, &names, &last_checkpoint, step).await?;
-                if names.contains(&"policy") {
-                    label_engine_weights(roles, state).await?;
-                }
+                recover(ctx, pool, roles, state, &mut budget, &newest, step, e).await?;
                 restarts += 1;
                 continue;
             }
@@ -100,14 +94,58 @@ pub(crate) async fn rl_loop(
         let every = recipe.run.checkpoint_every;
         if (every > 0 && step.is_multiple_of(every)) || step == recipe.run.steps {
             state.wall_seconds = clock.now();
-            last_checkpoint =
+            let saved =
                 saving::save_checkpoint(ctx, roles.policy.as_ref(), roles.critic.as_deref(), state)
-                    .await?;
-            checkpoint_step = step;
-            checkpoint_version = state.policy_version;
+                    .await;
+            match saved {
+                Ok(dir) => {
+                    newest = Newest {
+                        dir,
+                        step,
+                        version: state.policy_version,
+                    }
+                }
+                Err(e) => {
+                    // Counted on the next step's line (this one is reported already).
+                    recover(ctx, pool, roles, state, &mut budget, &newest, step, e).await?;
+                    restarts += 1;
+                }
+            }
         }
     }
     pool.faults().set_step(0);
     progress.finish();
-    Ok(Some(last_checkpoint))
+    Ok(Some(newest.dir))
+}
+
+/// After `e` at RL step `step`: charges the restart budget (or returns `e` when it is not
+/// retried), rebuilds the failed role, those on its node, and the policy and critic when
+/// they may have moved past the newest checkpoint, and reads the loop state back from it.
+#[allow(clippy::too_many_arguments)]
+async fn recover(
+    ctx: &Ctx<'_>,
+    pool: &ExecutorPool,
+    roles: &mut Roles,
+    state: &mut LoopState,
+    budget: &mut Budget,
+    newest: &Newest,
+    step: u64,
+    e: RunError,
+) -> Result<(), RunError> {
+    let note = e.to_string();
+    let failure = budget.charge(step, e)?;
+    // Steps since the checkpoint, or an update a failed step already applied.
+    let moved = state.step > newest.step || state.policy_version > newest.version;
+    let ppo = ctx.recipe.rl.algorithm == Algorithm::Ppo;
+    let colocated = supervisor::colocated(ctx.recipe, &failure.role);
+    let names = supervisor::to_respawn(&failure, &colocated, moved, ppo);
+    eprintln!(
+        "{}",
+        supervisor::restart_note(step, &note, &names, &newest.dir, budget)
+    );
+    *state = supervisor::rebuild(ctx, pool, roles, &names, &newest.dir, step).await?;
+    if names.contains(&"policy") {
+        label_engine_weights(roles, state).await?;
+    }
+    Ok(())
 }

@@ -1,0 +1,129 @@
+//! Roles on other processes: a controller and two `oxalign worker`s on 127.0.0.1 — node1
+//! holding the policy, node2 the reference, reward and critic — train exactly as one
+//! process does; a SIGKILLed node2 is noticed at once, its roles are restarted when a new
+//! worker joins at its address, and the run ends with the same metrics; a node that never
+//! comes back fails the run with the `--resume` command; recipe mistakes exit with 2.
+
+mod cluster_support;
+
+use cluster_support::*;
+use std::time::{Duration, Instant};
+
+#[test]
+fn three_processes_train_exactly_as_one() {
+    let one = tempfile::tempdir().unwrap();
+    let out = train(one.path(), &recipe(3, None));
+    assert!(out.status.success(), "single process: {}", stderr(&out));
+    let (n1, n2) = (
+        Worker::start("127.0.0.1:0", None),
+        Worker::start("127.0.0.1:0", None),
+    );
+    let three = tempfile::tempdir().unwrap();
+    let out = train(three.path(), &recipe(3, Some((&n1.addr, &n2.addr))));
+    assert!(out.status.success(), "three processes: {}", stderr(&out));
+    assert_same_run(one.path(), three.path());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("cluster traffic: "), "{stdout}");
+    // The controller's monitor shows where each role runs.
+    let actors = std::fs::read_to_string(three.path().join("runs/c/actors.json")).unwrap();
+    for placed in ["node1/cpu:0", "node2/cpu:0"] {
+        assert!(actors.contains(placed), "{placed} not in {actors}");
+    }
+}
+
+/// Waits until the run in `dir` has reported `n` RL steps (or `limit` passes).
+fn wait_for_steps(dir: &std::path::Path, n: usize, limit: Duration) {
+    let start = Instant::now();
+    while metrics(dir).len() < n {
+        assert!(start.elapsed() < limit, "no {n} steps within {limit:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_killed_scoring_node_is_restarted_when_a_new_worker_joins() {
+    let one = tempfile::tempdir().unwrap();
+    let out = train(one.path(), &recipe(8, None));
+    assert!(out.status.success(), "single process: {}", stderr(&out));
+    let n1 = Worker::start("127.0.0.1:0", None);
+    let n2 = Worker::start("127.0.0.1:0", None);
+    let addr2 = n2.addr.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let run = spawn_train(dir.path(), &recipe(8, Some((&n1.addr, &addr2))));
+    wait_for_steps(dir.path(), 2, Duration::from_secs(120));
+    let killed_at = metrics(dir.path()).len();
+    n2.kill();
+    std::thread::sleep(Duration::from_millis(300));
+    let _n2b = Worker::start(&addr2, None);
+    let out = run.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "the run failed: {err}");
+    assert!(killed_at < 8, "the kill came after the last step");
+    // Noticed from the closed connection, not by waiting out the 60 s call timeout.
+    assert!(err.contains("the connection was lost"), "{err}");
+    assert!(
+        err.contains("restarting reference, reward, critic")
+            || err.contains("restarting policy, reference, reward, critic"),
+        "{err}"
+    );
+    assert_same_run(one.path(), dir.path());
+    let restarts: f64 = metrics(dir.path())
+        .iter()
+        .map(|m| m["restarts"].as_f64().unwrap())
+        .sum();
+    assert_eq!(restarts, 1.0, "one restart, reported on the failed step");
+}
+
+#[test]
+fn a_node_that_never_comes_back_fails_with_the_resume_command() {
+    let n1 = Worker::start("127.0.0.1:0", None);
+    let n2 = Worker::start("127.0.0.1:0", None);
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(8, Some((&n1.addr, &n2.addr))).replace("connect_timeout_s = 20", "connect_timeout_s = 1");
+    let run = spawn_train(dir.path(), &r);
+    wait_for_steps(dir.path(), 2, Duration::from_secs(120));
+    n2.kill();
+    let out = run.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no worker accepted within"), "{err}");
+    assert!(err.contains("--resume"), "{err}");
+}
+
+#[test]
+fn recipe_mistakes_about_nodes_exit_with_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let unused = free.local_addr().unwrap().to_string();
+    drop(free);
+    let base = recipe(1, Some((&unused, &unused)));
+    let cases = [
+        (
+            base.replace("reference = \"node2:cpu\"", "reference = \"node3:cpu\""),
+            "placement.reference",
+            "node3",
+        ),
+        (
+            base.replace(&format!("node1 = \"{unused}\""), "node1 = \"127.0.0.1\""),
+            "cluster.nodes.node1",
+            "host:port",
+        ),
+        (
+            base.replace(&format!("node1 = \"{unused}\""), "node1 = \"10.1.2.3:7101\""),
+            "cluster.cookie_env",
+            "OXALIGN_COOKIE",
+        ),
+        (
+            base.replace("connect_timeout_s = 20", "connect_timeout_s = 0.5"),
+            &unused,
+            "no worker accepted",
+        ),
+    ];
+    for (r, key, says) in cases {
+        let out = train(dir.path(), &r);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{key}: {err}");
+        assert!(err.contains(key) && err.contains(says), "{key}, {says}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

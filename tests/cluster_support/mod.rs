@@ -1,0 +1,202 @@
+//! Shared helpers of the cluster tests: `oxalign worker` processes on 127.0.0.1 (killed when
+//! dropped, so a failed test leaves none behind), a recipe that places roles on them, and
+//! runs of `oxalign train` read back.
+#![allow(dead_code)] // each test file uses a different subset
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+/// Tiny and short (PPO, so all four roles work): as `train_faults.rs`, with `STEPS` RL
+/// steps checkpointed every 2.
+pub const RECIPE: &str = r#"
+[run]
+name = "c"
+seed = 5
+steps = STEPS
+checkpoint_every = 2
+keep_checkpoints = 20
+
+[model]
+init_family = "llama"
+init_preset = "tiny"
+
+[data]
+max_operand = 9
+eval_size = 8
+
+[sft]
+steps = 6
+batch_size = 16
+lr = 3e-3
+warmup_steps = 2
+
+[rl]
+prompts_per_step = 16
+minibatch_size = 8
+ppo_epochs = 1
+lr = 3e-4
+critic_lr = 1e-3
+kl_coef = 0.02
+whiten_advantages = false
+max_new_tokens = 3
+
+[reward]
+incorrect = -0.5
+
+[supervision]
+call_timeout_s = 60
+"#;
+
+/// Metrics that must repeat exactly; timings, throughput and `restarts` are left out.
+pub const EXACT: &[&str] = &[
+    "step",
+    "reward_mean",
+    "reward_std",
+    "accuracy",
+    "kl",
+    "kl_coef",
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "clip_frac",
+    "approx_kl",
+    "grad_norm",
+    "adv_mean",
+    "adv_std",
+    "response_len",
+    "logprob_mismatch_max",
+    "data_position",
+    "policy_version",
+];
+
+/// Summary fields that must repeat exactly.
+pub const SUMMARY: &[&str] = &[
+    "steps",
+    "accuracy_sft",
+    "accuracy_final",
+    "sampled_accuracy_final",
+    "reward_first",
+    "reward_last",
+];
+
+/// A running `oxalign worker`, killed on drop.
+pub struct Worker {
+    child: Child,
+    /// The address it listens on.
+    pub addr: String,
+}
+
+impl Worker {
+    /// Starts a worker on `listen` (`127.0.0.1:0` for a free port) and waits for its
+    /// `listening on ADDR` line.
+    pub fn start(listen: &str, cookie: Option<&str>) -> Worker {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_oxalign"));
+        cmd.args(["worker", "--listen", listen])
+            .env_remove("OXALIGN_COOKIE")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        if let Some(c) = cookie {
+            cmd.args(["--cookie", c]);
+        }
+        let mut child = cmd.spawn().expect("start oxalign worker");
+        let mut line = String::new();
+        let out = child.stdout.take().unwrap();
+        BufReader::new(out).read_line(&mut line).unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("worker said {line:?}"))
+            .to_string();
+        Worker { child, addr }
+    }
+
+    /// SIGKILL, and wait until the process is gone.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// True while the process runs.
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The recipe with `steps` RL steps, in this process or with the policy on `node1` and the
+/// reference, reward and critic on `node2`.
+pub fn recipe(steps: u64, nodes: Option<(&str, &str)>) -> String {
+    let mut r = RECIPE.replace("STEPS", &steps.to_string());
+    if let Some((n1, n2)) = nodes {
+        r.push_str(&format!(
+            "\n[placement]\npolicy = \"node1:cpu\"\nreference = \"node2:cpu\"\nreward = \
+             \"node2:cpu\"\ncritic = \"node2:cpu\"\n\n[cluster]\nnodes = {{ node1 = \"{n1}\", \
+             node2 = \"{n2}\" }}\nconnect_timeout_s = 20\n"
+        ));
+    }
+    r
+}
+
+/// `oxalign train r.toml --quiet` in `dir` (with `r.toml` written from `recipe`), started.
+pub fn spawn_train(dir: &Path, recipe: &str) -> Child {
+    std::fs::write(dir.join("r.toml"), recipe).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_oxalign"))
+        .args(["train", "r.toml", "--quiet"])
+        .env_remove("OXALIGN_COOKIE")
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run oxalign train")
+}
+
+/// Runs `oxalign train` to the end.
+pub fn train(dir: &Path, recipe: &str) -> Output {
+    spawn_train(dir, recipe).wait_with_output().unwrap()
+}
+
+/// The lines of `metrics.jsonl` in `dir`'s run folder (none when it is missing).
+pub fn metrics(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("runs/c/metrics.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("whole JSON lines only"))
+        .collect()
+}
+
+/// `summary.json` of `dir`'s run.
+pub fn summary(dir: &Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("runs/c/summary.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Asserts the runs in `a` and `b` have the same metrics (except timings and restarts)
+/// and summaries.
+pub fn assert_same_run(a: &Path, b: &Path) {
+    let (x, y) = (metrics(a), metrics(b));
+    assert_eq!(x.len(), y.len(), "each step exactly once");
+    assert!(!x.is_empty());
+    for (l, r) in x.iter().zip(&y) {
+        for k in EXACT {
+            assert!(l.get(*k).is_some(), "metrics lack {k}");
+            assert_eq!(l[k], r[k], "step {}: {k} differs", l["step"]);
+        }
+    }
+    let (s, t) = (summary(a), summary(b));
+    for k in SUMMARY {
+        assert_eq!(s[k], t[k], "summary.json {k} differs");
+    }
+}
+
+/// stderr of `out`, for messages.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}

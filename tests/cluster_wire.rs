@@ -1,0 +1,99 @@
+//! The worker's door: a connection without the cookie is refused; an oversized frame header,
+//! bytes that are no frame and a frame that does not decode each close only their own
+//! connection, and the worker goes on serving; a worker beyond loopback will not start
+//! without a cookie.
+
+mod cluster_support;
+
+use cluster_support::Worker;
+use oxalign_actors::cluster::{ClusterError, Connection, Endpoint};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+fn endpoint(addr: &str, cookie: Option<&str>) -> Endpoint {
+    Endpoint {
+        node: "n".into(),
+        addr: addr.into(),
+        cookie: cookie.map(str::to_string),
+        max_frame: 1 << 20,
+        patience: Duration::from_secs(5),
+    }
+}
+
+fn open(addr: &str, cookie: Option<&str>) -> Result<Connection, ClusterError> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(Connection::open(&endpoint(addr, cookie)))
+}
+
+#[test]
+fn a_connection_without_the_cookie_is_refused() {
+    let w = Worker::start("127.0.0.1:0", Some("s3cret"));
+    for cookie in [None, Some("wrong")] {
+        match open(&w.addr, cookie) {
+            Err(ClusterError::Refused { reason, .. }) => {
+                assert!(reason.contains("cookie"), "{reason}")
+            }
+            Err(e) => panic!("{cookie:?}: expected a refusal, got {e}"),
+            Ok(_) => panic!("{cookie:?}: the worker let it in"),
+        }
+    }
+    assert!(open(&w.addr, Some("s3cret")).is_ok());
+}
+
+/// Sends `bytes` on a fresh connection and reads until the worker closes it.
+fn send_and_expect_close(addr: &str, bytes: &[u8]) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let _ = s.write_all(bytes);
+    let mut sink = Vec::new();
+    // The worker closes (EOF or reset), it does not hang or answer with a role.
+    let _ = s.read_to_end(&mut sink);
+    assert!(sink.len() < 1024, "answered {} bytes", sink.len());
+}
+
+#[test]
+fn oversized_and_garbage_frames_do_not_crash_a_worker() {
+    let mut w = Worker::start("127.0.0.1:0", Some("s3cret"));
+    let oversized = [0xff, 0xff, 0xff, 0xff, 1];
+    send_and_expect_close(&w.addr, &oversized);
+    send_and_expect_close(&w.addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    let bad_flag = [3, 0, 0, 0, 7, 1, 2, 3];
+    send_and_expect_close(&w.addr, &bad_flag);
+    let not_msgpack = [4, 0, 0, 0, 1, 0xc1, 0xc1, 0xc1, 0xc1];
+    send_and_expect_close(&w.addr, &not_msgpack);
+    // Past the handshake: an oversized frame and one that is no request.
+    for after in [&oversized[..], &not_msgpack[..]] {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            use oxalign_actors::cluster::{encode, read_message, write_message, Hello, Limits, PROTOCOL};
+            let mut s = tokio::net::TcpStream::connect(&w.addr).await.unwrap();
+            let hello = Hello {
+                protocol: PROTOCOL.into(),
+                cookie: "s3cret".into(),
+            };
+            write_message(&mut s, &encode(&hello).unwrap(), 1 << 20).await.unwrap();
+            let welcome = read_message(&mut s, Limits::with_frame(1 << 20)).await.unwrap();
+            assert!(welcome.is_some());
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            s.write_all(after).await.unwrap();
+            let mut sink = Vec::new();
+            let read = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut sink));
+            assert!(read.await.is_ok(), "the worker did not close the connection");
+        });
+    }
+    assert!(w.alive(), "the worker died");
+    assert!(open(&w.addr, Some("s3cret")).is_ok(), "the worker stopped serving");
+}
+
+#[test]
+fn a_worker_beyond_loopback_needs_a_cookie() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_oxalign"))
+        .args(["worker", "--listen", "0.0.0.0:0"])
+        .env_remove("OXALIGN_COOKIE")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("needs a cookie"), "{err}");
+}
