@@ -21,6 +21,7 @@ fn top_level_help_lists_subcommands() {
         "score",
         "tokenize",
         "data",
+        "worker",
     ] {
         assert!(text.contains(sub), "--help lacks {sub}: {text}");
     }

@@ -7,8 +7,8 @@ use super::{Recipe, RecipeError};
 use std::collections::BTreeMap;
 
 /// Keys that can change on resume without changing what any step computes (how long the run
-/// is, how often it is saved, how it is supervised, which faults are injected, and how the
-/// reward service is reached; its URL is not among them). Each still
+/// is, how often it is saved, how it is supervised, which faults are injected, how worker
+/// nodes are reached, and how the reward service is reached; its URL is not among them). Each still
 /// has to be named with `--allow-change`.
 pub const RESUMABLE_KEYS: &[&str] = &[
     "run.steps",
@@ -19,6 +19,9 @@ pub const RESUMABLE_KEYS: &[&str] = &[
     "supervision.max_restarts",
     "supervision.restart_window",
     "faults",
+    "cluster.connect_timeout_s",
+    "cluster.max_frame_mb",
+    "cluster.cookie_env",
     "reward.http.timeout_s",
     "reward.http.max_retries",
     "reward.http.backoff_min_s",
