@@ -79,7 +79,8 @@ fn a_node_that_never_comes_back_fails_with_the_resume_command() {
     let n1 = Worker::start("127.0.0.1:0", None);
     let n2 = Worker::start("127.0.0.1:0", None);
     let dir = tempfile::tempdir().unwrap();
-    let r = recipe(8, Some((&n1.addr, &n2.addr))).replace("connect_timeout_s = 20", "connect_timeout_s = 1");
+    let r = recipe(8, Some((&n1.addr, &n2.addr)))
+        .replace("connect_timeout_s = 20", "connect_timeout_s = 1");
     let run = spawn_train(dir.path(), &r);
     wait_for_steps(dir.path(), 2, Duration::from_secs(120));
     n2.kill();
@@ -109,7 +110,10 @@ fn recipe_mistakes_about_nodes_exit_with_2() {
             "host:port",
         ),
         (
-            base.replace(&format!("node1 = \"{unused}\""), "node1 = \"10.1.2.3:7101\""),
+            base.replace(
+                &format!("node1 = \"{unused}\""),
+                "node1 = \"10.1.2.3:7101\"",
+            ),
             "cluster.cookie_env",
             "OXALIGN_COOKIE",
         ),
@@ -123,7 +127,10 @@ fn recipe_mistakes_about_nodes_exit_with_2() {
         let out = train(dir.path(), &r);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{key}: {err}");
-        assert!(err.contains(key) && err.contains(says), "{key}, {says}: {err}");
+        assert!(
+            err.contains(key) && err.contains(says),
+            "{key}, {says}: {err}"
+        );
         assert!(!err.contains("panicked"), "{err}");
     }
 }

@@ -66,24 +66,36 @@ fn oversized_and_garbage_frames_do_not_crash_a_worker() {
     for after in [&oversized[..], &not_msgpack[..]] {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            use oxalign_actors::cluster::{encode, read_message, write_message, Hello, Limits, PROTOCOL};
+            use oxalign_actors::cluster::{
+                encode, read_message, write_message, Hello, Limits, PROTOCOL,
+            };
             let mut s = tokio::net::TcpStream::connect(&w.addr).await.unwrap();
             let hello = Hello {
                 protocol: PROTOCOL.into(),
                 cookie: "s3cret".into(),
             };
-            write_message(&mut s, &encode(&hello).unwrap(), 1 << 20).await.unwrap();
-            let welcome = read_message(&mut s, Limits::with_frame(1 << 20)).await.unwrap();
+            write_message(&mut s, &encode(&hello).unwrap(), 1 << 20)
+                .await
+                .unwrap();
+            let welcome = read_message(&mut s, Limits::with_frame(1 << 20))
+                .await
+                .unwrap();
             assert!(welcome.is_some());
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
             s.write_all(after).await.unwrap();
             let mut sink = Vec::new();
             let read = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut sink));
-            assert!(read.await.is_ok(), "the worker did not close the connection");
+            assert!(
+                read.await.is_ok(),
+                "the worker did not close the connection"
+            );
         });
     }
     assert!(w.alive(), "the worker died");
-    assert!(open(&w.addr, Some("s3cret")).is_ok(), "the worker stopped serving");
+    assert!(
+        open(&w.addr, Some("s3cret")).is_ok(),
+        "the worker stopped serving"
+    );
 }
 
 #[test]

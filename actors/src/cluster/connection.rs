@@ -114,11 +114,12 @@ impl Connection {
         request: &Request,
         reply: Option<oneshot::Sender<Answer>>,
     ) -> Result<(), ClusterError> {
-        let bytes = encode(&Envelope { id, body: request }).map_err(|e| ClusterError::Protocol {
-            node: self.node.clone(),
-            addr: self.addr.clone(),
-            message: format!("cannot encode a request: {e}"),
-        })?;
+        let bytes =
+            encode(&Envelope { id, body: request }).map_err(|e| ClusterError::Protocol {
+                node: self.node.clone(),
+                addr: self.addr.clone(),
+                message: format!("cannot encode a request: {e}"),
+            })?;
         {
             let mut p = self.pending.lock().unwrap();
             if p.closed.is_some() {

@@ -106,7 +106,11 @@ mod tests {
         let mut buf = Vec::new();
         let n = write_message(&mut buf, &msg, 64).await.unwrap();
         assert_eq!(n as usize, buf.len());
-        assert_eq!(buf.len(), msg.len() + HEADER_BYTES * 16, "ceil(1000/64) frames");
+        assert_eq!(
+            buf.len(),
+            msg.len() + HEADER_BYTES * 16,
+            "ceil(1000/64) frames"
+        );
         let back = read_message(&mut buf.as_slice(), Limits::with_frame(64)).await;
         assert_eq!(back.unwrap().unwrap(), msg);
     }
@@ -132,7 +136,10 @@ mod tests {
             max_message: 50,
         };
         let e = read_message(&mut buf.as_slice(), limits).await;
-        assert!(matches!(e, Err(FrameError::MessageTooLarge { .. })), "{e:?}");
+        assert!(
+            matches!(e, Err(FrameError::MessageTooLarge { .. })),
+            "{e:?}"
+        );
         let bad = [1u8, 0, 0, 0, 9, 0];
         let e = read_message(&mut bad.as_slice(), Limits::with_frame(10)).await;
         assert!(matches!(e, Err(FrameError::BadFlag(9))), "{e:?}");

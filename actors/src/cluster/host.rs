@@ -11,9 +11,7 @@ use crate::executor::ExecutorPool;
 use crate::monitor::MonitorHandle;
 use crate::placement::DeviceGroup;
 use crate::recipe::Recipe;
-use crate::roles::{
-    CriticRole, PolicyRole, ReferenceRole, RewardRequest, RewardRole, ENGINE_LANE,
-};
+use crate::roles::{CriticRole, PolicyRole, ReferenceRole, RewardRequest, RewardRole, ENGINE_LANE};
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
@@ -132,12 +130,12 @@ async fn build(
         })
     };
     Ok(match spec.kind {
-        RoleKind::Policy => Hosted::Policy(
-            setup::spawn_policy(recipe, &weights()?, monitor, pool).await?,
-        ),
-        RoleKind::Reference => Hosted::Reference(
-            setup::spawn_reference(recipe, &weights()?, monitor, pool).await?,
-        ),
+        RoleKind::Policy => {
+            Hosted::Policy(setup::spawn_policy(recipe, &weights()?, monitor, pool).await?)
+        }
+        RoleKind::Reference => {
+            Hosted::Reference(setup::spawn_reference(recipe, &weights()?, monitor, pool).await?)
+        }
         RoleKind::Reward => Hosted::Reward(setup::spawn_reward(recipe, monitor, pool).await?),
         RoleKind::Critic => {
             let src = RoleSources {
@@ -159,7 +157,11 @@ fn phase(name: &str) -> &'static str {
         "save_reference",
         "save_final",
     ];
-    KNOWN.iter().find(|k| **k == name).copied().unwrap_or("remote")
+    KNOWN
+        .iter()
+        .find(|k| **k == name)
+        .copied()
+        .unwrap_or("remote")
 }
 
 fn wrong_role(role: &Hosted, request: &Request) -> RoleError {
@@ -174,7 +176,9 @@ fn wrong_role(role: &Hosted, request: &Request) -> RoleError {
     RoleError::new(
         name,
         "remote",
-        Cause::BadInput(format!("this connection hosts the {name}, which cannot answer {what}…")),
+        Cause::BadInput(format!(
+            "this connection hosts the {name}, which cannot answer {what}…"
+        )),
     )
 }
 
@@ -192,25 +196,50 @@ async fn dispatch(role: &Hosted, request: Request) -> Result<Response, RoleError
         (H::Reference(r), Q::Logprobs { phase: ph, seqs }) => {
             Response::Tokens(r.logprobs(phase(&ph), seqs).await?)
         }
-        (H::Policy(p), Q::TrainPolicy(w)) => {
-            Response::PolicyTrained(Box::new(p.train(*w).await?))
-        }
-        (H::Policy(p), Q::Sft { seqs, lr, max_grad_norm }) => {
-            Response::Sft(p.sft(seqs, lr, max_grad_norm).await?)
-        }
+        (H::Policy(p), Q::TrainPolicy(w)) => Response::PolicyTrained(Box::new(p.train(*w).await?)),
+        (
+            H::Policy(p),
+            Q::Sft {
+                seqs,
+                lr,
+                max_grad_norm,
+            },
+        ) => Response::Sft(p.sft(seqs, lr, max_grad_norm).await?),
         (H::Policy(p), Q::Dpo(w)) => Response::Dpo(p.dpo(*w).await?),
         (H::Policy(p), Q::Refit(v)) => Response::Refit(p.refit(v).await?),
-        (H::Policy(p), Q::Save { phase: ph, dir, optimizer }) => {
+        (
+            H::Policy(p),
+            Q::Save {
+                phase: ph,
+                dir,
+                optimizer,
+            },
+        ) => {
             p.save(phase(&ph), dir, optimizer).await?;
             Response::Done
         }
-        (H::Critic(c), Q::Save { phase: ph, dir, optimizer }) => {
+        (
+            H::Critic(c),
+            Q::Save {
+                phase: ph,
+                dir,
+                optimizer,
+            },
+        ) => {
             c.save(phase(&ph), dir, optimizer).await?;
             Response::Done
         }
         (H::Policy(p), Q::LoadOptimizer(dir)) => load(p.load_optimizer(dir)).await?,
         (H::Critic(c), Q::LoadOptimizer(dir)) => load(c.load_optimizer(dir)).await?,
-        (H::Reward(w), Q::Rewards { seqs, prompts, texts, answers }) => {
+        (
+            H::Reward(w),
+            Q::Rewards {
+                seqs,
+                prompts,
+                texts,
+                answers,
+            },
+        ) => {
             let r = RewardRequest {
                 seqs,
                 prompts,

@@ -26,6 +26,8 @@ pub use error::{ClusterError, FrameError, WorkerError};
 pub use frame::{read_message, write_message, Limits, HEADER_BYTES};
 pub use remote::{Remote, RemoteSources};
 pub use traffic::{traffic, Traffic};
-pub use wire::{decode, encode, Envelope, Hello, HelloReply, Request, Response, RoleKind, PROTOCOL};
+pub use wire::{
+    decode, encode, Envelope, Hello, HelloReply, Request, Response, RoleKind, PROTOCOL,
+};
 pub use wire_error::{WireCause, WireError};
 pub use worker::{bind, serve, WorkerConfig};

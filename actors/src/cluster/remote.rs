@@ -66,7 +66,10 @@ impl Remote {
             conn,
             timeout: recipe.supervision.call_timeout(),
         };
-        match remote.call("setup", &Request::Spawn(Box::new(spec))).await? {
+        match remote
+            .call("setup", &Request::Spawn(Box::new(spec)))
+            .await?
+        {
             Response::Spawned(devices) => {
                 let names = devices.iter().map(|d| format!("{node}/{d}")).collect();
                 monitor.report(ActorInfo::new(role, role, names));
@@ -109,9 +112,10 @@ impl Remote {
 
 /// The address, cookie and frame cap of `node`.
 fn endpoint(c: &ClusterSection, node: &str) -> Result<Endpoint, Cause> {
-    let addr = c.nodes.get(node).ok_or_else(|| {
-        Cause::BadInput(format!("[cluster] nodes has no node {node:?}"))
-    })?;
+    let addr = c
+        .nodes
+        .get(node)
+        .ok_or_else(|| Cause::BadInput(format!("[cluster] nodes has no node {node:?}")))?;
     Ok(Endpoint {
         node: node.to_string(),
         addr: addr.clone(),

@@ -156,7 +156,13 @@ async fn calls(
         return Ok(());
     };
     let Request::Spawn(spec) = first.body else {
-        reply(first.id, Response::Failed(WireError::other("the first request must be a spawn".into(), true)));
+        reply(
+            first.id,
+            Response::Failed(WireError::other(
+                "the first request must be a spawn".into(),
+                true,
+            )),
+        );
         return Err("no spawn request".into());
     };
     let kind = spec.kind;
@@ -176,13 +182,17 @@ async fn calls(
         };
         match env.body {
             Request::Stop(ms) => {
-                host.stop(Duration::from_millis(ms).max(Duration::from_secs(1))).await;
+                host.stop(Duration::from_millis(ms).max(Duration::from_secs(1)))
+                    .await;
                 reply(env.id, Response::Done);
                 return Ok(());
             }
             Request::Spawn(_) => reply(
                 env.id,
-                Response::Failed(WireError::other("this connection already hosts a role".into(), true)),
+                Response::Failed(WireError::other(
+                    "this connection already hosts a role".into(),
+                    true,
+                )),
             ),
             request => answer(&host, env.id, request, tx).await,
         }
@@ -241,14 +251,23 @@ mod tests {
             cookie: cookie.into(),
         };
         assert!(matches!(judge(&hello("s3cret"), &cfg), HelloReply::Welcome));
-        assert!(matches!(judge(&hello(""), &cfg), HelloReply::Refused { .. }));
-        assert!(matches!(judge(&hello("s3cre"), &cfg), HelloReply::Refused { .. }));
+        assert!(matches!(
+            judge(&hello(""), &cfg),
+            HelloReply::Refused { .. }
+        ));
+        assert!(matches!(
+            judge(&hello("s3cre"), &cfg),
+            HelloReply::Refused { .. }
+        ));
         let other = Hello {
             protocol: "http/1.1".into(),
             cookie: "s3cret".into(),
         };
         assert!(matches!(judge(&other, &cfg), HelloReply::Refused { .. }));
-        let open = WorkerConfig { cookie: None, ..cfg };
+        let open = WorkerConfig {
+            cookie: None,
+            ..cfg
+        };
         assert!(matches!(judge(&hello(""), &open), HelloReply::Welcome));
     }
 }

@@ -4,10 +4,10 @@
 //! node's worker instead and reached through [`Remote`].
 
 use super::run_error::{At, RunError};
+use crate::cluster::{Remote, RemoteSources, RoleKind};
 use crate::error::{Cause, RoleError};
 use crate::executor::ExecutorPool;
 use crate::monitor::{ActorInfo, MonitorHandle};
-use crate::cluster::{Remote, RemoteSources, RoleKind};
 use crate::placement::{DeviceGroup, RolePlacement};
 use crate::recipe::{EngineQuant, Recipe, RewardKeyError, RewardKind, Sharding, TaskKind};
 use crate::replicas::Replicas;

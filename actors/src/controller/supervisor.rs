@@ -158,7 +158,9 @@ pub(crate) async fn rebuild(
         rebuild_one(ctx, pool, roles, name, ckpt)
             .await
             .map_err(|e| match e {
-                RunError::Role { source, .. } => RunError::role(At::Rl(step), no_worker_failed(source)),
+                RunError::Role { source, .. } => {
+                    RunError::role(At::Rl(step), no_worker_failed(source))
+                }
                 other => other,
             })?;
     }
@@ -306,7 +308,12 @@ mod tests {
             ["policy"]
         );
         assert_eq!(
-            to_respawn(&failure("reference", "reference_logprobs"), &["reward", "critic"], false, true),
+            to_respawn(
+                &failure("reference", "reference_logprobs"),
+                &["reward", "critic"],
+                false,
+                true
+            ),
             ["reference", "reward", "critic"]
         );
     }
@@ -319,7 +326,11 @@ mod tests {
         r.placement.reward = "node2:cpu".into();
         assert_eq!(colocated(&r, "reference"), ["reward"]);
         assert_eq!(colocated(&r, "policy"), Vec::<&str>::new());
-        assert_eq!(colocated(&r, "critic"), Vec::<&str>::new(), "in this process");
+        assert_eq!(
+            colocated(&r, "critic"),
+            Vec::<&str>::new(),
+            "in this process"
+        );
     }
 
     #[test]

@@ -128,7 +128,10 @@ pub(crate) fn validate(
     if !(c.connect_timeout_s.is_finite() && c.connect_timeout_s > 0.0) {
         return Err(bad(
             "cluster.connect_timeout_s",
-            format!("{}: expected a positive number of seconds", c.connect_timeout_s),
+            format!(
+                "{}: expected a positive number of seconds",
+                c.connect_timeout_s
+            ),
         ));
     }
     if !(1..=1024).contains(&c.max_frame_mb) {
@@ -149,7 +152,11 @@ pub(crate) fn validate(
                 format!(
                     "{spec:?} names node {node:?}, which [cluster] nodes does not list (known: \
                      {}); expected \"<node>:<devices>\" with a listed node, or devices only",
-                    if known.is_empty() { "none".into() } else { known.join(", ") }
+                    if known.is_empty() {
+                        "none".into()
+                    } else {
+                        known.join(", ")
+                    }
                 ),
             ));
         }

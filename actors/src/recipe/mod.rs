@@ -18,7 +18,9 @@ mod teacher_check;
 mod validate;
 mod validate_rl;
 
-pub use cluster::{is_loopback, is_loopback_host, role_placements, split_addr, ClusterSection, DEFAULT_COOKIE_ENV};
+pub use cluster::{
+    is_loopback, is_loopback_host, role_placements, split_addr, ClusterSection, DEFAULT_COOKIE_ENV,
+};
 pub use offline::{DpoLossName, DpoSection, RmSection, RunKind};
 pub use overrides::apply_override;
 pub use resume_check::{changed_keys, check_resume, RESUMABLE_KEYS};
