@@ -101,7 +101,7 @@ impl SparseMoe {
             let gate = sigmoid(&linear(&flat, &s.gate, None)?)?;
             out = (out + s.mlp.forward(&flat)?.broadcast_mul(&gate)?)?;
         }
-        trace.push(routed.logits, routed.experts, k);
+        trace.push(routed.logits, routed.experts, k, routed.overridden);
         out.reshape((b, t, h))
     }
 }
