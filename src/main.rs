@@ -34,6 +34,7 @@ enum Command {
     Dashboard(cmd::dashboard::Args),
     Data(cmd::data::Args),
     Worker(cmd::worker::Args),
+    Launch(cmd::launch::Args),
 }
 
 impl Command {
@@ -49,6 +50,7 @@ impl Command {
             Command::Dashboard(args) => cmd::dashboard::run(args),
             Command::Data(args) => cmd::data::run(args),
             Command::Worker(args) => cmd::worker::run(args),
+            Command::Launch(args) => cmd::launch::run(args),
         }
     }
 }

@@ -22,6 +22,7 @@ fn top_level_help_lists_subcommands() {
         "tokenize",
         "data",
         "worker",
+        "launch",
     ] {
         assert!(text.contains(sub), "--help lacks {sub}: {text}");
     }

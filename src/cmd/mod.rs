@@ -11,6 +11,7 @@ pub mod dashboard;
 pub mod data;
 pub mod generate;
 pub mod init_model;
+pub mod launch;
 pub mod logprobs;
 pub mod score;
 pub mod tokenize;

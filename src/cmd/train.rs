@@ -45,7 +45,8 @@ pub struct Args {
     pub resume: Option<PathBuf>,
     /// With --resume: let this key differ from the run's recipe.toml (repeatable). Only
     /// run.steps, run.checkpoint_every, run.keep_checkpoints, sft.checkpoint_every, the
-    /// supervision.* keys and faults may.
+    /// supervision.* keys, faults, a node's address (cluster.nodes.NODE) and
+    /// cluster.connect_timeout_s, cluster.max_frame_mb and cluster.cookie_env may.
     #[arg(long = "allow-change", value_name = "KEY", requires = "resume")]
     pub allow_change: Vec<String>,
     /// Serve the live dashboard on this address, e.g. 127.0.0.1:8265.

@@ -33,6 +33,12 @@ pub const RESUMABLE_KEYS: &[&str] = &[
     "reward.http.breaker_cooldown_s",
 ];
 
+/// True for a key of [`RESUMABLE_KEYS`], or a node's address (`cluster.nodes.<name>`: the
+/// worker may come back elsewhere; which role runs on which node is `placement`, fixed).
+fn resumable(key: &str) -> bool {
+    RESUMABLE_KEYS.contains(&key) || key.starts_with("cluster.nodes.")
+}
+
 /// Keys a resume sets itself (the run continues in its own folder).
 const LOCATION_KEYS: &[&str] = &["run.name", "run.out_dir"];
 
@@ -92,11 +98,11 @@ pub fn check_resume(
 ) -> Result<(), RecipeError> {
     if let Some(bad) = allowed
         .iter()
-        .find(|k| !RESUMABLE_KEYS.contains(&k.as_str()))
+        .find(|k| !resumable(k))
     {
         return Err(RecipeError::Resume {
             message: format!(
-                "--allow-change {bad}: only {} may change when a run resumes; other keys change what the run computes, so start a new run (--set run.name=NEW) instead",
+                "--allow-change {bad}: only {} and cluster.nodes.<node> may change when a run resumes; other keys change what the run computes, so start a new run (--set run.name=NEW) instead",
                 RESUMABLE_KEYS.join(", ")
             ),
         });
@@ -110,7 +116,7 @@ pub fn check_resume(
     };
     let fixed: Vec<_> = changed
         .iter()
-        .filter(|(k, _, _)| !RESUMABLE_KEYS.contains(&k.as_str()))
+        .filter(|(k, _, _)| !resumable(k))
         .collect();
     if !fixed.is_empty() {
         return Err(RecipeError::Resume {
@@ -180,5 +186,19 @@ mod tests {
             changed,
             vec![("rl.tis_cap".into(), "(unset)".into(), "2.0".into())]
         );
+    }
+
+    #[test]
+    fn a_node_may_come_back_at_another_address_but_roles_stay_where_they_were() {
+        let stored = Path::new("runs/x/recipe.toml");
+        let old = recipe(&["cluster.nodes.node1=127.0.0.1:7101", "placement.policy=node1:cpu"]);
+        let moved = recipe(&["cluster.nodes.node1=127.0.0.1:7201", "placement.policy=node1:cpu"]);
+        let key = "cluster.nodes.node1".to_string();
+        check_resume(&old, &moved, stored, std::slice::from_ref(&key)).unwrap();
+        let err = check_resume(&old, &moved, stored, &[]).unwrap_err();
+        assert!(err.to_string().contains("--allow-change cluster.nodes.node1"), "{err}");
+        let local = recipe(&["cluster.nodes.node1=127.0.0.1:7101"]);
+        let err = check_resume(&old, &local, stored, &[key]).unwrap_err();
+        assert!(err.to_string().contains("placement.policy"), "{err}");
     }
 }

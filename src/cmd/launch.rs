@@ -1,0 +1,97 @@
+//! `oxalign launch RECIPE [--hosts FILE]`: prints the commands that start a multi-process
+//! run — one `oxalign worker` per node of the recipe's `[cluster]` (over ssh for a node
+//! beyond loopback), then the controller's `oxalign train`. It starts nothing itself.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use oxalign_actors::recipe::{is_loopback, split_addr, validate, Recipe};
+
+use crate::user_error::{user_error, IntoUserError};
+
+/// Arguments of `oxalign launch`.
+#[derive(Debug, Parser)]
+#[command(
+    about = "Print the commands that start a multi-process run (workers, then the controller)",
+    long_about = "Print the commands that start a multi-process run: one `oxalign worker` per \
+node of the recipe's [cluster] nodes (prefixed with ssh for a node beyond loopback, passing \
+OXALIGN_COOKIE with SendEnv), then the controller's `oxalign train`. --hosts FILE lists nodes as \
+`NAME HOST:PORT` lines (# comments), added to [cluster] nodes. It starts nothing."
+)]
+pub struct Args {
+    /// The recipe.
+    pub recipe: PathBuf,
+    /// A host list: one `NAME HOST:PORT` per line.
+    #[arg(long, value_name = "FILE")]
+    pub hosts: Option<PathBuf>,
+    /// Override a recipe key (repeatable), passed on to `oxalign train`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+}
+
+/// The nodes of a host list, as `--set cluster.nodes.NAME=ADDR` overrides.
+fn host_overrides(path: &Path) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(path).user_err(format!("--hosts {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let at = format!("{}:{}", path.display(), i + 1);
+        let mut words = line.split_whitespace();
+        let (Some(name), Some(addr), None) = (words.next(), words.next(), words.next()) else {
+            return user_error(format!("{at}: expected `NAME HOST:PORT`, got {line:?}"));
+        };
+        split_addr(addr).map_err(|e| crate::user_error::UserError::new(format!("{at}: {e}")))?;
+        out.push(format!("cluster.nodes.{name}={addr}"));
+    }
+    Ok(out)
+}
+
+/// The shell commands, one per line, with `#` comments.
+fn commands(recipe: &Recipe, recipe_path: &Path, overrides: &[String]) -> String {
+    let dir = std::path::absolute(".").unwrap_or_else(|_| PathBuf::from("."));
+    let mut out = String::new();
+    for (name, addr) in &recipe.cluster.nodes {
+        let _ = writeln!(out, "# node {name}");
+        let worker = format!("oxalign worker --listen {addr}");
+        if is_loopback(addr) {
+            let _ = writeln!(out, "{worker} &");
+        } else {
+            let host = split_addr(addr).map(|(h, _)| h).unwrap_or(addr);
+            let _ = writeln!(
+                out,
+                "ssh -o SendEnv={} {host} 'cd {} && {worker}' &",
+                recipe.cluster.cookie_env,
+                dir.display()
+            );
+        }
+    }
+    let _ = writeln!(out, "# the controller, here");
+    let mut train = format!("oxalign train {}", recipe_path.display());
+    for o in overrides {
+        let _ = write!(train, " --set {o}");
+    }
+    let _ = writeln!(out, "{train}");
+    out
+}
+
+/// Runs `oxalign launch`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let mut overrides = args.overrides.clone();
+    if let Some(h) = &args.hosts {
+        overrides.extend(host_overrides(h)?);
+    }
+    let recipe = Recipe::load(&args.recipe, &overrides).user_err("")?;
+    validate(&recipe, &args.recipe).user_err("")?;
+    if recipe.cluster.nodes.is_empty() {
+        return user_error(format!(
+            "{}: [cluster] nodes is empty: list the worker nodes there or with --hosts FILE",
+            args.recipe.display()
+        ));
+    }
+    print!("{}", commands(&recipe, &args.recipe, &overrides));
+    Ok(())
+}
