@@ -96,10 +96,7 @@ pub fn check_resume(
     stored: &std::path::Path,
     allowed: &[String],
 ) -> Result<(), RecipeError> {
-    if let Some(bad) = allowed
-        .iter()
-        .find(|k| !resumable(k))
-    {
+    if let Some(bad) = allowed.iter().find(|k| !resumable(k)) {
         return Err(RecipeError::Resume {
             message: format!(
                 "--allow-change {bad}: only {} and cluster.nodes.<node> may change when a run resumes; other keys change what the run computes, so start a new run (--set run.name=NEW) instead",
@@ -114,10 +111,7 @@ pub fn check_resume(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let fixed: Vec<_> = changed
-        .iter()
-        .filter(|(k, _, _)| !resumable(k))
-        .collect();
+    let fixed: Vec<_> = changed.iter().filter(|(k, _, _)| !resumable(k)).collect();
     if !fixed.is_empty() {
         return Err(RecipeError::Resume {
             message: format!(
@@ -191,12 +185,22 @@ mod tests {
     #[test]
     fn a_node_may_come_back_at_another_address_but_roles_stay_where_they_were() {
         let stored = Path::new("runs/x/recipe.toml");
-        let old = recipe(&["cluster.nodes.node1=127.0.0.1:7101", "placement.policy=node1:cpu"]);
-        let moved = recipe(&["cluster.nodes.node1=127.0.0.1:7201", "placement.policy=node1:cpu"]);
+        let old = recipe(&[
+            "cluster.nodes.node1=127.0.0.1:7101",
+            "placement.policy=node1:cpu",
+        ]);
+        let moved = recipe(&[
+            "cluster.nodes.node1=127.0.0.1:7201",
+            "placement.policy=node1:cpu",
+        ]);
         let key = "cluster.nodes.node1".to_string();
         check_resume(&old, &moved, stored, std::slice::from_ref(&key)).unwrap();
         let err = check_resume(&old, &moved, stored, &[]).unwrap_err();
-        assert!(err.to_string().contains("--allow-change cluster.nodes.node1"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("--allow-change cluster.nodes.node1"),
+            "{err}"
+        );
         let local = recipe(&["cluster.nodes.node1=127.0.0.1:7101"]);
         let err = check_resume(&old, &local, stored, &[key]).unwrap_err();
         assert!(err.to_string().contains("placement.policy"), "{err}");
