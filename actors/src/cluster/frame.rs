@@ -4,8 +4,8 @@
 //! (`1` = the message's last frame, `0` = more follow) — then the payload. A message bigger
 //! than the frame cap travels as several frames, each at most the cap. The reader refuses a
 //! header announcing more than the cap before allocating anything, and a message whose
-//! frames add up past the message cap, so a peer cannot make a node allocate what it has
-//! not sent. Not here: what the bytes mean (`wire.rs`).
+//! frames add up past the message cap, so what a peer can make a node allocate is what it
+//! sent plus at most one frame. Not here: what the bytes mean (`wire.rs`).
 
 use super::error::FrameError;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -23,11 +23,12 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// Frames of at most `max_frame` bytes, messages of at most 1024 frames.
+    /// Frames of at most `max_frame` bytes, messages of at most 64 full frames (1 GiB at
+    /// the default 16 MiB frame).
     pub fn with_frame(max_frame: usize) -> Self {
         Self {
             max_frame,
-            max_message: max_frame.saturating_mul(1024),
+            max_message: max_frame.saturating_mul(64),
         }
     }
 }
