@@ -221,7 +221,10 @@ fn the_refit_probe_scores_with_the_trainers_experts() {
     let m = model(Family::Mixtral, 24);
     let tokens = ids(40, 24, 96);
     let probe = Probe::from_model(&m, tokens.clone(), 1e-5).unwrap();
-    let routing = probe.routing.clone().expect("an MoE probe records its experts");
+    let routing = probe
+        .routing
+        .clone()
+        .expect("an MoE probe records its experts");
     assert_eq!(routing.num_tokens(), tokens.len());
     let mut engine = Engine::from_model(&m, EngineConfig::default()).unwrap();
     let update = WeightUpdate::from_model(1, &m).unwrap();
