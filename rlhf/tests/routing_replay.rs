@@ -136,6 +136,12 @@ fn a_record_per_row_no_longer_than_the_row_is_required() {
     assert!(e.contains("row 2"), "{e}");
 }
 
+/// The first sparse layer's router weight `[E, H]`.
+fn router_weights(t: &PolicyTrainer) -> Vec<Vec<f32>> {
+    let w = t.model.params().get("model.layers.0.mlp.gate.weight");
+    w.unwrap().to_vec2::<f32>().unwrap()
+}
+
 fn loss_config() -> PolicyLossConfig {
     PolicyLossConfig {
         objective: PolicyObjective::Ppo,
@@ -160,14 +166,7 @@ fn an_update_on_int8_rollouts_replays_their_experts_and_the_router_learns() {
         .map(|i| if (i / cols) % 2 == 0 { 1.0 } else { -1.0 })
         .collect();
     let adv = candle_core::Tensor::from_vec(adv, (rows, cols), &Device::Cpu).unwrap();
-    let router = "model.layers.0.mlp.gate.weight";
-    let before = t
-        .model
-        .params()
-        .get(router)
-        .unwrap()
-        .to_vec2::<f32>()
-        .unwrap();
+    let before = router_weights(&t);
     let s = t
         .ppo_step(&b, &old, &adv, None, None, &loss_config(), 1e-2, 1.0, None)
         .unwrap();
@@ -180,13 +179,7 @@ fn an_update_on_int8_rollouts_replays_their_experts_and_the_router_learns() {
         "{}",
         s.routing_overridden
     );
-    let after = t
-        .model
-        .params()
-        .get(router)
-        .unwrap()
-        .to_vec2::<f32>()
-        .unwrap();
+    let after = router_weights(&t);
     let moved = before
         .iter()
         .flatten()
