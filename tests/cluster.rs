@@ -2,7 +2,8 @@
 //! holding the policy, node2 the reference, reward and critic — train exactly as one
 //! process does; a SIGKILLed node2 is noticed at once, its roles are restarted when a new
 //! worker joins at its address, and the run ends with the same metrics; a node that never
-//! comes back fails the run with the `--resume` command; recipe mistakes exit with 2.
+//! comes back fails the run with the `--resume` command; inside a Slurm allocation the nodes
+//! come from `SLURM_JOB_NODELIST`; recipe mistakes exit with 2.
 
 mod cluster_support;
 
@@ -133,4 +134,45 @@ fn recipe_mistakes_about_nodes_exit_with_2() {
         );
         assert!(!err.contains("panicked"), "{err}");
     }
+}
+
+#[test]
+fn inside_a_slurm_allocation_the_nodes_come_from_its_host_list() {
+    let one = tempfile::tempdir().unwrap();
+    let out = train(one.path(), &recipe(3, None));
+    assert!(out.status.success(), "single process: {}", stderr(&out));
+    // Two loopback hosts, one port: as `srun oxalign worker` on two machines.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = free.local_addr().unwrap().port();
+    drop(free);
+    let _n1 = Worker::start(&format!("127.0.0.1:{port}"), None);
+    let _n2 = Worker::start(&format!("127.0.0.2:{port}"), None);
+    let r = recipe(3, Some(("unused", "unused")));
+    let r = format!(
+        "{}[cluster]\nslurm = true\nport = {port}\n",
+        &r[..r.find("[cluster]").unwrap()]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("SLURM_JOB_NODELIST", "127.0.0.[1-2]")];
+    let out = spawn_train_env(dir.path(), &r, &env)
+        .wait_with_output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_same_run(one.path(), dir.path());
+    let actors = std::fs::read_to_string(dir.path().join("runs/c/actors.json")).unwrap();
+    assert!(actors.contains("node2/cpu:0"), "{actors}");
+    let out = spawn_train_env(dir.path(), &r, &[])
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "outside an allocation: {}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("SLURM_JOB_NODELIST"),
+        "{}",
+        stderr(&out)
+    );
 }

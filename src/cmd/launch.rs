@@ -54,7 +54,8 @@ fn host_overrides(path: &Path) -> anyhow::Result<Vec<String>> {
 fn commands(recipe: &Recipe, recipe_path: &Path, overrides: &[String]) -> String {
     let dir = std::path::absolute(".").unwrap_or_else(|_| PathBuf::from("."));
     let mut out = String::new();
-    for (name, addr) in &recipe.cluster.nodes {
+    let nodes = recipe.cluster.resolved_nodes().unwrap_or_default();
+    for (name, addr) in &nodes {
         let _ = writeln!(out, "# node {name}");
         let worker = format!("oxalign worker --listen {addr}");
         if is_loopback(addr) {
@@ -86,7 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let recipe = Recipe::load(&args.recipe, &overrides).user_err("")?;
     validate(&recipe, &args.recipe).user_err("")?;
-    if recipe.cluster.nodes.is_empty() {
+    if recipe.cluster.resolved_nodes().is_ok_and(|n| n.is_empty()) {
         return user_error(format!(
             "{}: [cluster] nodes is empty: list the worker nodes there or with --hosts FILE",
             args.recipe.display()

@@ -10,7 +10,10 @@ use clap::Parser;
 use oxalign_actors::cluster::{self, WorkerConfig};
 use oxalign_actors::recipe::DEFAULT_COOKIE_ENV;
 
-use crate::user_error::IntoUserError;
+use crate::user_error::{user_error, IntoUserError};
+
+/// Where a worker listens inside a Slurm job when `--listen` is not given.
+const SLURM_LISTEN: &str = "0.0.0.0:7101";
 
 /// Arguments of `oxalign worker`.
 #[derive(Debug, Parser)]
@@ -24,9 +27,11 @@ folders and checkpoints are read and written at the paths the controller names, 
 folder must be on a filesystem both see. Prints `listening on ADDR`, then serves until killed."
 )]
 pub struct Args {
-    /// Address to listen on, host:port (port 0 picks a free one).
+    /// Address to listen on, host:port (port 0 picks a free one). Inside a Slurm job
+    /// (`srun oxalign worker`) it defaults to 0.0.0.0:7101, the port `[cluster] slurm = true`
+    /// expects.
     #[arg(long, value_name = "ADDR")]
-    pub listen: String,
+    pub listen: Option<String>,
     /// Cookie every connection must present (default: $OXALIGN_COOKIE).
     #[arg(long, value_name = "COOKIE")]
     pub cookie: Option<String>,
@@ -41,13 +46,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .cookie
         .or_else(|| std::env::var(DEFAULT_COOKIE_ENV).ok())
         .filter(|c| !c.is_empty());
+    let listen = match args.listen {
+        Some(l) => l,
+        None if std::env::var_os("SLURM_JOB_ID").is_some() => SLURM_LISTEN.to_string(),
+        None => {
+            return user_error(
+                "--listen ADDR is required outside a Slurm job (e.g. --listen 127.0.0.1:7101)",
+            )
+        }
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
-        let listener = cluster::bind(&args.listen, cookie.as_deref())
+        let listener = cluster::bind(&listen, cookie.as_deref())
             .await
             .user_err("")?;
         let addr = listener.local_addr().context("reading the bound address")?;

@@ -147,10 +147,17 @@ pub fn recipe(steps: u64, nodes: Option<(&str, &str)>) -> String {
 
 /// `oxalign train r.toml --quiet` in `dir` (with `r.toml` written from `recipe`), started.
 pub fn spawn_train(dir: &Path, recipe: &str) -> Child {
+    spawn_train_env(dir, recipe, &[])
+}
+
+/// [`spawn_train`] with environment variables `env` set.
+pub fn spawn_train_env(dir: &Path, recipe: &str, env: &[(&str, &str)]) -> Child {
     std::fs::write(dir.join("r.toml"), recipe).unwrap();
     Command::new(env!("CARGO_BIN_EXE_oxalign"))
         .args(["train", "r.toml", "--quiet"])
         .env_remove("OXALIGN_COOKIE")
+        .env_remove("SLURM_JOB_NODELIST")
+        .envs(env.iter().copied())
         .current_dir(dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -112,10 +112,10 @@ impl Remote {
 
 /// The address, cookie and frame cap of `node`.
 fn endpoint(c: &ClusterSection, node: &str) -> Result<Endpoint, Cause> {
-    let addr = c
-        .nodes
+    let nodes = c.resolved_nodes().map_err(Cause::BadInput)?;
+    let addr = nodes
         .get(node)
-        .ok_or_else(|| Cause::BadInput(format!("[cluster] nodes has no node {node:?}")))?;
+        .ok_or_else(|| Cause::BadInput(format!("[cluster] has no node {node:?}")))?;
     Ok(Endpoint {
         node: node.to_string(),
         addr: addr.clone(),

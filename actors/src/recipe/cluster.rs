@@ -30,6 +30,12 @@ pub struct ClusterSection {
     /// Largest frame sent or accepted, MiB; bigger messages travel in several frames.
     /// Default `16`.
     pub max_frame_mb: usize,
+    /// Inside a Slurm allocation: node `nodeK` is the K-th host of `SLURM_JOB_NODELIST` at
+    /// `cluster.port` (where `srun oxalign worker` listens by default); a name also in
+    /// `nodes` keeps its address there. Default `false`.
+    pub slurm: bool,
+    /// The workers' port with `slurm = true`. Default `7101`.
+    pub port: u16,
 }
 
 impl Default for ClusterSection {
@@ -39,6 +45,8 @@ impl Default for ClusterSection {
             cookie_env: DEFAULT_COOKIE_ENV.into(),
             connect_timeout_s: 30.0,
             max_frame_mb: 16,
+            slurm: false,
+            port: 7101,
         }
     }
 }
@@ -59,6 +67,17 @@ impl ClusterSection {
     /// The connect wait as a duration.
     pub fn connect_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs_f64(self.connect_timeout_s)
+    }
+
+    /// Every node and its address: `nodes`, and with `slurm` the allocation's hosts.
+    pub fn resolved_nodes(&self) -> Result<BTreeMap<String, String>, String> {
+        let mut all = if self.slurm {
+            super::slurm::slurm_nodes(self.port)?
+        } else {
+            BTreeMap::new()
+        };
+        all.extend(self.nodes.clone());
+        Ok(all)
     }
 
     /// The frame cap in bytes.
@@ -111,7 +130,8 @@ pub(crate) fn validate(
     bad: &impl Fn(&str, String) -> RecipeError,
 ) -> Result<(), RecipeError> {
     let c = &r.cluster;
-    for (name, addr) in &c.nodes {
+    let nodes = c.resolved_nodes().map_err(|e| bad("cluster.slurm", e))?;
+    for (name, addr) in &nodes {
         let key = format!("cluster.nodes.{name}");
         split_addr(addr).map_err(|e| bad(&key, e))?;
         if !is_loopback(addr) && c.cookie().is_none() {
@@ -145,8 +165,8 @@ pub(crate) fn validate(
             continue;
         };
         let key = format!("placement.{role}");
-        if !c.nodes.contains_key(node) {
-            let known: Vec<&str> = c.nodes.keys().map(String::as_str).collect();
+        if !nodes.contains_key(node) {
+            let known: Vec<&str> = nodes.keys().map(String::as_str).collect();
             return Err(bad(
                 &key,
                 format!(

@@ -14,6 +14,7 @@ mod reward;
 mod routing_check;
 mod sections;
 mod sharding_check;
+mod slurm;
 mod supervision;
 mod teacher_check;
 mod validate;
@@ -30,6 +31,7 @@ pub use reward::{
     VerifierSpec,
 };
 pub use sections::*;
+pub use slurm::{expand_hostlist, NODELIST_ENV};
 pub use supervision::{FaultKind, FaultSpec, SupervisionSection, FAULT_PHASES};
 pub use teacher_check::{same_vocabulary, TeacherError};
 pub use validate::validate;
