@@ -1,7 +1,8 @@
 //! Collectives for data-parallel and sharded (FSDP-style) replicas: the [`Collective`] trait
 //! and [`ThreadCollective`], its implementation for N replicas on N threads of one process
 //! (CPU data parallelism). All-reduce, broadcast and barrier serve replicated training;
-//! all-gather and reduce-scatter serve sharded training.
+//! all-gather and reduce-scatter serve sharded training; all-to-all (variable lengths per
+//! peer) serves expert parallelism, where each rank sends token rows to the experts' owners.
 //! NCCL for GPUs and cross-process transports are other implementations, not in this file.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -92,6 +93,60 @@ pub trait Collective: Send + Sync {
         inputs: &[&[f32]],
         out: &mut [&mut [f32]],
     ) -> Result<(), CollectiveError>;
+
+    /// All-to-all with variable lengths: `send[d]` goes to rank `d` (`send.len()` must be
+    /// `world_size()`; the lengths may differ by destination and by rank, zero included).
+    /// Returns `recv[s]`, what rank `s` sent to this rank, for every `s` in rank order. Every
+    /// rank must call it, also one with nothing to send.
+    fn all_to_all_f32(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>, CollectiveError>;
+
+    /// [`Collective::all_to_all_f32`] of row blocks: `send[d]` `[n_d, C]` goes to rank `d`;
+    /// returns `[m_s, C]` from each rank `s`, with the dtype and device of `send[0]`. Every
+    /// tensor, on every rank, must have the same column count `C` (any row count, zero
+    /// included). Float tensors only; the exchange runs in f32 on the host.
+    fn all_to_all_rows(&self, send: &[Tensor]) -> Result<Vec<Tensor>, CollectiveError> {
+        let (rank, op) = (self.rank(), "all_to_all_rows");
+        let Some(first) = send.first() else {
+            return Err(CollectiveError::Mismatch {
+                rank,
+                detail: format!("{op}: no tensors to send (one per rank is needed)"),
+            });
+        };
+        let cols = first.dims2().map_err(|e| tensor_error(rank, op, e))?.1;
+        if let Some((d, t)) = send
+            .iter()
+            .enumerate()
+            .find(|(_, t)| cols == 0 || t.rank() != 2 || t.dims()[1] != cols)
+        {
+            return Err(CollectiveError::Mismatch {
+                rank,
+                detail: format!(
+                    "{op}: tensor for rank {d} has shape {:?}; every block must be [rows, C] with C = {cols} > 0",
+                    t.dims()
+                ),
+            });
+        }
+        let host = tensors_to_host(rank, op, send)?;
+        let recv = self.all_to_all_f32(host)?;
+        recv.into_iter()
+            .enumerate()
+            .map(|(s, data)| {
+                if data.len() % cols != 0 {
+                    return Err(CollectiveError::Mismatch {
+                        rank,
+                        detail: format!(
+                            "{op}: received {} values from rank {s}, not rows of {cols}",
+                            data.len()
+                        ),
+                    });
+                }
+                let rows = data.len() / cols;
+                Tensor::from_vec(data, (rows, cols), first.device())
+                    .and_then(|t| t.to_dtype(first.dtype()))
+                    .map_err(|e| tensor_error(rank, op, e))
+            })
+            .collect()
+    }
 
     /// Elementwise mean over ranks of each tensor (e.g. gradients): same shapes, dtypes and
     /// devices in and out. Float tensors only; the reduction runs in f32 on the host.
@@ -235,6 +290,7 @@ enum OpKind {
     Barrier,
     AllGather,
     ReduceScatterMean,
+    AllToAll,
 }
 
 impl OpKind {
@@ -245,6 +301,7 @@ impl OpKind {
             OpKind::Barrier => "barrier",
             OpKind::AllGather => "all_gather",
             OpKind::ReduceScatterMean => "reduce_scatter_mean",
+            OpKind::AllToAll => "all_to_all",
         }
     }
 }
@@ -437,6 +494,10 @@ fn mismatch(other: &Contribution, kind: OpKind, buffers: &[Vec<f32>]) -> Option<
     }
     let mine: Vec<usize> = buffers.iter().map(Vec::len).collect();
     let theirs: Vec<usize> = other.buffers.iter().map(Vec::len).collect();
+    if kind == OpKind::AllToAll {
+        // Lengths differ by design; each rank checked it sends one buffer per rank.
+        return None;
+    }
     (mine != theirs).then(|| {
         format!(
             "{} buffer lengths {mine:?} differ from another rank's {theirs:?}",
@@ -446,10 +507,12 @@ fn mismatch(other: &Contribution, kind: OpKind, buffers: &[Vec<f32>]) -> Option<
 }
 
 /// The combined result: rank-order sums divided by `world` (mean; reduce-scatter takes its
-/// chunk of it), root's copy (broadcast), the rank-order concatenation (all-gather).
+/// chunk of it), root's copy (broadcast), the rank-order concatenation (all-gather), every
+/// rank's buffers source-major (all-to-all: entry `s · world + d` is what `s` sent to `d`).
 fn combine(kind: OpKind, mut contributions: Vec<Contribution>, world: usize) -> Vec<Vec<f32>> {
     match kind {
         OpKind::Barrier => Vec::new(),
+        OpKind::AllToAll => contributions.into_iter().flat_map(|c| c.buffers).collect(),
         OpKind::Broadcast { root } => std::mem::take(&mut contributions[root].buffers),
         OpKind::AllGather => {
             let n_buffers = contributions[0].buffers.len();
@@ -569,6 +632,20 @@ impl Collective for ThreadCollective {
         }
         Ok(())
     }
+
+    fn all_to_all_f32(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>, CollectiveError> {
+        let world = self.shared.world;
+        if send.len() != world {
+            return Err(self.fail_local(format!(
+                "all_to_all: {} send buffers in a group of {world} (one per rank is needed)",
+                send.len()
+            )));
+        }
+        let result = self.exchange(OpKind::AllToAll, send)?;
+        Ok((0..world)
+            .map(|s| result[s * world + self.rank].clone())
+            .collect())
+    }
 }
 
 /// Copies each exchanged buffer of `result` into its caller's buffer in `out` (same lengths).
@@ -638,207 +715,5 @@ impl std::fmt::Debug for ThreadCollective {
             .field("rank", &self.rank)
             .field("world_size", &self.shared.world)
             .finish()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use candle_core::Device;
-    use std::thread;
-
-    /// Runs `f(handle)` on one thread per rank and returns the results in rank order.
-    fn run_group<R: Send + 'static>(
-        group: Vec<ThreadCollective>,
-        f: impl Fn(ThreadCollective) -> R + Send + Sync + 'static,
-    ) -> Vec<R> {
-        let f = Arc::new(f);
-        let handles: Vec<_> = group
-            .into_iter()
-            .map(|c| {
-                let f = f.clone();
-                thread::spawn(move || f(c))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("rank thread"))
-            .collect()
-    }
-
-    #[test]
-    fn all_reduce_mean_for_1_2_3_ranks() {
-        for n in 1..=3 {
-            let results = run_group(ThreadCollective::group(n), move |c| {
-                let r = c.rank() as f32;
-                let mut a = vec![r, 10.0 * r, 1.0];
-                let mut b = vec![r * r; 5];
-                c.all_reduce_mean_f32(&mut [&mut a, &mut b]).unwrap();
-                // Reuse the group several times.
-                let mut again = vec![r + 1.0];
-                c.all_reduce_mean_f32(&mut [&mut again]).unwrap();
-                c.barrier().unwrap();
-                (a, b, again)
-            });
-            let ranks: Vec<f32> = (0..n).map(|r| r as f32).collect();
-            let mean = ranks.iter().sum::<f32>() / n as f32;
-            let mean_sq = ranks.iter().map(|r| r * r).sum::<f32>() / n as f32;
-            for (a, b, again) in results {
-                assert_eq!(a, vec![mean, 10.0 * mean, 1.0], "n={n}");
-                assert_eq!(b, vec![mean_sq; 5], "n={n}");
-                assert_eq!(again, vec![mean + 1.0], "n={n}");
-            }
-        }
-    }
-
-    #[test]
-    fn tensor_all_reduce_keeps_shapes_and_dtypes() {
-        let results = run_group(ThreadCollective::group(3), |c| {
-            let r = c.rank() as f64;
-            let t32 = Tensor::new(&[[r, 2.0 * r], [3.0, r]], &Device::Cpu)
-                .unwrap()
-                .to_dtype(DType::F32)
-                .unwrap();
-            let t64 = Tensor::new(&[r + 0.5], &Device::Cpu).unwrap();
-            let out = c.all_reduce_mean(&[t32, t64]).unwrap();
-            (
-                out[0].dtype(),
-                out[0].to_vec2::<f32>().unwrap(),
-                out[1].dtype(),
-                out[1].to_vec1::<f64>().unwrap(),
-            )
-        });
-        for (dt0, v0, dt1, v1) in results {
-            assert_eq!(dt0, DType::F32);
-            assert_eq!(v0, vec![vec![1.0, 2.0], vec![3.0, 1.0]]);
-            assert_eq!(dt1, DType::F64);
-            assert_eq!(v1, vec![1.5]);
-        }
-    }
-
-    #[test]
-    fn sums_are_reproducible_in_rank_order() {
-        // Values whose float sum depends on the order: rank order gives one fixed answer.
-        let vals = [1.0e8f32, 1.0, -1.0e8, 1.0];
-        let expected = (((vals[0] + vals[1]) + vals[2]) + vals[3]) / 4.0;
-        for _ in 0..5 {
-            let results = run_group(ThreadCollective::group(4), move |c| {
-                let mut buf = vec![vals[c.rank()]; 3];
-                c.all_reduce_mean_f32(&mut [&mut buf]).unwrap();
-                buf
-            });
-            for buf in results {
-                assert_eq!(buf, vec![expected; 3]);
-            }
-        }
-    }
-
-    #[test]
-    fn broadcast_copies_roots_values() {
-        let results = run_group(ThreadCollective::group(3), |c| {
-            let mut buf = vec![c.rank() as f32; 4];
-            c.broadcast_f32(&mut [&mut buf], 2).unwrap();
-            let t = Tensor::new(&[c.rank() as f32], &Device::Cpu).unwrap();
-            let t = c.broadcast(&[t], 1).unwrap();
-            (buf, t[0].to_vec1::<f32>().unwrap())
-        });
-        for (buf, t) in results {
-            assert_eq!(buf, vec![2.0; 4]);
-            assert_eq!(t, vec![1.0]);
-        }
-    }
-
-    #[test]
-    fn a_rank_that_leaves_fails_the_others_promptly() {
-        let start = Instant::now();
-        let results = run_group(ThreadCollective::group(3), |c| {
-            if c.rank() == 1 {
-                // Simulates a replica dying mid-step: its handle is dropped, never reduced.
-                drop(c);
-                return None;
-            }
-            let mut buf = vec![1.0f32];
-            Some(c.all_reduce_mean_f32(&mut [&mut buf]))
-        });
-        assert!(start.elapsed() < Duration::from_secs(30));
-        for r in results.into_iter().flatten() {
-            let err = r.unwrap_err();
-            assert!(matches!(err, CollectiveError::Aborted { .. }), "{err}");
-            assert!(err.to_string().contains("rank 1 left the group"), "{err}");
-        }
-    }
-
-    #[test]
-    fn a_panicking_rank_fails_the_others() {
-        let group = ThreadCollective::group(2);
-        let mut it = group.into_iter();
-        let (c0, c1) = (it.next().unwrap(), it.next().unwrap());
-        let t1 = thread::spawn(move || {
-            let _c = c1;
-            panic!("replica 1 failed on purpose");
-        });
-        let err = c0.barrier().unwrap_err();
-        assert!(
-            err.to_string().contains("rank 1 left the group (panicked)"),
-            "{err}"
-        );
-        assert!(t1.join().is_err());
-    }
-
-    #[test]
-    fn a_missing_rank_times_out() {
-        let group = ThreadCollective::group_with_timeout(2, Duration::from_millis(200));
-        let mut it = group.into_iter();
-        let c0 = it.next().unwrap();
-        let _c1_never_calls = it.next().unwrap();
-        let err = c0.barrier().unwrap_err();
-        match &err {
-            CollectiveError::Timeout {
-                rank, missing, op, ..
-            } => {
-                assert_eq!((*rank, missing.as_slice(), *op), (0, &[1][..], "barrier"));
-            }
-            other => panic!("expected timeout, got {other}"),
-        }
-        // The group stays failed.
-        assert!(matches!(c0.barrier(), Err(CollectiveError::Aborted { .. })));
-    }
-
-    #[test]
-    fn mismatched_calls_are_errors_on_every_rank() {
-        let results = run_group(ThreadCollective::group(2), |c| {
-            let mut buf = vec![0.0f32; 2 + c.rank()];
-            c.all_reduce_mean_f32(&mut [&mut buf])
-        });
-        for r in results {
-            let err = r.unwrap_err().to_string();
-            assert!(
-                err.contains("buffer lengths") || err.contains("aborted"),
-                "{err}"
-            );
-        }
-        let results = run_group(ThreadCollective::group(2), |c| {
-            if c.rank() == 0 {
-                c.barrier()
-            } else {
-                c.all_reduce_mean_f32(&mut [&mut [1.0f32][..]])
-            }
-        });
-        assert!(results.iter().all(|r| r.is_err()));
-    }
-
-    #[test]
-    fn explicit_abort_reaches_waiting_ranks() {
-        let results = run_group(ThreadCollective::group(2), |c| {
-            if c.rank() == 0 {
-                thread::sleep(Duration::from_millis(50));
-                c.abort("loss was NaN");
-                Ok(())
-            } else {
-                c.barrier()
-            }
-        });
-        let err = results[1].as_ref().unwrap_err().to_string();
-        assert!(err.contains("rank 0 aborted: loss was NaN"), "{err}");
     }
 }
