@@ -5,6 +5,7 @@
 //! before it is typed, so they get the same checks. Filesystem and device checks live in
 //! `validate.rs`.
 
+mod expert_parallel_check;
 mod head_check;
 mod offline;
 mod overrides;

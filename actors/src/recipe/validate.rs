@@ -169,6 +169,7 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
         crate::placement::DeviceGroup::parse(spec).map_err(|e| bad(key, e.to_string()))?;
     }
     super::sharding_check::validate(r, &bad)?;
+    super::expert_parallel_check::validate(r, &bad)?;
     super::validate_rl::validate_rl(r, &bad)?;
     super::reward::validate(r, &bad)?;
     super::supervision::validate(r, &bad)
