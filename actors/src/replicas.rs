@@ -43,19 +43,10 @@ impl<T: Send + 'static> Replicas<T> {
     /// Replicas of `role` with one state per device of `specs`.
     pub fn new(role: &str, specs: Vec<DeviceSpec>, states: Vec<T>, pool: ExecutorPool) -> Self {
         let group = match specs.len() > 1 {
-            true => Some(Self::group(specs.len())),
+            true => Some(collective_group(specs.len())),
             false => None,
         };
         Self::with_group(role, specs, states, pool, group)
-    }
-
-    /// A fresh collective group of `world` ranks, for [`Replicas::with_group`] when the
-    /// states themselves hold a handle on it (expert-parallel models exchange rows over it).
-    pub fn group(world: usize) -> Vec<Arc<ThreadCollective>> {
-        ThreadCollective::group(world)
-            .into_iter()
-            .map(Arc::new)
-            .collect()
     }
 
     /// [`Replicas::new`] over the collective group `group` (one handle per device, rank
@@ -177,6 +168,15 @@ impl<T> Clone for Replicas<T> {
             pool: self.pool.clone(),
         }
     }
+}
+
+/// A fresh collective group of `world` ranks, for [`Replicas::with_group`] when the states
+/// themselves hold a handle on it (expert-parallel models exchange rows over it).
+pub fn collective_group(world: usize) -> Vec<Arc<ThreadCollective>> {
+    ThreadCollective::group(world)
+        .into_iter()
+        .map(Arc::new)
+        .collect()
 }
 
 /// Aborts a replica's collective when dropped: on an error return or while a panic unwinds

@@ -52,8 +52,8 @@ impl ExpertParallel {
         self.owner(e) == self.rank()
     }
 
-    /// True when this rank keeps parameter `name` of `cfg`: every parameter that is not a
-    /// routed expert's, and the tensors of the experts it owns.
+    /// True when this rank keeps parameter `name` (`experts`: the model's expert tensors):
+    /// every parameter that is not a routed expert's, and the tensors of the experts it owns.
     pub fn keeps(&self, experts: &ExpertNames, name: &str) -> bool {
         experts.expert_of(name).is_none_or(|e| self.owns(e))
     }

@@ -26,8 +26,8 @@ impl ExpertGroups {
     /// on every device.
     pub(crate) fn for_recipe(recipe: &Recipe, world: usize) -> Option<Self> {
         (recipe.placement.expert_parallel > 1).then(|| Self {
-            trainers: crate::replicas::Replicas::<()>::group(world),
-            engines: crate::replicas::Replicas::<()>::group(world),
+            trainers: crate::replicas::collective_group(world),
+            engines: crate::replicas::collective_group(world),
         })
     }
 

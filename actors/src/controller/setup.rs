@@ -256,8 +256,8 @@ pub async fn spawn_policy(
     let (trainer_group, engine_group) = match experts {
         Some(g) => (Some(g.trainers), Some(g.engines)),
         None if world > 1 => (
-            Some(Replicas::<()>::group(world)),
-            Some(Replicas::<()>::group(world)),
+            Some(crate::replicas::collective_group(world)),
+            Some(crate::replicas::collective_group(world)),
         ),
         None => (None, None),
     };
