@@ -6,8 +6,6 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::run_group;
 use oxalign_kernels::collective::{Collective, CollectiveError, ThreadCollective};
-use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 #[test]

@@ -107,15 +107,10 @@ impl ExpertNames {
     pub fn slots(&self, world: usize) -> Vec<Vec<String>> {
         let mut out = Vec::new();
         for experts in &self.by_layer {
-            for j in 0..experts.len() / world.max(1) {
-                let parts = experts[j * world].len();
-                for part in 0..parts {
-                    out.push(
-                        (0..world)
-                            .map(|r| experts[j * world + r][part].clone())
-                            .collect(),
-                    );
-                }
+            // Block `j` holds experts `j·world .. (j+1)·world`: position `j` of each rank.
+            for block in experts.chunks_exact(world.max(1)) {
+                let parts = block.first().map_or(0, Vec::len);
+                out.extend((0..parts).map(|p| block.iter().map(|n| n[p].clone()).collect()));
             }
         }
         out

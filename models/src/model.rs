@@ -79,7 +79,7 @@ impl<H: Head> Model<H> {
         let Some(moe) = &self.config.moe else {
             return Err(bad("the model has no experts (not a MoE family)".into()));
         };
-        if world == 0 || moe.num_experts % world != 0 {
+        if world == 0 || !moe.num_experts.is_multiple_of(world) {
             return Err(bad(format!(
                 "num_experts = {} is not a multiple of the group size",
                 moe.num_experts

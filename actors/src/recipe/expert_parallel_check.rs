@@ -57,7 +57,7 @@ pub(crate) fn validate(
     }
     let batch = r.rl.prompts_per_step * r.rl.samples_per_prompt;
     let mb = r.rl.minibatch_size;
-    if mb < n || batch % mb != 0 {
+    if mb < n || !batch.is_multiple_of(mb) {
         return refuse(format!(
             "rl.minibatch_size = {mb} for a batch of {batch} (every minibatch must be whole \
              and hold at least {n} rows, one per rank)"
@@ -95,7 +95,7 @@ fn fresh_policy(
             ),
         ));
     };
-    if moe.num_experts % n != 0 {
+    if !moe.num_experts.is_multiple_of(n) {
         return Err(bad(
             key,
             format!(
