@@ -155,8 +155,8 @@ mod tests {
                 "quantized",
             ),
             (
-                format!("{MOE}{ep2}").replace("minibatch_size = 8", "minibatch_size = 6"),
-                "minibatch_size = 6",
+                format!("{MOE}{ep2}").replace("minibatch_size = 8", "minibatch_size = 1"),
+                "minibatch_size = 1",
             ),
         ];
         for (text, want) in cases {
