@@ -13,23 +13,9 @@ use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
 use oxalign_kernels::collective::Collective;
 use std::sync::Arc;
 
-/// Row counts each rank receives: `send[d]` is how many rows this rank sends to rank `d`;
-/// returns, for each rank `s`, how many rows `s` sends to this rank. Every rank must call it.
-pub fn exchange_counts(comm: &dyn Collective, send: &[usize]) -> Result<Vec<usize>> {
-    let recv = comm
-        .all_to_all_f32(send.iter().map(|&n| vec![n as f32]).collect())
-        .map_err(candle_core::Error::wrap)?;
-    recv.iter()
-        .map(|v| match v.as_slice() {
-            [n] => Ok(*n as usize),
-            _ => candle_core::bail!("expert exchange: a peer sent {} counts, not 1", v.len()),
-        })
-        .collect()
-}
-
 /// Sends rows of `x` `[Σ send, C]` (the first `send[0]` rows to rank 0, the next `send[1]`
-/// to rank 1, ...) and returns the rows received `[Σ recv, C]`, rank 0's first. `recv` comes
-/// from [`exchange_counts`]. Differentiable: the gradient travels back the same way.
+/// to rank 1, ...) and returns the rows received `[Σ recv, C]`, rank 0's first (`recv[s]`:
+/// the rows rank `s` sends here). Differentiable: the gradient travels back the same way.
 pub fn exchange_rows(
     comm: &Arc<dyn Collective>,
     x: &Tensor,

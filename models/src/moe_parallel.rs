@@ -7,7 +7,7 @@
 //! the tokens of every rank. Every rank runs both exchanges in every sparse layer, also with
 //! nothing to send or receive.
 
-use crate::expert_exchange::{exchange_counts, exchange_rows};
+use crate::expert_exchange::exchange_rows;
 use crate::expert_parallel::ExpertParallel;
 use crate::moe::SparseMoe;
 use crate::router::route;
@@ -71,10 +71,11 @@ impl SparseMoe {
         )?;
         let plan = Dispatch::plan(ep, &routed.experts, k);
         let comm = ep.comm();
-        let recv = exchange_counts(comm.as_ref(), &plan.send)?;
+        // The expert of every row each peer sends here; their counts are the rows to expect.
         let arrived_experts = comm
             .all_to_all_f32(plan.experts.clone())
             .map_err(candle_core::Error::wrap)?;
+        let recv: Vec<usize> = arrived_experts.iter().map(Vec::len).collect();
         let device = x.device();
         let token_idx = Tensor::from_slice(&plan.tokens, plan.tokens.len(), device)?;
         let outgoing = flat.index_select(&token_idx, 0)?;
