@@ -40,7 +40,11 @@ fn sequences() -> Sequences {
             (p, r)
         })
         .collect();
-    Sequences { pairs, pad_id: 0 }
+    Sequences {
+        pairs,
+        pad_id: 0,
+        routing: None,
+    }
 }
 
 /// The weights after one PPO update on `world` replicas (on packed rows when `packed`).

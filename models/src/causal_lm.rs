@@ -106,6 +106,22 @@ impl CausalLm {
         self.head_outputs(&hidden, input_ids, dist)
     }
 
+    /// [`CausalLm::next_token_outputs_packed`] recording (or replaying) the routing in
+    /// `trace`, over the packed `[B, T]` tokens in row-major order (see
+    /// [`crate::routing::ExpertChoices::for_packed`]).
+    pub fn next_token_outputs_packed_traced(
+        &self,
+        input_ids: &Tensor,
+        segments: &[u32],
+        dist: TokenDistribution,
+        trace: &mut RouterTrace,
+    ) -> candle_core::Result<HeadOutputs> {
+        let hidden = self
+            .decoder()
+            .forward_packed_traced(input_ids, segments, trace)?;
+        self.head_outputs(&hidden, input_ids, dist)
+    }
+
     /// The fused head over hidden states `[B, T, H]` against the next tokens of `input_ids`.
     fn head_outputs(
         &self,

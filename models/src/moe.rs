@@ -117,7 +117,7 @@ impl SparseMoe {
             out = out.index_add(&rows, &Tensor::cat(&outs, 0)?, 0)?;
         }
         out = self.add_shared(&flat, out)?;
-        trace.push(routed.logits, routed.experts, k);
+        trace.push(routed.logits, routed.experts, k, routed.overridden);
         out.reshape((b, t, h))
     }
 

@@ -89,7 +89,7 @@ impl SparseMoe {
         let out = Tensor::zeros((n, h), x.dtype(), device)?;
         let out = out.index_add(&token_idx, &returned.broadcast_mul(&w)?, 0)?;
         let out = self.add_shared(&flat, out)?;
-        trace.push(routed.logits, routed.experts, k);
+        trace.push(routed.logits, routed.experts, k, routed.overridden);
         out.reshape((b, t, h))
     }
 

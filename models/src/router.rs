@@ -19,6 +19,10 @@ pub struct Routed {
     /// Routing weight of each choice `[N, k]` (differentiable): the softmax probability,
     /// renormalised over the k choices when `norm_topk_prob`.
     pub weights: Tensor,
+    /// With a replay: the replayed tokens whose expert set differs from the router's own
+    /// top-k, and the replayed tokens (tokens left [`FREE`] are not counted). `(0, 0)`
+    /// without a replay.
+    pub overridden: (usize, usize),
 }
 
 /// Writes the `k` experts of largest `probs` (one token's `[E]` row) into `out`, largest
@@ -57,6 +61,7 @@ pub fn route(
     let probs = softmax_last_dim(&logits)?;
     let host = probs.detach().to_dtype(DType::F32)?.to_vec2::<f32>()?;
     let experts = choose(&host, e, k, replay)?;
+    let overridden = replay.map_or((0, 0), |r| overrides(&host, k, r));
     let index = Tensor::from_slice(&experts, (n, k), x.device())?;
     let weights = probs.gather(&index, 1)?;
     let weights = if norm_topk_prob {
@@ -68,7 +73,25 @@ pub fn route(
         logits,
         experts,
         weights,
+        overridden,
     })
+}
+
+/// Of the tokens `replay` (`N * k` ids, checked by [`choose`]) assigns, how many get an
+/// expert set other than their own top `k` of `probs`, and how many it assigns.
+pub fn overrides(probs: &[Vec<f32>], k: usize, replay: &[u32]) -> (usize, usize) {
+    let (mut differ, mut total) = (0, 0);
+    let mut own = Vec::with_capacity(k);
+    for (row, rec) in probs.iter().zip(replay.chunks(k)) {
+        if rec.contains(&FREE) {
+            continue;
+        }
+        own.clear();
+        top_k_experts(row, k, &mut own);
+        total += 1;
+        differ += usize::from(rec.iter().any(|x| !own.contains(x)));
+    }
+    (differ, total)
 }
 
 /// The experts of every token (`probs`: `[N][E]` host rows): the replayed ones where given,

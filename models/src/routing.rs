@@ -58,6 +58,32 @@ impl ExpertChoices {
         ExpertChoices { top_k, layers: out }
     }
 
+    /// The replay for packed rows `[B, T]`: row `b` holds the sequences `rows[b]` back to
+    /// back, each `(record, length)` taking `length` positions from 0, then padding to `T`.
+    /// Positions past a record and the padding are [`FREE`].
+    pub fn for_packed(rows: &[Vec<(&ExpertChoices, usize)>], t: usize) -> ExpertChoices {
+        let records = || rows.iter().flatten().map(|(r, _)| *r);
+        let top_k = records().map(|r| r.top_k).max().unwrap_or(0);
+        let layers = records().map(|r| r.layers.len()).max().unwrap_or(0);
+        let mut out = vec![Vec::with_capacity(rows.len() * t * top_k); layers];
+        for row in rows {
+            let used: usize = row.iter().map(|(_, len)| len).sum();
+            for (l, layer) in out.iter_mut().enumerate() {
+                for (record, len) in row {
+                    let n = record.num_tokens();
+                    for pos in 0..*len {
+                        match record.layers.get(l).filter(|_| pos < n) {
+                            Some(r) => layer.extend_from_slice(&r[pos * top_k..(pos + 1) * top_k]),
+                            None => layer.extend(std::iter::repeat_n(FREE, top_k)),
+                        }
+                    }
+                }
+                layer.extend(std::iter::repeat_n(FREE, t.saturating_sub(used) * top_k));
+            }
+        }
+        ExpertChoices { top_k, layers: out }
+    }
+
     /// The choices of one token of every layer: `[layers][top_k]`.
     pub fn token(&self, token: usize) -> Vec<&[u32]> {
         let k = self.top_k;
@@ -107,6 +133,10 @@ pub struct RouterTrace {
     pub logits: Vec<Tensor>,
     /// The experts each sparse layer used (the replayed ones when replaying).
     pub chosen: ExpertChoices,
+    /// When replaying, over all sparse layers: the (token, layer) pairs whose replayed
+    /// expert set differs from the router's own top-k, and the pairs replayed. The fraction
+    /// is how often the trainer would have routed differently from the rollout.
+    pub overridden: (usize, usize),
 }
 
 impl RouterTrace {
@@ -131,8 +161,22 @@ impl RouterTrace {
             .map(|r| r.layers.get(l).map_or(&[][..], |v| v.as_slice()))
     }
 
-    /// Records one sparse layer's logits and choices.
-    pub(crate) fn push(&mut self, logits: Tensor, chosen: Vec<u32>, top_k: usize) {
+    /// True when the choices come from a record.
+    pub fn is_replaying(&self) -> bool {
+        self.replay.is_some()
+    }
+
+    /// Records one sparse layer's logits and choices, and how many of its replayed tokens
+    /// the record overrode (see [`RouterTrace::overridden`]).
+    pub(crate) fn push(
+        &mut self,
+        logits: Tensor,
+        chosen: Vec<u32>,
+        top_k: usize,
+        overridden: (usize, usize),
+    ) {
+        self.overridden.0 += overridden.0;
+        self.overridden.1 += overridden.1;
         self.logits.push(logits);
         self.chosen.top_k = top_k;
         self.chosen.layers.push(chosen);

@@ -210,3 +210,56 @@ fn replay_in_a_left_padded_batch_matches_replay_alone() {
     println!("left-padded batch with replay vs alone: max |Δ log-prob| {worst:.2e}");
     assert!(worst <= 1e-5);
 }
+
+/// The refit probe of an MoE model carries the trainer's experts and the engine scores the
+/// probe with them: correct experts pass at f32 tolerance, other experts are caught (so the
+/// engine really follows them), and an int8 engine's probe gap is then the quantization's,
+/// not a routing flip's (printed, with the gap of the engine's own routing).
+#[test]
+fn the_refit_probe_scores_with_the_trainers_experts() {
+    use oxalign_models::engine::{Probe, WeightUpdate};
+    let m = model(Family::Mixtral, 24);
+    let tokens = ids(40, 24, 96);
+    let probe = Probe::from_model(&m, tokens.clone(), 1e-5).unwrap();
+    let routing = probe
+        .routing
+        .clone()
+        .expect("an MoE probe records its experts");
+    assert_eq!(routing.num_tokens(), tokens.len());
+    let mut engine = Engine::from_model(&m, EngineConfig::default()).unwrap();
+    let update = WeightUpdate::from_model(1, &m).unwrap();
+    let report = engine.refit(&update, Some(&probe)).unwrap();
+    assert!(report.probe_max_abs_diff.unwrap() <= 1e-5);
+    let mut wrong = probe.clone();
+    let k = routing.top_k;
+    let n = config(Family::Mixtral).moe.unwrap().num_experts as u32;
+    for layer in wrong.routing.as_mut().unwrap().layers.iter_mut() {
+        for c in layer.iter_mut() {
+            *c = (*c + k as u32) % n;
+        }
+    }
+    let update = WeightUpdate::from_model(2, &m).unwrap();
+    let e = engine.refit(&update, Some(&wrong)).unwrap_err().to_string();
+    assert!(e.contains("probe log-probs differ"), "{e}");
+
+    let int8 = EngineConfig {
+        quant: QuantMode::Int8,
+        ..EngineConfig::default()
+    };
+    let (mut replayed, mut own) = (0f32, 0f32);
+    for seed in 0..12u64 {
+        let probe = Probe::from_model(&m, ids(60 + seed, 40, 96), 10.0).unwrap();
+        let mut free = probe.clone();
+        free.routing = None;
+        for (p, worst) in [(&probe, &mut replayed), (&free, &mut own)] {
+            let mut e = Engine::from_model(&m, int8.clone()).unwrap();
+            let r = e.refit(&WeightUpdate::from_model(1, &m).unwrap(), Some(p));
+            *worst = worst.max(r.unwrap().probe_max_abs_diff.unwrap());
+        }
+    }
+    println!(
+        "int8 refit probe, 12 probes of 40 tokens: max |Δ log-prob| with the trainer's experts \
+         {replayed:.2e}, with the engine's own routing {own:.2e}"
+    );
+    assert!(replayed <= own);
+}

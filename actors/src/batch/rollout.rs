@@ -4,6 +4,7 @@
 //! them. Plain data; the policy turns requests into engine requests on its own device.
 
 use super::Sequences;
+use oxalign_models::routing::ExpertChoices;
 use serde::{Deserialize, Serialize};
 
 /// How one sample is drawn.
@@ -78,6 +79,10 @@ pub struct Sample {
     pub logprobs: Vec<f32>,
     /// Why generation ended.
     pub finish: Finish,
+    /// With rollout routing replay (`rl.routing_replay`): the experts each fed token of
+    /// `prompt ++ response` (all but the last response token) was routed to. None otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<ExpertChoices>,
 }
 
 /// The policy's answer to a [`RolloutRequest`]: one sample per request, in request order.
@@ -100,8 +105,11 @@ impl RolloutBatch {
         self.samples.is_empty()
     }
 
-    /// Prompt and response ids of every sample, padded with `pad_id` when packed.
+    /// Prompt and response ids of every sample, padded with `pad_id` when packed, with the
+    /// samples' routing records when every sample has one.
     pub fn sequences(&self, pad_id: u32) -> Sequences {
+        let routing: Option<Vec<ExpertChoices>> =
+            self.samples.iter().map(|s| s.routing.clone()).collect();
         Sequences {
             pairs: self
                 .samples
@@ -109,6 +117,7 @@ impl RolloutBatch {
                 .map(|s| (s.prompt.clone(), s.response.clone()))
                 .collect(),
             pad_id,
+            routing: routing.filter(|r| !r.is_empty()),
         }
     }
 

@@ -5,6 +5,7 @@
 use super::TokenArray;
 use crate::error::Cause;
 use oxalign_models::engine::Engine;
+use oxalign_models::routing::ExpertChoices;
 use oxalign_models::TokenDistribution;
 use oxalign_rlhf::trainer::TokenBatch;
 use oxalign_rlhf::RlhfError;
@@ -17,6 +18,10 @@ pub struct Sequences {
     pub pairs: Vec<(Vec<u32>, Vec<u32>)>,
     /// Padding token id.
     pub pad_id: u32,
+    /// Rollout routing replay: per row, the experts the engine routed each token to (see
+    /// `TokenBatch::routing`). Only the policy's trainer uses them; None without replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<Vec<ExpertChoices>>,
 }
 
 impl Sequences {
@@ -48,7 +53,11 @@ impl Sequences {
             .iter()
             .map(|(p, r)| (p.as_slice(), r.as_slice()))
             .collect();
-        TokenBatch::new(&refs, self.pad_id, device)
+        let batch = TokenBatch::new(&refs, self.pad_id, device)?;
+        match &self.routing {
+            Some(r) => batch.with_routing(r.clone()),
+            None => Ok(batch),
+        }
     }
 
     /// Packs rows `range` on `device` with the whole batch's length `T`, so the shards of

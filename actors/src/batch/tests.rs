@@ -22,6 +22,7 @@ fn rollout() -> RolloutBatch {
                 response: vec![5; 1 + i as usize],
                 logprobs: vec![-0.25 - i as f32; 1 + i as usize],
                 finish: if i == 2 { Finish::Length } else { Finish::Stop },
+                routing: None,
             })
             .collect(),
     }
@@ -116,6 +117,7 @@ fn response_values_sit_at_the_response_positions() {
     let seqs = Sequences {
         pairs: vec![(vec![1, 2, 3], vec![4, 5]), (vec![1], vec![6])],
         pad_id: 0,
+        routing: None,
     };
     let a = seqs.place_response_values(&[vec![-1.0, -2.0], vec![-3.0]]);
     assert_eq!((a.rows(), a.cols()), (2, 4));

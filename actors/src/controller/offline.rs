@@ -84,6 +84,7 @@ pub(crate) fn sequences(ctx: &Ctx<'_>, pairs: Vec<TokenPair>) -> Sequences {
     Sequences {
         pairs,
         pad_id: ctx.pad_id,
+        routing: None,
     }
 }
 

@@ -287,6 +287,7 @@ mod tests {
             logprobs: vec![-1.0; response.len()],
             response,
             finish,
+            routing: None,
         }
     }
 

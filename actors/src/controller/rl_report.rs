@@ -106,6 +106,9 @@ fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
     ] {
         m.values.insert(k.to_string(), v);
     }
+    if let Some(f) = o.policy.routing_overridden {
+        m.values.insert("routing_overridden".to_string(), f);
+    }
     if let Some(d) = &o.dynamic {
         for (k, v) in [
             ("dynamic_rounds", d.rounds),

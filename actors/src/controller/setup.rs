@@ -234,6 +234,13 @@ pub async fn spawn_policy(
     let experts = super::expert_setup::ExpertGroups::for_recipe(recipe, world);
     for (rank, dev) in devices.into_iter().enumerate() {
         let m = CausalLm::load(weights, &dev).map_err(|e| fail(e.into()))?;
+        if recipe.rl.routing_replay && m.config().moe.is_none() {
+            return Err(fail(Cause::BadInput(format!(
+                "rl.routing_replay = true, but the policy in {} is a dense model without \
+                 routers; expected a mixture-of-experts policy",
+                weights.display()
+            ))));
+        }
         let mut trainer = PolicyTrainer::new(m, recipe.rl.lr, 0.0).map_err(|e| fail(e.into()))?;
         trainer.max_sft_loss = recipe.guard.max_sft_loss;
         trainer.max_policy_loss = recipe.guard.max_policy_loss;
@@ -243,11 +250,13 @@ pub async fn spawn_policy(
             sft: recipe.sft.packing,
             rl: recipe.rl.packing,
         };
-        let engine = match &experts {
+        let mut engine = match &experts {
             Some(g) => g.spread(rank, &mut trainer, weights, engine_config(recipe)),
             None => EngineReplica::new(&trainer.model, engine_config(recipe)),
-        };
-        engines.push(engine.map_err(&fail)?);
+        }
+        .map_err(&fail)?;
+        engine.record_routing = recipe.rl.routing_replay;
+        engines.push(engine);
         let mut replica = PolicyReplica::new(trainer, recipe.engine.refit_tolerance as f32);
         // After the engine took its copy: a sharded trainer frees its full weights here.
         shard_if(recipe, &mut replica.trainer, rank, world).map_err(&fail)?;

@@ -74,6 +74,7 @@ pub(crate) async fn run_sft(
         let seqs = Sequences {
             pairs,
             pad_id: ctx.pad_id,
+            routing: None,
         };
         let lr = schedule.lr_at(step);
         let timer = ctx.monitor.time("policy", "sft", 0);

@@ -11,6 +11,7 @@ mod offline;
 mod overrides;
 mod resume_check;
 mod reward;
+mod routing_check;
 mod sections;
 mod sharding_check;
 mod supervision;

@@ -419,6 +419,13 @@ pub struct RlSection {
     /// padding costs no compute. Same losses and gradients as the padded minibatch, for every
     /// `loss_agg`, to f32 rounding. Default `false`.
     pub packing: bool,
+    /// Rollout routing replay, for mixture-of-experts policies: the engine records the
+    /// experts it routed every token to, and the policy trainer's forwards (π_old when the
+    /// trainer scores it, and every update's π_θ) send each token to those experts instead
+    /// of their own top-k, while the routing weights stay the trainer's own softmax (so
+    /// the router still learns). The reference and the critic route on their own. Default
+    /// `false`.
+    pub routing_replay: bool,
 }
 
 /// Largest `rl.max_staleness`: each version of lag is one more batch held in memory.
@@ -524,6 +531,7 @@ impl Default for RlSection {
             top_p: 1.0,
             top_k: 0,
             max_staleness: 0,
+            routing_replay: false,
             packing: false,
         }
     }

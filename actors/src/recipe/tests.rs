@@ -314,3 +314,40 @@ fn stale_batches_default_to_token_tis_and_the_lag_is_bounded() {
         .to_string();
     assert!(e.contains("rl.max_staleness"), "{e}");
 }
+
+/// `rl.routing_replay`: a mixture-of-experts policy in an RL run; a dense policy (by
+/// `model.init_family` or a folder's config.json) and non-RL runs are refused by name.
+#[test]
+fn routing_replay_needs_a_mixture_of_experts_policy_in_an_rl_run() {
+    let on = "[rl]\nrouting_replay = true\n";
+    let moe = format!("[model]\ninit_family = \"qwen3_moe\"\n{on}");
+    validate(&parse(&moe, &[]).unwrap(), Path::new("r.toml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dense = oxalign_models::ModelConfig::preset(
+        oxalign_models::Family::Qwen2,
+        oxalign_models::Preset::Tiny,
+        64,
+    );
+    dense
+        .save(&dir.path().join("config.json"), "Qwen2ForCausalLM")
+        .unwrap();
+    let folder = format!(
+        "[model]\npath = {:?}\n{on}",
+        dir.path().display().to_string()
+    );
+    let data = dir.path().join("sft.jsonl").display().to_string();
+    std::fs::write(&data, "{\"prompt\": \"1+1=\", \"response\": \"2\"}\n").unwrap();
+    for (text, want) in [
+        (format!("[model]\ninit_family = \"qwen2\"\n{on}"), "dense"),
+        (folder, "dense"),
+        (
+            format!("[run]\nkind = \"sft\"\n[sft]\nsteps = 5\n[data]\npath = {data:?}\n{moe}"),
+            "run.kind",
+        ),
+    ] {
+        let e = validate(&parse(&text, &[]).unwrap(), Path::new("r.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rl.routing_replay") && e.contains(want), "{e}");
+    }
+}

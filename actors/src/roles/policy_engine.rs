@@ -6,7 +6,10 @@
 use crate::batch::{Finish, RolloutRequest, Sample};
 use crate::error::Cause;
 use oxalign_models::engine::{Engine, EngineConfig, Probe, RefitReport, WeightUpdate};
-use oxalign_models::{CausalLm, ExpertParallel, FinishReason, GenerationRequest, SamplingParams};
+use oxalign_models::routing::ExpertChoices;
+use oxalign_models::{
+    CausalLm, Completion, ExpertParallel, FinishReason, GenerationRequest, SamplingParams,
+};
 use std::ops::Range;
 
 /// The executor lane of the policy's engines: on the CPU, threads of their own
@@ -18,6 +21,9 @@ pub const ENGINE_LANE: &str = "policy-engine";
 pub struct EngineReplica {
     /// The generation engine.
     pub engine: Engine,
+    /// Record the experts every token is routed to (rollout routing replay,
+    /// `rl.routing_replay`); the samples carry them to the trainer.
+    pub record_routing: bool,
 }
 
 impl EngineReplica {
@@ -25,6 +31,7 @@ impl EngineReplica {
     pub fn new(model: &CausalLm, config: EngineConfig) -> Result<Self, Cause> {
         Ok(Self {
             engine: Engine::from_model(model, config)?,
+            record_routing: false,
         })
     }
 
@@ -37,6 +44,7 @@ impl EngineReplica {
     ) -> Result<Self, Cause> {
         Ok(Self {
             engine: Engine::from_model_with_experts(model, config, ep)?,
+            record_routing: false,
         })
     }
 
@@ -67,15 +75,19 @@ impl EngineReplica {
                 q
             })
             .collect();
-        let completions = if rows.is_empty() {
+        let completions: Vec<(Completion, Option<ExpertChoices>)> = if rows.is_empty() {
             Vec::new()
+        } else if self.record_routing {
+            let out = self.engine.generate_with_routing(&engine_requests)?;
+            out.into_iter().map(|(c, r)| (c, Some(r))).collect()
         } else {
-            self.engine.generate(&engine_requests)?
+            let out = self.engine.generate(&engine_requests)?;
+            out.into_iter().map(|c| (c, None)).collect()
         };
         let samples = rows
             .iter()
             .zip(completions)
-            .map(|(r, c)| Sample {
+            .map(|(r, (c, routing))| Sample {
                 sample_id: r.sample_id,
                 group_id: r.group_id,
                 prompt: r.prompt.clone(),
@@ -85,6 +97,7 @@ impl EngineReplica {
                     FinishReason::Stop => Finish::Stop,
                     FinishReason::Length => Finish::Length,
                 },
+                routing,
             })
             .collect();
         Ok((self.engine.version(), samples))

@@ -42,6 +42,10 @@ pub struct PolicyTrainSummary {
     /// Mean and max |trainer − engine| log-prob of the sampled tokens (nats), measured on the
     /// first minibatch before any update (rank 0's rows).
     pub rollout_mismatch: (f64, f64),
+    /// With rollout routing replay: the fraction of (token, sparse layer) routings of the
+    /// first minibatch where the trainer's router would have chosen other experts than the
+    /// rollout did (rank 0's rows, before any update). None without replay.
+    pub routing_overridden: Option<f64>,
 }
 
 /// What one SFT step did.
@@ -71,6 +75,7 @@ pub(crate) fn ppo_update(
     let mut sum = PolicyStats::default();
     let (mut updates, mut skipped) = (0, 0);
     let mut rollout_mismatch = (0.0, 0.0);
+    let mut routing_overridden = None;
     for mb in minibatch_order(full.rows(), w.minibatch_size, w.epochs, w.shuffle_seed) {
         let shard = Shard::new(ctx, &full, &mb)?;
         let weight = shard.weight(ctx, w.cfg.ppo.agg);
@@ -93,6 +98,11 @@ pub(crate) fn ppo_update(
         };
         if updates == 0 {
             rollout_mismatch = (s.rollout_mismatch_mean, s.rollout_mismatch_max);
+            routing_overridden = shard
+                .local
+                .routing
+                .is_some()
+                .then_some(s.routing_overridden);
         }
         updates += 1;
         skipped += usize::from(s.step.skipped);
@@ -124,6 +134,7 @@ pub(crate) fn ppo_update(
         skipped,
         diverged,
         rollout_mismatch,
+        routing_overridden,
     })
 }
 
@@ -135,6 +146,7 @@ fn stopped(updates: usize, skipped: usize, d: Divergence) -> PolicyTrainSummary 
         skipped,
         diverged: Some(d),
         rollout_mismatch: (0.0, 0.0),
+        routing_overridden: None,
     }
 }
 

@@ -7,7 +7,7 @@ use crate::config::ModelConfig;
 use crate::engine::block_pool::BlockPool;
 use crate::engine::config::EngineConfig;
 use crate::engine::error::{EngineError, EngineResult};
-use crate::engine::forward::{paged_forward, AttnDims, Head, StepItem, WantLogits};
+use crate::engine::forward::{paged_forward, AttnDims, Head, StepItem, StepRouting, WantLogits};
 use crate::engine::refit::{Probe, RefitReport, WeightUpdate};
 use crate::engine::request::{hits_stop_string, Detokenize, EngineRequest};
 use crate::engine::route_log::RouteLog;
@@ -369,7 +369,10 @@ impl Engine {
             &mut self.pool,
             &items,
             Head::Logits,
-            step.as_mut(),
+            StepRouting {
+                record: step.as_mut(),
+                replay: None,
+            },
         )?;
         if let (Some(log), Some(step)) = (log, step) {
             let starts: Vec<usize> = plan.iter().map(|p| sched.seqs[p.seq].computed).collect();
@@ -435,6 +438,7 @@ impl Engine {
             inv_freq: &self.inv_freq,
             vocab: self.model.vocab_size,
             max_batched_tokens: self.config.max_batched_tokens,
+            replay: None,
         };
         scorer.score(&mut self.pool, sequences)
     }
@@ -505,6 +509,7 @@ impl Engine {
                 vocab: self.model.vocab_size,
                 max_batched_tokens: self.config.max_batched_tokens,
                 dist: TokenDistribution::MODEL,
+                replay: p.routing.as_ref().map(std::slice::from_ref),
             };
             let got = scorer
                 .score(&mut self.pool, std::slice::from_ref(&p.tokens))?

@@ -34,6 +34,16 @@ pub(crate) struct StepItem<'a> {
     pub want: WantLogits,
 }
 
+/// What the sparse layers of one step do with routing: append each layer's choices for the
+/// step's tokens (`tokens * k`, item order) to `record`, and/or send the tokens to
+/// `replay[l]` (same layout, [`crate::routing::FREE`] = the router chooses) instead of
+/// their own top-k. Default: neither.
+#[derive(Default)]
+pub(crate) struct StepRouting<'a> {
+    pub record: Option<&'a mut Vec<Vec<u32>>>,
+    pub replay: Option<&'a [Vec<u32>]>,
+}
+
 /// What the LM head returns for the wanted rows.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Head<'a> {
@@ -58,8 +68,8 @@ pub(crate) struct AttnDims {
 
 /// Runs all `items` through the model, writing their keys/values into `pool`, and returns
 /// the requested logits `[rows, V]` f32 row-major (rows in item order, positions
-/// ascending), or `None` when no item asked for any. With `record`, each sparse layer
-/// appends the experts of the step's tokens (`tokens * k`, item order) to it.
+/// ascending), or `None` when no item asked for any. Sparse layers record or replay their
+/// routing as `routing` says.
 ///
 /// Everything runs on host buffers: per layer, RMSNorm, the fused q/k/v projection, RoPE,
 /// the KV write, one attention pass, the output projection, RMSNorm, the fused gate/up
@@ -71,8 +81,10 @@ pub(crate) fn paged_forward(
     pool: &mut BlockPool,
     items: &[StepItem<'_>],
     head: Head<'_>,
-    mut record: Option<&mut Vec<Vec<u32>>>,
+    routing: StepRouting<'_>,
 ) -> Result<Option<Vec<f32>>> {
+    let StepRouting { mut record, replay } = routing;
+    let mut sparse = 0;
     let ids: Vec<u32> = items
         .iter()
         .flat_map(|i| i.tokens.iter().copied())
@@ -116,7 +128,9 @@ pub(crate) fn paged_forward(
                     r.push(Vec::new());
                     r.last_mut()
                 });
-                add_into(&mut x, &moe.forward(&h, total, None, rec)?);
+                let forced = replay.map(|r| r.get(sparse).map_or(&[][..], Vec::as_slice));
+                add_into(&mut x, &moe.forward(&h, total, forced, rec)?);
+                sparse += 1;
             }
         }
     }

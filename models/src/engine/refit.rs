@@ -5,7 +5,9 @@
 use crate::causal_lm::CausalLm;
 use crate::engine::error::EngineResult;
 use crate::engine::weights::tensor_checksum;
+use crate::routing::{ExpertChoices, RouterTrace};
 use candle_core::Tensor;
+use oxalign_kernels::ops::TokenDistribution;
 use std::collections::HashMap;
 
 /// New weights for the engine, computed by the trainer, with the trainer-side checksum of
@@ -52,22 +54,33 @@ pub struct Probe {
     /// passes when `|engine − trainer| ≤ tolerance · max(1, |trainer|)` (nats); e.g. 1e-4
     /// in f32, larger for quantized engines, whose mismatch this measures.
     pub tolerance: f32,
+    /// A mixture-of-experts trainer's experts for each probe token: the engine scores the
+    /// probe with them, so the probe compares weights, not routing (a quantized engine's
+    /// router may pick another expert on a near tie, a discrete jump that no refit error
+    /// causes). The engine's routing weights are still its own, and the checksums cover the
+    /// routers. None for dense models.
+    pub routing: Option<ExpertChoices>,
 }
 
 impl Probe {
     /// A probe whose expected log-probs come from `model`'s training forward
-    /// ([`CausalLm::next_token_logprobs`]).
+    /// ([`CausalLm::next_token_logprobs`]), with the experts that forward chose when the
+    /// model has sparse layers.
     pub fn from_model(model: &CausalLm, tokens: Vec<u32>, tolerance: f32) -> EngineResult<Probe> {
         let ids = Tensor::from_vec(tokens.clone(), (1, tokens.len()), model.device())?;
+        let mut trace = RouterTrace::new();
         let expected_logprobs = model
-            .next_token_logprobs(&ids, None)?
+            .next_token_outputs_traced(&ids, None, TokenDistribution::MODEL, &mut trace)?
+            .logprobs
             .squeeze(0)?
             .to_dtype(candle_core::DType::F32)?
             .to_vec1::<f32>()?;
+        let routing = (!trace.chosen.layers.is_empty()).then_some(trace.chosen);
         Ok(Probe {
             tokens,
             expected_logprobs,
             tolerance,
+            routing,
         })
     }
 }

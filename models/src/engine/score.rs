@@ -6,8 +6,9 @@
 
 use crate::engine::block_pool::BlockPool;
 use crate::engine::error::{EngineError, EngineResult};
-use crate::engine::forward::{paged_forward, AttnDims, Head, StepItem, WantLogits};
+use crate::engine::forward::{paged_forward, AttnDims, Head, StepItem, StepRouting, WantLogits};
 use crate::engine::weights::EngineWeights;
+use crate::routing::{ExpertChoices, FREE};
 use oxalign_kernels::ops::TokenDistribution;
 
 /// What scoring needs from the engine.
@@ -19,6 +20,9 @@ pub(crate) struct Scorer<'a> {
     pub max_batched_tokens: usize,
     /// The distribution the log-probs are taken under.
     pub dist: TokenDistribution,
+    /// Per sequence, experts to route its tokens to (positions from 0; see
+    /// [`ExpertChoices`]) instead of the routers' own top-k. None: the routers choose.
+    pub replay: Option<&'a [ExpertChoices]>,
 }
 
 impl Scorer<'_> {
@@ -39,7 +43,7 @@ impl Scorer<'_> {
                 out.extend(self.run_batch(pool, sequences, &batch)?);
                 batch.clear();
                 (tokens, blocks) = (0, 0);
-                out.push(self.score_long(pool, seq)?);
+                out.push(self.score_long(pool, seq, i)?);
                 continue;
             }
             if !batch.is_empty()
@@ -112,7 +116,11 @@ impl Scorer<'_> {
             .iter()
             .flat_map(|&i| sequences[i][1..].iter().copied())
             .collect();
-        let result = self.forward(pool, &items, &targets);
+        let spans: Vec<(usize, std::ops::Range<usize>)> = batch
+            .iter()
+            .map(|&i| (i, 0..sequences[i].len() - 1))
+            .collect();
+        let result = self.forward(pool, &items, &targets, &spans);
         release(pool, tables);
         let flat = result?;
         let mut at = 0;
@@ -127,7 +135,12 @@ impl Scorer<'_> {
     }
 
     /// A sequence longer than the token budget, in chunks over its own blocks.
-    fn score_long(&self, pool: &mut BlockPool, seq: &[u32]) -> EngineResult<Vec<f32>> {
+    fn score_long(
+        &self,
+        pool: &mut BlockPool,
+        seq: &[u32],
+        index: usize,
+    ) -> EngineResult<Vec<f32>> {
         let mut tables = allocate(pool, std::iter::once(seq.len()))?;
         let table = tables.pop().unwrap_or_default();
         let mut lps = Vec::with_capacity(seq.len() - 1);
@@ -141,7 +154,8 @@ impl Scorer<'_> {
                 tokens: &seq[start..end],
                 want: WantLogits::All,
             };
-            match self.forward(pool, &[item], &seq[start + 1..end + 1]) {
+            let spans = [(index, start..end)];
+            match self.forward(pool, &[item], &seq[start + 1..end + 1], &spans) {
                 Ok(v) => lps.extend(v),
                 Err(e) => {
                     result = Err(e);
@@ -154,12 +168,16 @@ impl Scorer<'_> {
         result.map(|()| lps)
     }
 
+    /// One step over `items`; `spans[i]` names item `i`'s sequence and the positions it
+    /// feeds (for the replay).
     fn forward(
         &self,
         pool: &mut BlockPool,
         items: &[StepItem<'_>],
         targets: &[u32],
+        spans: &[(usize, std::ops::Range<usize>)],
     ) -> EngineResult<Vec<f32>> {
+        let replay = self.replay.map(|r| step_replay(r, spans));
         paged_forward(
             self.weights,
             self.dims,
@@ -167,10 +185,39 @@ impl Scorer<'_> {
             pool,
             items,
             Head::TargetLogprobs(targets, self.dist),
-            None,
+            StepRouting {
+                record: None,
+                replay: replay.as_deref(),
+            },
         )?
         .ok_or_else(|| EngineError::Stalled("scoring returned no log-probs".into()))
     }
+}
+
+/// The replayed choices of one step, per sparse layer, token-major in item order: for each
+/// `(sequence, positions)` span, the records' choices at those positions ([`FREE`] past a
+/// record's end).
+fn step_replay(
+    records: &[ExpertChoices],
+    spans: &[(usize, std::ops::Range<usize>)],
+) -> Vec<Vec<u32>> {
+    let k = records.iter().map(|r| r.top_k).max().unwrap_or(0);
+    let layers = records.iter().map(|r| r.layers.len()).max().unwrap_or(0);
+    let mut out = vec![Vec::new(); layers];
+    for (l, layer) in out.iter_mut().enumerate() {
+        for (seq, positions) in spans {
+            let record = records.get(*seq);
+            let n = record.map_or(0, ExpertChoices::num_tokens);
+            let choices = record.and_then(|r| r.layers.get(l));
+            for pos in positions.clone() {
+                match choices.filter(|_| pos < n) {
+                    Some(c) => layer.extend_from_slice(&c[pos * k..(pos + 1) * k]),
+                    None => layer.extend(std::iter::repeat_n(FREE, k)),
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Block tables for sequences of the given lengths (all or nothing).

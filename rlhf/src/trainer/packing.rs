@@ -10,6 +10,7 @@ use candle_core::{DType, Tensor};
 
 use super::TokenBatch;
 use crate::{Result, RlhfError};
+use oxalign_models::routing::ExpertChoices;
 
 /// Which training steps run on packed rows instead of padded ones. Default: neither.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -39,6 +40,10 @@ pub struct PackedRows {
     unpack: Tensor,
     /// `(B, T-1)` of the batch.
     targets: (usize, usize),
+    /// Real tokens of each row of the batch.
+    lens: Vec<usize>,
+    /// The packed rows' width `L`.
+    width: usize,
 }
 
 impl PackedRows {
@@ -75,7 +80,25 @@ impl PackedRows {
             rows: plan,
             unpack: Tensor::from_vec(unpack, b * (t - 1), dev)?,
             targets: (b, t - 1),
+            lens,
+            width: l,
         })
+    }
+
+    /// The batch rows' expert-choice records (one per batch row) laid out over the packed
+    /// rows, for a replaying forward of [`Self::ids`].
+    pub fn routing(&self, records: &[ExpertChoices]) -> ExpertChoices {
+        let rows: Vec<Vec<(&ExpertChoices, usize)>> = self
+            .rows
+            .iter()
+            .map(|members| {
+                members
+                    .iter()
+                    .map(|&s| (&records[s], self.lens[s]))
+                    .collect()
+            })
+            .collect();
+        ExpertChoices::for_packed(&rows, self.width)
     }
 
     /// Number of packed rows `R`.

@@ -16,6 +16,7 @@ use crate::Result;
 use candle_core::Tensor;
 use oxalign_kernels::collective::Collective;
 use oxalign_kernels::ops::{HeadOutputs, TokenDistribution};
+use oxalign_models::routing::{ExpertChoices, RouterTrace};
 use oxalign_models::{CausalLm, ParamStore};
 
 /// Loss settings of a PPO policy update.
@@ -54,6 +55,10 @@ pub struct PolicyStats {
     pub rollout_mismatch_mean: f64,
     /// See `rollout_mismatch_mean`.
     pub rollout_mismatch_max: f64,
+    /// With rollout routing replay: the fraction of (token, sparse layer) routings where the
+    /// trainer's own router would have chosen other experts than the rollout did, before
+    /// this update. Zero without replay.
+    pub routing_overridden: f64,
     /// Gradient norm and skip flag.
     pub step: StepStats,
 }
@@ -143,22 +148,52 @@ impl PolicyTrainer {
         dist: TokenDistribution,
         packed: bool,
     ) -> Result<HeadOutputs> {
+        Ok(self.head_outputs_traced(batch, dist, packed)?.0)
+    }
+
+    /// [`Self::head_outputs`] with the routing of the forward: replaying the rollout's
+    /// experts when `batch.routing` is set ([`TokenBatch::routing`]), else the routers' own.
+    fn head_outputs_traced(
+        &self,
+        batch: &TokenBatch,
+        dist: TokenDistribution,
+        packed: bool,
+    ) -> Result<(HeadOutputs, RouterTrace)> {
         self.params.ensure_gathered()?;
+        let records = batch.routing.as_deref();
         if !packed {
-            return Ok(self.model.next_token_outputs(
+            let t = batch.ids.dim(1)?;
+            let mut trace = match records {
+                Some(r) => {
+                    let rows: Vec<(&ExpertChoices, usize)> = r.iter().map(|x| (x, 0)).collect();
+                    RouterTrace::replaying(ExpertChoices::for_batch(&rows, t))
+                }
+                None => RouterTrace::new(),
+            };
+            let out = self.model.next_token_outputs_traced(
                 &batch.ids,
                 Some(&batch.attention_mask),
                 dist,
-            )?);
+                &mut trace,
+            )?;
+            return Ok((out, trace));
         }
         let rows = PackedRows::new(batch)?;
-        let out = self
-            .model
-            .next_token_outputs_packed(&rows.ids, &rows.segments, dist)?;
-        Ok(HeadOutputs {
+        let mut trace = match records {
+            Some(r) => RouterTrace::replaying(rows.routing(r)),
+            None => RouterTrace::new(),
+        };
+        let out = self.model.next_token_outputs_packed_traced(
+            &rows.ids,
+            &rows.segments,
+            dist,
+            &mut trace,
+        )?;
+        let out = HeadOutputs {
             logprobs: rows.unpack(&out.logprobs)?,
             entropy: rows.unpack(&out.entropy)?,
-        })
+        };
+        Ok((out, trace))
     }
 
     /// One supervised step on the response tokens of `batch` (prompt masked out).
@@ -256,10 +291,13 @@ impl PolicyTrainer {
         } = *inputs;
         self.opt.set_lr(lr);
         let mask = &batch.response_mask;
-        let HeadOutputs {
-            logprobs: lp,
-            entropy: token_entropy,
-        } = self.head_outputs(batch, self.rollout_distribution, self.packing.rl)?;
+        let (
+            HeadOutputs {
+                logprobs: lp,
+                entropy: token_entropy,
+            },
+            trace,
+        ) = self.head_outputs_traced(batch, self.rollout_distribution, self.packing.rl)?;
         let (rollout_mismatch_mean, rollout_mismatch_max) = match rollout_logprobs {
             Some(r) => masked_abs_diff(&lp, r, mask)?,
             None => (0.0, 0.0),
@@ -329,6 +367,7 @@ impl PolicyTrainer {
             entropy: ent_stats.entropy,
             rollout_mismatch_mean,
             rollout_mismatch_max,
+            routing_overridden: overridden_fraction(&trace),
             step,
         })
     }
@@ -341,5 +380,15 @@ impl PolicyTrainer {
             .detach();
         let (loss, _) = sft_loss(&lp, &batch.response_mask)?;
         scalar(&loss)
+    }
+}
+
+/// [`PolicyStats::routing_overridden`] of a forward's trace.
+fn overridden_fraction(trace: &RouterTrace) -> f64 {
+    let (differ, total) = trace.overridden;
+    if total == 0 {
+        0.0
+    } else {
+        differ as f64 / total as f64
     }
 }

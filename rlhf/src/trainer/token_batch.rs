@@ -5,6 +5,7 @@
 
 use crate::{Result, RlhfError};
 use candle_core::{Device, Tensor};
+use oxalign_models::routing::ExpertChoices;
 
 /// A batch of `prompt ++ response` sequences.
 #[derive(Debug, Clone)]
@@ -20,6 +21,10 @@ pub struct TokenBatch {
     pub response_lens: Vec<usize>,
     /// Index (in `[0, T-1)`) of each row's last response target, if it has one.
     pub last_response_pos: Vec<Option<usize>>,
+    /// Rollout routing replay: per row, the experts the rollout engine routed each token
+    /// of `prompt ++ response` to (positions from 0). When set, the policy's forward sends
+    /// every token to these experts instead of its own top-k. None: the routers choose.
+    pub routing: Option<Vec<ExpertChoices>>,
 }
 
 impl TokenBatch {
@@ -68,7 +73,35 @@ impl TokenBatch {
             response_mask: Tensor::from_vec(resp, (b, t - 1), device)?,
             response_lens: pairs.iter().map(|(_, r)| r.len()).collect(),
             last_response_pos: last,
+            routing: None,
         })
+    }
+
+    /// This batch with the rollout's expert choices of every row (see [`Self::routing`]).
+    /// Errors unless there is one record per row, none longer than its row.
+    pub fn with_routing(mut self, routing: Vec<ExpertChoices>) -> Result<Self> {
+        if routing.len() != self.rows() {
+            return Err(RlhfError::invalid(
+                "routing",
+                format!("{} records", routing.len()),
+                format!("one expert-choice record per row ({} rows)", self.rows()),
+            ));
+        }
+        let lens = self.attention_mask.sum(1)?.to_vec1::<u32>()?;
+        for (row, (r, &len)) in routing.iter().zip(&lens).enumerate() {
+            if r.num_tokens() > len as usize {
+                return Err(RlhfError::invalid(
+                    "routing",
+                    format!("row {row}"),
+                    format!(
+                        "at most {len} routed positions (the row's tokens), got {}",
+                        r.num_tokens()
+                    ),
+                ));
+            }
+        }
+        self.routing = Some(routing);
+        Ok(self)
     }
 
     /// The rows `rows` (in that order) as a new batch with the same `T`.
@@ -81,6 +114,10 @@ impl TokenBatch {
             response_mask: self.response_mask.index_select(&idx, 0)?,
             response_lens: rows.iter().map(|&r| self.response_lens[r]).collect(),
             last_response_pos: rows.iter().map(|&r| self.last_response_pos[r]).collect(),
+            routing: self
+                .routing
+                .as_ref()
+                .map(|all| rows.iter().map(|&r| all[r].clone()).collect()),
         })
     }
 

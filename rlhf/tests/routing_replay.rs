@@ -1,0 +1,204 @@
+//! Rollout routing replay in the policy trainer: a [`TokenBatch`] carrying the engine's
+//! expert choices ([`TokenBatch::with_routing`]) makes the trainer's log-probs the engine's
+//! sampling log-probs to 1e-5 on a mixture-of-experts policy, padded and packed, and the
+//! replayed rows survive minibatch selection. Under int8 rollout weights the engine routes
+//! differently from the f32 trainer; the PPO update reports how often the replay overrode
+//! the trainer's router, and the router still learns (its weights move).
+
+use candle_core::Device;
+use oxalign_kernels::ops::TokenDistribution;
+use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
+use oxalign_models::routing::ExpertChoices;
+use oxalign_models::{
+    CausalLm, Completion, Family, GenerationRequest, ModelConfig, Preset, SamplingParams,
+};
+use oxalign_rlhf::losses::{KlEstimator, PolicyObjective, PpoConfig, RolloutCorrection};
+use oxalign_rlhf::trainer::{Packing, PolicyLossConfig, PolicyTrainer, TokenBatch};
+
+/// A two-layer Qwen3-MoE with 8 experts, top-2, widths int8 accepts (multiples of 32), and
+/// weights scaled up so routers are far from uniform.
+fn model(seed: u64) -> CausalLm {
+    let mut c = ModelConfig::preset(Family::Qwen3Moe, Preset::Tiny, 96);
+    c.hidden_size = 64;
+    c.intermediate_size = 64;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 16;
+    let m = c.moe.as_mut().unwrap();
+    m.num_experts = 8;
+    m.num_experts_per_tok = 2;
+    m.moe_intermediate_size = 32;
+    let model = CausalLm::init_random(&c, seed, &Device::Cpu).unwrap();
+    for (_, v) in model.vars() {
+        if v.rank() == 2 {
+            v.set(&(v.as_tensor() * 4.0).unwrap()).unwrap();
+        }
+    }
+    model
+}
+
+fn requests() -> Vec<GenerationRequest> {
+    (0..6u64)
+        .map(|i| {
+            let prompt: Vec<u32> = (0..3 + 2 * i as usize)
+                .map(|j| ((7 + 13 * i as usize + 5 * j) % 90 + 3) as u32)
+                .collect();
+            let mut r = GenerationRequest::new(prompt, 8);
+            r.ignore_eos = true;
+            r.sampling = SamplingParams {
+                temperature: 1.0,
+                top_k: 0,
+                top_p: 1.0,
+                seed: 900 + i,
+            };
+            r
+        })
+        .collect()
+}
+
+fn rollout(m: &CausalLm, quant: QuantMode) -> Vec<(Completion, ExpertChoices)> {
+    let cfg = EngineConfig {
+        block_size: 4,
+        num_blocks: Some(256),
+        quant,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::from_model(m, cfg).unwrap();
+    engine.generate_with_routing(&requests()).unwrap()
+}
+
+/// The rollout as a right-padded trainer batch, with its routing when `replay`.
+fn batch(rollouts: &[(Completion, ExpertChoices)], replay: bool) -> TokenBatch {
+    let reqs = requests();
+    let pairs: Vec<(&[u32], &[u32])> = reqs
+        .iter()
+        .zip(rollouts)
+        .map(|(r, (c, _))| (r.prompt.as_slice(), c.tokens.as_slice()))
+        .collect();
+    let b = TokenBatch::new(&pairs, 0, &Device::Cpu).unwrap();
+    if !replay {
+        return b;
+    }
+    b.with_routing(rollouts.iter().map(|(_, r)| r.clone()).collect())
+        .unwrap()
+}
+
+/// Max |trainer − engine| over the sampled tokens.
+fn mismatch(t: &PolicyTrainer, b: &TokenBatch, rollouts: &[(Completion, ExpertChoices)]) -> f32 {
+    let lp = t.logprobs(b).unwrap().to_vec2::<f32>().unwrap();
+    let mut worst = 0f32;
+    for ((req, (c, _)), row) in requests().iter().zip(rollouts).zip(&lp) {
+        let start = req.prompt.len() - 1;
+        for (i, e) in c.logprobs.iter().enumerate() {
+            worst = worst.max((e - row[start + i]).abs());
+        }
+    }
+    worst
+}
+
+#[test]
+fn replayed_trainer_logprobs_are_the_engines_padded_and_packed() {
+    let m = model(31);
+    let rollouts = rollout(&m, QuantMode::None);
+    let mut t = PolicyTrainer::new(m, 1e-3, 0.0).unwrap();
+    t.rollout_distribution = TokenDistribution::MODEL;
+    let without = mismatch(&t, &batch(&rollouts, false), &rollouts);
+    let padded = mismatch(&t, &batch(&rollouts, true), &rollouts);
+    t.packing = Packing {
+        sft: false,
+        rl: true,
+    };
+    let packed = mismatch(&t, &batch(&rollouts, true), &rollouts);
+    println!(
+        "f32 rollout: trainer vs engine max |Δ log-prob| without replay {without:.2e}, \
+         replayed padded {padded:.2e}, replayed packed {packed:.2e}"
+    );
+    assert!(padded <= 1e-5, "padded replay {padded}");
+    assert!(packed <= 1e-5, "packed replay {packed}");
+    let rows = batch(&rollouts, true).select_rows(&[4, 1]).unwrap();
+    let r = rows.routing.as_ref().unwrap();
+    assert_eq!(r[0], rollouts[4].1);
+    assert_eq!(r[1], rollouts[1].1);
+}
+
+#[test]
+fn a_record_per_row_no_longer_than_the_row_is_required() {
+    let m = model(32);
+    let rollouts = rollout(&m, QuantMode::None);
+    let b = batch(&rollouts, false);
+    let one = vec![rollouts[0].1.clone()];
+    let e = b.clone().with_routing(one).unwrap_err().to_string();
+    assert!(e.contains("one expert-choice record per row"), "{e}");
+    let mut long: Vec<ExpertChoices> = rollouts.iter().map(|(_, r)| r.clone()).collect();
+    long[2] = rollouts[5].1.clone();
+    let e = b.with_routing(long).unwrap_err().to_string();
+    assert!(e.contains("row 2"), "{e}");
+}
+
+/// The first sparse layer's router weight `[E, H]`.
+fn router_weights(t: &PolicyTrainer) -> Vec<Vec<f32>> {
+    let w = t.model.params().get("model.layers.0.mlp.gate.weight");
+    w.unwrap().to_vec2::<f32>().unwrap()
+}
+
+fn loss_config() -> PolicyLossConfig {
+    PolicyLossConfig {
+        objective: PolicyObjective::Ppo,
+        ppo: PpoConfig::symmetric(0.2),
+        kl_loss_coef: 0.0,
+        kl_estimator: KlEstimator::K1,
+        entropy_coef: 0.0,
+        rollout_correction: RolloutCorrection::None,
+        max_grad_norm: 1.0,
+    }
+}
+
+#[test]
+fn an_update_on_int8_rollouts_replays_their_experts_and_the_router_learns() {
+    let m = model(33);
+    let rollouts = rollout(&m, QuantMode::Int8);
+    let mut t = PolicyTrainer::new(m, 1e-2, 0.0).unwrap();
+    let b = batch(&rollouts, true);
+    let old = t.logprobs(&b).unwrap();
+    let (rows, cols) = old.dims2().unwrap();
+    let adv: Vec<f32> = (0..rows * cols)
+        .map(|i| if (i / cols) % 2 == 0 { 1.0 } else { -1.0 })
+        .collect();
+    let adv = candle_core::Tensor::from_vec(adv, (rows, cols), &Device::Cpu).unwrap();
+    let before = router_weights(&t);
+    let s = t
+        .ppo_step(&b, &old, &adv, None, None, &loss_config(), 1e-2, 1.0, None)
+        .unwrap();
+    println!(
+        "int8 rollout: the replay overrode the trainer's router on {:.2}% of token-layers",
+        100.0 * s.routing_overridden
+    );
+    assert!(
+        s.routing_overridden > 0.0 && s.routing_overridden < 0.5,
+        "{}",
+        s.routing_overridden
+    );
+    let after = router_weights(&t);
+    let moved = before
+        .iter()
+        .flatten()
+        .zip(after.iter().flatten())
+        .any(|(a, b)| a != b);
+    assert!(moved, "the router's weights moved under replay");
+    let dense = batch(&rollouts, false);
+    let s = t
+        .ppo_step(
+            &dense,
+            &old,
+            &adv,
+            None,
+            None,
+            &loss_config(),
+            1e-2,
+            1.0,
+            None,
+        )
+        .unwrap();
+    assert_eq!(s.routing_overridden, 0.0, "no replay, nothing overridden");
+}
