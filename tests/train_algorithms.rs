@@ -122,3 +122,129 @@ fn a_moe_policy_trains_with_verified_refits() {
         "the policy moved off the reference"
     );
 }
+
+/// Runs `recipe` (in configs/) as run `name` for `steps` RL steps after `sft` SFT steps, with
+/// `extra` overrides, in a fresh folder; returns the folder and the metrics lines.
+fn run_moe(
+    recipe: &str,
+    name: &str,
+    steps: usize,
+    sft: usize,
+    extra: &[&str],
+) -> (tempfile::TempDir, Vec<Value>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = format!("{}/configs/{recipe}.toml", env!("CARGO_MANIFEST_DIR"));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_oxalign"));
+    cmd.args(["train", &path, "--quiet"])
+        .args(["--set", &format!("run.name={name}")])
+        .args(["--set", &format!("run.steps={steps}")])
+        .args(["--set", &format!("sft.steps={sft}")])
+        .args(["--set", &format!("run.checkpoint_every={steps}")]);
+    for e in extra {
+        cmd.args(["--set", e]);
+    }
+    let out = cmd.current_dir(tmp.path()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{recipe} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(tmp.path().join(format!("runs/{name}/metrics.jsonl")));
+    let m = text
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (tmp, m)
+}
+
+/// The MoE recipe with its experts over two CPU devices (configs/moe-grpo-ep2.toml,
+/// `placement.expert_parallel = 2`) trains with verified refits, writes whole-model
+/// checkpoints with one optimizer state per rank, and follows, step by step, the same seed
+/// data-parallel over the same two devices with every expert on each (configs/moe-grpo.toml
+/// with `placement.policy = "cpu:0,cpu:1"`): the updates are the same to f32 rounding.
+#[test]
+fn a_moe_policy_with_experts_over_two_devices_trains_like_data_parallel() {
+    let (ep2_dir, ep2) = run_moe("moe-grpo-ep2", "ep2", 3, 60, &[]);
+    let two_cpus = "placement.policy=\"cpu:0,cpu:1\"";
+    let (dp2_dir, dp2) = run_moe("moe-grpo", "dp2", 3, 60, &[two_cpus]);
+    assert_eq!(ep2.len(), 3);
+    for (a, b) in ep2.iter().zip(&dp2) {
+        let mismatch = a["logprob_mismatch_max"].as_f64().unwrap();
+        assert!(mismatch < 1e-4, "EP=2 engine vs trainer: {a}");
+        assert!(
+            a["refit_probe_max_abs_diff"].as_f64().unwrap() < 1e-4,
+            "{a}"
+        );
+        assert!(a["refit_tensors_verified"].as_f64().unwrap() > 0.0, "{a}");
+        assert!(a["grad_norm"].as_f64().unwrap() > 0.0, "{a}");
+        for key in ["reward_mean", "kl", "grad_norm", "policy_loss"] {
+            let (x, y) = (a[key].as_f64().unwrap(), b[key].as_f64().unwrap());
+            eprintln!("step {}: {key} EP=2 {x} DP=2 {y}", a["step"]);
+            assert!(
+                (x - y).abs() <= 5e-4 * y.abs().max(1e-2),
+                "step {}: {key} EP=2 {x} vs DP=2 {y}",
+                a["step"]
+            );
+        }
+    }
+    let policy = |dir: &tempfile::TempDir, run: &str| {
+        let c = dir.path().join(format!("runs/{run}/checkpoints"));
+        let step = std::fs::read_dir(&c).unwrap().flatten().map(|e| e.path());
+        let step = step
+            .filter(|p| p.to_string_lossy().contains("step_"))
+            .max()
+            .unwrap();
+        step.join("policy")
+    };
+    let (p2, p1) = (policy(&ep2_dir, "ep2"), policy(&dp2_dir, "dp2"));
+    let size = |p: &std::path::Path| {
+        std::fs::metadata(p.join("model.safetensors"))
+            .unwrap()
+            .len()
+    };
+    assert_eq!(size(&p2), size(&p1), "the checkpoint holds every expert");
+    for rank in 0..2 {
+        let opt = p2.join(format!(
+            "optimizer/expert_rank_{rank}/optimizer.safetensors"
+        ));
+        assert!(opt.is_file(), "{opt:?}");
+    }
+}
+
+/// `placement.expert_parallel` is refused with exit 2 when the policy's group does not have
+/// that many devices, and for a dense policy.
+#[test]
+fn expert_parallel_needs_its_devices_and_a_moe_policy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let recipe = format!("{}/configs/moe-grpo.toml", env!("CARGO_MANIFEST_DIR"));
+    let grpo = format!("{}/configs/grpo.toml", env!("CARGO_MANIFEST_DIR"));
+    for (path, sets, want) in [
+        (
+            &recipe,
+            vec!["placement.expert_parallel=2"],
+            "2 CPU devices",
+        ),
+        (
+            &grpo,
+            vec![
+                "placement.expert_parallel=2",
+                "placement.policy=\"cpu:0,cpu:1\"",
+            ],
+            "mixture-of-experts",
+        ),
+    ] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_oxalign"));
+        cmd.args(["train", path, "--quiet"]).current_dir(tmp.path());
+        for s in sets {
+            cmd.args(["--set", s]);
+        }
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("placement.expert_parallel") && err.contains(want),
+            "{err}"
+        );
+    }
+}

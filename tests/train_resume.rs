@@ -367,3 +367,28 @@ fn a_fresh_start_without_checkpoints_replaces_the_old_logs() {
     assert_eq!(m.len(), 1);
     assert!(m[0].get("old").is_none(), "old run's line kept: {m:?}");
 }
+
+/// An expert-parallel policy (the recipe above on a tiny Qwen3-MoE with its experts over two
+/// CPU devices) resumes from its checkpoints (whole weights, one AdamW state per rank in
+/// `optimizer/expert_rank_<r>/`) to exactly the uninterrupted run.
+#[test]
+fn an_expert_parallel_run_resumes_to_the_uninterrupted_run() {
+    let recipe = RECIPE.replace("init_family = \"llama\"", "init_family = \"qwen3_moe\"")
+        + "\n[placement]\npolicy = \"cpu:0,cpu:1\"\nexpert_parallel = 2\n";
+    let full = tempfile::tempdir().unwrap();
+    std::fs::write(full.path().join("r.toml"), &recipe).unwrap();
+    train_ok(full.path(), &[]);
+    let policy = run_dir(full.path()).join("checkpoints/step_000003/policy");
+    for rank in 0..2 {
+        let d = policy.join(format!("optimizer/expert_rank_{rank}"));
+        assert!(d.join("optimizer.safetensors").is_file(), "{}", d.display());
+    }
+    let split = tempfile::tempdir().unwrap();
+    std::fs::write(split.path().join("r.toml"), &recipe).unwrap();
+    train_ok(split.path(), &["--set", "run.steps=1"]);
+    train_ok(
+        split.path(),
+        &["--resume", "runs/r", "--allow-change", "run.steps"],
+    );
+    assert_same_run(full.path(), split.path(), "expert-parallel resume");
+}

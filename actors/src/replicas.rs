@@ -42,14 +42,30 @@ pub struct Replicas<T> {
 impl<T: Send + 'static> Replicas<T> {
     /// Replicas of `role` with one state per device of `specs`.
     pub fn new(role: &str, specs: Vec<DeviceSpec>, states: Vec<T>, pool: ExecutorPool) -> Self {
+        let group = match specs.len() > 1 {
+            true => Some(collective_group(specs.len())),
+            false => None,
+        };
+        Self::with_group(role, specs, states, pool, group)
+    }
+
+    /// [`Replicas::new`] over the collective group `group` (one handle per device, rank
+    /// order; `None` for one replica): a failed job aborts it, releasing peers waiting in
+    /// any exchange over it.
+    pub fn with_group(
+        role: &str,
+        specs: Vec<DeviceSpec>,
+        states: Vec<T>,
+        pool: ExecutorPool,
+        group: Option<Vec<Arc<ThreadCollective>>>,
+    ) -> Self {
         assert_eq!(specs.len(), states.len(), "one state per device");
-        let collectives = if specs.len() > 1 {
-            ThreadCollective::group(specs.len())
-                .into_iter()
-                .map(|c| Some(Arc::new(c)))
-                .collect()
-        } else {
-            vec![None]
+        let collectives = match group {
+            Some(g) => {
+                assert_eq!(g.len(), specs.len(), "one collective handle per device");
+                g.into_iter().map(Some).collect()
+            }
+            None => vec![None; specs.len()],
         };
         Self {
             role: role.to_string(),
@@ -152,6 +168,15 @@ impl<T> Clone for Replicas<T> {
             pool: self.pool.clone(),
         }
     }
+}
+
+/// A fresh collective group of `world` ranks, for [`Replicas::with_group`] when the states
+/// themselves hold a handle on it (expert-parallel models exchange rows over it).
+pub fn collective_group(world: usize) -> Vec<Arc<ThreadCollective>> {
+    ThreadCollective::group(world)
+        .into_iter()
+        .map(Arc::new)
+        .collect()
 }
 
 /// Aborts a replica's collective when dropped: on an error return or while a panic unwinds

@@ -1,30 +1,12 @@
 //! All-gather and reduce-scatter of [`ThreadCollective`]: results, rank-order determinism,
 //! the tensor conveniences, and failure (a leaving rank, a timeout, mismatched calls).
 
-use candle_core::{DType, Device, Tensor};
-use oxalign_kernels::collective::{Collective, CollectiveError, ThreadCollective};
-use std::sync::Arc;
-use std::thread;
-use std::time::{Duration, Instant};
+mod common;
 
-/// Runs `f(handle)` on one thread per rank and returns the results in rank order.
-fn run_group<R: Send + 'static>(
-    group: Vec<ThreadCollective>,
-    f: impl Fn(ThreadCollective) -> R + Send + Sync + 'static,
-) -> Vec<R> {
-    let f = Arc::new(f);
-    let handles: Vec<_> = group
-        .into_iter()
-        .map(|c| {
-            let f = f.clone();
-            thread::spawn(move || f(c))
-        })
-        .collect();
-    handles
-        .into_iter()
-        .map(|h| h.join().expect("rank thread"))
-        .collect()
-}
+use candle_core::{DType, Device, Tensor};
+use common::run_group;
+use oxalign_kernels::collective::{Collective, CollectiveError, ThreadCollective};
+use std::time::{Duration, Instant};
 
 #[test]
 fn all_gather_concatenates_in_rank_order_for_1_to_4_ranks() {

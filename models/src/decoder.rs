@@ -4,6 +4,7 @@
 
 use crate::config::ModelConfig;
 use crate::decoder_layer::DecoderLayer;
+use crate::expert_parallel::ExpertParallel;
 use crate::kv_cache::KvCache;
 use crate::layers::{embedding, rms_norm};
 use crate::mask::{mask_to_host, position_ids, segment_position_ids, Visibility};
@@ -26,6 +27,16 @@ impl Decoder {
     /// Builds the decoder of `cfg` over the backbone tensors of `params` (the names
     /// `cfg.backbone_params()` declares).
     pub fn new(cfg: &ModelConfig, params: &ParamStore) -> Result<Decoder> {
+        Self::with_experts(cfg, params, None)
+    }
+
+    /// [`Decoder::new`] with the routed experts spread over `ep` (`params` then holds only
+    /// this rank's experts; see `expert_parallel.rs`).
+    pub fn with_experts(
+        cfg: &ModelConfig,
+        params: &ParamStore,
+        ep: Option<&ExpertParallel>,
+    ) -> Result<Decoder> {
         let decl = cfg.backbone_params();
         Ok(Decoder {
             embed: params.get(&decl.embed_tokens.name)?,
@@ -33,7 +44,7 @@ impl Decoder {
                 .layers
                 .iter()
                 .enumerate()
-                .map(|(i, layer)| DecoderLayer::new(cfg, params, layer, i))
+                .map(|(i, layer)| DecoderLayer::new(cfg, params, layer, i, ep))
                 .collect::<Result<_>>()?,
             norm: params.get(&decl.norm.name)?,
             eps: cfg.rms_norm_eps,

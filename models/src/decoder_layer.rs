@@ -4,6 +4,7 @@
 
 use crate::attention::Attention;
 use crate::config::ModelConfig;
+use crate::expert_parallel::ExpertParallel;
 use crate::kv_cache::KvCache;
 use crate::layers::rms_norm;
 use crate::layout::{FeedForwardParams, LayerParams};
@@ -33,12 +34,14 @@ pub struct DecoderLayer {
 }
 
 impl DecoderLayer {
-    /// Layer `index` of `cfg`: the tensors `decl` names, from `params`.
+    /// Layer `index` of `cfg`: the tensors `decl` names, from `params` (a sparse layer's
+    /// experts only this rank's when `ep` spreads them over a group).
     pub fn new(
         cfg: &ModelConfig,
         params: &ParamStore,
         decl: &LayerParams,
         index: usize,
+        ep: Option<&ExpertParallel>,
     ) -> Result<DecoderLayer> {
         Ok(DecoderLayer {
             input_norm: params.get(&decl.input_norm.name)?,
@@ -47,7 +50,7 @@ impl DecoderLayer {
             ffn: match &decl.ffn {
                 FeedForwardParams::Dense(m) => FeedForward::Dense(Mlp::new(params, m)?),
                 FeedForwardParams::Sparse(m) => {
-                    FeedForward::Sparse(SparseMoe::new(cfg, params, m)?)
+                    FeedForward::Sparse(SparseMoe::new(cfg, params, m, ep)?)
                 }
             },
             eps: cfg.rms_norm_eps,

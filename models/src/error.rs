@@ -91,6 +91,14 @@ pub enum ModelError {
         message: String,
     },
     /// A tensor operation failed.
+    /// Experts cannot be spread over the group as asked.
+    #[error("expert parallelism over {world} ranks: {message}")]
+    ExpertParallel {
+        /// Ranks in the group.
+        world: usize,
+        /// What is wrong (a dense model, experts the group does not divide, ...).
+        message: String,
+    },
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }

@@ -7,6 +7,7 @@ use crate::checkpoint::{read_checkpoint, write_checkpoint, CONFIG_FILE};
 use crate::config::ModelConfig;
 use crate::decoder::Decoder;
 use crate::error::{ModelError, Result};
+use crate::expert_parallel::{gather_experts, ExpertNames, ExpertParallel};
 use crate::head::Head;
 use crate::param_spec::{init_tensors, ParamSpec};
 use crate::param_store::ParamStore;
@@ -26,6 +27,8 @@ pub struct Model<H: Head> {
     params: ParamStore,
     decoder: Decoder,
     pub(crate) head: H,
+    /// The expert-parallel group when this rank holds only its share of the routed experts.
+    ep: Option<ExpertParallel>,
 }
 
 const WEIGHTS_MAP: &str = "<weights map>";
@@ -41,14 +44,78 @@ impl<H: Head> Model<H> {
 
     /// Builds the model over `params` (which hold exactly [`Model::param_specs`]).
     fn build(config: ModelConfig, params: ParamStore) -> Result<Self> {
-        let decoder = Decoder::new(&config, &params)?;
+        Self::build_with(config, params, None)
+    }
+
+    /// [`Self::build`] with the routed experts spread over `ep` (`params` holds this rank's).
+    fn build_with(
+        config: ModelConfig,
+        params: ParamStore,
+        ep: Option<ExpertParallel>,
+    ) -> Result<Self> {
+        let decoder = Decoder::with_experts(&config, &params, ep.as_ref())?;
         let head = H::bind(&config, &params, &decoder)?;
         Ok(Model {
             config,
             params,
             decoder,
             head,
+            ep,
         })
+    }
+
+    /// This model as rank `ep.rank()` of an expert-parallel group: a new store (copies of
+    /// the weights) with every parameter except the routed experts other ranks own (rank `r`
+    /// keeps experts `e mod world == r` of each sparse layer), and a forward that exchanges
+    /// token rows with the other ranks in each sparse layer (every rank must run the same
+    /// forwards). Errors ([`ModelError::ExpertParallel`]) for a dense model, a model already
+    /// spread, or a group that does not divide the number of experts.
+    pub fn with_expert_parallel(&self, ep: ExpertParallel) -> Result<Self> {
+        let world = ep.world();
+        let bad = |message: String| ModelError::ExpertParallel { world, message };
+        if self.ep.is_some() {
+            return Err(bad("the model's experts are already spread".into()));
+        }
+        let Some(moe) = &self.config.moe else {
+            return Err(bad("the model has no experts (not a MoE family)".into()));
+        };
+        if world == 0 || !moe.num_experts.is_multiple_of(world) {
+            return Err(bad(format!(
+                "num_experts = {} is not a multiple of the group size",
+                moe.num_experts
+            )));
+        }
+        let names = ExpertNames::of(&self.config);
+        let specs: Vec<ParamSpec> = Self::param_specs(&self.config)
+            .into_iter()
+            .filter(|s| ep.keeps(&names, &s.name))
+            .collect();
+        let source = Path::new(WEIGHTS_MAP);
+        let params = ParamStore::from_tensors(
+            &specs,
+            &self.weights()?,
+            source,
+            self.dtype(),
+            self.device(),
+        )?;
+        Self::build_with(self.config.clone(), params, Some(ep))
+    }
+
+    /// The expert-parallel group, when this model holds only its rank's experts.
+    pub fn expert_parallel(&self) -> Option<&ExpertParallel> {
+        self.ep.as_ref()
+    }
+
+    /// Detached copies of all weights with every rank's experts (HF names, the whole model).
+    /// Expert-parallel: every rank of the group must call it (an all-gather); otherwise the
+    /// same as [`Model::weights`].
+    pub fn full_weights(&self) -> candle_core::Result<HashMap<String, Tensor>> {
+        let mut all = self.weights()?;
+        if let Some(ep) = &self.ep {
+            let names = ExpertNames::of(&self.config);
+            all.extend(gather_experts(ep, &names, &all)?);
+        }
+        Ok(all)
     }
 
     /// Builds the store from `tensors` (every parameter required) or, with
@@ -108,12 +175,16 @@ impl<H: Head> Model<H> {
 
     /// An independent copy (own `Var`s, same values, same dtype and device).
     pub fn deep_clone(&self) -> Result<Self> {
-        Self::from_weights(
-            self.config.clone(),
+        let specs: Vec<ParamSpec> = self.params.specs().to_vec();
+        let source = Path::new(WEIGHTS_MAP);
+        let params = ParamStore::from_tensors(
+            &specs,
             &self.weights()?,
+            source,
             self.dtype(),
             self.device(),
-        )
+        )?;
+        Self::build_with(self.config.clone(), params, self.ep.clone())
     }
 
     /// Random init with seed `seed` in f32: Normal(0, 0.02) for linear/embedding weights, ones
@@ -155,6 +226,9 @@ impl<H: Head> Model<H> {
     /// Writes `config.json` (`architectures: [<Family><Head>]`; one label for scalar heads),
     /// `model.safetensors` (f32) and `generation_config.json` into `dir` (created if needed),
     /// loadable by the matching `transformers.AutoModelFor*.from_pretrained`.
+    ///
+    /// Expert-parallel: every rank of the group must call it; the experts are gathered
+    /// ([`Model::full_weights`]) and rank 0 writes the whole model (the others write nothing).
     pub fn save(&self, dir: &Path) -> Result<()> {
         let arch = self.config.family.architecture(H::ARCHITECTURE);
         let config = if H::SCALAR {
@@ -162,7 +236,22 @@ impl<H: Head> Model<H> {
         } else {
             self.config.clone()
         };
-        write_checkpoint(dir, &config, &arch, &self.params)
+        let Some(ep) = &self.ep else {
+            return write_checkpoint(dir, &config, &arch, &self.params);
+        };
+        let all = self.full_weights()?;
+        if ep.rank() != 0 {
+            return Ok(());
+        }
+        let specs = Self::param_specs(&self.config);
+        let store = ParamStore::from_tensors(
+            &specs,
+            &all,
+            Path::new(WEIGHTS_MAP),
+            self.dtype(),
+            self.device(),
+        )?;
+        write_checkpoint(dir, &config, &arch, &store)
     }
 
     /// The model config.

@@ -2,9 +2,12 @@
 //! forward): route each token (`router.rs`), run every expert once over the tokens sent to it,
 //! scale each output by its routing weight and sum them back per token; plus, for Qwen2-MoE,
 //! the shared expert scaled by `sigmoid(shared_expert_gate(x))`. Differentiable in every
-//! weight, router included. The engine's host version is `engine/moe_forward.rs`.
+//! weight, router included. The engine's host version is `engine/moe_forward.rs`. With
+//! expert parallelism a block holds only its rank's experts and exchanges token rows with
+//! the other ranks (`moe_parallel.rs`).
 
 use crate::config::ModelConfig;
+use crate::expert_parallel::ExpertParallel;
 use crate::layers::linear;
 use crate::layout::MoeParams;
 use crate::mlp::Mlp;
@@ -15,25 +18,33 @@ use candle_core::{Result, Tensor};
 
 /// The always-on expert and its scalar gate `[1, H]`.
 #[derive(Clone, Debug)]
-struct SharedExpert {
-    mlp: Mlp,
-    gate: Tensor,
+pub(crate) struct SharedExpert {
+    pub(crate) mlp: Mlp,
+    pub(crate) gate: Tensor,
 }
 
 /// Weights of one sparse block (the tensors of a [`MoeParams`]).
 #[derive(Clone, Debug)]
 pub struct SparseMoe {
-    router: Tensor,
-    experts: Vec<Mlp>,
-    shared: Option<SharedExpert>,
-    top_k: usize,
-    norm_topk_prob: bool,
+    pub(crate) router: Tensor,
+    /// Expert `e`'s MLP, or `None` when another expert-parallel rank holds it.
+    pub(crate) experts: Vec<Option<Mlp>>,
+    pub(crate) shared: Option<SharedExpert>,
+    pub(crate) top_k: usize,
+    pub(crate) norm_topk_prob: bool,
+    /// The expert-parallel group, when the experts are spread over one.
+    pub(crate) ep: Option<ExpertParallel>,
 }
 
 impl SparseMoe {
     /// Picks up the tensors `decl` names from `params`; `cfg.moe` gives top-k and the
-    /// renormalisation rule.
-    pub fn new(cfg: &ModelConfig, params: &ParamStore, decl: &MoeParams) -> Result<SparseMoe> {
+    /// renormalisation rule. With `ep`, only the experts this rank owns are looked up.
+    pub fn new(
+        cfg: &ModelConfig,
+        params: &ParamStore,
+        decl: &MoeParams,
+        ep: Option<&ExpertParallel>,
+    ) -> Result<SparseMoe> {
         let Some(moe) = &cfg.moe else {
             candle_core::bail!("a sparse layer needs the config's MoE keys")
         };
@@ -49,17 +60,25 @@ impl SparseMoe {
             experts: decl
                 .experts
                 .iter()
-                .map(|e| Mlp::new(params, e))
+                .enumerate()
+                .map(|(i, e)| match ep.is_none_or(|p| p.owns(i)) {
+                    true => Mlp::new(params, e).map(Some),
+                    false => Ok(None),
+                })
                 .collect::<Result<_>>()?,
             shared,
             top_k: moe.num_experts_per_tok,
             norm_topk_prob: moe.norm_topk_prob,
+            ep: ep.cloned(),
         })
     }
 
     /// `x`: `[B, T, H]` -> `[B, T, H]`. Appends this layer's router logits and choices to
     /// `trace` (and takes its choices from it when it replays).
     pub fn forward(&self, x: &Tensor, trace: &mut RouterTrace) -> Result<Tensor> {
+        if let Some(ep) = &self.ep {
+            return self.forward_parallel(ep, x, trace);
+        }
         let (b, t, h) = x.dims3()?;
         let n = b * t;
         let flat = x.reshape((n, h))?;
@@ -82,9 +101,9 @@ impl SparseMoe {
         let mut outs = Vec::new();
         let mut rows = Vec::with_capacity(n * k);
         for (e, expert) in self.experts.iter().enumerate() {
-            if tokens[e].is_empty() {
+            let Some(expert) = expert.as_ref().filter(|_| !tokens[e].is_empty()) else {
                 continue;
-            }
+            };
             let idx = Tensor::from_slice(&tokens[e], tokens[e].len(), device)?;
             let slot = Tensor::from_slice(&slots[e], slots[e].len(), device)?;
             let y = expert.forward(&flat.index_select(&idx, 0)?)?;
@@ -97,12 +116,21 @@ impl SparseMoe {
             let rows = Tensor::from_vec(rows, n * k, device)?;
             out = out.index_add(&rows, &Tensor::cat(&outs, 0)?, 0)?;
         }
-        if let Some(s) = &self.shared {
-            let gate = sigmoid(&linear(&flat, &s.gate, None)?)?;
-            out = (out + s.mlp.forward(&flat)?.broadcast_mul(&gate)?)?;
-        }
+        out = self.add_shared(&flat, out)?;
         trace.push(routed.logits, routed.experts, k, routed.overridden);
         out.reshape((b, t, h))
+    }
+
+    /// `out + sigmoid(shared_expert_gate(flat)) · shared_expert(flat)` when the block has a
+    /// shared expert, else `out` (`flat`, `out`: `[N, H]`).
+    pub(crate) fn add_shared(&self, flat: &Tensor, out: Tensor) -> Result<Tensor> {
+        match &self.shared {
+            Some(s) => {
+                let gate = sigmoid(&linear(flat, &s.gate, None)?)?;
+                out + s.mlp.forward(flat)?.broadcast_mul(&gate)?
+            }
+            None => Ok(out),
+        }
     }
 }
 

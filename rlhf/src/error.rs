@@ -91,6 +91,10 @@ pub enum RlhfError {
     /// failed, the weights were released when read, or the model cannot be sharded.
     #[error("sharded training: {0}")]
     Sharding(String),
+    /// Expert-parallel training could not spread the experts or exchange gradients: a
+    /// dense model, a group that does not divide the experts, FSDP, a failed collective.
+    #[error("expert-parallel training: {0}")]
+    ExpertParallel(String),
     /// An error from candle's tensor operations.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),

@@ -16,6 +16,7 @@ mod checksums;
 mod divergence;
 mod dpo;
 mod evaluate;
+mod expert_setup;
 mod lengths;
 mod offline;
 mod offline_eval;

@@ -24,10 +24,13 @@ pub struct ResumePoint {
 
 /// Files (relative to the checkpoint `dir`) a resume of a role folder needs: its HF
 /// weights and its optimizer state, whole (replicated) or as rank shards with their layout
-/// (sharded: `optimizer/shard_<rank>/`, every rank's files covered by the checksums).
+/// (sharded: `optimizer/shard_<rank>/`, every rank's files covered by the checksums), or per
+/// expert-parallel rank (`optimizer/expert_rank_<rank>/`).
 fn role_files(dir: &Path, role: &str) -> Vec<String> {
     let optimizer = if dir.join(role).join("optimizer/shard_0").is_dir() {
         "optimizer/shard_0/"
+    } else if dir.join(role).join("optimizer/expert_rank_0").is_dir() {
+        "optimizer/expert_rank_0/"
     } else {
         "optimizer/"
     };
@@ -37,7 +40,7 @@ fn role_files(dir: &Path, role: &str) -> Vec<String> {
         format!("{role}/{optimizer}optimizer.json"),
         format!("{role}/{optimizer}optimizer.safetensors"),
     ];
-    if optimizer != "optimizer/" {
+    if optimizer == "optimizer/shard_0/" {
         files.push(format!("{role}/{optimizer}shard_layout.json"));
     }
     files

@@ -258,6 +258,7 @@ pub async fn spawn_policy(
         group(&recipe.placement.policy, "policy").map_err(RunError::at(At::Setup))?;
     let (mut trainers, mut engines) = (Vec::new(), Vec::new());
     let world = devices.len();
+    let experts = super::expert_setup::ExpertGroups::for_recipe(recipe, world);
     for (rank, dev) in devices.into_iter().enumerate() {
         let m = CausalLm::load(weights, &dev).map_err(|e| fail(e.into()))?;
         if recipe.rl.routing_replay && m.config().moe.is_none() {
@@ -276,8 +277,11 @@ pub async fn spawn_policy(
             sft: recipe.sft.packing,
             rl: recipe.rl.packing,
         };
-        let mut engine =
-            EngineReplica::new(&trainer.model, engine_config(recipe)).map_err(&fail)?;
+        let mut engine = match &experts {
+            Some(g) => g.spread(rank, &mut trainer, weights, engine_config(recipe)),
+            None => EngineReplica::new(&trainer.model, engine_config(recipe)),
+        }
+        .map_err(&fail)?;
         engine.record_routing = recipe.rl.routing_replay;
         engines.push(engine);
         let mut replica = PolicyReplica::new(trainer, recipe.engine.refit_tolerance as f32);
@@ -285,9 +289,19 @@ pub async fn spawn_policy(
         shard_if(recipe, &mut replica.trainer, rank, world).map_err(&fail)?;
         trainers.push(replica);
     }
-    let policy_replicas = Replicas::new("policy", pg.specs.clone(), trainers, pool.clone());
+    let (trainer_group, engine_group) = match experts {
+        Some(g) => (Some(g.trainers), Some(g.engines)),
+        None if world > 1 => (
+            Some(crate::replicas::collective_group(world)),
+            Some(crate::replicas::collective_group(world)),
+        ),
+        None => (None, None),
+    };
+    let (specs, p) = (pg.specs.clone(), pool.clone());
+    let policy_replicas =
+        Replicas::with_group("policy", specs.clone(), trainers, p.clone(), trainer_group);
     let engines =
-        Replicas::new("policy", pg.specs.clone(), engines, pool.clone()).on_lane(ENGINE_LANE);
+        Replicas::with_group("policy", specs, engines, p, engine_group).on_lane(ENGINE_LANE);
     monitor.report(ActorInfo::new("policy", "policy", pg.names()));
     let (policy, _) = Actor::spawn(
         Some("policy".into()),

@@ -6,6 +6,7 @@
 //! `validate.rs`.
 
 mod cluster;
+mod expert_parallel_check;
 mod head_check;
 mod offline;
 mod overrides;

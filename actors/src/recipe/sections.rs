@@ -559,6 +559,15 @@ pub struct PlacementSection {
     /// devices, `engine.quant = "none"` and `run.kind = "rl"` or `"sft"`. Default
     /// `"replicated"`.
     pub sharding: Sharding,
+    /// Expert parallelism of a mixture-of-experts policy: with `N > 1` the policy's `N`
+    /// devices each hold `1/N` of the routed experts (rank `r` the experts `e mod N == r`),
+    /// its trainers exchange token rows with all-to-all in every sparse layer, and its
+    /// engines hold the same experts and run every generation together, adding their
+    /// experts' partial outputs with an all-reduce. Needs a MoE policy whose `num_experts`
+    /// `N` divides, `placement.policy` with exactly `N` CPU devices, `sharding =
+    /// "replicated"`, `engine.quant = "none"`, `run.kind = "rl"` or `"sft"`, and batches that
+    /// give every rank rows. Default 1 (every device holds every expert).
+    pub expert_parallel: usize,
 }
 
 /// `placement.sharding`: replicated or sharded (FSDP) training roles.
@@ -580,6 +589,7 @@ impl Default for PlacementSection {
             reward: "cpu".into(),
             critic: "cpu".into(),
             sharding: Sharding::Replicated,
+            expert_parallel: 1,
         }
     }
 }

@@ -22,6 +22,7 @@ use crate::monitor::MonitorHandle;
 use crate::replicas::{shard_ranges, Replicas};
 use oxalign_models::engine::RefitReport;
 use oxalign_rlhf::losses::LossAgg;
+use oxalign_rlhf::trainer::Sharded;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -108,7 +109,8 @@ pub struct PolicyState {
     name: String,
 }
 
-/// Generates `request` on `engines`, each replica a contiguous share of the samples.
+/// Generates `request` on `engines`, each replica a contiguous share of the samples; or,
+/// expert-parallel, every replica all of them in lockstep (rank 0's samples are the answer).
 async fn generate(
     engines: &Replicas<EngineReplica>,
     request: RolloutRequest,
@@ -116,14 +118,22 @@ async fn generate(
     let request = Arc::new(request);
     let parts = engines
         .each("generate", move |ctx, rep| {
-            let range = shard_ranges(request.samples.len(), ctx.world)[ctx.rank].clone();
-            rep.generate(&request, range)
+            let lockstep = rep.is_expert_parallel();
+            let range = match lockstep {
+                true => 0..request.samples.len(),
+                false => shard_ranges(request.samples.len(), ctx.world)[ctx.rank].clone(),
+            };
+            rep.generate(&request, range).map(|(v, s)| (v, s, lockstep))
         })
         .await?;
     let policy_version = parts.first().map_or(0, |p| p.0);
+    let samples = match parts.first().is_some_and(|p| p.2) {
+        true => parts.into_iter().next().map(|p| p.1).unwrap_or_default(),
+        false => parts.into_iter().flat_map(|p| p.1).collect(),
+    };
     Ok(RolloutBatch {
         policy_version,
-        samples: parts.into_iter().flat_map(|p| p.1).collect(),
+        samples,
     })
 }
 
@@ -172,9 +182,16 @@ impl PolicyState {
             .replicas
             .each("old_logprobs", move |ctx, rep| {
                 let range = shard_ranges(seqs.len(), ctx.world)[ctx.rank].clone();
-                sharded::with_policy_gathered(ctx, rep, |rep| match range.is_empty() {
-                    true => Ok(None),
-                    false => rep.logprobs(&seqs, range).map(Some),
+                sharded::with_policy_gathered(ctx, rep, |rep| {
+                    let spread = rep.trainer.is_expert_parallel();
+                    match (range.is_empty(), spread) {
+                        (false, _) => rep.logprobs(&seqs, range).map(Some),
+                        // An expert-parallel rank without rows still runs a forward (its
+                        // peers exchange rows with it in every sparse layer): one stand-in
+                        // row, dropped.
+                        (true, true) if !seqs.is_empty() => rep.logprobs(&seqs, 0..1).map(|_| None),
+                        (true, _) => Ok(None),
+                    }
                 })
             })
             .await?;

@@ -7,7 +7,9 @@ use crate::batch::{Finish, RolloutRequest, Sample};
 use crate::error::Cause;
 use oxalign_models::engine::{Engine, EngineConfig, Probe, RefitReport, WeightUpdate};
 use oxalign_models::routing::ExpertChoices;
-use oxalign_models::{CausalLm, Completion, FinishReason, GenerationRequest, SamplingParams};
+use oxalign_models::{
+    CausalLm, Completion, ExpertParallel, FinishReason, GenerationRequest, SamplingParams,
+};
 use std::ops::Range;
 
 /// The executor lane of the policy's engines: on the CPU, threads of their own
@@ -31,6 +33,25 @@ impl EngineReplica {
             engine: Engine::from_model(model, config)?,
             record_routing: false,
         })
+    }
+
+    /// An expert-parallel engine over `model`'s experts of rank `ep.rank()` (every rank of
+    /// `ep` then generates every request together; see [`EngineReplica::is_expert_parallel`]).
+    pub fn with_experts(
+        model: &CausalLm,
+        config: EngineConfig,
+        ep: ExpertParallel,
+    ) -> Result<Self, Cause> {
+        Ok(Self {
+            engine: Engine::from_model_with_experts(model, config, ep)?,
+            record_routing: false,
+        })
+    }
+
+    /// True when this engine holds only its rank's experts: the ranks then run the same
+    /// requests in lockstep and rank 0's samples are the answer.
+    pub fn is_expert_parallel(&self) -> bool {
+        self.engine.expert_parallel().is_some()
     }
 
     /// Completes samples `range` of `request`; returns them with the weight version that

@@ -26,7 +26,9 @@ pub(crate) fn with_gathered<T: Sharded, R>(
 
 /// Saves a training replica into `dir`: rank 0 runs `write_model` (HF weights, gathered
 /// first when sharded) and the optimizer goes to `dir/optimizer` (rank 0's whole state when
-/// replicated; every rank's shard and layout when sharded).
+/// replicated; every rank's shard and layout when sharded). Expert-parallel: every rank runs
+/// `write_model` (the model's save gathers the experts and rank 0 writes the whole model) and
+/// writes its own optimizer state (`optimizer/expert_rank_<rank>/`).
 pub(crate) fn save_replica<T: Sharded>(
     ctx: &ReplicaCtx<'_>,
     t: &mut T,
@@ -34,14 +36,17 @@ pub(crate) fn save_replica<T: Sharded>(
     optimizer: bool,
     write_model: impl FnOnce(&T) -> Result<(), Cause>,
 ) -> Result<(), Cause> {
-    let sharded = t.is_sharded();
-    if !sharded && ctx.rank != 0 {
+    let (sharded, spread) = (t.is_sharded(), t.is_expert_parallel());
+    if !sharded && !spread && ctx.rank != 0 {
         return Ok(());
     }
-    with_gathered(ctx, t, |t| match ctx.rank {
-        0 => write_model(t),
-        _ => Ok(()),
-    })?;
+    match spread {
+        true => write_model(t)?,
+        false => with_gathered(ctx, t, |t| match ctx.rank {
+            0 => write_model(t),
+            _ => Ok(()),
+        })?,
+    }
     if optimizer {
         t.save_optimizer(&dir.join("optimizer"))?;
     }

@@ -15,6 +15,7 @@ use crate::engine::scheduler::{Planned, Scheduler, SeqState, Sequence};
 use crate::engine::score::Scorer;
 use crate::engine::stats::EngineStats;
 use crate::engine::weights::EngineWeights;
+use crate::expert_parallel::ExpertParallel;
 use crate::generate::{Completion, FinishReason, GenerationRequest};
 use crate::rope::RotaryEmbedding;
 use crate::routing::ExpertChoices;
@@ -35,6 +36,8 @@ pub struct Engine {
     pool: BlockPool,
     device: Device,
     stats: EngineStats,
+    /// The expert-parallel group, when this engine holds only its rank's experts.
+    experts: Option<ExpertParallel>,
 }
 
 impl Engine {
@@ -47,9 +50,23 @@ impl Engine {
         config: EngineConfig,
         device: &Device,
     ) -> EngineResult<Engine> {
+        Self::with_experts(model, weights, config, device, None)
+    }
+
+    /// [`Engine::new`] as rank `ep.rank()` of an expert-parallel group: it takes (from
+    /// `weights`, and at every refit) only the routed experts this rank owns, and every
+    /// rank of the group must run the same generations and scorings, in lockstep (one
+    /// all-reduce per sparse layer; see `moe_forward.rs`).
+    pub fn with_experts(
+        model: ModelConfig,
+        weights: &HashMap<String, Tensor>,
+        config: EngineConfig,
+        device: &Device,
+        experts: Option<ExpertParallel>,
+    ) -> EngineResult<Engine> {
         model.validate()?;
         let num_blocks = config.resolve_num_blocks(&model)?;
-        let (w, _) = EngineWeights::build(&model, weights, config.quant, device)?;
+        let (w, _) = EngineWeights::build(&model, weights, config.quant, device, experts.as_ref())?;
         let pool = BlockPool::new(
             model.num_hidden_layers,
             num_blocks,
@@ -78,7 +95,13 @@ impl Engine {
             pool,
             device: device.clone(),
             stats,
+            experts,
         })
+    }
+
+    /// The expert-parallel group, when this engine holds only its rank's experts.
+    pub fn expert_parallel(&self) -> Option<&ExpertParallel> {
+        self.experts.as_ref()
     }
 
     /// An engine over the current weights of `model` (on the model's device).
@@ -88,6 +111,25 @@ impl Engine {
             &model.weights()?,
             config,
             model.device(),
+        )
+    }
+
+    /// An expert-parallel engine ([`Engine::with_experts`]) over the current weights of
+    /// `model`, which holds at least this rank's experts (an expert-parallel trainer of the
+    /// same rank, or a whole model). `ep` must be a group of its own: the engine's
+    /// all-reduces must not interleave with a trainer's exchanges.
+    pub fn from_model_with_experts(
+        model: &CausalLm,
+        config: EngineConfig,
+        ep: ExpertParallel,
+    ) -> EngineResult<Engine> {
+        let weights = model.weights()?;
+        Engine::with_experts(
+            model.config().clone(),
+            &weights,
+            config,
+            model.device(),
+            Some(ep),
         )
     }
 
@@ -430,6 +472,7 @@ impl Engine {
             &update.tensors,
             self.config.quant,
             &self.device,
+            self.experts.as_ref(),
         )?;
         let tv = Instant::now();
         let mut names: Vec<&String> = sums.keys().collect();

@@ -4,8 +4,15 @@
 //! engine's precision), scaled by the routing weights and summed per token; plus the gated
 //! shared expert. It records each token's choices when asked (rollout routing replay). The
 //! trainer's version is `moe.rs`.
+//!
+//! Expert-parallel engines (`ep`): each rank holds only its experts (`expert_parallel.rs`)
+//! and every rank runs the *same* batch. A rank sums the outputs of its own experts, and one
+//! all-reduce per sparse layer adds the ranks' partial sums (a mean times the group size,
+//! exact for a group of 2 or 4); router and shared expert run on every rank. This is tensor
+//! parallelism over the experts, not token dispatch: it saves expert memory, not compute.
 
 use crate::engine::weights::Linear;
+use crate::expert_parallel::ExpertParallel;
 use crate::router::choose;
 use candle_core::Result;
 use oxalign_kernels::ops::rows;
@@ -37,11 +44,14 @@ impl ExpertWeights {
 pub(crate) struct MoeWeights {
     /// Router `[E, H]` (f32).
     pub router: Linear,
-    pub experts: Vec<ExpertWeights>,
+    /// Expert `e`, or `None` when another expert-parallel rank holds it.
+    pub experts: Vec<Option<ExpertWeights>>,
     /// The shared expert and its gate `[1, H]` (f32).
     pub shared: Option<(ExpertWeights, Linear)>,
     pub top_k: usize,
     pub norm_topk_prob: bool,
+    /// The engine's expert-parallel group, when its experts are spread over one.
+    pub ep: Option<ExpertParallel>,
 }
 
 impl MoeWeights {
@@ -67,9 +77,9 @@ impl MoeWeights {
         }
         let mut out = vec![0f32; n * hidden];
         for (expert, slots) in self.experts.iter().zip(&by_expert) {
-            if slots.is_empty() {
+            let Some(expert) = expert.as_ref().filter(|_| !slots.is_empty()) else {
                 continue;
-            }
+            };
             let mut x = Vec::with_capacity(slots.len() * hidden);
             for &s in slots {
                 let t = s / k;
@@ -83,6 +93,9 @@ impl MoeWeights {
                     *o += v * w;
                 }
             }
+        }
+        if let Some(ep) = &self.ep {
+            sum_over_ranks(ep, &mut out)?;
         }
         if let Some((expert, gate)) = &self.shared {
             let g = gate.forward_host(h, n)?;
@@ -127,9 +140,21 @@ impl MoeWeights {
             + self
                 .experts
                 .iter()
+                .flatten()
                 .map(|x| x.gate_up.bytes() + x.down.bytes())
                 .sum::<usize>()
     }
+}
+
+/// Replaces `out` with its sum over the ranks of `ep` (mean times the group size, summed in
+/// rank order, the same on every rank).
+fn sum_over_ranks(ep: &ExpertParallel, out: &mut [f32]) -> Result<()> {
+    ep.comm()
+        .all_reduce_mean_f32(&mut [&mut *out])
+        .map_err(candle_core::Error::wrap)?;
+    let n = ep.world() as f32;
+    out.iter_mut().for_each(|v| *v *= n);
+    Ok(())
 }
 
 /// `exp(x - max) / Σ exp(x - max)` of one row (the trainer's composed softmax).

@@ -7,6 +7,7 @@ use crate::engine::config::QuantMode;
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::moe_forward::{ExpertWeights, MoeWeights};
 use crate::error::ModelError;
+use crate::expert_parallel::{ExpertNames, ExpertParallel};
 use crate::layout::{causal_lm_specs, lm_head_param, FeedForwardParams, LinearParams, MlpParams};
 use crate::param_spec::{DtypePolicy, ParamSpec};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
@@ -199,6 +200,7 @@ fn ffn_weights(
     decl: &FeedForwardParams,
     get: &dyn Fn(&ParamSpec) -> EngineResult<Tensor>,
     quant: QuantMode,
+    ep: Option<&ExpertParallel>,
 ) -> EngineResult<FfnWeights> {
     let moe = match decl {
         FeedForwardParams::Dense(m) => {
@@ -224,11 +226,16 @@ fn ffn_weights(
         experts: moe
             .experts
             .iter()
-            .map(|m| expert(m, get, quant))
+            .enumerate()
+            .map(|(e, m)| match ep.is_none_or(|p| p.owns(e)) {
+                true => expert(m, get, quant).map(Some),
+                false => Ok(None),
+            })
             .collect::<EngineResult<_>>()?,
         shared,
         top_k: mc.num_experts_per_tok,
         norm_topk_prob: mc.norm_topk_prob,
+        ep: ep.cloned(),
     }))
 }
 
@@ -288,17 +295,22 @@ pub fn checksum_f32(v: &[f32]) -> u64 {
 impl EngineWeights {
     /// Copies (and optionally quantizes) the weights of `cfg` from `tensors` (HF names; extra
     /// entries ignored) onto `device`. Returns the weights and, per tensor, the checksum of
-    /// the engine's f32 copy.
+    /// the engine's f32 copy. With `ep`, only this rank's routed experts are taken.
     pub(crate) fn build(
         cfg: &ModelConfig,
         tensors: &HashMap<String, Tensor>,
         quant: QuantMode,
         device: &Device,
+        ep: Option<&ExpertParallel>,
     ) -> EngineResult<(EngineWeights, HashMap<String, u64>)> {
         let source = PathBuf::from("<engine weights map>");
         let mut own: HashMap<String, Tensor> = HashMap::new();
         let mut sums = HashMap::new();
-        for spec in causal_lm_specs(cfg) {
+        let names = ExpertNames::of(cfg);
+        let specs = causal_lm_specs(cfg)
+            .into_iter()
+            .filter(|s| ep.is_none_or(|p| p.keeps(&names, &s.name)));
+        for spec in specs {
             let t = tensors
                 .get(&spec.name)
                 .ok_or_else(|| ModelError::MissingTensor {
@@ -348,7 +360,7 @@ impl EngineWeights {
                 o: fused(&[&a.o], &get, quant)?,
                 qk_norm,
                 post_norm: host(&get(&l.post_attention_norm)?)?,
-                ffn: ffn_weights(cfg, &l.ffn, &get, quant)?,
+                ffn: ffn_weights(cfg, &l.ffn, &get, quant, ep)?,
                 window: cfg.layer_window(i),
             });
         }

@@ -7,6 +7,7 @@
 mod critic;
 mod dpo;
 mod experience;
+mod expert_parallel;
 mod grads;
 mod packing;
 mod policy;
@@ -23,7 +24,7 @@ pub use grads::{apply_gradients, check_loss, StepStats};
 pub use packing::{first_fit_decreasing, PackedRows, Packing, PAD_SEGMENT};
 pub use policy::{PolicyLossConfig, PolicyStats, PolicyTrainer};
 pub use reward_trainer::RewardTrainer;
-pub use sharding::{Sharded, TrainParams};
+pub use sharding::{expert_rank_dir, Sharded, TrainParams};
 pub use token_batch::TokenBatch;
 
 /// Reads a scalar tensor as f64 (for stats).

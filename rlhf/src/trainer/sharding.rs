@@ -6,6 +6,7 @@
 //! Replicated: every replica holds the whole model, gradients and AdamW state, and gradients
 //! are averaged with all-reduce. Sharded: see [`crate::fsdp`].
 
+use super::expert_parallel::{any_rank_non_finite, apply_expert_parallel_gradients, ExpertShare};
 use super::grads::{apply_gradients_measured, StepStats};
 use crate::fsdp::{
     apply_sharded_gradients, held_bytes, load_shard_state, save_shard_state, shard_optimizer,
@@ -22,6 +23,8 @@ use std::path::Path;
 pub struct TrainParams {
     vars: Vec<Var>,
     fsdp: Option<ShardedParams>,
+    /// Which parameters are this rank's routed experts, when expert-parallel.
+    pub(crate) experts: Option<ExpertShare>,
     /// Bytes of the gradients the optimizer stepped on in the last step.
     last_grad_bytes: usize,
 }
@@ -31,13 +34,14 @@ impl TrainParams {
         Self {
             vars,
             fsdp: None,
+            experts: None,
             last_grad_bytes: 0,
         }
     }
 
     /// Backward, gradient exchange (all-reduce, or reduce-scatter when sharded), clip and
-    /// AdamW: the replicated [`super::apply_gradients`] or the sharded
-    /// [`apply_sharded_gradients`].
+    /// AdamW: the replicated [`super::apply_gradients`], the sharded
+    /// [`apply_sharded_gradients`], or the expert-parallel step (`expert_parallel.rs`).
     pub(crate) fn apply(
         &mut self,
         loss: &Tensor,
@@ -45,6 +49,18 @@ impl TrainParams {
         max_grad_norm: f64,
         collective: Option<&dyn Collective>,
     ) -> Result<StepStats> {
+        if let Some(share) = &self.experts {
+            let (stats, bytes) = apply_expert_parallel_gradients(
+                loss,
+                &self.vars,
+                share,
+                opt,
+                max_grad_norm,
+                collective,
+            )?;
+            self.last_grad_bytes = bytes;
+            return Ok(stats);
+        }
         let Some(fsdp) = &self.fsdp else {
             let (stats, bytes) =
                 apply_gradients_measured(loss, &self.vars, opt, max_grad_norm, collective)?;
@@ -91,6 +107,11 @@ pub trait Sharded {
         if params.fsdp.is_some() {
             return Err(RlhfError::Sharding("the trainer is already sharded".into()));
         }
+        if params.experts.is_some() {
+            return Err(RlhfError::Sharding(
+                "not combined with expert parallelism (the experts are spread)".into(),
+            ));
+        }
         if opt.steps_taken() > 0 {
             return Err(RlhfError::Sharding(
                 "shard a trainer before its first step (its optimizer state would be lost)".into(),
@@ -107,6 +128,12 @@ pub trait Sharded {
     /// True once [`Sharded::shard`] has run.
     fn is_sharded(&self) -> bool {
         self.parts().0.fsdp.is_some()
+    }
+
+    /// True once the model's experts are spread over a group
+    /// ([`super::PolicyTrainer::spread_experts`]).
+    fn is_expert_parallel(&self) -> bool {
+        self.parts().0.experts.is_some()
     }
 
     /// Fills the model's full weights from every rank's shards (every rank must call it).
@@ -136,22 +163,33 @@ pub trait Sharded {
         if let Some(f) = &params.fsdp {
             return f.first_non_finite(collective);
         }
+        let mut found = None;
         for (name, var) in store.vars() {
             let probe = var.as_tensor().affine(0.0, 0.0)?.sum_all()?;
             let probe = probe
                 .to_dtype(candle_core::DType::F32)?
                 .to_scalar::<f32>()?;
             if !probe.is_finite() {
-                return Ok(Some(name));
+                found = Some(name);
+                break;
             }
         }
-        Ok(None)
+        if params.experts.is_some() && any_rank_non_finite(found.is_some(), collective)? {
+            // Every rank takes the same decision; a peer's expert may be the culprit.
+            return Ok(found.or_else(|| Some("an expert held by another rank".into())));
+        }
+        Ok(found)
     }
 
     /// Saves the optimizer into `dir`: the whole state when replicated, this rank's shard
     /// with its layout (`dir/shard_<rank>/`) when sharded.
+    /// Expert-parallel: this rank's whole state (its experts' moments, and the dense ones
+    /// every rank holds) in `dir/expert_rank_<rank>/`.
     fn save_optimizer(&self, dir: &Path) -> Result<()> {
         let (params, opt, _) = self.parts();
+        if let Some(share) = &params.experts {
+            return opt.save_state(&expert_rank_dir(dir, share.rank));
+        }
         match &params.fsdp {
             Some(f) => save_shard_state(opt, f.layout(), dir),
             None => opt.save_state(dir),
@@ -161,6 +199,9 @@ pub trait Sharded {
     /// Loads what [`Sharded::save_optimizer`] wrote (a sharded state needs the same layout).
     fn load_optimizer(&mut self, dir: &Path) -> Result<()> {
         let (params, opt, _) = self.parts_mut();
+        if let Some(share) = &params.experts {
+            return opt.load_state(&expert_rank_dir(dir, share.rank));
+        }
         match &params.fsdp {
             Some(f) => load_shard_state(opt, f.layout(), dir),
             None => opt.load_state(dir),
@@ -188,4 +229,9 @@ pub trait Sharded {
             optimizer,
         }
     }
+}
+
+/// Where an expert-parallel rank's optimizer state lives under `dir`.
+pub fn expert_rank_dir(dir: &Path, rank: usize) -> std::path::PathBuf {
+    dir.join(format!("expert_rank_{rank}"))
 }
