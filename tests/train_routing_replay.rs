@@ -3,24 +3,27 @@
 //! run replays the rollout's experts in the trainer, reports how often that overrode the
 //! trainer's own routing (`routing_overridden`), and its first step's engine/trainer
 //! log-prob gap (same weights and rollout in both runs) is no wider than without replay.
-//! A dense policy is refused with the key named.
+//! Experts over two devices replay like data parallelism does. A dense policy is refused
+//! with the key named.
 
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 
-/// Runs configs/moe-grpo.toml for 2 RL steps with `sets`; returns its metrics rows.
+/// Runs configs/moe-grpo.toml with an int8 engine for 2 RL steps with `sets`; returns its
+/// metrics rows.
 fn run(dir: &Path, sets: &[&str]) -> Vec<Value> {
-    let recipe = format!("{}/configs/moe-grpo.toml", env!("CARGO_MANIFEST_DIR"));
+    let int8 = ["engine.quant=\"int8\"", "engine.refit_tolerance=0.05"];
+    run_recipe("moe-grpo", dir, &[&int8[..], sets].concat())
+}
+
+/// Runs `configs/{name}.toml` for 2 RL steps after 60 SFT steps with `sets`; returns its
+/// metrics rows.
+fn run_recipe(name: &str, dir: &Path, sets: &[&str]) -> Vec<Value> {
+    let recipe = format!("{}/configs/{name}.toml", env!("CARGO_MANIFEST_DIR"));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_oxalign"));
     cmd.args(["train", &recipe, "--quiet"])
         .args(["--set", "run.steps=2", "--set", "sft.steps=60"])
-        .args([
-            "--set",
-            "engine.quant=\"int8\"",
-            "--set",
-            "engine.refit_tolerance=0.05",
-        ])
         .current_dir(dir);
     for s in sets {
         cmd.args(["--set", s]);
@@ -28,10 +31,10 @@ fn run(dir: &Path, sets: &[&str]) -> Vec<Value> {
     let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
-        "moe-grpo {sets:?} failed:\n{}",
+        "{name} {sets:?} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = std::fs::read_to_string(dir.join("runs/moe-grpo/metrics.jsonl")).unwrap();
+    let text = std::fs::read_to_string(dir.join(format!("runs/{name}/metrics.jsonl"))).unwrap();
     text.lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
@@ -59,6 +62,34 @@ fn int8_rollouts_replay_their_experts_in_the_trainer() {
         100.0 * replayed[0]["routing_overridden"].as_f64().unwrap()
     );
     assert!(gap(&replayed) <= gap(&own) + 1e-6);
+}
+
+/// Experts over two devices (configs/moe-grpo-ep2.toml) replay the rollout's routing like
+/// data parallelism over the same two devices does: the same metrics to f32 rounding, and
+/// with f32 rollouts no routing of the first minibatch is overridden. (Replay is not a
+/// no-op against a run without it even then: the later minibatches of an update keep the
+/// rollout's experts while the updated routers would choose others.)
+#[test]
+fn expert_parallel_runs_replay_routing_like_data_parallel() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let replay = "rl.routing_replay=true";
+    let ep2 = run_recipe("moe-grpo-ep2", a.path(), &[replay]);
+    let dp2 = run_recipe(
+        "moe-grpo",
+        b.path(),
+        &[replay, "placement.policy=\"cpu:0,cpu:1\""],
+    );
+    assert_eq!(ep2.len(), 2);
+    for (x, y) in ep2.iter().zip(&dp2) {
+        assert_eq!(x["routing_overridden"].as_f64(), Some(0.0), "{x}");
+        for key in ["reward_mean", "kl", "grad_norm", "policy_loss"] {
+            let (p, q) = (x[key].as_f64().unwrap(), y[key].as_f64().unwrap());
+            assert!(
+                (p - q).abs() <= 5e-4 * q.abs().max(1e-2),
+                "{key}: EP=2 {p} vs DP=2 {q}"
+            );
+        }
+    }
 }
 
 #[test]
