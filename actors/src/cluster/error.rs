@@ -110,3 +110,47 @@ pub enum WorkerError {
         source: std::io::Error,
     },
 }
+
+/// Why a worker closed one connection (logged; the worker goes on serving the others).
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    /// The peer sent no handshake within the handshake timeout.
+    #[error("no handshake in time")]
+    HandshakeTimeout,
+    /// The stream closed before a handshake arrived.
+    #[error("closed before the handshake")]
+    ClosedBeforeHandshake,
+    /// Reading or writing a frame failed (too large, bad flag, I/O).
+    #[error("{during}: {source}")]
+    Frame {
+        /// `"handshake"`, `"request"` or `"reply"`.
+        during: &'static str,
+        /// The frame error.
+        source: FrameError,
+    },
+    /// A message did not decode.
+    #[error("{what} does not decode: {source}")]
+    Decode {
+        /// `"handshake"` or `"a request"`.
+        what: &'static str,
+        /// The decoder's error.
+        source: rmp_serde::decode::Error,
+    },
+    /// A reply could not be encoded.
+    #[error("cannot encode the reply: {0}")]
+    Encode(#[from] rmp_serde::encode::Error),
+    /// The handshake was refused (wrong cookie or protocol).
+    #[error("refused {peer}: {reason}")]
+    Refused {
+        /// The peer's address.
+        peer: std::net::SocketAddr,
+        /// Why.
+        reason: String,
+    },
+    /// The first request was not a spawn.
+    #[error("no spawn request")]
+    NoSpawn,
+    /// The role could not be built.
+    #[error("could not build the {0}")]
+    Spawn(&'static str),
+}

@@ -22,7 +22,7 @@ mod wire_error;
 mod worker;
 
 pub use connection::{Connection, Endpoint};
-pub use error::{ClusterError, FrameError, WorkerError};
+pub use error::{ClusterError, ConnectionError, FrameError, WorkerError};
 pub use frame::{read_message, write_message, Limits, HEADER_BYTES};
 pub use remote::{Remote, RemoteSources};
 pub use traffic::{traffic, Traffic};

@@ -112,7 +112,9 @@ impl Remote {
 
 /// The address, cookie and frame cap of `node`.
 fn endpoint(c: &ClusterSection, node: &str) -> Result<Endpoint, Cause> {
-    let nodes = c.resolved_nodes().map_err(Cause::BadInput)?;
+    let nodes = c
+        .resolved_nodes()
+        .map_err(|e| Cause::BadInput(e.to_string()))?;
     let addr = nodes
         .get(node)
         .ok_or_else(|| Cause::BadInput(format!("[cluster] has no node {node:?}")))?;

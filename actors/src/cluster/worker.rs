@@ -5,7 +5,7 @@
 //! way the role is stopped and its executors retired. A connection that sends an oversized
 //! frame or bytes that do not decode is closed; the worker and its other connections go on.
 
-use super::error::WorkerError;
+use super::error::{ConnectionError, WorkerError};
 use super::frame::{read_message, write_message, Limits};
 use super::host::HostedRole;
 use super::wire::{decode, encode, Envelope, Hello, HelloReply, Request, Response, PROTOCOL};
@@ -104,7 +104,7 @@ async fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     cfg: &WorkerConfig,
-) -> Result<(), String> {
+) -> Result<(), ConnectionError> {
     stream.set_nodelay(true).ok();
     let hello_limits = Limits {
         max_frame: HELLO_MAX,
@@ -112,18 +112,26 @@ async fn connection(
     };
     let hello = tokio::time::timeout(HELLO_TIMEOUT, read_message(&mut stream, hello_limits))
         .await
-        .map_err(|_| "no handshake in time".to_string())?
-        .map_err(|e| format!("handshake: {e}"))?
-        .ok_or("closed before the handshake")?;
-    let hello: Hello = decode(&hello).map_err(|e| format!("handshake does not decode: {e}"))?;
+        .map_err(|_| ConnectionError::HandshakeTimeout)?
+        .map_err(|source| ConnectionError::Frame {
+            during: "handshake",
+            source,
+        })?
+        .ok_or(ConnectionError::ClosedBeforeHandshake)?;
+    let hello: Hello = decode(&hello).map_err(|source| ConnectionError::Decode {
+        what: "handshake",
+        source,
+    })?;
     let verdict = judge(&hello, cfg);
-    let refused = matches!(verdict, HelloReply::Refused { .. });
-    let bytes = encode(&verdict).map_err(|e| e.to_string())?;
+    let bytes = encode(&verdict)?;
     write_message(&mut stream, &bytes, cfg.max_frame)
         .await
-        .map_err(|e| e.to_string())?;
-    if refused {
-        return Err(format!("refused {peer}: {verdict:?}"));
+        .map_err(|source| ConnectionError::Frame {
+            during: "reply",
+            source,
+        })?;
+    if let HelloReply::Refused { reason } = verdict {
+        return Err(ConnectionError::Refused { peer, reason });
     }
     let (rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Envelope<Response>>();
@@ -148,7 +156,7 @@ async fn calls(
     mut rd: OwnedReadHalf,
     limits: Limits,
     tx: &mpsc::UnboundedSender<Envelope<Response>>,
-) -> Result<(), String> {
+) -> Result<(), ConnectionError> {
     let reply = |id, body| {
         let _ = tx.send(Envelope { id, body });
     };
@@ -163,14 +171,14 @@ async fn calls(
                 true,
             )),
         );
-        return Err("no spawn request".into());
+        return Err(ConnectionError::NoSpawn);
     };
     let kind = spec.kind;
     let host = match HostedRole::spawn(*spec).await {
         Ok(h) => h,
         Err(e) => {
             reply(first.id, Response::Failed(e));
-            return Err(format!("could not build the {}", kind.name()));
+            return Err(ConnectionError::Spawn(kind.name()));
         }
     };
     reply(first.id, Response::Spawned(host.group.names()));
@@ -226,13 +234,22 @@ async fn answer(
 }
 
 /// The next request, `None` at the end of the stream.
-async fn next(rd: &mut OwnedReadHalf, limits: Limits) -> Result<Option<Envelope<Request>>, String> {
+async fn next(
+    rd: &mut OwnedReadHalf,
+    limits: Limits,
+) -> Result<Option<Envelope<Request>>, ConnectionError> {
     match read_message(rd, limits).await {
         Ok(Some(bytes)) => decode(&bytes)
             .map(Some)
-            .map_err(|e| format!("a request that does not decode: {e}")),
+            .map_err(|source| ConnectionError::Decode {
+                what: "a request",
+                source,
+            }),
         Ok(None) => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(source) => Err(ConnectionError::Frame {
+            during: "request",
+            source,
+        }),
     }
 }
 

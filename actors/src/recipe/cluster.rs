@@ -2,6 +2,7 @@
 //! "node1:cpu"`), where the cookie comes from, and how long to wait for a node; with its
 //! checks. The transport itself is `crate::cluster`.
 
+use super::slurm::SlurmError;
 use super::{Recipe, RecipeError, RunKind};
 use crate::placement::RolePlacement;
 use serde::{Deserialize, Serialize};
@@ -70,7 +71,7 @@ impl ClusterSection {
     }
 
     /// Every node and its address: `nodes`, and with `slurm` the allocation's hosts.
-    pub fn resolved_nodes(&self) -> Result<BTreeMap<String, String>, String> {
+    pub fn resolved_nodes(&self) -> Result<BTreeMap<String, String>, SlurmError> {
         let mut all = if self.slurm {
             super::slurm::slurm_nodes(self.port)?
         } else {
@@ -107,19 +108,45 @@ pub fn is_loopback_host(host: &str) -> bool {
         || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+/// Why an address is not `host:port`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    /// No `:port`.
+    #[error("{addr:?}: expected host:port, e.g. \"127.0.0.1:7101\"")]
+    NoPort {
+        /// The address given.
+        addr: String,
+    },
+    /// The port is not a `u16`.
+    #[error("{addr:?}: the port {port:?} is not a number from 0 to 65535")]
+    BadPort {
+        /// The address given.
+        addr: String,
+        /// Its port part.
+        port: String,
+    },
+    /// An empty host or port 0.
+    #[error("{addr:?}: expected a host and a non-zero port, e.g. \"127.0.0.1:7101\"")]
+    Incomplete {
+        /// The address given.
+        addr: String,
+    },
+}
+
 /// Splits `host:port` (`[::1]:7101` for IPv6) into host and port, or says what is wrong.
-pub fn split_addr(addr: &str) -> Result<(&str, u16), String> {
-    let (host, port) = addr
-        .rsplit_once(':')
-        .ok_or_else(|| format!("{addr:?}: expected host:port, e.g. \"127.0.0.1:7101\""))?;
+pub fn split_addr(addr: &str) -> Result<(&str, u16), AddressError> {
+    let (host, port) = addr.rsplit_once(':').ok_or_else(|| AddressError::NoPort {
+        addr: addr.to_string(),
+    })?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    let port: u16 = port
-        .parse()
-        .map_err(|_| format!("{addr:?}: the port {port:?} is not a number from 0 to 65535"))?;
+    let port: u16 = port.parse().map_err(|_| AddressError::BadPort {
+        addr: addr.to_string(),
+        port: port.to_string(),
+    })?;
     if host.is_empty() || port == 0 {
-        return Err(format!(
-            "{addr:?}: expected a host and a non-zero port, e.g. \"127.0.0.1:7101\""
-        ));
+        return Err(AddressError::Incomplete {
+            addr: addr.to_string(),
+        });
     }
     Ok((host, port))
 }
@@ -130,10 +157,12 @@ pub(crate) fn validate(
     bad: &impl Fn(&str, String) -> RecipeError,
 ) -> Result<(), RecipeError> {
     let c = &r.cluster;
-    let nodes = c.resolved_nodes().map_err(|e| bad("cluster.slurm", e))?;
+    let nodes = c
+        .resolved_nodes()
+        .map_err(|e| bad("cluster.slurm", e.to_string()))?;
     for (name, addr) in &nodes {
         let key = format!("cluster.nodes.{name}");
-        split_addr(addr).map_err(|e| bad(&key, e))?;
+        split_addr(addr).map_err(|e| bad(&key, e.to_string()))?;
         if !is_loopback(addr) && c.cookie().is_none() {
             return Err(bad(
                 "cluster.cookie_env",

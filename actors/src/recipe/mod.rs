@@ -22,7 +22,8 @@ mod validate;
 mod validate_rl;
 
 pub use cluster::{
-    is_loopback, is_loopback_host, role_placements, split_addr, ClusterSection, DEFAULT_COOKIE_ENV,
+    is_loopback, is_loopback_host, role_placements, split_addr, AddressError, ClusterSection,
+    DEFAULT_COOKIE_ENV,
 };
 pub use offline::{DpoLossName, DpoSection, RmSection, RunKind};
 pub use overrides::apply_override;
@@ -32,7 +33,7 @@ pub use reward::{
     VerifierSpec,
 };
 pub use sections::*;
-pub use slurm::{expand_hostlist, NODELIST_ENV};
+pub use slurm::{expand_hostlist, HostListError, SlurmError, NODELIST_ENV};
 pub use supervision::{FaultKind, FaultSpec, SupervisionSection, FAULT_PHASES};
 pub use teacher_check::{same_vocabulary, TeacherError};
 pub use validate::validate;

@@ -7,8 +7,44 @@ use std::collections::BTreeMap;
 /// The variable holding the allocation's hosts.
 pub const NODELIST_ENV: &str = "SLURM_JOB_NODELIST";
 
+/// Why a Slurm host list does not expand.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostListError {
+    /// A `[` without its `]`.
+    #[error("{item:?}: a '[' without its ']'")]
+    Unclosed {
+        /// The list item.
+        item: String,
+    },
+    /// A bracket range that is not `N` or `N-M` with `N <= M`.
+    #[error("{item:?}: {range:?} is not N or N-M")]
+    BadRange {
+        /// The list item.
+        item: String,
+        /// The range inside its brackets.
+        range: String,
+    },
+    /// The list names no host.
+    #[error("{list:?}: no hosts")]
+    Empty {
+        /// The whole list.
+        list: String,
+    },
+}
+
+/// Why the allocation's nodes cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SlurmError {
+    /// Not inside a Slurm allocation.
+    #[error("{NODELIST_ENV} is not set (not inside a Slurm allocation?)")]
+    NotSet,
+    /// The host list is malformed.
+    #[error("{NODELIST_ENV}={0}")]
+    HostList(#[from] HostListError),
+}
+
 /// Expands a Slurm host list (`"gpu[01-03,07],login1"`) into host names in order.
-pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
+pub fn expand_hostlist(list: &str) -> Result<Vec<String>, HostListError> {
     let mut hosts = Vec::new();
     for item in split_top(list) {
         let item = item.trim();
@@ -19,19 +55,27 @@ pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
             hosts.push(item.to_string());
             continue;
         };
-        let close = item
-            .rfind(']')
-            .filter(|c| *c > open)
-            .ok_or_else(|| format!("{item:?}: a '[' without its ']'"))?;
+        let close =
+            item.rfind(']')
+                .filter(|c| *c > open)
+                .ok_or_else(|| HostListError::Unclosed {
+                    item: item.to_string(),
+                })?;
         let (prefix, suffix) = (&item[..open], &item[close + 1..]);
         for range in item[open + 1..close].split(',') {
-            for n in expand_range(range).map_err(|e| format!("{item:?}: {e}"))? {
+            let numbers = expand_range(range).ok_or_else(|| HostListError::BadRange {
+                item: item.to_string(),
+                range: range.trim().to_string(),
+            })?;
+            for n in numbers {
                 hosts.push(format!("{prefix}{n}{suffix}"));
             }
         }
     }
     if hosts.is_empty() {
-        return Err(format!("{list:?}: no hosts"));
+        return Err(HostListError::Empty {
+            list: list.to_string(),
+        });
     }
     Ok(hosts)
 }
@@ -54,27 +98,23 @@ fn split_top(list: &str) -> Vec<&str> {
     out
 }
 
-/// `"01-03"` → `["01", "02", "03"]` (zero padding kept); `"7"` → `["7"]`.
-fn expand_range(range: &str) -> Result<Vec<String>, String> {
+/// `"01-03"` → `["01", "02", "03"]` (zero padding kept); `"7"` → `["7"]`; `None` unless
+/// the range is `N` or `N-M` with `N <= M`.
+fn expand_range(range: &str) -> Option<Vec<String>> {
     let range = range.trim();
     let (lo, hi) = range.split_once('-').unwrap_or((range, range));
-    let bad = || format!("{range:?} is not N or N-M");
-    let (a, b): (u64, u64) = (
-        lo.parse().map_err(|_| bad())?,
-        hi.parse().map_err(|_| bad())?,
-    );
+    let (a, b): (u64, u64) = (lo.parse().ok()?, hi.parse().ok()?);
     if a > b {
-        return Err(bad());
+        return None;
     }
     let width = lo.len();
-    Ok((a..=b).map(|n| format!("{n:0width$}")).collect())
+    Some((a..=b).map(|n| format!("{n:0width$}")).collect())
 }
 
 /// `node1 = "HOST1:port"`, ... for the hosts of `SLURM_JOB_NODELIST`.
-pub fn slurm_nodes(port: u16) -> Result<BTreeMap<String, String>, String> {
-    let list = std::env::var(NODELIST_ENV)
-        .map_err(|_| format!("{NODELIST_ENV} is not set (not inside a Slurm allocation?)"))?;
-    let hosts = expand_hostlist(&list).map_err(|e| format!("{NODELIST_ENV}={e}"))?;
+pub fn slurm_nodes(port: u16) -> Result<BTreeMap<String, String>, SlurmError> {
+    let list = std::env::var(NODELIST_ENV).map_err(|_| SlurmError::NotSet)?;
+    let hosts = expand_hostlist(&list)?;
     Ok(hosts
         .into_iter()
         .enumerate()
