@@ -12,7 +12,7 @@ use crate::layers::linear;
 use crate::layout::MoeParams;
 use crate::mlp::Mlp;
 use crate::param_store::ParamStore;
-use crate::router::route;
+use crate::router::{route, Routed};
 use crate::routing::RouterTrace;
 use candle_core::{Result, Tensor};
 
@@ -73,6 +73,16 @@ impl SparseMoe {
         })
     }
 
+    /// `x` `[B, T, H]` as rows `[B·T, H]`, and their routing (the choices `trace` replays,
+    /// when it replays). Shared by the one-device and the expert-parallel forwards.
+    pub(crate) fn route_rows(&self, x: &Tensor, trace: &RouterTrace) -> Result<(Tensor, Routed)> {
+        let (b, t, h) = x.dims3()?;
+        let flat = x.reshape((b * t, h))?;
+        let replay = trace.next_replay();
+        let routed = route(&flat, &self.router, self.top_k, self.norm_topk_prob, replay)?;
+        Ok((flat, routed))
+    }
+
     /// `x`: `[B, T, H]` -> `[B, T, H]`. Appends this layer's router logits and choices to
     /// `trace` (and takes its choices from it when it replays).
     pub fn forward(&self, x: &Tensor, trace: &mut RouterTrace) -> Result<Tensor> {
@@ -81,15 +91,8 @@ impl SparseMoe {
         }
         let (b, t, h) = x.dims3()?;
         let n = b * t;
-        let flat = x.reshape((n, h))?;
+        let (flat, routed) = self.route_rows(x, trace)?;
         let k = self.top_k;
-        let routed = route(
-            &flat,
-            &self.router,
-            k,
-            self.norm_topk_prob,
-            trace.next_replay(),
-        )?;
         let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); self.experts.len()];
         let mut slots: Vec<Vec<u32>> = vec![Vec::new(); self.experts.len()];
         for (slot, &e) in routed.experts.iter().enumerate() {

@@ -10,7 +10,6 @@
 use crate::expert_exchange::exchange_rows;
 use crate::expert_parallel::ExpertParallel;
 use crate::moe::SparseMoe;
-use crate::router::route;
 use crate::routing::RouterTrace;
 use candle_core::{Result, Tensor};
 
@@ -60,15 +59,8 @@ impl SparseMoe {
     ) -> Result<Tensor> {
         let (b, t, h) = x.dims3()?;
         let n = b * t;
-        let flat = x.reshape((n, h))?;
+        let (flat, routed) = self.route_rows(x, trace)?;
         let k = self.top_k;
-        let routed = route(
-            &flat,
-            &self.router,
-            k,
-            self.norm_topk_prob,
-            trace.next_replay(),
-        )?;
         let plan = Dispatch::plan(ep, &routed.experts, k);
         let comm = ep.comm();
         // The expert of every row each peer sends here; their counts are the rows to expect.
