@@ -1,12 +1,13 @@
 //! The worker's door: a connection without the cookie is refused; an oversized frame header,
 //! bytes that are no frame and a frame that does not decode each close only their own
-//! connection, and the worker goes on serving; a worker beyond loopback will not start
-//! without a cookie.
+//! connection, and the worker goes on serving; a request whose safetensors part is truncated
+//! or holds a tensor of the wrong dtype is answered with an error naming what is wrong, and
+//! the worker goes on serving; a worker beyond loopback will not start without a cookie.
 
 mod cluster_support;
 
 use cluster_support::Worker;
-use oxalign_actors::cluster::{ClusterError, Connection, Endpoint};
+use oxalign_actors::cluster::{ClusterError, Connection, Endpoint, Response, WireCause, WireError};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -108,4 +109,81 @@ fn a_worker_beyond_loopback_needs_a_cookie() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("needs a cookie"), "{err}");
+}
+
+/// Sends `request` (its bytes cut or patched by `spoil`) as the first call on a fresh
+/// connection and returns the worker's answer.
+fn answer_to_spoiled(addr: &str, spoil: impl FnOnce(Vec<u8>) -> Vec<u8>) -> Response {
+    use oxalign_actors::batch::Sequences;
+    use oxalign_actors::cluster::{
+        decode_response, encode, encode_request, read_message, write_message, Hello, Limits,
+        Request, PROTOCOL,
+    };
+    let seqs = Sequences {
+        pairs: vec![(vec![1, 2, 3], vec![4, 5])],
+        pad_id: 0,
+        routing: None,
+    };
+    let bytes = spoil(encode_request(1, Request::Values(seqs)).unwrap());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let hello = Hello {
+            protocol: PROTOCOL.into(),
+            cookie: "s3cret".into(),
+        };
+        let limits = Limits::with_frame(1 << 20);
+        write_message(&mut s, &encode(&hello).unwrap(), 1 << 20)
+            .await
+            .unwrap();
+        assert!(read_message(&mut s, limits).await.unwrap().is_some());
+        write_message(&mut s, &bytes, 1 << 20).await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(20), read_message(&mut s, limits));
+        let answer = answer.await.expect("no answer").unwrap().expect("closed");
+        let env = decode_response(&answer).unwrap();
+        assert_eq!(env.id, 1);
+        env.body
+    })
+}
+
+/// The message of a refused call.
+fn refusal(r: Response) -> String {
+    match r {
+        Response::Failed(WireError {
+            cause: WireCause::Other { message, bad_input },
+            ..
+        }) => {
+            assert!(bad_input, "{message}");
+            message
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_malformed_tensor_blob_is_refused_and_the_worker_goes_on() {
+    let mut w = Worker::start("127.0.0.1:0", Some("s3cret"));
+    let truncated = refusal(answer_to_spoiled(&w.addr, |mut b| {
+        b.truncate(b.len() - 5);
+        b
+    }));
+    assert!(
+        truncated.contains("values") && truncated.contains("not a safetensors buffer"),
+        "{truncated}"
+    );
+    let retyped = refusal(answer_to_spoiled(&w.addr, |b| {
+        let at = b.windows(5).position(|x| x == b"\"U32\"").unwrap();
+        let mut b = b.clone();
+        b[at + 1] = b'F';
+        b
+    }));
+    assert!(
+        retyped.contains("tensor seqs.") && retyped.contains("expected dtype U32, got F32"),
+        "{retyped}"
+    );
+    assert!(w.alive(), "the worker died");
+    assert!(
+        open(&w.addr, Some("s3cret")).is_ok(),
+        "the worker stopped serving"
+    );
 }

@@ -3,12 +3,17 @@
 //! requests in the order they are made, a reader task hands each answer to its caller.
 //! When the stream breaks every waiting call fails at once with [`ClusterError::Lost`], so a
 //! dead worker is noticed as soon as the OS reports it, not at the call timeout. Dropping the
-//! connection closes it (and the worker then stops the role it hosted).
+//! connection closes it (and the worker then stops the role it hosted). What the hosted role
+//! reports to its monitor arrives as [`Response::Events`] and goes to the controller's.
 
-use super::error::{ClusterError, FrameError};
+use super::error::{ClusterError, DecodeError, FrameError};
 use super::frame::{read_message, write_message, Limits};
 use super::traffic;
-use super::wire::{decode, encode, Envelope, Hello, HelloReply, Request, Response, PROTOCOL};
+use super::wire::{
+    decode, decode_response, encode, encode_request, Hello, HelloReply, Request, Response,
+    EVENTS_ID, PROTOCOL,
+};
+use crate::monitor::{MonitorEvent, MonitorHandle};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -58,7 +63,17 @@ pub struct Connection {
 
 impl Connection {
     /// Connects to `ep`, retrying until `ep.patience` is over, and passes the handshake.
+    /// The role's monitor events are dropped.
     pub async fn open(ep: &Endpoint) -> Result<Self, ClusterError> {
+        Self::open_reporting(ep, MonitorHandle::disabled()).await
+    }
+
+    /// [`Connection::open`], with the hosted role's status changes and spans reported to
+    /// `monitor`.
+    pub async fn open_reporting(
+        ep: &Endpoint,
+        monitor: MonitorHandle,
+    ) -> Result<Self, ClusterError> {
         let stream = connect(ep).await?;
         stream.set_nodelay(true).ok();
         let (mut rd, mut wr) = stream.into_split();
@@ -69,7 +84,7 @@ impl Connection {
         let pending = Arc::new(Mutex::new(Pending::default()));
         let (outbox, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_loop(wr, rx, ep.max_frame, pending.clone()));
-        let reader = tokio::spawn(read_loop(rd, limits, pending.clone(), ep.clone()));
+        let reader = tokio::spawn(read_loop(rd, limits, pending.clone(), ep.clone(), monitor));
         Ok(Self {
             node: ep.node.clone(),
             addr: ep.addr.clone(),
@@ -87,7 +102,7 @@ impl Connection {
 
     /// Sends `request` and waits for its answer; `None` = no answer within `timeout` (the
     /// call may still run on the worker).
-    pub async fn call(&self, request: &Request, timeout: Duration) -> Option<Answer> {
+    pub async fn call(&self, request: Request, timeout: Duration) -> Option<Answer> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         if let Err(e) = self.send(id, request, Some(tx)) {
@@ -103,7 +118,7 @@ impl Connection {
     }
 
     /// Sends `request` without waiting for an answer.
-    pub fn notify(&self, request: &Request) {
+    pub fn notify(&self, request: Request) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let _ = self.send(id, request, None);
     }
@@ -111,15 +126,15 @@ impl Connection {
     fn send(
         &self,
         id: u64,
-        request: &Request,
+        request: Request,
         reply: Option<oneshot::Sender<Answer>>,
     ) -> Result<(), ClusterError> {
-        let bytes =
-            encode(&Envelope { id, body: request }).map_err(|e| ClusterError::Protocol {
-                node: self.node.clone(),
-                addr: self.addr.clone(),
-                message: format!("cannot encode a request: {e}"),
-            })?;
+        let kind = request.kind();
+        let bytes = encode_request(id, request).map_err(|e| ClusterError::Protocol {
+            node: self.node.clone(),
+            addr: self.addr.clone(),
+            message: format!("cannot encode a {kind} request: {e}"),
+        })?;
         {
             let mut p = self.pending.lock().unwrap();
             if p.closed.is_some() {
@@ -236,6 +251,7 @@ async fn read_loop(
     limits: Limits,
     pending: Arc<Mutex<Pending>>,
     ep: Endpoint,
+    monitor: MonitorHandle,
 ) {
     let mut closed_cleanly = false;
     let reason = loop {
@@ -249,12 +265,19 @@ async fn read_loop(
             Err(e) => break format!("bad frame from the worker: {e}"),
         };
         traffic::received(bytes.len() as u64);
-        let Ok(env) = decode::<Envelope<Response>>(&bytes) else {
-            break "an answer that does not decode".to_string();
+        let (id, answer) = match decode_response(&bytes) {
+            Ok(env) if env.id == EVENTS_ID => {
+                report(&monitor, env.body);
+                continue;
+            }
+            Ok(env) => (env.id, Ok(env.body)),
+            // The call is known and the stream intact: only that call fails.
+            Err(source @ DecodeError::Tensors { id, .. }) => (id, Err(bad_answer(&ep, source))),
+            Err(e) => break format!("an answer that does not decode: {e}"),
         };
-        let waiting = pending.lock().unwrap().waiting.remove(&env.id);
+        let waiting = pending.lock().unwrap().waiting.remove(&id);
         if let Some(tx) = waiting {
-            let _ = tx.send(Ok(env.body));
+            let _ = tx.send(answer);
         }
     };
     if closed_cleanly {
@@ -263,4 +286,30 @@ async fn read_loop(
         tracing::warn!("node {} ({}): {reason}", ep.node, ep.addr);
     }
     close(&pending, reason);
+}
+
+fn bad_answer(ep: &Endpoint, source: DecodeError) -> ClusterError {
+    tracing::warn!(
+        "node {} ({}): a malformed answer: {source}",
+        ep.node,
+        ep.addr
+    );
+    ClusterError::BadAnswer {
+        node: ep.node.clone(),
+        addr: ep.addr.clone(),
+        source,
+    }
+}
+
+/// Passes the hosted role's status changes and spans to `monitor` (a worker cannot
+/// register actors, report metrics or end the run).
+fn report(monitor: &MonitorHandle, body: Response) {
+    let Response::Events(events) = body else {
+        return;
+    };
+    for e in events {
+        if matches!(e, MonitorEvent::ActorUpdate(_) | MonitorEvent::Span(_)) {
+            monitor.report(e);
+        }
+    }
 }

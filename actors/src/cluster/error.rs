@@ -66,6 +66,16 @@ pub enum ClusterError {
         /// Why.
         reason: String,
     },
+    /// An answer's tensors are malformed (that call fails; the connection goes on).
+    #[error("node {node} ({addr}): a malformed answer: {source}")]
+    BadAnswer {
+        /// The node.
+        node: String,
+        /// Its address.
+        addr: String,
+        /// What is wrong with it.
+        source: DecodeError,
+    },
     /// A message could not be encoded or decoded.
     #[error("node {node} ({addr}): {message}")]
     Protocol {
@@ -134,7 +144,7 @@ pub enum ConnectionError {
         /// `"handshake"` or `"a request"`.
         what: &'static str,
         /// The decoder's error.
-        source: rmp_serde::decode::Error,
+        source: DecodeError,
     },
     /// A reply could not be encoded.
     #[error("cannot encode the reply: {0}")]
@@ -150,7 +160,101 @@ pub enum ConnectionError {
     /// The first request was not a spawn.
     #[error("no spawn request")]
     NoSpawn,
+    /// The first request's tensors were malformed (answered with the error, then closed).
+    #[error("the first request: {0}")]
+    BadFirst(DecodeError),
     /// The role could not be built.
     #[error("could not build the {0}")]
     Spawn(&'static str),
+}
+
+/// The safetensors part of a call message is malformed, or one of its tensors is not what
+/// the message needs (named by its field path, e.g. `seqs.prompt_ids`).
+#[derive(Debug, thiserror::Error)]
+pub enum TensorError {
+    /// The bytes are no safetensors buffer (truncated, a bad header, offsets past the end).
+    #[error("the tensor bytes are not a safetensors buffer: {0}")]
+    Malformed(safetensors::SafeTensorError),
+    /// The message needs a tensor the buffer lacks.
+    #[error("tensor {name} is missing")]
+    Missing {
+        /// The tensor's name (its field path).
+        name: String,
+    },
+    /// A tensor has the wrong element type.
+    #[error("tensor {name}: expected dtype {expected}, got {got}")]
+    Dtype {
+        /// The tensor's name.
+        name: String,
+        /// The dtype the field holds.
+        expected: &'static str,
+        /// The dtype found.
+        got: String,
+    },
+    /// A tensor has the wrong shape.
+    #[error("tensor {name}: expected shape {expected}, got {got:?}")]
+    Shape {
+        /// The tensor's name.
+        name: String,
+        /// The shape the field needs (`[rows, cols]`, `[16]`, ...).
+        expected: String,
+        /// The shape found.
+        got: Vec<usize>,
+    },
+    /// The row lengths of a ragged tensor do not add up to its values.
+    #[error("tensor {name}.lens adds up to {sum} values, but {name} holds {len}")]
+    Lengths {
+        /// The values' tensor.
+        name: String,
+        /// The sum of `NAME.lens`.
+        sum: u64,
+        /// The number of values in `NAME`.
+        len: usize,
+    },
+    /// The buffer holds a tensor this message has no field for.
+    #[error("tensor {name} is not part of this message")]
+    Unexpected {
+        /// The tensor's name.
+        name: String,
+    },
+    /// The tensors could not be written (an array whose values do not fill its shape).
+    #[error("cannot write tensor bytes: {0}")]
+    Write(safetensors::SafeTensorError),
+}
+
+/// A call message (a request or an answer) could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// The message is shorter than its layout needs.
+    #[error("a call message of {len} bytes: {what}")]
+    Layout {
+        /// The message's length.
+        len: usize,
+        /// What is wrong, and what was expected.
+        what: String,
+    },
+    /// The MessagePack part does not decode.
+    #[error("the message does not decode: {0}")]
+    Message(#[from] rmp_serde::decode::Error),
+    /// The MessagePack part decoded (the call is known), its tensors did not.
+    #[error("call {id} ({call}): {source}")]
+    Tensors {
+        /// The call's id.
+        id: u64,
+        /// The request or answer kind (`values`, `batch`, ...).
+        call: &'static str,
+        /// What is wrong with the tensors.
+        source: TensorError,
+    },
+}
+
+/// A call message could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum EncodeError {
+    /// MessagePack failed.
+    #[error("cannot encode the message: {0}")]
+    Message(#[from] rmp_serde::encode::Error),
+    /// The tensors could not be written.
+    #[error(transparent)]
+    Tensors(#[from] TensorError),
 }

@@ -47,9 +47,9 @@ pub struct HostedRole {
 pub type Answering = Pin<Box<dyn Future<Output = Response> + Send>>;
 
 impl HostedRole {
-    /// Builds the role `spec` asks for. The monitor is this worker's (disabled): the
-    /// controller's monitor sees the role through its calls.
-    pub async fn spawn(spec: SpawnSpec) -> Result<Self, WireError> {
+    /// Builds the role `spec` asks for, reporting to `monitor` (the connection's relay to
+    /// the controller's monitor).
+    pub async fn spawn(spec: SpawnSpec, monitor: MonitorHandle) -> Result<Self, WireError> {
         let recipe = Recipe::parse(&spec.recipe_toml, Path::new("<controller's recipe>"), &[])
             .map_err(|e| WireError::other(e.to_string(), true))?;
         let name = spec.kind.name();
@@ -63,7 +63,6 @@ impl HostedRole {
             WireError::other(format!("placement.{name} = {placement:?}: {e}"), true)
         })?;
         let pool = ExecutorPool::new();
-        let monitor = MonitorHandle::disabled();
         let role = build(&recipe, &spec, &monitor, &pool)
             .await
             .map_err(|e| match &e {

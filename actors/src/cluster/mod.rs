@@ -11,10 +11,13 @@
 //! stops it. Frames are capped (`frame.rs`), the handshake checks a shared cookie
 //! (`worker.rs`), and a lost connection fails the waiting calls at once (`connection.rs`).
 
+mod arrays;
+mod blob;
 mod connection;
 mod error;
 mod frame;
 mod host;
+mod relay;
 mod remote;
 mod traffic;
 mod wire;
@@ -22,12 +25,18 @@ mod wire_error;
 mod worker;
 
 pub use connection::{Connection, Endpoint};
-pub use error::{ClusterError, ConnectionError, FrameError, WorkerError};
+pub use error::{
+    ClusterError, ConnectionError, DecodeError, EncodeError, FrameError, TensorError, WorkerError,
+};
 pub use frame::{read_message, write_message, Limits, HEADER_BYTES};
 pub use remote::{Remote, RemoteSources};
 pub use traffic::{traffic, Traffic};
 pub use wire::{
-    decode, encode, Envelope, Hello, HelloReply, Request, Response, RoleKind, PROTOCOL,
+    decode, decode_request, decode_response, encode, encode_request, encode_response, Envelope,
+    Hello, HelloReply, Request, Response, RoleKind, EVENTS_ID, PROTOCOL,
 };
 pub use wire_error::{WireCause, WireError};
 pub use worker::{bind, serve, WorkerConfig};
+
+#[cfg(test)]
+mod wire_tests;

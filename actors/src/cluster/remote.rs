@@ -3,7 +3,8 @@
 //! remote role has its own connection; each call is one request, bounded by the recipe's
 //! `[supervision] call_timeout_s`, and a lost connection fails the call at once with
 //! [`Cause::Cluster`]. The worker loads the weights itself from the paths the spawn request
-//! names (a shared filesystem, as a cluster's run folder is), so no weights travel.
+//! names (a shared filesystem, as a cluster's run folder is), so no weights travel. What the
+//! role reports to the worker's monitor (status, throughput, spans) reaches the controller's.
 
 use super::connection::{Connection, Endpoint};
 use super::wire::{Request, Response, RoleKind, SpawnSpec};
@@ -52,7 +53,7 @@ impl Remote {
         let role = kind.name();
         let fail = |cause: Cause| RoleError::new(role, "setup", cause);
         let ep = endpoint(&recipe.cluster, node).map_err(&fail)?;
-        let conn = Connection::open(&ep)
+        let conn = Connection::open_reporting(&ep, monitor.clone())
             .await
             .map_err(|e| fail(Cause::Cluster(e)))?;
         let spec = SpawnSpec {
@@ -66,10 +67,7 @@ impl Remote {
             conn,
             timeout: recipe.supervision.call_timeout(),
         };
-        match remote
-            .call("setup", &Request::Spawn(Box::new(spec)))
-            .await?
-        {
+        match remote.call("setup", Request::Spawn(Box::new(spec))).await? {
             Response::Spawned(devices) => {
                 let names = devices.iter().map(|d| format!("{node}/{d}")).collect();
                 monitor.report(ActorInfo::new(role, role, names));
@@ -79,7 +77,7 @@ impl Remote {
         }
     }
 
-    async fn call(&self, phase: &'static str, request: &Request) -> Result<Response, RoleError> {
+    async fn call(&self, phase: &'static str, request: Request) -> Result<Response, RoleError> {
         let node = self.conn.node();
         match self.conn.call(request, self.timeout).await {
             None => Err(RoleError::new(
@@ -165,7 +163,7 @@ impl Stop for Remote {
     /// Stops the role on the worker; a worker already gone counts as stopped.
     async fn stop(&self, wait: Duration) -> Result<(), RoleError> {
         let ms = wait.as_millis() as u64;
-        match self.conn.call(&Request::Stop(ms), wait).await {
+        match self.conn.call(Request::Stop(ms), wait).await {
             Some(Ok(Response::Failed(e))) => {
                 Err(e.into_role_error(self.role, "restart", self.conn.node()))
             }
@@ -176,14 +174,14 @@ impl Stop for Remote {
     }
 
     fn shutdown(&self) {
-        self.conn.notify(&Request::Stop(0));
+        self.conn.notify(Request::Stop(0));
     }
 }
 
 /// Unwraps the expected answer variant or names what came instead.
 macro_rules! expect {
     ($self:ident, $phase:expr, $request:expr, $variant:ident($v:ident) => $out:expr) => {
-        match $self.call($phase, &$request).await? {
+        match $self.call($phase, $request).await? {
             Response::$variant($v) => Ok($out),
             other => Err($self.unexpected($phase, &other)),
         }
@@ -291,7 +289,7 @@ impl Persist for Remote {
             dir: absolute(&dir),
             optimizer,
         };
-        match self.call(phase, &req).await? {
+        match self.call(phase, req).await? {
             Response::Done => Ok(()),
             other => Err(self.unexpected(phase, &other)),
         }
@@ -299,7 +297,7 @@ impl Persist for Remote {
 
     async fn load_optimizer(&self, dir: PathBuf) -> Result<(), RoleError> {
         let req = Request::LoadOptimizer(absolute(&dir));
-        match self.call(LOAD_OPTIMIZER, &req).await? {
+        match self.call(LOAD_OPTIMIZER, req).await? {
             Response::Done => Ok(()),
             other => Err(self.unexpected(LOAD_OPTIMIZER, &other)),
         }

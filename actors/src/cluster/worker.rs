@@ -3,12 +3,19 @@
 //! worker beyond loopback refuses to start without one), then asks for one role
 //! ([`Request::Spawn`]) and calls it until it sends [`Request::Stop`] or goes away; either
 //! way the role is stopped and its executors retired. A connection that sends an oversized
-//! frame or bytes that do not decode is closed; the worker and its other connections go on.
+//! frame or bytes that do not decode is closed; a call whose tensors are malformed is
+//! answered with the error (naming the tensor) and the connection goes on; the worker and
+//! its other connections go on either way. What the role reports to its monitor goes back
+//! to the controller on the same connection (`relay.rs`).
 
-use super::error::{ConnectionError, WorkerError};
+use super::error::{ConnectionError, DecodeError, WorkerError};
 use super::frame::{read_message, write_message, Limits};
 use super::host::HostedRole;
-use super::wire::{decode, encode, Envelope, Hello, HelloReply, Request, Response, PROTOCOL};
+use super::relay::RelayHandle;
+use super::wire::{
+    decode, decode_request, encode, encode_response, Envelope, Hello, HelloReply, Request,
+    Response, PROTOCOL,
+};
 use super::wire_error::WireError;
 use crate::recipe::is_loopback_host;
 use std::net::SocketAddr;
@@ -118,9 +125,9 @@ async fn connection(
             source,
         })?
         .ok_or(ConnectionError::ClosedBeforeHandshake)?;
-    let hello: Hello = decode(&hello).map_err(|source| ConnectionError::Decode {
+    let hello: Hello = decode(&hello).map_err(|e| ConnectionError::Decode {
         what: "handshake",
-        source,
+        source: e.into(),
     })?;
     let verdict = judge(&hello, cfg);
     let bytes = encode(&verdict)?;
@@ -138,30 +145,54 @@ async fn connection(
     let max_frame = cfg.max_frame;
     let writer = tokio::spawn(async move {
         while let Some(env) = rx.recv().await {
-            let Ok(bytes) = encode(&env) else { continue };
-            if write_message(&mut wr, &bytes, max_frame).await.is_err() {
+            if write_message(&mut wr, &answer_bytes(env), max_frame)
+                .await
+                .is_err()
+            {
                 return;
             }
         }
     });
-    let r = calls(rd, Limits::with_frame(cfg.max_frame), &tx).await;
+    let (relay, monitor) = RelayHandle::start(tx.clone()).await;
+    let r = calls(rd, Limits::with_frame(cfg.max_frame), &tx, monitor).await;
+    relay.close().await;
     drop(tx);
     let _ = tokio::time::timeout(STOP_WAIT, writer).await;
     r
 }
 
+/// The bytes of answer `env`; one that cannot be encoded becomes a failed call.
+fn answer_bytes(env: Envelope<Response>) -> Vec<u8> {
+    let id = env.id;
+    encode_response(id, env.body).unwrap_or_else(|e| {
+        let failed = WireError::other(format!("the worker cannot encode its answer: {e}"), false);
+        encode_response(id, Response::Failed(failed)).unwrap_or_default()
+    })
+}
+
+/// The answer to a call whose tensors are malformed: the user's input, naming the tensor.
+fn refused(e: &DecodeError) -> Response {
+    Response::Failed(WireError::other(format!("a malformed request: {e}"), true))
+}
+
 /// Reads the spawn request and then the calls, until a stop, the end of the stream or a
-/// bad message. The role is always stopped before this returns.
+/// bad message. The role (reporting to `monitor`) is always stopped before this returns.
 async fn calls(
     mut rd: OwnedReadHalf,
     limits: Limits,
     tx: &mpsc::UnboundedSender<Envelope<Response>>,
+    monitor: crate::monitor::MonitorHandle,
 ) -> Result<(), ConnectionError> {
     let reply = |id, body| {
         let _ = tx.send(Envelope { id, body });
     };
-    let Some(first) = next(&mut rd, limits).await? else {
-        return Ok(());
+    let first = match next(&mut rd, limits).await? {
+        None => return Ok(()),
+        Some(Incoming::Call(env)) => env,
+        Some(Incoming::Bad { id, error }) => {
+            reply(id, refused(&error));
+            return Err(ConnectionError::BadFirst(error));
+        }
     };
     let Request::Spawn(spec) = first.body else {
         reply(
@@ -174,7 +205,7 @@ async fn calls(
         return Err(ConnectionError::NoSpawn);
     };
     let kind = spec.kind;
-    let host = match HostedRole::spawn(*spec).await {
+    let host = match HostedRole::spawn(*spec, monitor).await {
         Ok(h) => h,
         Err(e) => {
             reply(first.id, Response::Failed(e));
@@ -184,7 +215,12 @@ async fn calls(
     reply(first.id, Response::Spawned(host.group.names()));
     let outcome = loop {
         let env = match next(&mut rd, limits).await {
-            Ok(Some(env)) => env,
+            Ok(Some(Incoming::Call(env))) => env,
+            Ok(Some(Incoming::Bad { id, error })) => {
+                tracing::warn!("refused call {id}: {error}");
+                reply(id, refused(&error));
+                continue;
+            }
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
@@ -233,18 +269,31 @@ async fn answer(
     }
 }
 
-/// The next request, `None` at the end of the stream.
-async fn next(
-    rd: &mut OwnedReadHalf,
-    limits: Limits,
-) -> Result<Option<Envelope<Request>>, ConnectionError> {
+/// A request as read: a call, or a call whose tensors are malformed.
+enum Incoming {
+    /// A whole call.
+    Call(Envelope<Request>),
+    /// Call `id`, refused for `error`.
+    Bad {
+        /// The call's id.
+        id: u64,
+        /// What is wrong with its tensors.
+        error: DecodeError,
+    },
+}
+
+/// The next request, `None` at the end of the stream. A message that does not decode at
+/// all is an error (the connection closes); one whose tensors do not is [`Incoming::Bad`].
+async fn next(rd: &mut OwnedReadHalf, limits: Limits) -> Result<Option<Incoming>, ConnectionError> {
     match read_message(rd, limits).await {
-        Ok(Some(bytes)) => decode(&bytes)
-            .map(Some)
-            .map_err(|source| ConnectionError::Decode {
+        Ok(Some(bytes)) => match decode_request(&bytes) {
+            Ok(env) => Ok(Some(Incoming::Call(env))),
+            Err(error @ DecodeError::Tensors { id, .. }) => Ok(Some(Incoming::Bad { id, error })),
+            Err(source) => Err(ConnectionError::Decode {
                 what: "a request",
                 source,
             }),
+        },
         Ok(None) => Ok(None),
         Err(source) => Err(ConnectionError::Frame {
             during: "request",
