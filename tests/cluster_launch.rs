@@ -1,5 +1,7 @@
 //! `oxalign launch`: the commands it prints start a working multi-process run (run here as
-//! printed, on 127.0.0.1); a node beyond loopback gets an ssh line; a bad host list exits 2.
+//! printed, on 127.0.0.1); a node beyond loopback gets an ssh line; a bad host list exits 2;
+//! `--start` runs the workers (node2 through a stand-in for ssh) and the controller, and a
+//! worker whose ssh fails or that never answers exits 2 with the command to retry.
 
 mod cluster_support;
 
@@ -144,4 +146,110 @@ fn a_bad_host_list_exits_with_2() {
         assert_eq!(out.status.code(), Some(2), "{hosts:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(says), "{hosts:?}: {}", stderr(&out));
     }
+}
+
+/// A stand-in for ssh: logs its arguments to `$SSH_LOG` and runs `body` (in which `$last`
+/// is the remote command) here.
+fn fake_ssh(dir: &std::path::Path, name: &str, body: &str) -> String {
+    let path = dir.join(name);
+    let script = format!("#!/bin/sh\necho \"$@\" >> \"$SSH_LOG\"\nfor last; do :; done\n{body}\n");
+    std::fs::write(&path, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+/// `oxalign launch r.toml --hosts hosts --start ARGS` in `dir` with `ssh` as the ssh
+/// program, `oxalign` on the PATH (as on a node) and a cookie.
+fn launch_start(dir: &std::path::Path, ssh: &str, args: &[&str]) -> Output {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_oxalign"));
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    Command::new(bin)
+        .args(["launch", "r.toml", "--hosts", "hosts", "--start"])
+        .args(args)
+        .current_dir(dir)
+        .env("OXALIGN_COOKIE", "s3cret")
+        .env("OXALIGN_SSH", ssh)
+        .env("SSH_LOG", dir.join("ssh.log"))
+        .env("PATH", path)
+        .output()
+        .unwrap()
+}
+
+/// node1 on 127.0.0.1 (started here) and node2 on `[::ffff:127.0.0.1]`, an IPv4-mapped
+/// address: this machine, but not loopback by name, so its worker goes through ssh.
+fn start_hosts(dir: &std::path::Path) -> (String, String) {
+    std::fs::write(dir.join("r.toml"), placed_recipe()).unwrap();
+    let a = free_port();
+    let port = free_port().rsplit_once(':').unwrap().1.to_string();
+    let b = format!("[::ffff:127.0.0.1]:{port}");
+    std::fs::write(dir.join("hosts"), format!("node1 {a}\nnode2 {b}\n")).unwrap();
+    (a, b)
+}
+
+#[test]
+fn launch_start_runs_the_workers_over_ssh_and_the_controller() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = start_hosts(dir.path());
+    let ssh = fake_ssh(dir.path(), "ssh", "exec sh -c \"$last\"");
+    let out = launch_start(dir.path(), &ssh, &["--set", "run.steps=2"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("launch: 2 workers answer"), "{err}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("cluster traffic"), "{stdout}");
+    assert_eq!(metrics(dir.path()).len(), 2, "two RL steps");
+    let log = std::fs::read_to_string(dir.path().join("ssh.log")).unwrap();
+    assert_eq!(log.lines().count(), 1, "ssh only for node2: {log}");
+    assert!(
+        log.starts_with("-tt -o SendEnv=OXALIGN_COOKIE ::ffff:127.0.0.1 cd '")
+            && log.contains(&format!("&& exec oxalign worker --listen {b}")),
+        "{log}"
+    );
+    // The workers were stopped with the run: both ports are free again.
+    for addr in [&a, &b] {
+        assert!(
+            std::net::TcpListener::bind(addr.as_str()).is_ok(),
+            "{addr} still held"
+        );
+    }
+}
+
+#[test]
+fn a_worker_that_fails_or_never_answers_exits_2_with_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    start_hosts(dir.path());
+    let refused = fake_ssh(
+        dir.path(),
+        "ssh-refused",
+        "echo 'ssh: connect: refused' >&2\nexit 255",
+    );
+    let out = launch_start(dir.path(), &refused, &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("node node2") && err.contains("exited with status 255"),
+        "{err}"
+    );
+    assert!(
+        err.contains("start it by hand with `") && err.contains("exec oxalign worker"),
+        "{err}"
+    );
+    let silent = fake_ssh(dir.path(), "ssh-silent", "exec sleep 30");
+    let set = ["--set", "cluster.connect_timeout_s=1"];
+    let started = std::time::Instant::now();
+    let out = launch_start(dir.path(), &silent, &set);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no worker answered within 1 s"), "{err}");
+    assert!(
+        started.elapsed().as_secs() < 20,
+        "waited {:?}",
+        started.elapsed()
+    );
+    assert!(!err.contains("panicked"), "{err}");
 }

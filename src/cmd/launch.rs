@@ -1,6 +1,9 @@
-//! `oxalign launch RECIPE [--hosts FILE]`: prints the commands that start a multi-process
-//! run — one `oxalign worker` per node of the recipe's `[cluster]` (over ssh for a node
-//! beyond loopback), then the controller's `oxalign train`. It starts nothing itself.
+//! `oxalign launch RECIPE [--hosts FILE] [--start]`: prints the commands that start a
+//! multi-process run — one `oxalign worker` per node of the recipe's `[cluster]` (over ssh for
+//! a node beyond loopback), then the controller's `oxalign train` — or, with `--start`, runs
+//! them (`launch/start.rs`).
+
+mod start;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -13,11 +16,11 @@ use crate::user_error::{user_error, IntoUserError};
 /// Arguments of `oxalign launch`.
 #[derive(Debug, Parser)]
 #[command(
-    about = "Print the commands that start a multi-process run (workers, then the controller)",
+    about = "Print (or with --start, run) the commands that start a multi-process run",
     long_about = "Print the commands that start a multi-process run: one `oxalign worker` per \
 node of the recipe's [cluster] nodes (prefixed with ssh for a node beyond loopback, passing \
 OXALIGN_COOKIE with SendEnv), then the controller's `oxalign train`. --hosts FILE lists nodes as \
-`NAME HOST:PORT` lines (# comments), added to [cluster] nodes. It starts nothing."
+`NAME HOST:PORT` lines (# comments), added to [cluster] nodes. By default it starts nothing. With --start it runs them: loopback nodes' workers here, the others over ssh (the program in $OXALIGN_SSH, default `ssh`, with -tt so the worker ends with the session); it waits until every worker answers its handshake (within cluster.connect_timeout_s), runs `oxalign train` here, and stops the workers when the run ends. A worker that fails to start or never answers exits 2 with the command to retry."
 )]
 pub struct Args {
     /// The recipe.
@@ -28,6 +31,10 @@ pub struct Args {
     /// Override a recipe key (repeatable), passed on to `oxalign train`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
+    /// Start the workers (over ssh beyond loopback) and run the controller, instead of
+    /// printing the commands.
+    #[arg(long)]
+    pub start: bool,
 }
 
 /// The nodes of a host list, as `--set cluster.nodes.NAME=ADDR` overrides.
@@ -92,6 +99,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "{}: [cluster] nodes is empty: list the worker nodes there or with --hosts FILE",
             args.recipe.display()
         ));
+    }
+    if args.start {
+        return start::run(&recipe, &args.recipe, &overrides);
     }
     print!("{}", commands(&recipe, &args.recipe, &overrides));
     Ok(())
