@@ -3,7 +3,8 @@
 //! process does; a SIGKILLed node2 is noticed at once, its roles are restarted when a new
 //! worker joins at its address, and the run ends with the same metrics; a node that never
 //! comes back fails the run with the `--resume` command; inside a Slurm allocation the nodes
-//! come from `SLURM_JOB_NODELIST`; recipe mistakes exit with 2.
+//! come from `SLURM_JOB_NODELIST`; recipe mistakes exit with 2. The remote roles' status,
+//! throughput and spans reach the controller's monitor.
 
 mod cluster_support;
 
@@ -29,6 +30,18 @@ fn three_processes_train_exactly_as_one() {
     let actors = std::fs::read_to_string(three.path().join("runs/c/actors.json")).unwrap();
     for placed in ["node1/cpu:0", "node2/cpu:0"] {
         assert!(actors.contains(placed), "{placed} not in {actors}");
+    }
+    // What the remote roles reported on their workers (busy, then idle with a throughput)
+    // reached the controller's monitor, as a local role's reports do.
+    let actors: Vec<serde_json::Value> = serde_json::from_str(&actors).unwrap();
+    for role in ["policy", "reference", "reward", "critic"] {
+        let a = actors.iter().find(|a| a["name"] == role).unwrap();
+        assert!(a["items_per_sec"].as_f64().unwrap() > 0.0, "{role}: {a}");
+        assert_eq!(a["status"], "idle", "{role}: {a}");
+    }
+    let timeline = std::fs::read_to_string(three.path().join("runs/c/timeline.jsonl")).unwrap();
+    for span in ["\"reference_logprobs\"", "\"values\"", "\"critic_train\""] {
+        assert!(timeline.contains(span), "no {span} span: {timeline}");
     }
 }
 

@@ -1,7 +1,8 @@
 //! The numeric payload of one call message as one safetensors buffer. [`Blob`] gathers named
-//! arrays — `u32` token ids and `f32` numbers, little-endian — and [`Tensors`] reads them
-//! back, checking each tensor's dtype and shape against what the field needs and refusing a
-//! missing or an extra one. Rows of different lengths (prompts, responses) travel as one
+//! arrays — `f32` numbers and `u32` token ids, little-endian, the ids in the narrowest of
+//! `U8`, `U16`, `U32` that holds their largest value (a byte tokenizer's ids take one byte,
+//! a 50k vocabulary's two) — and [`Tensors`] reads them back, checking each tensor's dtype
+//! and shape against what the field needs and refusing a missing or an extra one. Rows of different lengths (prompts, responses) travel as one
 //! 1-D tensor `NAME` of all values and `NAME.lens` (`U32 [rows]`). A message without arrays
 //! has an empty buffer. Not here: which fields are arrays (`arrays.rs`).
 
@@ -24,10 +25,24 @@ impl Blob {
         self.entries.push((name, Dtype::F32, shape, bytes));
     }
 
-    /// Adds `u32` values of `shape`.
+    /// Adds `u32` values of `shape`, in the narrowest unsigned dtype that holds them.
     pub(crate) fn u32(&mut self, name: String, shape: Vec<usize>, data: &[u32]) {
-        let bytes = data.iter().flat_map(|x| x.to_le_bytes()).collect();
-        self.entries.push((name, Dtype::U32, shape, bytes));
+        let max = data.iter().copied().max().unwrap_or(0);
+        let (dtype, bytes) = if max <= u32::from(u8::MAX) {
+            (Dtype::U8, data.iter().map(|&x| x as u8).collect())
+        } else if max <= u32::from(u16::MAX) {
+            let b = data
+                .iter()
+                .flat_map(|&x| (x as u16).to_le_bytes())
+                .collect();
+            (Dtype::U16, b)
+        } else {
+            (
+                Dtype::U32,
+                data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            )
+        };
+        self.entries.push((name, dtype, shape, bytes));
     }
 
     /// Adds rows of `u32` as `name` (all values) and `name.lens`.
@@ -71,6 +86,15 @@ fn flatten<'a, T: Copy + 'a>(rows: impl Iterator<Item = &'a [T]>) -> (Vec<T>, Ve
     (values, lens)
 }
 
+/// What a field holds.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// `F32` numbers.
+    F32,
+    /// Unsigned ids or lengths (`U8`, `U16` or `U32`).
+    Ids,
+}
+
 /// The tensors of a received buffer, taken one field at a time.
 pub(crate) struct Tensors<'a> {
     st: Option<SafeTensors<'a>>,
@@ -95,15 +119,22 @@ impl<'a> Tensors<'a> {
         })
     }
 
-    /// The view of `name` after checking its dtype.
-    fn view(&mut self, name: &str, dtype: Dtype) -> Result<TensorView<'a>, TensorError> {
+    /// The view of `name` after checking its dtype is one of `kind`'s.
+    fn view(&mut self, name: &str, kind: Kind) -> Result<TensorView<'a>, TensorError> {
         let missing = || TensorError::Missing { name: name.into() };
         let view = self.st.as_ref().ok_or_else(missing)?;
         let view = view.tensor(name).map_err(|_| missing())?;
-        if view.dtype() != dtype {
+        let fits = match kind {
+            Kind::F32 => view.dtype() == Dtype::F32,
+            Kind::Ids => matches!(view.dtype(), Dtype::U8 | Dtype::U16 | Dtype::U32),
+        };
+        if !fits {
             return Err(TensorError::Dtype {
                 name: name.into(),
-                expected: if dtype == Dtype::F32 { "F32" } else { "U32" },
+                expected: match kind {
+                    Kind::F32 => "F32",
+                    Kind::Ids => "U8, U16 or U32",
+                },
                 got: format!("{:?}", view.dtype()),
             });
         }
@@ -115,10 +146,10 @@ impl<'a> Tensors<'a> {
     fn vector(
         &mut self,
         name: &str,
-        dtype: Dtype,
+        kind: Kind,
         len: Option<usize>,
     ) -> Result<TensorView<'a>, TensorError> {
-        let view = self.view(name, dtype)?;
+        let view = self.view(name, kind)?;
         match view.shape() {
             [n] if len.is_none_or(|l| l == *n) => Ok(view),
             got => Err(TensorError::Shape {
@@ -131,7 +162,7 @@ impl<'a> Tensors<'a> {
 
     /// `[rows, cols]` f32 values.
     pub(crate) fn array(&mut self, name: &str) -> Result<TokenArray, TensorError> {
-        let view = self.view(name, Dtype::F32)?;
+        let view = self.view(name, Kind::F32)?;
         let &[rows, cols] = view.shape() else {
             return Err(TensorError::Shape {
                 name: name.into(),
@@ -152,7 +183,7 @@ impl<'a> Tensors<'a> {
         name: &str,
         len: Option<usize>,
     ) -> Result<Vec<f32>, TensorError> {
-        Ok(f32s(self.vector(name, Dtype::F32, len)?.data()))
+        Ok(f32s(self.vector(name, Kind::F32, len)?.data()))
     }
 
     /// The row lengths `name.lens` (`rows` of them when given), checked against `values`.
@@ -162,10 +193,7 @@ impl<'a> Tensors<'a> {
         rows: Option<usize>,
         values: usize,
     ) -> Result<Vec<usize>, TensorError> {
-        let lens = u32s(
-            self.vector(&format!("{name}.lens"), Dtype::U32, rows)?
-                .data(),
-        );
+        let lens = u32s(&self.vector(&format!("{name}.lens"), Kind::Ids, rows)?);
         let sum: u64 = lens.iter().map(|&l| u64::from(l)).sum();
         if sum != values as u64 {
             return Err(TensorError::Lengths {
@@ -183,7 +211,7 @@ impl<'a> Tensors<'a> {
         name: &str,
         rows: Option<usize>,
     ) -> Result<Vec<Vec<u32>>, TensorError> {
-        let values = u32s(self.vector(name, Dtype::U32, None)?.data());
+        let values = u32s(&self.vector(name, Kind::Ids, None)?);
         let lens = self.lens(name, rows, values.len())?;
         Ok(split(values, &lens))
     }
@@ -194,7 +222,7 @@ impl<'a> Tensors<'a> {
         name: &str,
         rows: Option<usize>,
     ) -> Result<Vec<Vec<f32>>, TensorError> {
-        let values = f32s(self.vector(name, Dtype::F32, None)?.data());
+        let values = f32s(self.vector(name, Kind::F32, None)?.data());
         let lens = self.lens(name, rows, values.len())?;
         Ok(split(values, &lens))
     }
@@ -228,9 +256,18 @@ fn f32s(bytes: &[u8]) -> Vec<f32> {
         .collect()
 }
 
-fn u32s(bytes: &[u8]) -> Vec<u32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+/// The values of a `U8`, `U16` or `U32` view, widened.
+fn u32s(view: &TensorView<'_>) -> Vec<u32> {
+    let bytes = view.data();
+    match view.dtype() {
+        Dtype::U8 => bytes.iter().map(|&b| u32::from(b)).collect(),
+        Dtype::U16 => bytes
+            .chunks_exact(2)
+            .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
+            .collect(),
+        _ => bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    }
 }

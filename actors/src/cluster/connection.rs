@@ -6,13 +6,11 @@
 //! connection closes it (and the worker then stops the role it hosted). What the hosted role
 //! reports to its monitor arrives as [`Response::Events`] and goes to the controller's.
 
+use super::call::{decode_response, encode_request};
 use super::error::{ClusterError, DecodeError, FrameError};
 use super::frame::{read_message, write_message, Limits};
 use super::traffic;
-use super::wire::{
-    decode, decode_response, encode, encode_request, Hello, HelloReply, Request, Response,
-    EVENTS_ID, PROTOCOL,
-};
+use super::wire::{decode, encode, Hello, HelloReply, Request, Response, EVENTS_ID, PROTOCOL};
 use crate::monitor::{MonitorEvent, MonitorHandle};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

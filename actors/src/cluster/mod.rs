@@ -13,6 +13,7 @@
 
 mod arrays;
 mod blob;
+mod call;
 mod connection;
 mod error;
 mod frame;
@@ -24,6 +25,7 @@ mod wire;
 mod wire_error;
 mod worker;
 
+pub use call::{decode_request, decode_response, encode_request, encode_response};
 pub use connection::{Connection, Endpoint};
 pub use error::{
     ClusterError, ConnectionError, DecodeError, EncodeError, FrameError, TensorError, WorkerError,
@@ -32,8 +34,7 @@ pub use frame::{read_message, write_message, Limits, HEADER_BYTES};
 pub use remote::{Remote, RemoteSources};
 pub use traffic::{traffic, Traffic};
 pub use wire::{
-    decode, decode_request, decode_response, encode, encode_request, encode_response, Envelope,
-    Hello, HelloReply, Request, Response, RoleKind, EVENTS_ID, PROTOCOL,
+    decode, encode, Envelope, Hello, HelloReply, Request, Response, RoleKind, EVENTS_ID, PROTOCOL,
 };
 pub use wire_error::{WireCause, WireError};
 pub use worker::{bind, serve, WorkerConfig};

@@ -2,8 +2,8 @@
 //! the MessagePack part, and a blob with a wrong dtype, shape, length or name is refused
 //! with the tensor named.
 
+use super::call::{decode_request, decode_response, encode_request, encode_response};
 use super::error::{DecodeError, TensorError};
-use super::wire::{decode_request, decode_response, encode_request, encode_response};
 use super::{Request, Response};
 use crate::batch::{
     ExperienceBatch, Finish, RolloutBatch, RolloutRequest, Sample, SampleRequest, Sampling,
@@ -147,6 +147,30 @@ fn answers_round_trip_bit_for_bit() {
 }
 
 #[test]
+fn ids_take_the_narrowest_dtype_that_holds_them() {
+    for (top, bytes_per_id) in [(255u32, 1), (256, 2), (65_535, 2), (65_536, 4)] {
+        let s = Sequences {
+            pairs: vec![(vec![top; 1000], vec![top])],
+            pad_id: 0,
+            routing: None,
+        };
+        let bytes = encode_request(1, Request::Values(s.clone())).unwrap();
+        let head = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
+        let body = bytes.len() - 4 - head;
+        let ids = 1001 * bytes_per_id;
+        assert!(
+            (ids..ids + 400).contains(&body),
+            "max id {top}: {body} bytes"
+        );
+        let back = decode_request(&bytes).unwrap();
+        assert!(
+            matches!(back.body, Request::Values(b) if b == s),
+            "max id {top}"
+        );
+    }
+}
+
+#[test]
 fn the_arrays_leave_the_messagepack_part() {
     let big = TokenArray::new(64, 100, vec![0.1; 6400]).unwrap();
     let bytes = encode_response(1, Response::Tokens(big)).unwrap();
@@ -191,13 +215,19 @@ fn a_malformed_blob_is_refused_naming_the_tensor() {
         matches!(
             &e,
             TensorError::Dtype {
-                expected: "U32",
+                expected: "U8, U16 or U32",
                 ..
             }
         ),
         "{e}"
     );
-    assert!(e.to_string().contains("seqs."), "{e}");
+    assert!(e.to_string().contains("seqs.response_ids"), "{e}");
+    let e = tensor_error(&patched(&good, "\"U8\"", "\"I8\""));
+    assert!(
+        e.to_string()
+            .contains("expected dtype U8, U16 or U32, got I8"),
+        "{e}"
+    );
     let e = tensor_error(&patched(
         &good,
         "seqs.prompt_ids.lens",

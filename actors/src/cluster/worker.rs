@@ -8,14 +8,12 @@
 //! its other connections go on either way. What the role reports to its monitor goes back
 //! to the controller on the same connection (`relay.rs`).
 
+use super::call::{decode_request, encode_response};
 use super::error::{ConnectionError, DecodeError, WorkerError};
 use super::frame::{read_message, write_message, Limits};
 use super::host::HostedRole;
-use super::relay::RelayHandle;
-use super::wire::{
-    decode, decode_request, encode, encode_response, Envelope, Hello, HelloReply, Request,
-    Response, PROTOCOL,
-};
+use super::relay::{Flush, RelayHandle};
+use super::wire::{decode, encode, Envelope, Hello, HelloReply, Request, Response, PROTOCOL};
 use super::wire_error::WireError;
 use crate::recipe::is_loopback_host;
 use std::net::SocketAddr;
@@ -154,7 +152,14 @@ async fn connection(
         }
     });
     let (relay, monitor) = RelayHandle::start(tx.clone()).await;
-    let r = calls(rd, Limits::with_frame(cfg.max_frame), &tx, monitor).await;
+    let r = calls(
+        rd,
+        Limits::with_frame(cfg.max_frame),
+        &tx,
+        monitor,
+        relay.flusher(),
+    )
+    .await;
     relay.close().await;
     drop(tx);
     let _ = tokio::time::timeout(STOP_WAIT, writer).await;
@@ -182,6 +187,7 @@ async fn calls(
     limits: Limits,
     tx: &mpsc::UnboundedSender<Envelope<Response>>,
     monitor: crate::monitor::MonitorHandle,
+    flush: Flush,
 ) -> Result<(), ConnectionError> {
     let reply = |id, body| {
         let _ = tx.send(Envelope { id, body });
@@ -238,7 +244,7 @@ async fn calls(
                     true,
                 )),
             ),
-            request => answer(&host, env.id, request, tx).await,
+            request => answer(&host, env.id, request, tx, &flush).await,
         }
     };
     host.stop(STOP_WAIT).await;
@@ -246,23 +252,27 @@ async fn calls(
 }
 
 /// Starts answering `request`: polled once here, so the role's actor receives calls in
-/// the order they arrived; the rest runs on its own task.
+/// the order they arrived; the rest runs on its own task. The answer is sent after the
+/// role's reports (`flush`).
 async fn answer(
     host: &HostedRole,
     id: u64,
     request: Request,
     tx: &mpsc::UnboundedSender<Envelope<Response>>,
+    flush: &Flush,
 ) {
     let mut fut = host.answer(request);
     let first = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await;
     match first {
         Poll::Ready(body) => {
+            flush.flush().await;
             let _ = tx.send(Envelope { id, body });
         }
         Poll::Pending => {
-            let tx = tx.clone();
+            let (tx, flush) = (tx.clone(), flush.clone());
             tokio::spawn(async move {
                 let body = fut.await;
+                flush.flush().await;
                 let _ = tx.send(Envelope { id, body });
             });
         }
