@@ -295,7 +295,7 @@ fn bad_answer(ep: &Endpoint, source: DecodeError) -> ClusterError {
     ClusterError::BadAnswer {
         node: ep.node.clone(),
         addr: ep.addr.clone(),
-        source,
+        source: Box::new(source),
     }
 }
 

@@ -73,8 +73,8 @@ pub enum ClusterError {
         node: String,
         /// Its address.
         addr: String,
-        /// What is wrong with it.
-        source: DecodeError,
+        /// What is wrong with it (boxed: it is the largest cause).
+        source: Box<DecodeError>,
     },
     /// A message could not be encoded or decoded.
     #[error("node {node} ({addr}): {message}")]
