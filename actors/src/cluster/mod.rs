@@ -10,6 +10,9 @@
 //! builds it on the worker, the following ones are its calls, and closing the connection
 //! stops it. Frames are capped (`frame.rs`), the handshake checks a shared cookie
 //! (`worker.rs`), and a lost connection fails the waiting calls at once (`connection.rs`).
+//! A call's arrays travel as one safetensors buffer beside its MessagePack envelope
+//! (`call.rs`, `arrays.rs`, `blob.rs`), and the hosted role's status reports come back on its
+//! connection (`relay.rs`).
 
 mod arrays;
 mod blob;
