@@ -277,6 +277,9 @@ pub async fn spawn_policy(
             sft: recipe.sft.packing,
             rl: recipe.rl.packing,
         };
+        if let Some(coef) = recipe.model.router_aux_loss_coef {
+            trainer.router_aux_loss_coef = coef;
+        }
         let mut engine = match &experts {
             Some(g) => g.spread(rank, &mut trainer, weights, engine_config(recipe)),
             None => EngineReplica::new(&trainer.model, engine_config(recipe)),

@@ -12,7 +12,7 @@ mod offline;
 mod overrides;
 mod resume_check;
 mod reward;
-mod routing_check;
+mod moe_switches;
 mod sections;
 mod sharding_check;
 mod slurm;

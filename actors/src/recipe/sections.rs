@@ -171,6 +171,11 @@ pub struct ModelSection {
     /// Teacher folder (HF causal LM with the policy's tokenizer) of `rl.algorithm =
     /// "distill"`: the frozen reference role is loaded from it instead of the initial policy.
     pub teacher_path: Option<String>,
+    /// Weight of the routers' load-balancing loss (Switch Transformer's, HF's
+    /// `load_balancing_loss_func`) in the policy's SFT and RL losses; mixture-of-experts
+    /// policies only. Default: the policy's `config.json` decides, as in HF and TRL:
+    /// its `router_aux_loss_coef` when `output_router_logits` is true, else 0.
+    pub router_aux_loss_coef: Option<f64>,
 }
 
 impl Default for ModelSection {
@@ -182,6 +187,7 @@ impl Default for ModelSection {
             reward_path: None,
             critic_path: None,
             teacher_path: None,
+            router_aux_loss_coef: None,
         }
     }
 }
