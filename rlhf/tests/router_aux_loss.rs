@@ -90,7 +90,10 @@ fn an_update_reports_the_balance_loss_it_added_padded_and_packed() {
         let s = t.ppo_step(&b, &old, &adv, None, None, &cfg, 1e-3, 1.0, None);
         let got = s.unwrap().router_aux_loss.expect("the loss was added");
         println!("packed {packed}: balance loss {got:.6} (forward alone {want:.6})");
-        assert!((got - want).abs() < 1e-5, "packed {packed}: {got} vs {want}");
+        assert!(
+            (got - want).abs() < 1e-5,
+            "packed {packed}: {got} vs {want}"
+        );
         assert!(want > 1.0, "routers scaled ×4 start unbalanced: {want}");
     }
 }

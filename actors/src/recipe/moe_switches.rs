@@ -18,7 +18,10 @@ pub(crate) fn validate(
     if let Some(coef) = r.model.router_aux_loss_coef {
         let key = "model.router_aux_loss_coef";
         if !coef.is_finite() || coef < 0.0 {
-            return Err(bad(key, format!("expected a finite number >= 0, found {coef}")));
+            return Err(bad(
+                key,
+                format!("expected a finite number >= 0, found {coef}"),
+            ));
         }
         dense_refused(r, key, "weights the routers' load-balancing loss", bad)?;
     }

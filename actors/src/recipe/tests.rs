@@ -360,13 +360,25 @@ fn the_router_aux_loss_coef_needs_routers_and_a_finite_weight() {
     validate(&r, Path::new("r.toml")).unwrap();
     assert_eq!(r.model.router_aux_loss_coef, Some(0.01));
     for (text, want) in [
-        ("[model]\ninit_family = \"qwen2\"\nrouter_aux_loss_coef = 0.01\n", "dense"),
-        ("[model]\ninit_family = \"mixtral\"\nrouter_aux_loss_coef = -1.0\n", ">= 0"),
-        ("[model]\ninit_family = \"mixtral\"\nrouter_aux_loss_coef = nan\n", ">= 0"),
+        (
+            "[model]\ninit_family = \"qwen2\"\nrouter_aux_loss_coef = 0.01\n",
+            "dense",
+        ),
+        (
+            "[model]\ninit_family = \"mixtral\"\nrouter_aux_loss_coef = -1.0\n",
+            ">= 0",
+        ),
+        (
+            "[model]\ninit_family = \"mixtral\"\nrouter_aux_loss_coef = nan\n",
+            ">= 0",
+        ),
     ] {
         let e = validate(&parse(text, &[]).unwrap(), Path::new("r.toml"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("model.router_aux_loss_coef") && e.contains(want), "{e}");
+        assert!(
+            e.contains("model.router_aux_loss_coef") && e.contains(want),
+            "{e}"
+        );
     }
 }

@@ -114,7 +114,11 @@ impl PackedRows {
             .iter()
             .map(|&s| f32::from(u8::from(s != PAD_SEGMENT)))
             .collect();
-        Ok(Tensor::from_vec(mask, self.ids.dims2()?, self.ids.device())?)
+        Ok(Tensor::from_vec(
+            mask,
+            self.ids.dims2()?,
+            self.ids.device(),
+        )?)
     }
 
     /// A per-target tensor of the packed rows `[R, L-1]` in the batch's layout `[B, T-1]`

@@ -270,7 +270,8 @@ impl PolicyTrainer {
         collective: Option<&dyn Collective>,
     ) -> Result<(f64, StepStats)> {
         self.opt.set_lr(lr);
-        let forward = self.head_outputs_traced(batch, TokenDistribution::MODEL, self.packing.sft)?;
+        let forward =
+            self.head_outputs_traced(batch, TokenDistribution::MODEL, self.packing.sft)?;
         let lp = &forward.out.logprobs;
         let (mut loss, stats) = sft_loss(lp, &batch.response_mask)?;
         if let Some((aux, _)) = self.router_aux_term(&forward)? {
@@ -341,7 +342,8 @@ impl PolicyTrainer {
         } = *inputs;
         self.opt.set_lr(lr);
         let mask = &batch.response_mask;
-        let forward = self.head_outputs_traced(batch, self.rollout_distribution, self.packing.rl)?;
+        let forward =
+            self.head_outputs_traced(batch, self.rollout_distribution, self.packing.rl)?;
         let aux = self.router_aux_term(&forward)?;
         let TracedForward {
             out:
