@@ -280,6 +280,7 @@ pub async fn spawn_policy(
         if let Some(coef) = recipe.model.router_aux_loss_coef {
             trainer.router_aux_loss_coef = coef;
         }
+        trainer.model.set_precision(recipe.rl.trainer_precision);
         let mut engine = match &experts {
             Some(g) => g.spread(rank, &mut trainer, weights, engine_config(recipe)),
             None => EngineReplica::new(&trainer.model, engine_config(recipe)),

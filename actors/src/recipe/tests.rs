@@ -382,3 +382,22 @@ fn the_router_aux_loss_coef_needs_routers_and_a_finite_weight() {
         );
     }
 }
+
+/// `rl.trainer_precision = "fake_int8"` needs the CPU int8 engine.
+#[test]
+fn a_fake_int8_trainer_needs_the_cpu_int8_engine() {
+    let on = "[rl]\ntrainer_precision = \"fake_int8\"\n";
+    let ok = format!("[engine]\nquant = \"int8\"\n{on}");
+    let r = parse(&ok, &[]).unwrap();
+    validate(&r, Path::new("r.toml")).unwrap();
+    assert_eq!(r.rl.trainer_precision, oxalign_models::Precision::FakeInt8);
+    for (text, want) in [
+        (on.to_string(), "engine.quant"),
+        (format!("[engine]\nquant = \"q4\"\n{on}"), "engine.quant"),
+    ] {
+        let e = validate(&parse(&text, &[]).unwrap(), Path::new("r.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rl.trainer_precision") && e.contains(want), "{e}");
+    }
+}
