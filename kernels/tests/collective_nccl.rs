@@ -128,9 +128,9 @@ fn nccl_tensor_ops_stay_on_the_gpu() {
         sum.flatten_all().unwrap().to_vec1::<f32>().unwrap()[5],
         10.0
     );
-    let gathered = c.all_gather(&[x.clone()]).unwrap();
+    let gathered = c.all_gather(std::slice::from_ref(&x)).unwrap();
     assert_eq!(gathered[0].dims(), &[6]);
-    let scattered = c.reduce_scatter_mean(&[x.clone()]).unwrap();
+    let scattered = c.reduce_scatter_mean(std::slice::from_ref(&x)).unwrap();
     assert_eq!(scattered[0].to_vec1::<f32>().unwrap().len(), 6);
     let b = c.broadcast(&[x], 0).unwrap();
     assert!(b[0].device().is_cuda());

@@ -93,7 +93,7 @@ fn finish(
     shape: bool,
 ) -> Result<Tensor, CollectiveError> {
     let t = if by == 1.0 {
-        flat
+        Ok(flat)
     } else {
         flat.affine(by, 0.0)
     }
