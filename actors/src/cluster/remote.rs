@@ -8,9 +8,10 @@
 use super::connection::{Connection, Endpoint};
 use super::wire::{Request, Response, RoleKind, SpawnSpec};
 use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray};
+use crate::collective_groups;
 use crate::error::{Cause, RoleError, LOAD_OPTIMIZER};
 use crate::monitor::{ActorInfo, MonitorHandle};
-use crate::placement::RolePlacement;
+use crate::placement::{DeviceGroup, RolePlacement};
 use crate::recipe::{ClusterSection, Recipe};
 use crate::roles::{
     CriticTrainSummary, CriticWork, DpoSummary, DpoWork, Generate, Logprobs, Persist,
@@ -18,6 +19,7 @@ use crate::roles::{
     TrainCritic, TrainPolicy, Values,
 };
 use async_trait::async_trait;
+use oxalign_kernels::collective::NcclUniqueId;
 use oxalign_models::engine::RefitReport;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -55,9 +57,11 @@ impl Remote {
         let conn = Connection::open(&ep)
             .await
             .map_err(|e| fail(Cause::Cluster(e)))?;
+        let on_worker = worker_recipe(recipe, kind);
         let spec = SpawnSpec {
             kind,
-            recipe_toml: worker_recipe(recipe, kind).to_toml(),
+            nccl_ids: nccl_ids(&on_worker, kind).map_err(&fail)?,
+            recipe_toml: on_worker.to_toml(),
             weights: src.weights.map(absolute),
             critic: src.critic.map(absolute),
         };
@@ -107,6 +111,24 @@ impl Remote {
                 bad_input: false,
             },
         )
+    }
+}
+
+/// The NCCL ids the controller makes for role `kind` on the worker (see
+/// `crate::collective_groups`): one per collective group the role builds there (the policy
+/// two, for its trainers and its engines), none unless its devices are several GPUs.
+fn nccl_ids(on_worker: &Recipe, kind: RoleKind) -> Result<Vec<NcclUniqueId>, Cause> {
+    let p = &on_worker.placement;
+    let (placement, groups) = match kind {
+        RoleKind::Policy => (&p.policy, 2),
+        RoleKind::Reference => (&p.reference, 1),
+        RoleKind::Reward => (&p.reward, 1),
+        RoleKind::Critic => (&p.critic, 1),
+    };
+    match DeviceGroup::parse(placement) {
+        Ok(g) => collective_groups::ids_for(&g.specs, groups),
+        // The worker reports a bad placement with its own message.
+        Err(_) => Ok(Vec::new()),
     }
 }
 
