@@ -160,3 +160,50 @@ fn host_f32(s: &CpuStorage, l: &Layout) -> Result<(Vec<f32>, bool)> {
 pub(crate) fn quantized_input(x: &Tensor, precision: Precision) -> Result<Tensor> {
     fake_quant(x, Int8Operand::Input, precision)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 500.0 - 1.0)
+            .collect()
+    }
+
+    /// The forward is the int8 kernel's bits; the gradients are the straight-through
+    /// estimator's: `∂x = g · q(W)`, `∂W = gᵀ · q(x)`; under `F32` it is the plain linear.
+    #[test]
+    fn the_int8_linear_runs_the_engine_kernel_with_straight_through_gradients() {
+        let dev = Device::Cpu;
+        let (rows, k, n) = (5, 40, 12);
+        let x = Var::from_vec(values(rows * k, 1), (rows, k), &dev).unwrap();
+        let w = Var::from_vec(values(n * k, 7), (n, k), &dev).unwrap();
+        let g = Tensor::from_vec(values(rows * n, 3), (rows, n), &dev).unwrap();
+        let y = quantizable_linear(&x, &w, None, Precision::FakeInt8).unwrap();
+        let q = Int8Weight::quantize(&w.flatten_all().unwrap().to_vec1().unwrap(), n, k);
+        let mut want = vec![0f32; rows * n];
+        q.matmul(
+            &x.flatten_all().unwrap().to_vec1().unwrap(),
+            rows,
+            None,
+            &mut want,
+        );
+        assert_eq!(y.flatten_all().unwrap().to_vec1::<f32>().unwrap(), want);
+        let grads = (y * &g).unwrap().sum_all().unwrap().backward().unwrap();
+        let xq = fake_quant(&x, Int8Operand::Input, Precision::FakeInt8).unwrap();
+        let wq = fake_quant(&w, Int8Operand::Weight, Precision::FakeInt8).unwrap();
+        let close = |a: &Tensor, b: &Tensor| {
+            let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
+            d.to_scalar::<f32>().unwrap()
+        };
+        let gx = grads.get(&x).unwrap();
+        assert!(close(gx, &g.matmul(&wq).unwrap()) < 1e-6);
+        let gw = grads.get(&w).unwrap();
+        assert!(close(gw, &g.t().unwrap().matmul(&xq).unwrap()) < 1e-6);
+        let plain = quantizable_linear(&x, &w, None, Precision::F32).unwrap();
+        let direct = x.matmul(&w.t().unwrap()).unwrap();
+        assert_eq!(close(&plain, &direct), 0.0);
+    }
+}

@@ -398,6 +398,9 @@ fn a_fake_int8_trainer_needs_the_cpu_int8_engine() {
         let e = validate(&parse(&text, &[]).unwrap(), Path::new("r.toml"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("rl.trainer_precision") && e.contains(want), "{e}");
+        assert!(
+            e.contains("rl.trainer_precision") && e.contains(want),
+            "{e}"
+        );
     }
 }

@@ -168,7 +168,11 @@ fn trainer_precision(
             ),
         ));
     }
-    if r.placement.policy.split(',').any(|d| !d.trim().starts_with("cpu")) {
+    if r.placement
+        .policy
+        .split(',')
+        .any(|d| !d.trim().starts_with("cpu"))
+    {
         return Err(bad(
             key,
             format!(
