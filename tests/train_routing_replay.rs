@@ -84,7 +84,7 @@ fn int8_rollouts_replay_their_experts_in_the_trainer() {
         gap(&fake),
         gap(&replayed)
     );
-    assert!(mean(&fake) < 1e-5, "{}", mean(&fake));
+    assert!(mean(&fake) < mean(&replayed) / 20.0, "{}", mean(&fake));
 }
 
 /// Experts over two devices (configs/moe-grpo-ep2.toml) replay the rollout's routing like
@@ -100,7 +100,12 @@ fn expert_parallel_runs_replay_routing_like_data_parallel() {
     let dp2 = run_recipe(
         "moe-grpo",
         b.path(),
-        &[replay, "placement.policy=\"cpu:0,cpu:1\""],
+        &[
+            replay,
+            "placement.policy=\"cpu:0,cpu:1\"",
+            // configs/moe-grpo-ep2.toml samples dynamically; the one-device recipe does not.
+            "rl.dynamic_sampling=true",
+        ],
     );
     assert_eq!(ep2.len(), 2);
     for (x, y) in ep2.iter().zip(&dp2) {
