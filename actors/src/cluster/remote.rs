@@ -53,10 +53,10 @@ impl Remote {
     ) -> Result<Self, RoleError> {
         let role = kind.name();
         let fail = |cause: Cause| RoleError::new(role, "setup", cause);
-        let ep = endpoint(&recipe.cluster, node).map_err(&fail)?;
-        let conn = Connection::open(&ep)
+        let (conn, node) = open_placed_or_spare(&recipe.cluster, node, role)
             .await
-            .map_err(|e| fail(Cause::Cluster(e)))?;
+            .map_err(&fail)?;
+        let node = node.as_str();
         let on_worker = worker_recipe(recipe, kind);
         let spec = SpawnSpec {
             kind,
@@ -133,6 +133,27 @@ fn nccl_ids(on_worker: &Recipe, kind: RoleKind) -> Result<Vec<NcclUniqueId>, Cau
 }
 
 /// The address, cookie and frame cap of `node`.
+/// A connection to the worker of `node`, or, when none accepts there within the connect
+/// timeout, to the first of `cluster.spare_nodes` that does; with the name of the node
+/// that accepted. Errors with the placed node's failure when no spare accepts either.
+async fn open_placed_or_spare(
+    c: &ClusterSection,
+    node: &str,
+    role: &str,
+) -> Result<(Connection, String), Cause> {
+    let placed = match Connection::open(&endpoint(c, node)?).await {
+        Ok(conn) => return Ok((conn, node.to_string())),
+        Err(e) => e,
+    };
+    for spare in c.spare_nodes.iter().filter(|s| *s != node) {
+        if let Ok(conn) = Connection::open(&endpoint(c, spare)?).await {
+            eprintln!("{role}: node {node} accepted no connection ({placed}); it runs on the spare {spare}");
+            return Ok((conn, spare.clone()));
+        }
+    }
+    Err(Cause::Cluster(placed))
+}
+
 fn endpoint(c: &ClusterSection, node: &str) -> Result<Endpoint, Cause> {
     let nodes = c
         .resolved_nodes()
