@@ -88,6 +88,34 @@ fn a_killed_scoring_node_is_restarted_when_a_new_worker_joins() {
     assert_eq!(restarts, 1.0, "one restart, reported on the failed step");
 }
 
+/// With `cluster.spare_nodes`, the roles of a node that never comes back move to a spare:
+/// the run finishes with the same metrics as one process.
+#[test]
+fn a_dead_nodes_roles_move_to_a_spare_node() {
+    let one = tempfile::tempdir().unwrap();
+    let out = train(one.path(), &recipe(8, None));
+    assert!(out.status.success(), "single process: {}", stderr(&out));
+    let n1 = Worker::start("127.0.0.1:0", None);
+    let n2 = Worker::start("127.0.0.1:0", None);
+    let n3 = Worker::start("127.0.0.1:0", None);
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(8, Some((&n1.addr, &n2.addr))).replace(
+        " }\nconnect_timeout_s = 20\n",
+        &format!(
+            ", node3 = \"{}\" }}\nconnect_timeout_s = 1\nspare_nodes = [\"node3\"]\n",
+            n3.addr
+        ),
+    );
+    let run = spawn_train(dir.path(), &r);
+    wait_for_steps(dir.path(), 2, Duration::from_secs(120));
+    n2.kill();
+    let out = run.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "the run failed: {err}");
+    assert!(err.contains("it runs on the spare node3"), "{err}");
+    assert_same_run(one.path(), dir.path());
+}
+
 #[test]
 fn a_node_that_never_comes_back_fails_with_the_resume_command() {
     let n1 = Worker::start("127.0.0.1:0", None);
@@ -135,6 +163,14 @@ fn recipe_mistakes_about_nodes_exit_with_2() {
             base.replace("connect_timeout_s = 20", "connect_timeout_s = 0.5"),
             &unused,
             "no worker accepted",
+        ),
+        (
+            base.replace(
+                "connect_timeout_s = 20",
+                "connect_timeout_s = 20\nspare_nodes = [\"node9\"]",
+            ),
+            "cluster.spare_nodes",
+            "node9",
         ),
     ];
     for (r, key, says) in cases {

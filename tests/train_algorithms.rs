@@ -162,14 +162,27 @@ fn run_moe(
 /// `placement.expert_parallel = 2`) trains with verified refits, writes whole-model
 /// checkpoints with one optimizer state per rank, and follows, step by step, the same seed
 /// data-parallel over the same two devices with every expert on each (configs/moe-grpo.toml
-/// with `placement.policy = "cpu:0,cpu:1"`): the updates are the same to f32 rounding.
+/// with `placement.policy = "cpu:0,cpu:1"`): the updates are the same to f32 rounding. Both
+/// use dynamic sampling, so the expert-parallel engines also generate the extra rounds
+/// together.
 #[test]
 fn a_moe_policy_with_experts_over_two_devices_trains_like_data_parallel() {
-    let (ep2_dir, ep2) = run_moe("moe-grpo-ep2", "ep2", 3, 60, &[]);
+    let dynamic = "rl.dynamic_sampling=true";
+    let (ep2_dir, ep2) = run_moe("moe-grpo-ep2", "ep2", 3, 60, &[dynamic]);
     let two_cpus = "placement.policy=\"cpu:0,cpu:1\"";
-    let (dp2_dir, dp2) = run_moe("moe-grpo", "dp2", 3, 60, &[two_cpus]);
+    let (dp2_dir, dp2) = run_moe("moe-grpo", "dp2", 3, 60, &[two_cpus, dynamic]);
     assert_eq!(ep2.len(), 3);
+    let rounds: f64 = ep2
+        .iter()
+        .map(|m| m["dynamic_rounds"].as_f64().unwrap())
+        .sum();
+    assert!(rounds > 3.0, "some step drew more than one round: {rounds}");
     for (a, b) in ep2.iter().zip(&dp2) {
+        assert_eq!(
+            a["dynamic_rounds"], b["dynamic_rounds"],
+            "step {}",
+            a["step"]
+        );
         let mismatch = a["logprob_mismatch_max"].as_f64().unwrap();
         assert!(mismatch < 1e-4, "EP=2 engine vs trainer: {a}");
         assert!(

@@ -3,7 +3,9 @@
 //! run replays the rollout's experts in the trainer, reports how often that overrode the
 //! trainer's own routing (`routing_overridden`), and its first step's engine/trainer
 //! log-prob gap (same weights and rollout in both runs) is no wider than without replay.
-//! Experts over two devices replay like data parallelism does. A dense policy is refused
+//! With the trainer in the engine's int8 numbers as well (`rl.trainer_precision =
+//! "fake_int8"`) the gap falls to f32 rounding on most tokens. Experts over two devices
+//! replay like data parallelism does. A dense policy is refused
 //! with the key named.
 
 use serde_json::Value;
@@ -62,6 +64,27 @@ fn int8_rollouts_replay_their_experts_in_the_trainer() {
         100.0 * replayed[0]["routing_overridden"].as_f64().unwrap()
     );
     assert!(gap(&replayed) <= gap(&own) + 1e-6);
+    let c = tempfile::tempdir().unwrap();
+    let int8_trainer = [
+        "rl.routing_replay=true",
+        "rl.trainer_precision=\"fake_int8\"",
+    ];
+    let fake = run(c.path(), &int8_trainer);
+    let mean = |m: &[Value]| m[0]["logprob_mismatch_mean"].as_f64().unwrap();
+    println!(
+        "step 1 with the trainer in the engine's int8 numbers and replay: max {:.3e}, mean \
+         {:.3e} (f32 trainer with replay: mean {:.3e})",
+        gap(&fake),
+        mean(&fake),
+        mean(&replayed)
+    );
+    assert!(
+        gap(&fake) < gap(&replayed),
+        "{} vs {}",
+        gap(&fake),
+        gap(&replayed)
+    );
+    assert!(mean(&fake) < mean(&replayed) / 20.0, "{}", mean(&fake));
 }
 
 /// Experts over two devices (configs/moe-grpo-ep2.toml) replay the rollout's routing like
@@ -77,7 +100,12 @@ fn expert_parallel_runs_replay_routing_like_data_parallel() {
     let dp2 = run_recipe(
         "moe-grpo",
         b.path(),
-        &[replay, "placement.policy=\"cpu:0,cpu:1\""],
+        &[
+            replay,
+            "placement.policy=\"cpu:0,cpu:1\"",
+            // configs/moe-grpo-ep2.toml samples dynamically; the one-device recipe does not.
+            "rl.dynamic_sampling=true",
+        ],
     );
     assert_eq!(ep2.len(), 2);
     for (x, y) in ep2.iter().zip(&dp2) {

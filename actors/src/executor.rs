@@ -7,6 +7,7 @@
 //! being rebuilt, perhaps with a job still hung on it) is detached, never joined. This file
 //! knows nothing about roles.
 
+use crate::collective_groups::GroupSettings;
 use crate::faults::FaultPlan;
 use crossbeam_channel::{unbounded, Sender};
 use oxalign_kernels::device::{DeviceKind, DeviceSpec};
@@ -144,12 +145,14 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// collective) are queued on all of them under one lock, so every executor sees group jobs
 /// in the same order and two groups can never wait on each other.
 ///
-/// The pool also carries the run's [`FaultPlan`], which role jobs consult where they run.
+/// The pool also carries the run's [`FaultPlan`], which role jobs consult where they run,
+/// and how the roles on its devices build their collective groups ([`GroupSettings`]).
 #[derive(Clone, Default)]
 pub struct ExecutorPool {
     inner: Arc<Mutex<HashMap<ExecutorKey, Arc<DeviceExecutor>>>>,
     group_lock: Arc<Mutex<()>>,
     faults: FaultPlan,
+    groups: GroupSettings,
 }
 
 /// A device, and the role that owns the executor on the CPU (`None`: a GPU's shared one).
@@ -172,6 +175,18 @@ impl ExecutorPool {
     /// The run's fault plan (empty unless the recipe has `[[faults]]`).
     pub fn faults(&self) -> &FaultPlan {
         &self.faults
+    }
+
+    /// The same pool with collective groups built by `groups` (e.g. with the NCCL ids the
+    /// controller handed to this worker).
+    pub fn with_groups(mut self, groups: GroupSettings) -> Self {
+        self.groups = groups;
+        self
+    }
+
+    /// How the roles on this pool build their collective groups.
+    pub fn groups(&self) -> &GroupSettings {
+        &self.groups
     }
 
     fn key(spec: DeviceSpec, role: &str) -> ExecutorKey {

@@ -9,7 +9,7 @@
 use crate::error::Cause;
 pub use crate::error::RoleError;
 use crate::executor::ExecutorPool;
-use oxalign_kernels::collective::{Collective, ThreadCollective};
+use oxalign_kernels::collective::Collective;
 use oxalign_kernels::device::DeviceSpec;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -35,18 +35,25 @@ pub struct Replicas<T> {
     lane: String,
     specs: Vec<DeviceSpec>,
     states: Vec<Shared<T>>,
-    collectives: Vec<Option<Arc<ThreadCollective>>>,
+    collectives: Vec<Option<Arc<dyn Collective>>>,
     pool: ExecutorPool,
 }
 
 impl<T: Send + 'static> Replicas<T> {
-    /// Replicas of `role` with one state per device of `specs`.
-    pub fn new(role: &str, specs: Vec<DeviceSpec>, states: Vec<T>, pool: ExecutorPool) -> Self {
+    /// Replicas of `role` with one state per device of `specs`, joined (when there are
+    /// several) by a collective group of the kind their devices call for (NCCL on CUDA GPUs,
+    /// threads on the CPU; `crate::collective_groups`). Fails when that group cannot be built.
+    pub fn new(
+        role: &str,
+        specs: Vec<DeviceSpec>,
+        states: Vec<T>,
+        pool: ExecutorPool,
+    ) -> Result<Self, Cause> {
         let group = match specs.len() > 1 {
-            true => Some(collective_group(specs.len())),
+            true => Some(collective_group(&specs, &pool)?),
             false => None,
         };
-        Self::with_group(role, specs, states, pool, group)
+        Ok(Self::with_group(role, specs, states, pool, group))
     }
 
     /// [`Replicas::new`] over the collective group `group` (one handle per device, rank
@@ -57,7 +64,7 @@ impl<T: Send + 'static> Replicas<T> {
         specs: Vec<DeviceSpec>,
         states: Vec<T>,
         pool: ExecutorPool,
-        group: Option<Vec<Arc<ThreadCollective>>>,
+        group: Option<Vec<Arc<dyn Collective>>>,
     ) -> Self {
         assert_eq!(specs.len(), states.len(), "one state per device");
         let collectives = match group {
@@ -134,7 +141,7 @@ impl<T: Send + 'static> Replicas<T> {
                     let ctx = ReplicaCtx {
                         rank,
                         world,
-                        collective: coll.as_deref().map(|c| c as &dyn Collective),
+                        collective: coll.as_deref(),
                     };
                     let out = job(&ctx, &mut guard);
                     if out.is_ok() {
@@ -170,18 +177,19 @@ impl<T> Clone for Replicas<T> {
     }
 }
 
-/// A fresh collective group of `world` ranks, for [`Replicas::with_group`] when the states
-/// themselves hold a handle on it (expert-parallel models exchange rows over it).
-pub fn collective_group(world: usize) -> Vec<Arc<ThreadCollective>> {
-    ThreadCollective::group(world)
-        .into_iter()
-        .map(Arc::new)
-        .collect()
+/// A fresh collective group over `specs` built as `pool` says (NCCL for CUDA devices, threads
+/// otherwise), for [`Replicas::with_group`] when the states themselves hold a handle on it
+/// (expert-parallel models exchange rows over it).
+pub fn collective_group(
+    specs: &[DeviceSpec],
+    pool: &ExecutorPool,
+) -> Result<Vec<Arc<dyn Collective>>, Cause> {
+    crate::collective_groups::collective_group(specs, pool.groups())
 }
 
 /// Aborts a replica's collective when dropped: on an error return or while a panic unwinds
 /// (a successful job forgets it).
-struct AbortPeers<'a>(Option<&'a ThreadCollective>);
+struct AbortPeers<'a>(Option<&'a dyn Collective>);
 
 impl Drop for AbortPeers<'_> {
     fn drop(&mut self) {
@@ -213,7 +221,7 @@ mod tests {
     #[tokio::test]
     async fn a_replica_a_panic_poisoned_is_never_used_again() {
         let specs = vec![DeviceSpec::cpu(0)];
-        let r = Replicas::new("reward", specs, vec![0u32], ExecutorPool::new());
+        let r = Replicas::new("reward", specs, vec![0u32], ExecutorPool::new()).unwrap();
         let bump = |_: &ReplicaCtx<'_>, n: &mut u32| -> Result<u32, Cause> {
             *n += 1;
             Ok(*n)
@@ -232,7 +240,7 @@ mod tests {
     #[tokio::test]
     async fn a_panicking_replica_releases_its_peers_at_once() {
         let specs = vec![DeviceSpec::cpu(0), DeviceSpec::cpu(1)];
-        let r = Replicas::new("policy", specs, vec![(), ()], ExecutorPool::new());
+        let r = Replicas::new("policy", specs, vec![(), ()], ExecutorPool::new()).unwrap();
         let started = std::time::Instant::now();
         let e = r
             .each("policy_train", |ctx: &ReplicaCtx<'_>, _: &mut ()| {

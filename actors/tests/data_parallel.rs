@@ -93,8 +93,10 @@ async fn update_on(
     // Make the old log-probs differ from the current ones so clipping is exercised.
     let old_shifted = (&old + seeded_normal(2, b, t, 0.3)).unwrap();
     let pool = ExecutorPool::new();
-    let replicas = Replicas::new("policy", specs.clone(), trainers, pool.clone());
-    let engines = Replicas::new("policy", specs, engines, pool).on_lane(ENGINE_LANE);
+    let replicas = Replicas::new("policy", specs.clone(), trainers, pool.clone()).unwrap();
+    let engines = Replicas::new("policy", specs, engines, pool)
+        .unwrap()
+        .on_lane(ENGINE_LANE);
     let (policy, _) = Actor::spawn(
         None,
         Policy,

@@ -6,8 +6,9 @@
 //! Masks and position ids are built by the caller (`mask.rs`).
 
 use crate::config::ModelConfig;
+use crate::fake_quant::{quantizable_linear, Precision};
 use crate::kv_cache::KvCache;
-use crate::layers::{apply_rope, linear, rms_norm, softmax_last_dim};
+use crate::layers::{apply_rope, rms_norm, softmax_last_dim};
 use crate::layout::AttentionParams;
 use crate::mask::{mask_scores, Visibility};
 use crate::param_store::ParamStore;
@@ -31,6 +32,7 @@ pub struct Attention {
     num_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,
+    precision: Precision,
 }
 
 impl Attention {
@@ -63,7 +65,13 @@ impl Attention {
             num_heads: cfg.num_attention_heads,
             num_kv_heads: cfg.num_key_value_heads,
             head_dim: cfg.head_dim,
+            precision: Precision::F32,
         })
+    }
+
+    /// Makes the q/k/v and output projections compute in `precision`.
+    pub(crate) fn set_precision(&mut self, precision: Precision) {
+        self.precision = precision;
     }
 
     /// `x`: `[B, T, H]`; `cos`/`sin`: `[B, T, head_dim/2]`; `visible`: which of the `S` keys
@@ -79,8 +87,9 @@ impl Attention {
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let (nh, nkv, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        let p = self.precision;
         let heads = |w: &Tensor, bias: Option<&Tensor>, n: usize, norm: Option<&Tensor>| {
-            let y = linear(x, w, bias)?.reshape((b, t, n, hd))?;
+            let y = quantizable_linear(x, w, bias, p)?.reshape((b, t, n, hd))?;
             let y = match norm {
                 Some(g) => rms_norm(&y, g, self.eps)?,
                 None => y,
@@ -113,7 +122,7 @@ impl Attention {
             composed_attention(&q, &k, &v, visible.mask()?)?
         };
         let out = out.transpose(1, 2)?.reshape((b, t, nh * hd))?;
-        linear(&out, &self.o_w, self.o_b.as_ref())
+        quantizable_linear(&out, &self.o_w, self.o_b.as_ref(), p)
     }
 }
 

@@ -3,12 +3,13 @@
 //! weight access are shared by every head (`model.rs`); sampling lives in
 //! `sampler.rs`/`generate.rs`.
 
+use crate::fake_quant::{fake_quant, quantized_input};
 use crate::head::LmHead;
 use crate::kv_cache::KvCache;
-use crate::layers::linear;
 use crate::model::Model;
 use crate::routing::RouterTrace;
 use candle_core::{DType, Tensor};
+use oxalign_kernels::linear::Int8Operand;
 use oxalign_kernels::ops::{lm_head_logprobs, HeadOutputs, TokenDistribution};
 
 /// A decoder-only language model with HF tensor names (`model.*`, `lm_head.weight`): the
@@ -42,7 +43,7 @@ impl CausalLm {
 
     /// LM head: hidden `[..., H]` -> logits `[..., V]`.
     pub fn lm_logits(&self, hidden: &Tensor) -> candle_core::Result<Tensor> {
-        linear(hidden, &self.head.weight, None)
+        crate::fake_quant::quantizable_linear(hidden, &self.head.weight, None, self.precision)
     }
 
     /// Log-prob (nats) of each next token: `[B, T]` ids -> `[B, T-1]` where entry `t` is
@@ -139,7 +140,9 @@ impl CausalLm {
             DType::F32 | DType::F64 => self.head.weight.clone(),
             _ => self.head.weight.to_dtype(DType::F32)?,
         };
-        lm_head_logprobs(&hidden.to_dtype(weight.dtype())?, &weight, &targets, dist)
+        let weight = fake_quant(&weight, Int8Operand::Weight, self.precision)?;
+        let hidden = quantized_input(&hidden.to_dtype(weight.dtype())?, self.precision)?;
+        lm_head_logprobs(&hidden, &weight, &targets, dist)
     }
 
     /// An empty KV cache sized for this model.

@@ -52,6 +52,13 @@ impl Decoder {
         })
     }
 
+    /// Makes every layer's linear layers compute in `precision` (embedding and norms stay f32).
+    pub(crate) fn set_precision(&mut self, precision: crate::fake_quant::Precision) {
+        for layer in &mut self.layers {
+            layer.set_precision(precision);
+        }
+    }
+
     /// The token embedding matrix `[V, H]` (also the LM head when embeddings are tied).
     pub fn embed_tokens(&self) -> &Tensor {
         &self.embed

@@ -58,6 +58,15 @@ impl DecoderLayer {
         })
     }
 
+    /// Makes the layer's linear layers compute in `precision` (norms stay f32).
+    pub(crate) fn set_precision(&mut self, precision: crate::fake_quant::Precision) {
+        self.attn.set_precision(precision);
+        match &mut self.ffn {
+            FeedForward::Dense(m) => m.set_precision(precision),
+            FeedForward::Sparse(m) => m.set_precision(precision),
+        }
+    }
+
     /// The sliding window this layer uses (`None` = full causal attention).
     pub fn window(&self) -> Option<usize> {
         self.window

@@ -2,7 +2,8 @@
 //! `down(silu(gate(x)) * up(x))` (the gate fused: `oxalign_kernels::ops::swiglu`), with
 //! optional biases (llama `mlp_bias`). Nothing else.
 
-use crate::layers::{linear, swiglu};
+use crate::fake_quant::{quantizable_linear, Precision};
+use crate::layers::swiglu;
 use crate::layout::MlpParams;
 use crate::param_store::ParamStore;
 use candle_core::{Result, Tensor};
@@ -16,6 +17,7 @@ pub struct Mlp {
     up_b: Option<Tensor>,
     down_w: Tensor,
     down_b: Option<Tensor>,
+    precision: Precision,
 }
 
 impl Mlp {
@@ -28,13 +30,20 @@ impl Mlp {
             up_b: params.bias(&decl.up)?,
             down_w: params.get(&decl.down.weight.name)?,
             down_b: params.bias(&decl.down)?,
+            precision: Precision::F32,
         })
     }
 
     /// `x`: `[B, T, H]` -> `[B, T, H]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gate = linear(x, &self.gate_w, self.gate_b.as_ref())?;
-        let up = linear(x, &self.up_w, self.up_b.as_ref())?;
-        linear(&swiglu(&gate, &up)?, &self.down_w, self.down_b.as_ref())
+        let p = self.precision;
+        let gate = quantizable_linear(x, &self.gate_w, self.gate_b.as_ref(), p)?;
+        let up = quantizable_linear(x, &self.up_w, self.up_b.as_ref(), p)?;
+        quantizable_linear(&swiglu(&gate, &up)?, &self.down_w, self.down_b.as_ref(), p)
+    }
+
+    /// Makes the block compute in `precision`.
+    pub(crate) fn set_precision(&mut self, precision: Precision) {
+        self.precision = precision;
     }
 }

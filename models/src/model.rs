@@ -8,6 +8,7 @@ use crate::config::ModelConfig;
 use crate::decoder::Decoder;
 use crate::error::{ModelError, Result};
 use crate::expert_parallel::{gather_experts, ExpertNames, ExpertParallel};
+use crate::fake_quant::Precision;
 use crate::head::Head;
 use crate::param_spec::{init_tensors, ParamSpec};
 use crate::param_store::ParamStore;
@@ -29,6 +30,8 @@ pub struct Model<H: Head> {
     pub(crate) head: H,
     /// The expert-parallel group when this rank holds only its share of the routed experts.
     ep: Option<ExpertParallel>,
+    /// The numbers the linear layers compute in (the LM head's included).
+    pub(crate) precision: Precision,
 }
 
 const WEIGHTS_MAP: &str = "<weights map>";
@@ -61,7 +64,22 @@ impl<H: Head> Model<H> {
             decoder,
             head,
             ep,
+            precision: Precision::F32,
         })
+    }
+
+    /// Makes every linear layer the engine may quantize (attention, MLPs, experts, the LM
+    /// head) compute in `precision`; routers, norms and embeddings stay f32. With
+    /// [`Precision::FakeInt8`] the forwards see the int8 engine's numbers and gradients pass
+    /// straight through the rounding ([`crate::fake_quant`]). CPU only.
+    pub fn set_precision(&mut self, precision: Precision) {
+        self.decoder.set_precision(precision);
+        self.precision = precision;
+    }
+
+    /// The numbers the linear layers compute in.
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// This model as rank `ep.rank()` of an expert-parallel group: a new store (copies of

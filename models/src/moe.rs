@@ -124,6 +124,17 @@ impl SparseMoe {
         out.reshape((b, t, h))
     }
 
+    /// Makes the experts (this rank's) and the shared expert compute in `precision`; the
+    /// router and the shared expert's gate stay f32, as in the engine.
+    pub(crate) fn set_precision(&mut self, precision: crate::fake_quant::Precision) {
+        for e in self.experts.iter_mut().flatten() {
+            e.set_precision(precision);
+        }
+        if let Some(s) = &mut self.shared {
+            s.mlp.set_precision(precision);
+        }
+    }
+
     /// `out + sigmoid(shared_expert_gate(flat)) · shared_expert(flat)` when the block has a
     /// shared expert, else `out` (`flat`, `out`: `[N, H]`).
     pub(crate) fn add_shared(&self, flat: &Tensor, out: Tensor) -> Result<Tensor> {

@@ -95,6 +95,16 @@ pub enum RlhfError {
     /// dense model, a group that does not divide the experts, FSDP, a failed collective.
     #[error("expert-parallel training: {0}")]
     ExpertParallel(String),
+    /// A collective among data-parallel replicas failed (a peer left or timed out, NCCL
+    /// failed): a failure of the run, which the supervisor retries, never the user's input.
+    #[error("{what} failed: {source}")]
+    Collective {
+        /// Which exchange (`gradient all-reduce`, ...).
+        what: &'static str,
+        /// The collective's error (its timeout names the operation and the rank).
+        #[source]
+        source: oxalign_kernels::CollectiveError,
+    },
     /// An error from candle's tensor operations.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),

@@ -5,37 +5,18 @@
 //! differently from the f32 trainer; the PPO update reports how often the replay overrode
 //! the trainer's router, and the router still learns (its weights move).
 
+mod common;
+
 use candle_core::Device;
 use oxalign_kernels::ops::TokenDistribution;
 use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
 use oxalign_models::routing::ExpertChoices;
-use oxalign_models::{
-    CausalLm, Completion, Family, GenerationRequest, ModelConfig, Preset, SamplingParams,
-};
+use oxalign_models::{CausalLm, Completion, GenerationRequest, SamplingParams};
 use oxalign_rlhf::losses::{KlEstimator, PolicyObjective, PpoConfig, RolloutCorrection};
 use oxalign_rlhf::trainer::{Packing, PolicyLossConfig, PolicyTrainer, TokenBatch};
 
-/// A two-layer Qwen3-MoE with 8 experts, top-2, widths int8 accepts (multiples of 32), and
-/// weights scaled up so routers are far from uniform.
 fn model(seed: u64) -> CausalLm {
-    let mut c = ModelConfig::preset(Family::Qwen3Moe, Preset::Tiny, 96);
-    c.hidden_size = 64;
-    c.intermediate_size = 64;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 16;
-    let m = c.moe.as_mut().unwrap();
-    m.num_experts = 8;
-    m.num_experts_per_tok = 2;
-    m.moe_intermediate_size = 32;
-    let model = CausalLm::init_random(&c, seed, &Device::Cpu).unwrap();
-    for (_, v) in model.vars() {
-        if v.rank() == 2 {
-            v.set(&(v.as_tensor() * 4.0).unwrap()).unwrap();
-        }
-    }
-    model
+    common::tiny_moe::tiny_moe(seed)
 }
 
 fn requests() -> Vec<GenerationRequest> {

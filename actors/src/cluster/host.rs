@@ -4,6 +4,7 @@
 
 use super::wire::{Request, Response, RoleKind, SpawnSpec};
 use super::wire_error::WireError;
+use crate::collective_groups::GroupSettings;
 use crate::controller::setup::{self, RoleSources};
 use crate::controller::RunError;
 use crate::error::{Cause, RoleError};
@@ -62,7 +63,8 @@ impl HostedRole {
         let group = DeviceGroup::parse(placement).map_err(|e| {
             WireError::other(format!("placement.{name} = {placement:?}: {e}"), true)
         })?;
-        let pool = ExecutorPool::new();
+        // The role's NCCL groups use the ids the controller made (`SpawnSpec::nccl_ids`).
+        let pool = ExecutorPool::new().with_groups(GroupSettings::handed(spec.nccl_ids.clone()));
         let role = build(&recipe, &spec, &monitor, &pool)
             .await
             .map_err(|e| match &e {

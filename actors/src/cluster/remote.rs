@@ -9,9 +9,10 @@
 use super::connection::{Connection, Endpoint};
 use super::wire::{Request, Response, RoleKind, SpawnSpec};
 use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray};
+use crate::collective_groups;
 use crate::error::{Cause, RoleError, LOAD_OPTIMIZER};
 use crate::monitor::{ActorInfo, MonitorHandle};
-use crate::placement::RolePlacement;
+use crate::placement::{DeviceGroup, RolePlacement};
 use crate::recipe::{ClusterSection, Recipe};
 use crate::roles::{
     CriticTrainSummary, CriticWork, DpoSummary, DpoWork, Generate, Logprobs, Persist,
@@ -19,6 +20,7 @@ use crate::roles::{
     TrainCritic, TrainPolicy, Values,
 };
 use async_trait::async_trait;
+use oxalign_kernels::collective::NcclUniqueId;
 use oxalign_models::engine::RefitReport;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -52,13 +54,15 @@ impl Remote {
     ) -> Result<Self, RoleError> {
         let role = kind.name();
         let fail = |cause: Cause| RoleError::new(role, "setup", cause);
-        let ep = endpoint(&recipe.cluster, node).map_err(&fail)?;
-        let conn = Connection::open_reporting(&ep, monitor.clone())
+        let (conn, node) = open_placed_or_spare(&recipe.cluster, node, role, monitor)
             .await
-            .map_err(|e| fail(Cause::Cluster(e)))?;
+            .map_err(&fail)?;
+        let node = node.as_str();
+        let on_worker = worker_recipe(recipe, kind);
         let spec = SpawnSpec {
             kind,
-            recipe_toml: worker_recipe(recipe, kind).to_toml(),
+            nccl_ids: nccl_ids(&on_worker, kind).map_err(&fail)?,
+            recipe_toml: on_worker.to_toml(),
             weights: src.weights.map(absolute),
             critic: src.critic.map(absolute),
         };
@@ -108,7 +112,48 @@ impl Remote {
     }
 }
 
+/// The NCCL ids the controller makes for role `kind` on the worker (see
+/// `crate::collective_groups`): one per collective group the role builds there (the policy
+/// two, for its trainers and its engines), none unless its devices are several GPUs.
+fn nccl_ids(on_worker: &Recipe, kind: RoleKind) -> Result<Vec<NcclUniqueId>, Cause> {
+    let p = &on_worker.placement;
+    let (placement, groups) = match kind {
+        RoleKind::Policy => (&p.policy, 2),
+        RoleKind::Reference => (&p.reference, 1),
+        RoleKind::Reward => (&p.reward, 1),
+        RoleKind::Critic => (&p.critic, 1),
+    };
+    match DeviceGroup::parse(placement) {
+        Ok(g) => collective_groups::ids_for(&g.specs, groups),
+        // The worker reports a bad placement with its own message.
+        Err(_) => Ok(Vec::new()),
+    }
+}
+
 /// The address, cookie and frame cap of `node`.
+/// A connection to the worker of `node`, or, when none accepts there within the connect
+/// timeout, to the first of `cluster.spare_nodes` that does; with the name of the node
+/// that accepted. Errors with the placed node's failure when no spare accepts either.
+async fn open_placed_or_spare(
+    c: &ClusterSection,
+    node: &str,
+    role: &str,
+    monitor: &MonitorHandle,
+) -> Result<(Connection, String), Cause> {
+    let open = |ep: Endpoint| async move { Connection::open_reporting(&ep, monitor.clone()).await };
+    let placed = match open(endpoint(c, node)?).await {
+        Ok(conn) => return Ok((conn, node.to_string())),
+        Err(e) => e,
+    };
+    for spare in c.spare_nodes.iter().filter(|s| *s != node) {
+        if let Ok(conn) = open(endpoint(c, spare)?).await {
+            eprintln!("{role}: node {node} accepted no connection ({placed}); it runs on the spare {spare}");
+            return Ok((conn, spare.clone()));
+        }
+    }
+    Err(Cause::Cluster(placed))
+}
+
 fn endpoint(c: &ClusterSection, node: &str) -> Result<Endpoint, Cause> {
     let nodes = c
         .resolved_nodes()

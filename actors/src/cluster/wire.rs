@@ -12,6 +12,7 @@ use crate::roles::{
     CriticTrainSummary, CriticWork, DpoSummary, DpoWork, PolicyTrainSummary, PolicyWork,
     SftStepSummary,
 };
+use oxalign_kernels::collective::NcclUniqueId;
 use oxalign_models::engine::RefitReport;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::path::PathBuf;
@@ -87,6 +88,11 @@ pub struct SpawnSpec {
     pub weights: Option<PathBuf>,
     /// The critic's own weights folder, when it has one.
     pub critic: Option<PathBuf>,
+    /// The NCCL ids of the role's collective groups, made by the controller (the groups'
+    /// owner), in the order the role builds its groups; empty unless the role's devices on
+    /// the worker are several CUDA GPUs.
+    #[serde(default)]
+    pub nccl_ids: Vec<NcclUniqueId>,
 }
 
 /// One role call.

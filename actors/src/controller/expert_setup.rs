@@ -6,9 +6,11 @@
 //! `oxalign_models::ExpertParallel` and `PolicyTrainer::spread_experts`.
 
 use crate::error::Cause;
+use crate::executor::ExecutorPool;
 use crate::recipe::Recipe;
 use crate::roles::EngineReplica;
-use oxalign_kernels::collective::{Collective, ThreadCollective};
+use oxalign_kernels::collective::Collective;
+use oxalign_kernels::device::DeviceSpec;
 use oxalign_models::engine::EngineConfig;
 use oxalign_models::ExpertParallel;
 use oxalign_rlhf::trainer::PolicyTrainer;
@@ -17,18 +19,25 @@ use std::sync::Arc;
 
 /// The two groups of an expert-parallel policy, one handle per rank.
 pub(crate) struct ExpertGroups {
-    pub trainers: Vec<Arc<ThreadCollective>>,
-    pub engines: Vec<Arc<ThreadCollective>>,
+    pub trainers: Vec<Arc<dyn Collective>>,
+    pub engines: Vec<Arc<dyn Collective>>,
 }
 
 impl ExpertGroups {
-    /// The groups for `world` policy devices, or `None` when the recipe keeps every expert
-    /// on every device.
-    pub(crate) fn for_recipe(recipe: &Recipe, world: usize) -> Option<Self> {
-        (recipe.placement.expert_parallel > 1).then(|| Self {
-            trainers: crate::replicas::collective_group(world),
-            engines: crate::replicas::collective_group(world),
-        })
+    /// The groups over the policy's devices `specs` (NCCL on CUDA devices), or `None` when
+    /// the recipe keeps every expert on every device.
+    pub(crate) fn for_recipe(
+        recipe: &Recipe,
+        specs: &[DeviceSpec],
+        pool: &ExecutorPool,
+    ) -> Result<Option<Self>, Cause> {
+        if recipe.placement.expert_parallel <= 1 {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            trainers: crate::replicas::collective_group(specs, pool)?,
+            engines: crate::replicas::collective_group(specs, pool)?,
+        }))
     }
 
     /// Spreads `trainer`'s experts as rank `rank` and builds its engine over the same
@@ -41,10 +50,7 @@ impl ExpertGroups {
         weights: &Path,
         config: EngineConfig,
     ) -> Result<EngineReplica, Cause> {
-        let handle = |g: &[Arc<ThreadCollective>]| {
-            let c: Arc<dyn Collective> = g[rank].clone();
-            ExpertParallel::new(c)
-        };
+        let handle = |g: &[Arc<dyn Collective>]| ExpertParallel::new(g[rank].clone());
         trainer
             .spread_experts(handle(&self.trainers))
             .map_err(|e| {

@@ -109,6 +109,9 @@ fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
     if let Some(f) = o.policy.routing_overridden {
         m.values.insert("routing_overridden".to_string(), f);
     }
+    if let Some(aux) = o.policy.stats.router_aux_loss {
+        m.values.insert("router_aux_loss".to_string(), aux);
+    }
     if let Some(d) = &o.dynamic {
         for (k, v) in [
             ("dynamic_rounds", d.rounds),

@@ -70,7 +70,7 @@ async fn spawn(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<ActorRef<RmTrainerM
     }
     ctx.monitor.report(ActorInfo::new(ROLE, ROLE, g.names()));
     let state = RmTrainerState::new(
-        Replicas::new(ROLE, g.specs.clone(), trainers, pool.clone()),
+        Replicas::new(ROLE, g.specs.clone(), trainers, pool.clone()).map_err(&fail)?,
         ctx.monitor.clone(),
     );
     let (actor, _) = Actor::spawn(Some(ROLE.into()), RmTrainer, state)

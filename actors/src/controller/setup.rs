@@ -258,7 +258,8 @@ pub async fn spawn_policy(
         group(&recipe.placement.policy, "policy").map_err(RunError::at(At::Setup))?;
     let (mut trainers, mut engines) = (Vec::new(), Vec::new());
     let world = devices.len();
-    let experts = super::expert_setup::ExpertGroups::for_recipe(recipe, world);
+    let experts =
+        super::expert_setup::ExpertGroups::for_recipe(recipe, &pg.specs, pool).map_err(&fail)?;
     for (rank, dev) in devices.into_iter().enumerate() {
         let m = CausalLm::load(weights, &dev).map_err(|e| fail(e.into()))?;
         if recipe.rl.routing_replay && m.config().moe.is_none() {
@@ -277,6 +278,10 @@ pub async fn spawn_policy(
             sft: recipe.sft.packing,
             rl: recipe.rl.packing,
         };
+        if let Some(coef) = recipe.model.router_aux_loss_coef {
+            trainer.router_aux_loss_coef = coef;
+        }
+        trainer.model.set_precision(recipe.rl.trainer_precision);
         let mut engine = match &experts {
             Some(g) => g.spread(rank, &mut trainer, weights, engine_config(recipe)),
             None => EngineReplica::new(&trainer.model, engine_config(recipe)),
@@ -292,8 +297,8 @@ pub async fn spawn_policy(
     let (trainer_group, engine_group) = match experts {
         Some(g) => (Some(g.trainers), Some(g.engines)),
         None if world > 1 => (
-            Some(crate::replicas::collective_group(world)),
-            Some(crate::replicas::collective_group(world)),
+            Some(crate::replicas::collective_group(&pg.specs, pool).map_err(&fail)?),
+            Some(crate::replicas::collective_group(&pg.specs, pool).map_err(&fail)?),
         ),
         None => (None, None),
     };
@@ -368,7 +373,7 @@ pub(crate) async fn spawn_reference(
         Some("reference".into()),
         Reference,
         ReferenceState::new(
-            Replicas::new("reference", rg.specs.clone(), refs, pool.clone()),
+            Replicas::new("reference", rg.specs.clone(), refs, pool.clone()).map_err(&fail)?,
             monitor.clone(),
             recipe.rl.rollout_distribution(),
         ),
@@ -428,12 +433,9 @@ pub(crate) async fn spawn_reward(
             let cfg = section.config().map_err(bad_key)?;
             Scoring::Service(Arc::new(HttpReward::new(cfg).map_err(|e| fail(e.into()))?))
         }
-        _ => Scoring::Local(Replicas::new(
-            "reward",
-            wg.specs.clone(),
-            scorers,
-            pool.clone(),
-        )),
+        _ => Scoring::Local(
+            Replicas::new("reward", wg.specs.clone(), scorers, pool.clone()).map_err(&fail)?,
+        ),
     };
     monitor.report(ActorInfo::new("reward", "reward", wg.names()));
     let (reward, _) = Actor::spawn(
@@ -487,7 +489,7 @@ pub(crate) async fn spawn_critic(
         Some("critic".into()),
         Critic,
         CriticState::new(
-            Replicas::new("critic", cg.specs.clone(), ts, pool.clone()),
+            Replicas::new("critic", cg.specs.clone(), ts, pool.clone()).map_err(&fail)?,
             monitor.clone(),
         ),
     )

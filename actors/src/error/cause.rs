@@ -50,6 +50,10 @@ pub enum Cause {
         #[source]
         source: std::io::Error,
     },
+    /// A collective among the role's replicas failed: a peer left or timed out, NCCL failed,
+    /// or the replicas disagreed on the call. Retried by the supervisor.
+    #[error(transparent)]
+    Collective(#[from] oxalign_kernels::CollectiveError),
     /// The job panicked on its executor, or the executor has stopped.
     #[error(transparent)]
     Executor(#[from] ExecutorError),
@@ -136,6 +140,7 @@ impl Cause {
             | Cause::Diverged(_)
             | Cause::Io { .. }
             | Cause::Executor(_)
+            | Cause::Collective(_)
             | Cause::Timeout { .. }
             | Cause::Spawn(_)
             | Cause::Unreachable(_)

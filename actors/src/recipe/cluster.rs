@@ -37,6 +37,11 @@ pub struct ClusterSection {
     pub slurm: bool,
     /// The workers' port with `slurm = true`. Default `7101`.
     pub port: u16,
+    /// Nodes (names in `nodes`, or Slurm's) that take over a role when the node its
+    /// placement names accepts no connection within `connect_timeout_s`, at the start or
+    /// when the role is restarted after a failure; tried in order, and the first that
+    /// accepts hosts the role (with the devices its placement names). Default none.
+    pub spare_nodes: Vec<String>,
 }
 
 impl Default for ClusterSection {
@@ -48,6 +53,7 @@ impl Default for ClusterSection {
             max_frame_mb: 16,
             slurm: false,
             port: 7101,
+            spare_nodes: Vec::new(),
         }
     }
 }
@@ -188,6 +194,14 @@ pub(crate) fn validate(
             "cluster.max_frame_mb",
             format!("{}: expected 1 to 1024 MiB", c.max_frame_mb),
         ));
+    }
+    for spare in &c.spare_nodes {
+        if !nodes.contains_key(spare) {
+            return Err(bad(
+                "cluster.spare_nodes",
+                format!("{spare:?} is not a node of [cluster] nodes; expected a listed name"),
+            ));
+        }
     }
     for (role, spec) in role_placements(r) {
         let Some(node) = RolePlacement::parse(spec).node else {

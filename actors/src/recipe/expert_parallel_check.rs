@@ -8,7 +8,7 @@ use oxalign_models::{Family, ModelConfig, Preset};
 
 /// Refuses `N = 0`, and for `N > 1`: a dense fresh policy or one whose `num_experts` `N`
 /// does not divide, a policy group that is not `N` CPU devices, FSDP sharding, a quantized
-/// engine, DPO and reward-model runs, dynamic sampling, and batches that leave a rank
+/// engine, DPO and reward-model runs, and batches that leave a rank
 /// without rows.
 pub(crate) fn validate(
     r: &Recipe,
@@ -51,9 +51,6 @@ pub(crate) fn validate(
             "run.kind = {:?} (only \"rl\" and \"sft\")",
             r.run.kind
         ));
-    }
-    if r.rl.dynamic_sampling {
-        return refuse("rl.dynamic_sampling (batch sizes vary)".into());
     }
     let batch = r.rl.prompts_per_step * r.rl.samples_per_prompt;
     let mb = r.rl.minibatch_size;

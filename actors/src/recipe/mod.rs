@@ -8,11 +8,11 @@
 mod cluster;
 mod expert_parallel_check;
 mod head_check;
+mod moe_switches;
 mod offline;
 mod overrides;
 mod resume_check;
 mod reward;
-mod routing_check;
 mod sections;
 mod sharding_check;
 mod slurm;

@@ -171,6 +171,11 @@ pub struct ModelSection {
     /// Teacher folder (HF causal LM with the policy's tokenizer) of `rl.algorithm =
     /// "distill"`: the frozen reference role is loaded from it instead of the initial policy.
     pub teacher_path: Option<String>,
+    /// Weight of the routers' load-balancing loss (Switch Transformer's, HF's
+    /// `load_balancing_loss_func`) in the policy's SFT and RL losses; mixture-of-experts
+    /// policies only. Default: the policy's `config.json` decides, as in HF and TRL:
+    /// its `router_aux_loss_coef` when `output_router_logits` is true, else 0.
+    pub router_aux_loss_coef: Option<f64>,
 }
 
 impl Default for ModelSection {
@@ -182,6 +187,7 @@ impl Default for ModelSection {
             reward_path: None,
             critic_path: None,
             teacher_path: None,
+            router_aux_loss_coef: None,
         }
     }
 }
@@ -426,6 +432,14 @@ pub struct RlSection {
     /// the router still learns). The reference and the critic route on their own. Default
     /// `false`.
     pub routing_replay: bool,
+    /// The numbers the policy trainer computes in: `f32`, or `fake_int8` with
+    /// `engine.quant = "int8"` on CPU: every linear layer the engine quantizes runs the
+    /// engine's own W8A8 kernel in the trainer's forwards (π_old, every update's π_θ, and the
+    /// SFT warm-up), with straight-through gradients to the f32 weights
+    /// (quantization-aware training). The policy being optimised is then the one the engine
+    /// samples from, and the engine/trainer log-prob gap falls to f32 rounding on most
+    /// tokens. The reference and the critic stay f32. Default `"f32"`.
+    pub trainer_precision: oxalign_models::Precision,
 }
 
 /// Largest `rl.max_staleness`: each version of lag is one more batch held in memory.
@@ -532,6 +546,7 @@ impl Default for RlSection {
             top_k: 0,
             max_staleness: 0,
             routing_replay: false,
+            trainer_precision: oxalign_models::Precision::F32,
             packing: false,
         }
     }

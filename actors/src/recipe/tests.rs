@@ -351,3 +351,56 @@ fn routing_replay_needs_a_mixture_of_experts_policy_in_an_rl_run() {
         assert!(e.contains("rl.routing_replay") && e.contains(want), "{e}");
     }
 }
+
+/// `model.router_aux_loss_coef`: finite and not negative, on a mixture-of-experts policy.
+#[test]
+fn the_router_aux_loss_coef_needs_routers_and_a_finite_weight() {
+    let moe = "[model]\ninit_family = \"qwen3_moe\"\nrouter_aux_loss_coef = 0.01\n";
+    let r = parse(moe, &[]).unwrap();
+    validate(&r, Path::new("r.toml")).unwrap();
+    assert_eq!(r.model.router_aux_loss_coef, Some(0.01));
+    for (text, want) in [
+        (
+            "[model]\ninit_family = \"qwen2\"\nrouter_aux_loss_coef = 0.01\n",
+            "dense",
+        ),
+        (
+            "[model]\ninit_family = \"mixtral\"\nrouter_aux_loss_coef = -1.0\n",
+            ">= 0",
+        ),
+        (
+            "[model]\ninit_family = \"mixtral\"\nrouter_aux_loss_coef = nan\n",
+            ">= 0",
+        ),
+    ] {
+        let e = validate(&parse(text, &[]).unwrap(), Path::new("r.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("model.router_aux_loss_coef") && e.contains(want),
+            "{e}"
+        );
+    }
+}
+
+/// `rl.trainer_precision = "fake_int8"` needs the CPU int8 engine.
+#[test]
+fn a_fake_int8_trainer_needs_the_cpu_int8_engine() {
+    let on = "[rl]\ntrainer_precision = \"fake_int8\"\n";
+    let ok = format!("[engine]\nquant = \"int8\"\n{on}");
+    let r = parse(&ok, &[]).unwrap();
+    validate(&r, Path::new("r.toml")).unwrap();
+    assert_eq!(r.rl.trainer_precision, oxalign_models::Precision::FakeInt8);
+    for (text, want) in [
+        (on.to_string(), "engine.quant"),
+        (format!("[engine]\nquant = \"q4\"\n{on}"), "engine.quant"),
+    ] {
+        let e = validate(&parse(&text, &[]).unwrap(), Path::new("r.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rl.trainer_precision") && e.contains(want),
+            "{e}"
+        );
+    }
+}

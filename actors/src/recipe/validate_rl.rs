@@ -60,6 +60,7 @@ pub(super) fn validate_rl(
     sampling(r, bad)?;
     distill(r, bad)?;
     dynamic_sampling(r, bad)?;
+    trainer_precision(r, bad)?;
     rollout_correction(r, bad)?;
     if rl.kl_target.is_some() && rl.kl_coef == 0.0 {
         return Err(bad(
@@ -142,6 +143,43 @@ fn distill(r: &Recipe, bad: &impl Fn(&str, String) -> RecipeError) -> Result<(),
             "shapes the task reward, which rl.distill_reward_coef = 0 leaves out of the \
              distillation advantage; set rl.distill_reward_coef or remove rl.overlong_buffer"
                 .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `rl.trainer_precision = "fake_int8"` mirrors the CPU int8 engine's kernel: it needs
+/// `engine.quant = "int8"` and a policy on CPU devices.
+fn trainer_precision(
+    r: &Recipe,
+    bad: &impl Fn(&str, String) -> RecipeError,
+) -> Result<(), RecipeError> {
+    if r.rl.trainer_precision == oxalign_models::Precision::F32 {
+        return Ok(());
+    }
+    let key = "rl.trainer_precision";
+    if r.engine.quant != super::EngineQuant::Int8 {
+        return Err(bad(
+            key,
+            format!(
+                "\"fake_int8\" computes in the int8 engine's numbers, so it needs engine.quant \
+                 = \"int8\", not {:?}",
+                r.engine.quant
+            ),
+        ));
+    }
+    if r.placement
+        .policy
+        .split(',')
+        .any(|d| !d.trim().starts_with("cpu"))
+    {
+        return Err(bad(
+            key,
+            format!(
+                "\"fake_int8\" mirrors the CPU int8 kernel, so it needs the policy on CPU \
+                 devices, not {:?}",
+                r.placement.policy
+            ),
         ));
     }
     Ok(())

@@ -118,6 +118,9 @@ pub(crate) fn ppo_update(
         sum.approx_kl += s.approx_kl;
         sum.entropy += s.entropy;
         sum.step.grad_norm += s.step.grad_norm;
+        if let Some(aux) = s.router_aux_loss {
+            sum.router_aux_loss = Some(sum.router_aux_loss.unwrap_or(0.0) + aux);
+        }
     }
     let n = updates.max(1) as f64;
     sum.policy_loss /= n;
@@ -125,6 +128,7 @@ pub(crate) fn ppo_update(
     sum.approx_kl /= n;
     sum.entropy /= n;
     sum.step.grad_norm /= n;
+    sum.router_aux_loss = sum.router_aux_loss.map(|aux| aux / n);
     let diverged = t
         .first_non_finite_weight(ctx.collective)?
         .map(|tensor| Divergence::Weights { tensor });

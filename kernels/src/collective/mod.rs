@@ -3,11 +3,24 @@
 //! (CPU data parallelism). All-reduce, broadcast and barrier serve replicated training;
 //! all-gather and reduce-scatter serve sharded training; all-to-all (variable lengths per
 //! peer) serves expert parallelism, where each rank sends token rows to the experts' owners.
-//! NCCL for GPUs and cross-process transports are other implementations, not in this module.
-//! The in-process group is `collective/thread.rs`.
+//! The in-process CPU group is `collective/thread.rs`; the GPU group over NCCL is
+//! `collective/nccl.rs` (feature `cuda`), with its unique id (`nccl_id.rs`, every build) and
+//! the deadline its waits use (`deadline.rs`).
 
+mod deadline;
+#[cfg(feature = "cuda")]
+mod nccl;
+#[cfg(feature = "cuda")]
+mod nccl_all_to_all;
+mod nccl_id;
+#[cfg(feature = "cuda")]
+mod nccl_tensors;
 mod thread;
 
+pub use deadline::Deadline;
+#[cfg(feature = "cuda")]
+pub use nccl::{NcclCollective, NcclGroup};
+pub use nccl_id::{NcclUniqueId, NCCL_UNIQUE_ID_BYTES};
 pub use thread::{ThreadCollective, DEFAULT_TIMEOUT};
 
 use candle_core::{DType, Tensor};
@@ -35,6 +48,17 @@ pub enum CollectiveError {
         waited: Duration,
         /// The ranks that had not arrived.
         missing: Vec<usize>,
+    },
+    /// NCCL or the CUDA driver failed (creating the communicator, queuing the operation or
+    /// waiting for it). The communicator is aborted.
+    #[error("rank {rank}: {op}: {message}")]
+    Device {
+        /// The rank.
+        rank: usize,
+        /// The operation.
+        op: &'static str,
+        /// What NCCL or CUDA reported.
+        message: String,
     },
     /// The ranks called different operations, or with buffers of different sizes.
     #[error("rank {rank}: {detail}")]
@@ -77,6 +101,10 @@ pub trait Collective: Send + Sync {
 
     /// Returns once every rank has called `barrier`.
     fn barrier(&self) -> Result<(), CollectiveError>;
+
+    /// Fails the group on purpose (this replica hit an error or panicked): every rank's
+    /// pending and later calls return an error instead of waiting for this one.
+    fn abort(&self, reason: &str);
 
     /// All-gather: `out[i]` (length `world_size() · shards[i].len()`) receives every rank's
     /// `shards[i]`, concatenated in rank order. `shards[i]` must have the same length on every
@@ -153,45 +181,84 @@ pub trait Collective: Send + Sync {
     /// Elementwise mean over ranks of each tensor (e.g. gradients): same shapes, dtypes and
     /// devices in and out. Float tensors only; the reduction runs in f32 on the host.
     fn all_reduce_mean(&self, tensors: &[Tensor]) -> Result<Vec<Tensor>, CollectiveError> {
-        let mut host = tensors_to_host(self.rank(), "all_reduce_mean", tensors)?;
-        {
-            let mut views: Vec<&mut [f32]> = host.iter_mut().map(|v| v.as_mut_slice()).collect();
-            self.all_reduce_mean_f32(&mut views)?;
-        }
-        host_to_tensors(self.rank(), "all_reduce_mean", host, tensors)
+        staged::all_reduce_mean(self, tensors)
     }
 
     /// Rank `root`'s values of each tensor (e.g. initial weights), on every rank.
     fn broadcast(&self, tensors: &[Tensor], root: usize) -> Result<Vec<Tensor>, CollectiveError> {
-        let mut host = tensors_to_host(self.rank(), "broadcast", tensors)?;
-        {
-            let mut views: Vec<&mut [f32]> = host.iter_mut().map(|v| v.as_mut_slice()).collect();
-            self.broadcast_f32(&mut views, root)?;
-        }
-        host_to_tensors(self.rank(), "broadcast", host, tensors)
+        staged::broadcast(self, tensors, root)
     }
 
     /// Every rank's `shards[i]`, flattened and concatenated in rank order: a 1-D tensor of
     /// `world_size() · numel` elements with the shard's dtype and device.
     fn all_gather(&self, shards: &[Tensor]) -> Result<Vec<Tensor>, CollectiveError> {
-        let host = tensors_to_host(self.rank(), "all_gather", shards)?;
-        let world = self.world_size();
-        let mut out: Vec<Vec<f32>> = host.iter().map(|h| vec![0.0; h.len() * world]).collect();
-        {
-            let ins: Vec<&[f32]> = host.iter().map(Vec::as_slice).collect();
-            let mut outs: Vec<&mut [f32]> = out.iter_mut().map(Vec::as_mut_slice).collect();
-            self.all_gather_f32(&ins, &mut outs)?;
-        }
-        host_to_flat_tensors(self.rank(), "all_gather", out, shards)
+        staged::all_gather(self, shards)
     }
 
     /// Reduce-scatter of each tensor (e.g. gradients), flattened: a 1-D tensor holding this
     /// rank's chunk of the elementwise mean over ranks, `numel / world_size()` elements with
     /// the input's dtype and device. `numel` must be a multiple of `world_size()`.
     fn reduce_scatter_mean(&self, tensors: &[Tensor]) -> Result<Vec<Tensor>, CollectiveError> {
-        let rank = self.rank();
+        staged::reduce_scatter_mean(self, tensors)
+    }
+}
+
+/// The tensor-level operations staged through host f32 buffers and the slice methods: the
+/// trait's defaults, and what a device implementation falls back to for CPU tensors.
+pub mod staged {
+    use super::*;
+
+    /// [`Collective::all_reduce_mean`] through host buffers.
+    pub fn all_reduce_mean<C: Collective + ?Sized>(
+        c: &C,
+        tensors: &[Tensor],
+    ) -> Result<Vec<Tensor>, CollectiveError> {
+        let mut host = tensors_to_host(c.rank(), "all_reduce_mean", tensors)?;
+        {
+            let mut views: Vec<&mut [f32]> = host.iter_mut().map(|v| v.as_mut_slice()).collect();
+            c.all_reduce_mean_f32(&mut views)?;
+        }
+        host_to_tensors(c.rank(), "all_reduce_mean", host, tensors)
+    }
+
+    /// [`Collective::broadcast`] through host buffers.
+    pub fn broadcast<C: Collective + ?Sized>(
+        c: &C,
+        tensors: &[Tensor],
+        root: usize,
+    ) -> Result<Vec<Tensor>, CollectiveError> {
+        let mut host = tensors_to_host(c.rank(), "broadcast", tensors)?;
+        {
+            let mut views: Vec<&mut [f32]> = host.iter_mut().map(|v| v.as_mut_slice()).collect();
+            c.broadcast_f32(&mut views, root)?;
+        }
+        host_to_tensors(c.rank(), "broadcast", host, tensors)
+    }
+
+    /// [`Collective::all_gather`] through host buffers.
+    pub fn all_gather<C: Collective + ?Sized>(
+        c: &C,
+        shards: &[Tensor],
+    ) -> Result<Vec<Tensor>, CollectiveError> {
+        let host = tensors_to_host(c.rank(), "all_gather", shards)?;
+        let world = c.world_size();
+        let mut out: Vec<Vec<f32>> = host.iter().map(|h| vec![0.0; h.len() * world]).collect();
+        {
+            let ins: Vec<&[f32]> = host.iter().map(Vec::as_slice).collect();
+            let mut outs: Vec<&mut [f32]> = out.iter_mut().map(Vec::as_mut_slice).collect();
+            c.all_gather_f32(&ins, &mut outs)?;
+        }
+        host_to_flat_tensors(c.rank(), "all_gather", out, shards)
+    }
+
+    /// [`Collective::reduce_scatter_mean`] through host buffers.
+    pub fn reduce_scatter_mean<C: Collective + ?Sized>(
+        c: &C,
+        tensors: &[Tensor],
+    ) -> Result<Vec<Tensor>, CollectiveError> {
+        let rank = c.rank();
         let host = tensors_to_host(rank, "reduce_scatter_mean", tensors)?;
-        let world = self.world_size();
+        let world = c.world_size();
         if let Some((i, h)) = host.iter().enumerate().find(|(_, h)| h.len() % world != 0) {
             return Err(CollectiveError::Mismatch {
                 rank,
@@ -206,7 +273,7 @@ pub trait Collective: Send + Sync {
         {
             let ins: Vec<&[f32]> = host.iter().map(Vec::as_slice).collect();
             let mut outs: Vec<&mut [f32]> = out.iter_mut().map(Vec::as_mut_slice).collect();
-            self.reduce_scatter_mean_f32(&ins, &mut outs)?;
+            c.reduce_scatter_mean_f32(&ins, &mut outs)?;
         }
         host_to_flat_tensors(rank, "reduce_scatter_mean", out, tensors)
     }

@@ -287,6 +287,10 @@ impl Collective for ThreadCollective {
         self.rank
     }
 
+    fn abort(&self, reason: &str) {
+        ThreadCollective::abort(self, reason);
+    }
+
     fn world_size(&self) -> usize {
         self.shared.world
     }

@@ -216,6 +216,52 @@ pub(crate) fn quantize_rows(x: &[f32], rows: usize, in_dim: usize, in_pad: usize
     QuantRows { bytes, scales }
 }
 
+/// Which side of an int8 linear layer [`fake_quantize_rows`] mimics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Int8Operand {
+    /// A weight `[out, in]`, quantized once per output channel ([`Int8Weight::quantize`]).
+    Weight,
+    /// An input `[rows, in]`, quantized per row on every call ([`Int8Weight::matmul`]).
+    Input,
+}
+
+/// Replaces every row of `x` (`in_dim` values each) by the f32 values the int8 layer
+/// computes with: `scale · q`, with the row's scale and its rounding to `q ∈ [-127, 127]`
+/// exactly as `operand`'s side of [`Int8Weight`] makes them. A trainer whose forward runs
+/// on these values (fake quantization) sees the numbers of the int8 engine; the products
+/// then differ from the engine's exact integer sums by f32 rounding only.
+///
+/// # Panics
+/// When `in_dim` is 0 or does not divide `x.len()`.
+pub fn fake_quantize_rows(x: &mut [f32], in_dim: usize, operand: Int8Operand) {
+    assert!(
+        in_dim > 0 && x.len().is_multiple_of(in_dim),
+        "rows must be whole"
+    );
+    for row in x.chunks_mut(in_dim) {
+        let amax = row.iter().fold(0f32, |a, &v| a.max(v.abs()));
+        match operand {
+            Int8Operand::Weight => {
+                let scale = if amax > 0.0 { amax / 127.0 } else { 1.0 };
+                for v in row.iter_mut() {
+                    *v = round_small((*v / scale).clamp(-127.0, 127.0)) * scale;
+                }
+            }
+            Int8Operand::Input => {
+                let scale = if amax > 0.0 && amax.is_finite() {
+                    amax / 127.0
+                } else {
+                    1.0
+                };
+                let inv = 1.0 / scale;
+                for v in row.iter_mut() {
+                    *v = round_small((*v * inv).clamp(-127.0, 127.0)) * scale;
+                }
+            }
+        }
+    }
+}
+
 /// Portable kernel: `acc[m][lane] = Σ_k u[m, k] · w[lane, k]` for one panel (exact i32).
 /// `x`: `rows` quantized rows of `in_pad` bytes.
 pub(crate) fn panel_portable(x: &[u8], rows: usize, in_pad: usize, w: &[i8], acc: &mut [i32]) {

@@ -169,3 +169,32 @@ mod f32_packed {
         }
     }
 }
+
+/// Fake quantization gives a trainer the int8 layer's numbers: the weight rows equal
+/// [`Int8Weight::dequantize`] bit for bit, and the f32 product of the fake-quantized input
+/// and weight is the int8 matmul to f32 rounding (the engine's sums are exact integers).
+#[test]
+fn fake_quantized_rows_reproduce_the_int8_layer() {
+    for &(rows, k, n) in &[(3, 70, 37), (17, 64, 48), (1, 36, 5)] {
+        let w = lcg(n * k, 11);
+        let x = lcg(rows * k, 12);
+        let q = Int8Weight::quantize(&w, n, k);
+        let mut wf = w.clone();
+        fake_quantize_rows(&mut wf, k, Int8Operand::Weight);
+        assert_eq!(wf, q.dequantize(), "({rows},{k},{n}) weight rows");
+        let mut xf = x.clone();
+        fake_quantize_rows(&mut xf, k, Int8Operand::Input);
+        let mut out = vec![0f32; rows * n];
+        q.matmul(&x, rows, None, &mut out);
+        for m in 0..rows {
+            for j in 0..n {
+                let s: f32 = (0..k).map(|i| xf[m * k + i] * wf[j * k + i]).sum();
+                let got = out[m * n + j];
+                assert!(
+                    (s - got).abs() <= 1e-6 * got.abs().max(1.0),
+                    "({rows},{k},{n}) at ({m},{j}): {s} vs {got}"
+                );
+            }
+        }
+    }
+}

@@ -55,7 +55,10 @@ pub(crate) fn apply_gradients_measured(
             .collect::<candle_core::Result<_>>()?;
         let averaged = c
             .all_reduce_mean(&local)
-            .map_err(|e| RlhfError::Data(format!("gradient all-reduce failed: {e}")))?;
+            .map_err(|source| RlhfError::Collective {
+                what: "gradient all-reduce",
+                source,
+            })?;
         for (v, g) in vars.iter().zip(averaged) {
             grads.insert(v.as_tensor(), g);
         }
@@ -104,7 +107,10 @@ pub fn check_loss(
             let t = Tensor::new(&[local as f32], device)?;
             let mean = c
                 .all_reduce_mean(&[t])
-                .map_err(|e| RlhfError::Data(format!("loss all-reduce failed: {e}")))?;
+                .map_err(|source| RlhfError::Collective {
+                    what: "loss all-reduce",
+                    source,
+                })?;
             mean[0].to_vec1::<f32>()?[0] as f64
         }
         None => local,

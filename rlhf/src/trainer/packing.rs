@@ -106,6 +106,21 @@ impl PackedRows {
         self.rows.len()
     }
 
+    /// `[R, L]` f32 mask of the packed rows: 1 on a sequence's tokens, 0 on the padding after
+    /// a row's last sequence.
+    pub fn real_tokens(&self) -> Result<Tensor> {
+        let mask: Vec<f32> = self
+            .segments
+            .iter()
+            .map(|&s| f32::from(u8::from(s != PAD_SEGMENT)))
+            .collect();
+        Ok(Tensor::from_vec(
+            mask,
+            self.ids.dims2()?,
+            self.ids.device(),
+        )?)
+    }
+
     /// A per-target tensor of the packed rows `[R, L-1]` in the batch's layout `[B, T-1]`
     /// (differentiable): each sequence's targets where the padded batch has them, 0 past its
     /// end. Targets that would cross from one segment into the next are never read.

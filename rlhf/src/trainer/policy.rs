@@ -59,6 +59,9 @@ pub struct PolicyStats {
     /// trainer's own router would have chosen other experts than the rollout did, before
     /// this update. Zero without replay.
     pub routing_overridden: f64,
+    /// The routers' load-balancing loss (unscaled) when it is part of the loss
+    /// ([`PolicyTrainer::router_aux_loss_coef`] > 0 on an MoE policy); `None` otherwise.
+    pub router_aux_loss: Option<f64>,
     /// Gradient norm and skip flag.
     pub step: StepStats,
 }
@@ -71,6 +74,15 @@ struct PpoInputs<'a> {
     advantages: &'a Tensor,
     ref_logprobs: Option<&'a Tensor>,
     rollout_logprobs: Option<&'a Tensor>,
+}
+
+/// One training forward: the head's outputs, what the routers did, and the `[rows, T]`
+/// mask (1 = real token) of the rows the forward ran on (padded or packed), which the
+/// load-balancing loss pools over.
+struct TracedForward {
+    out: HeadOutputs,
+    trace: RouterTrace,
+    real_tokens: Tensor,
 }
 
 /// A policy model and its optimizer.
@@ -101,6 +113,11 @@ pub struct PolicyTrainer {
     /// attention and positions per sequence) instead of the padded batch. Losses and
     /// gradients are the padded path's (to f32 rounding). Default: none.
     pub packing: Packing,
+    /// Weight of the routers' load-balancing loss ([`oxalign_models::aux_loss`]) in the SFT
+    /// and policy losses. Default HF's and TRL's rule: `router_aux_loss_coef` of the model's
+    /// `config.json` when its `output_router_logits` is true, else 0 (always 0 for a dense
+    /// model).
+    pub router_aux_loss_coef: f64,
     pub(crate) params: TrainParams,
 }
 
@@ -118,6 +135,10 @@ impl PolicyTrainer {
     /// Wraps `model` with AdamW (default parameter groups: no decay on norms, biases, embeddings).
     pub fn new(model: CausalLm, lr: f64, weight_decay: f64) -> Result<Self> {
         let (opt, vars) = adamw_over(model.params(), lr, weight_decay)?;
+        let router_aux_loss_coef = match &model.config().moe {
+            Some(m) if m.output_router_logits => m.router_aux_loss_coef,
+            _ => 0.0,
+        };
         Ok(Self {
             model,
             opt,
@@ -126,6 +147,7 @@ impl PolicyTrainer {
             max_update_kl: f64::INFINITY,
             rollout_distribution: TokenDistribution::MODEL,
             packing: Packing::default(),
+            router_aux_loss_coef,
             params: TrainParams::new(vars),
         })
     }
@@ -148,7 +170,7 @@ impl PolicyTrainer {
         dist: TokenDistribution,
         packed: bool,
     ) -> Result<HeadOutputs> {
-        Ok(self.head_outputs_traced(batch, dist, packed)?.0)
+        Ok(self.head_outputs_traced(batch, dist, packed)?.out)
     }
 
     /// [`Self::head_outputs`] with the routing of the forward: replaying the rollout's
@@ -158,7 +180,7 @@ impl PolicyTrainer {
         batch: &TokenBatch,
         dist: TokenDistribution,
         packed: bool,
-    ) -> Result<(HeadOutputs, RouterTrace)> {
+    ) -> Result<TracedForward> {
         self.params.ensure_gathered()?;
         let records = batch.routing.as_deref();
         if !packed {
@@ -176,7 +198,11 @@ impl PolicyTrainer {
                 dist,
                 &mut trace,
             )?;
-            return Ok((out, trace));
+            return Ok(TracedForward {
+                out,
+                trace,
+                real_tokens: batch.attention_mask.clone(),
+            });
         }
         let rows = PackedRows::new(batch)?;
         let mut trace = match records {
@@ -193,7 +219,29 @@ impl PolicyTrainer {
             logprobs: rows.unpack(&out.logprobs)?,
             entropy: rows.unpack(&out.entropy)?,
         };
-        Ok((out, trace))
+        Ok(TracedForward {
+            out,
+            trace,
+            real_tokens: rows.real_tokens()?,
+        })
+    }
+
+    /// `router_aux_loss_coef` times the load-balancing loss of `forward`'s routers, and the
+    /// unscaled loss; `None` when the coefficient is 0 or the model is dense.
+    fn router_aux_term(&self, forward: &TracedForward) -> Result<Option<(Tensor, f64)>> {
+        if self.router_aux_loss_coef == 0.0 {
+            return Ok(None);
+        }
+        let aux = self
+            .model
+            .router_aux_loss(&forward.trace, Some(&forward.real_tokens))?;
+        match aux {
+            Some(aux) => {
+                let value = scalar(&aux)?;
+                Ok(Some((aux.affine(self.router_aux_loss_coef, 0.0)?, value)))
+            }
+            None => Ok(None),
+        }
     }
 
     /// One supervised step on the response tokens of `batch` (prompt masked out).
@@ -222,10 +270,13 @@ impl PolicyTrainer {
         collective: Option<&dyn Collective>,
     ) -> Result<(f64, StepStats)> {
         self.opt.set_lr(lr);
-        let lp = self
-            .head_outputs(batch, TokenDistribution::MODEL, self.packing.sft)?
-            .logprobs;
-        let (loss, stats) = sft_loss(&lp, &batch.response_mask)?;
+        let forward =
+            self.head_outputs_traced(batch, TokenDistribution::MODEL, self.packing.sft)?;
+        let lp = &forward.out.logprobs;
+        let (mut loss, stats) = sft_loss(lp, &batch.response_mask)?;
+        if let Some((aux, _)) = self.router_aux_term(&forward)? {
+            loss = (loss + aux)?;
+        }
         let device = lp.device().clone();
         check_loss(
             "SFT loss",
@@ -291,13 +342,18 @@ impl PolicyTrainer {
         } = *inputs;
         self.opt.set_lr(lr);
         let mask = &batch.response_mask;
-        let (
-            HeadOutputs {
-                logprobs: lp,
-                entropy: token_entropy,
-            },
+        let forward =
+            self.head_outputs_traced(batch, self.rollout_distribution, self.packing.rl)?;
+        let aux = self.router_aux_term(&forward)?;
+        let TracedForward {
+            out:
+                HeadOutputs {
+                    logprobs: lp,
+                    entropy: token_entropy,
+                },
             trace,
-        ) = self.head_outputs_traced(batch, self.rollout_distribution, self.packing.rl)?;
+            ..
+        } = forward;
         let (rollout_mismatch_mean, rollout_mismatch_max) = match rollout_logprobs {
             Some(r) => masked_abs_diff(&lp, r, mask)?,
             None => (0.0, 0.0),
@@ -339,6 +395,9 @@ impl PolicyTrainer {
         if cfg.entropy_coef > 0.0 {
             loss = (loss + bonus)?;
         }
+        if let Some((term, _)) = &aux {
+            loss = (loss + term)?;
+        }
         let device = lp.device().clone();
         check_loss(
             "policy loss",
@@ -368,6 +427,7 @@ impl PolicyTrainer {
             rollout_mismatch_mean,
             rollout_mismatch_max,
             routing_overridden: overridden_fraction(&trace),
+            router_aux_loss: aux.map(|(_, v)| v),
             step,
         })
     }

@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests: fixture loading, tensor builders, comparisons.
 #![allow(dead_code)]
 
+pub mod tiny_moe;
+
 use std::sync::OnceLock;
 
 use candle_core::{DType, Device, Tensor};
