@@ -64,7 +64,9 @@ impl HostedRole {
             WireError::other(format!("placement.{name} = {placement:?}: {e}"), true)
         })?;
         // The role's NCCL groups use the ids the controller made (`SpawnSpec::nccl_ids`).
-        let pool = ExecutorPool::new().with_groups(GroupSettings::handed(spec.nccl_ids.clone()));
+        let groups = GroupSettings::handed(spec.nccl_ids.clone())
+            .with_timeout(recipe.supervision.call_timeout());
+        let pool = ExecutorPool::new().with_groups(groups);
         let role = build(&recipe, &spec, &monitor, &pool)
             .await
             .map_err(|e| match &e {

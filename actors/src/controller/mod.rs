@@ -52,6 +52,7 @@ pub use run_error::{At, RunError};
 pub use run_folder::RunFolderError;
 pub use setup::{data_spec, policy_dir, prompt_source};
 
+use crate::collective_groups::GroupSettings;
 use crate::error::Cause;
 use crate::executor::ExecutorPool;
 use crate::faults::FaultPlan;
@@ -224,7 +225,9 @@ async fn run(
         timeout: recipe.supervision.call_timeout(),
         answer_check,
     };
-    let pool = ExecutorPool::with_faults(FaultPlan::new(&recipe.faults));
+    // A collective call waits no longer than a role call: the supervisor then acts on it.
+    let groups = GroupSettings::default().with_timeout(recipe.supervision.call_timeout());
+    let pool = ExecutorPool::with_faults(FaultPlan::new(&recipe.faults)).with_groups(groups);
     if recipe.run.kind != RunKind::Rl {
         return offline::run(&ctx, &pool, started).await;
     }
