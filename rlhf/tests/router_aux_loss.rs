@@ -9,7 +9,6 @@ use candle_core::{Device, Tensor};
 use common::tiny_moe::{tiny_moe, tiny_moe_with};
 use oxalign_kernels::ops::TokenDistribution;
 use oxalign_models::routing::RouterTrace;
-use oxalign_rlhf::losses::{KlEstimator, PolicyObjective, PpoConfig, RolloutCorrection};
 use oxalign_rlhf::trainer::{Packing, PolicyLossConfig, PolicyTrainer, TokenBatch};
 
 /// Eight prompt/response pairs of different lengths over the tiny vocabulary.
@@ -44,15 +43,7 @@ fn balance_loss(t: &PolicyTrainer, b: &TokenBatch) -> f64 {
 }
 
 fn loss_config() -> PolicyLossConfig {
-    PolicyLossConfig {
-        objective: PolicyObjective::Ppo,
-        ppo: PpoConfig::symmetric(0.2),
-        kl_loss_coef: 0.0,
-        kl_estimator: KlEstimator::K1,
-        entropy_coef: 0.0,
-        rollout_correction: RolloutCorrection::None,
-        max_grad_norm: 1.0,
-    }
+    common::tiny_moe::ppo_loss()
 }
 
 #[test]

@@ -12,7 +12,6 @@ use oxalign_kernels::ops::TokenDistribution;
 use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
 use oxalign_models::routing::ExpertChoices;
 use oxalign_models::{CausalLm, Completion, GenerationRequest, SamplingParams};
-use oxalign_rlhf::losses::{KlEstimator, PolicyObjective, PpoConfig, RolloutCorrection};
 use oxalign_rlhf::trainer::{Packing, PolicyLossConfig, PolicyTrainer, TokenBatch};
 
 fn model(seed: u64) -> CausalLm {
@@ -124,15 +123,7 @@ fn router_weights(t: &PolicyTrainer) -> Vec<Vec<f32>> {
 }
 
 fn loss_config() -> PolicyLossConfig {
-    PolicyLossConfig {
-        objective: PolicyObjective::Ppo,
-        ppo: PpoConfig::symmetric(0.2),
-        kl_loss_coef: 0.0,
-        kl_estimator: KlEstimator::K1,
-        entropy_coef: 0.0,
-        rollout_correction: RolloutCorrection::None,
-        max_grad_norm: 1.0,
-    }
+    common::tiny_moe::ppo_loss()
 }
 
 #[test]

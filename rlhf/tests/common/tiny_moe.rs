@@ -1,7 +1,9 @@
-//! A tiny mixture-of-experts policy for the trainer tests.
+//! A tiny mixture-of-experts policy for the trainer tests, and a plain PPO loss for it.
 
 use candle_core::Device;
 use oxalign_models::{CausalLm, Family, ModelConfig, Preset};
+use oxalign_rlhf::losses::{KlEstimator, PolicyObjective, PpoConfig, RolloutCorrection};
+use oxalign_rlhf::trainer::PolicyLossConfig;
 
 /// A two-layer Qwen3-MoE with 8 experts, top-2, widths int8 accepts (multiples of 32), and
 /// its matrices scaled ×4 so routers are far from uniform.
@@ -30,4 +32,17 @@ pub fn tiny_moe_with(seed: u64, edit: impl FnOnce(&mut ModelConfig)) -> CausalLm
         }
     }
     model
+}
+
+/// PPO's clipped surrogate (ε = 0.2), no KL, entropy or rollout correction, clip norm 1.
+pub fn ppo_loss() -> PolicyLossConfig {
+    PolicyLossConfig {
+        objective: PolicyObjective::Ppo,
+        ppo: PpoConfig::symmetric(0.2),
+        kl_loss_coef: 0.0,
+        kl_estimator: KlEstimator::K1,
+        entropy_coef: 0.0,
+        rollout_correction: RolloutCorrection::None,
+        max_grad_norm: 1.0,
+    }
 }
