@@ -142,6 +142,18 @@ fn sharded_sft_on_2_and_4_replicas_matches_one_replicated_trainer() {
             memory.optimizer,
             replicated.optimizer
         );
+        let (peak, peak_replicated) = (memory.step_peak.unwrap(), replicated.step_peak.unwrap());
+        eprintln!(
+            "world {world}: held when backward returned {peak} / {peak_replicated} ({:.3}) \
+             (gathered weights and full gradients, plus shards and moments)",
+            ratio(peak, peak_replicated)
+        );
+        // The peak holds the whole model and every full gradient on each replica.
+        let whole = replicated.params + replicated.grads;
+        assert!(
+            peak >= whole && peak <= peak_replicated + whole / world,
+            "{memory:?}"
+        );
         // 1/N plus the padding of the last shard of each parameter.
         let limit = 1.0 / world as f64 + 0.01;
         assert!(

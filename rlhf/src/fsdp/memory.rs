@@ -11,6 +11,11 @@ pub struct TrainMemory {
     pub grads: usize,
     /// AdamW's first and second moments.
     pub optimizer: usize,
+    /// The most the last step held at once, measured when its backward returned: the
+    /// model's `Var`s (gathered, when sharded), every full gradient, the master shards and
+    /// the moments (activations not counted). `None` before a step, and for an
+    /// expert-parallel trainer (not measured).
+    pub step_peak: Option<usize>,
 }
 
 impl TrainMemory {

@@ -255,6 +255,11 @@ impl ShardedParams {
         Ok(self.layout.params.get(min).map(|p| p.name.clone()))
     }
 
+    /// The model's full `Var`s, in layout order.
+    pub fn full_vars(&self) -> &[Var] {
+        &self.full
+    }
+
     /// Bytes held now by the master shards and by the model's full `Var`s.
     pub fn held(&self) -> (usize, usize) {
         let shards = self.shards.iter().map(|v| held_bytes(v.as_tensor())).sum();

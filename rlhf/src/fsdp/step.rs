@@ -15,16 +15,26 @@ use oxalign_models::ParamStore;
 /// Backpropagates `loss` (this replica's share, scaled so that the mean over replicas is
 /// the global loss), reduce-scatters the gradients, clips them to `max_grad_norm` by their
 /// global norm and steps `opt` (built by [`shard_optimizer`]) on the shards. Also returns
-/// the bytes held by the shard gradients the optimizer stepped on.
+/// the bytes held by the shard gradients the optimizer stepped on, and the bytes held when
+/// backward returned (gathered model, full gradients, shards, moments:
+/// [`super::TrainMemory::step_peak`]).
 pub fn apply_sharded_gradients(
     loss: &Tensor,
     params: &ShardedParams,
     opt: &mut AdamW,
     max_grad_norm: f64,
     collective: Option<&dyn Collective>,
-) -> Result<(StepStats, usize)> {
+) -> Result<(StepStats, usize, usize)> {
     crate::error::check_above("max_norm", max_grad_norm, 0.0)?;
     let full = loss.backward()?;
+    let (shard_bytes, model_bytes) = params.held();
+    let full_grad_bytes: usize = params
+        .full_vars()
+        .iter()
+        .filter_map(|v| full.get(v.as_tensor()))
+        .map(super::held_bytes)
+        .sum();
+    let peak = model_bytes + full_grad_bytes + shard_bytes + opt.moment_bytes();
     let grads = params.reduce_scatter(&full, collective)?;
     drop(full);
     let bytes = params
@@ -39,7 +49,7 @@ pub fn apply_sharded_gradients(
             grad_norm,
             skipped: true,
         };
-        return Ok((stats, bytes));
+        return Ok((stats, bytes, peak));
     }
     let coef = max_grad_norm / (grad_norm + CLIP_EPS);
     opt.step_scaled(&grads, (coef < 1.0).then_some(coef))?;
@@ -47,7 +57,7 @@ pub fn apply_sharded_gradients(
         grad_norm,
         skipped: false,
     };
-    Ok((stats, bytes))
+    Ok((stats, bytes, peak))
 }
 
 /// AdamW over the shards of `params` with the groups the model's declaration gives (weight

@@ -257,6 +257,13 @@ impl AdamW {
             .iter()
             .map(|p| (p.name.as_str(), p.step, &p.exp_avg, &p.exp_avg_sq))
     }
+
+    /// Bytes held by the first and second moments, measured from their storage.
+    pub fn moment_bytes(&self) -> usize {
+        self.param_state()
+            .map(|(_, _, m, v)| crate::fsdp::held_bytes(m) + crate::fsdp::held_bytes(v))
+            .sum()
+    }
 }
 
 /// The hyper-parameters of one parameter's update.

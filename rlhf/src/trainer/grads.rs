@@ -32,7 +32,7 @@ pub fn apply_gradients(
     max_grad_norm: f64,
     collective: Option<&dyn Collective>,
 ) -> Result<StepStats> {
-    apply_gradients_measured(loss, vars, opt, max_grad_norm, collective).map(|(s, _)| s)
+    apply_gradients_measured(loss, vars, opt, max_grad_norm, collective).map(|(s, _, _)| s)
 }
 
 /// [`apply_gradients`], also returning the bytes held by the gradients the optimizer stepped
@@ -43,7 +43,7 @@ pub(crate) fn apply_gradients_measured(
     opt: &mut AdamW,
     max_grad_norm: f64,
     collective: Option<&dyn Collective>,
-) -> Result<(StepStats, usize)> {
+) -> Result<(StepStats, usize, usize)> {
     let mut grads = loss.backward()?;
     if let Some(c) = collective.filter(|c| c.world_size() > 1) {
         let local: Vec<Tensor> = vars
@@ -63,25 +63,30 @@ pub(crate) fn apply_gradients_measured(
             grads.insert(v.as_tensor(), g);
         }
     }
-    let grad_bytes = vars
+    let grad_bytes: usize = vars
         .iter()
         .filter_map(|v| grads.get(v.as_tensor()))
         .map(crate::fsdp::held_bytes)
         .sum();
+    let model_bytes: usize = vars
+        .iter()
+        .map(|v| crate::fsdp::held_bytes(v.as_tensor()))
+        .sum();
+    let peak = model_bytes + grad_bytes + opt.moment_bytes();
     let (grad_norm, clip_scale) = clip_coefficient(&grads, vars.iter(), max_grad_norm)?;
     if !grad_norm.is_finite() {
         let stats = StepStats {
             grad_norm,
             skipped: true,
         };
-        return Ok((stats, grad_bytes));
+        return Ok((stats, grad_bytes, peak));
     }
     opt.step_scaled(&grads, clip_scale)?;
     let stats = StepStats {
         grad_norm,
         skipped: false,
     };
-    Ok((stats, grad_bytes))
+    Ok((stats, grad_bytes, peak))
 }
 
 /// Refuses a loss that is not finite or whose magnitude exceeds `limit`

@@ -27,6 +27,8 @@ pub struct TrainParams {
     pub(crate) experts: Option<ExpertShare>,
     /// Bytes of the gradients the optimizer stepped on in the last step.
     last_grad_bytes: usize,
+    /// [`TrainMemory::step_peak`] of the last step.
+    last_step_peak: Option<usize>,
 }
 
 impl TrainParams {
@@ -36,6 +38,7 @@ impl TrainParams {
             fsdp: None,
             experts: None,
             last_grad_bytes: 0,
+            last_step_peak: None,
         }
     }
 
@@ -59,16 +62,15 @@ impl TrainParams {
                 collective,
             )?;
             self.last_grad_bytes = bytes;
+            self.last_step_peak = None;
             return Ok(stats);
         }
-        let Some(fsdp) = &self.fsdp else {
-            let (stats, bytes) =
-                apply_gradients_measured(loss, &self.vars, opt, max_grad_norm, collective)?;
-            self.last_grad_bytes = bytes;
-            return Ok(stats);
+        let (stats, bytes, peak) = match &self.fsdp {
+            None => apply_gradients_measured(loss, &self.vars, opt, max_grad_norm, collective)?,
+            Some(fsdp) => apply_sharded_gradients(loss, fsdp, opt, max_grad_norm, collective)?,
         };
-        let (stats, bytes) = apply_sharded_gradients(loss, fsdp, opt, max_grad_norm, collective)?;
         self.last_grad_bytes = bytes;
+        self.last_step_peak = Some(peak);
         Ok(stats)
     }
 
@@ -219,14 +221,11 @@ pub trait Sharded {
             .map(|(_, v)| held_bytes(v.as_tensor()))
             .sum();
         let shards = params.fsdp.as_ref().map_or(0, |f| f.held().0);
-        let optimizer = opt
-            .param_state()
-            .map(|(_, _, m, v)| held_bytes(m) + held_bytes(v))
-            .sum();
         TrainMemory {
             params: model + shards,
             grads: params.last_grad_bytes,
-            optimizer,
+            optimizer: opt.moment_bytes(),
+            step_peak: params.last_step_peak,
         }
     }
 }
