@@ -61,6 +61,10 @@ async fn update_on(
     sharded: bool,
 ) -> HashMap<String, Tensor> {
     let specs: Vec<DeviceSpec> = (0..world).map(DeviceSpec::cpu).collect();
+    let pool = ExecutorPool::new();
+    // The trainers' group exists before them: sharded trainers stream their layers over it.
+    let group =
+        (world > 1).then(|| oxalign_actors::replicas::collective_group(&specs, &pool).unwrap());
     let (trainers, engines): (Vec<_>, Vec<_>) = (0..world)
         .map(|rank| {
             let mut trainer = PolicyTrainer::new(
@@ -76,7 +80,8 @@ async fn update_on(
             let engine = EngineReplica::new(&trainer.model, EngineConfig::default()).unwrap();
             let mut replica = PolicyReplica::new(trainer, 1e-4);
             if sharded {
-                replica.trainer.shard(rank, world).unwrap();
+                let handle = group.as_ref().map(|g| g[rank].clone());
+                replica.trainer.shard(rank, world, handle).unwrap();
             }
             (replica, engine)
         })
@@ -92,8 +97,7 @@ async fn update_on(
     let adv = seeded_normal(1, b, t, 1.0);
     // Make the old log-probs differ from the current ones so clipping is exercised.
     let old_shifted = (&old + seeded_normal(2, b, t, 0.3)).unwrap();
-    let pool = ExecutorPool::new();
-    let replicas = Replicas::new("policy", specs.clone(), trainers, pool.clone()).unwrap();
+    let replicas = Replicas::with_group("policy", specs.clone(), trainers, pool.clone(), group);
     let engines = Replicas::new("policy", specs, engines, pool)
         .unwrap()
         .on_lane(ENGINE_LANE);

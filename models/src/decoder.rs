@@ -6,12 +6,15 @@ use crate::config::ModelConfig;
 use crate::decoder_layer::DecoderLayer;
 use crate::expert_parallel::ExpertParallel;
 use crate::kv_cache::KvCache;
+use crate::layer_residency::LayerResidency;
 use crate::layers::{embedding, rms_norm};
 use crate::mask::{mask_to_host, position_ids, segment_position_ids, Visibility};
 use crate::param_store::ParamStore;
 use crate::rope::RotaryEmbedding;
 use crate::routing::RouterTrace;
+use crate::streamed_layer::{forward_streamed, VisibilityParts};
 use candle_core::{DType, Result, Tensor};
+use std::sync::Arc;
 
 /// Embedding + decoder layers + final norm, weights shared with a [`ParamStore`].
 #[derive(Clone, Debug)]
@@ -21,6 +24,9 @@ pub struct Decoder {
     norm: Tensor,
     eps: f64,
     rope: RotaryEmbedding,
+    /// Who fills and frees the layers' weights when they are not always present (a sharded
+    /// trainer); `None`: always present.
+    residency: Option<Arc<dyn LayerResidency>>,
 }
 
 impl Decoder {
@@ -49,7 +55,15 @@ impl Decoder {
             norm: params.get(&decl.norm.name)?,
             eps: cfg.rms_norm_eps,
             rope: RotaryEmbedding::new(cfg),
+            residency: None,
         })
+    }
+
+    /// Streams the layers through `residency`: a layer whose weights are not present runs as
+    /// one op that acquires them for its forward and again for its backward (recomputing the
+    /// layer) and releases them after each (`streamed_layer.rs`). `None` turns it off.
+    pub fn set_layer_residency(&mut self, residency: Option<Arc<dyn LayerResidency>>) {
+        self.residency = residency;
     }
 
     /// Makes every layer's linear layers compute in `precision` (embedding and norms stay f32).
@@ -192,7 +206,18 @@ impl Decoder {
         // One rule per distinct window, so each mask tensor is built at most once.
         let mut windowed: Vec<Visibility> = Vec::new();
         let mut x = embedding(&self.embed, rows.ids)?;
+        let mut parts: Option<Arc<VisibilityParts>> = None;
         for (i, layer) in self.layers.iter().enumerate() {
+            if let Some(r) = self.residency.as_ref().filter(|r| !r.is_resident(i)) {
+                if cache.is_some() {
+                    candle_core::bail!(
+                        "layer {i}'s weights are not present (sharded); a cached forward needs the whole model gathered"
+                    )
+                }
+                let parts = parts.get_or_insert_with(|| Arc::new(rows.visibility_parts(&device)));
+                x = forward_streamed(layer, i, r, &x, (&cos, &sin), parts, trace)?;
+                continue;
+            }
             let visible = match layer.window() {
                 Some(w) if w < s => {
                     let at = match windowed.iter().position(|v| v.window() == Some(w)) {
@@ -225,4 +250,17 @@ struct Rows<'a> {
     segments: Option<&'a [u32]>,
     /// Cached positions before these rows.
     offset: usize,
+}
+
+impl Rows<'_> {
+    /// The visibility of these rows as owned data (for a streamed layer's op).
+    fn visibility_parts(&self, device: &candle_core::Device) -> VisibilityParts {
+        let (b, t) = self.ids.dims2().unwrap_or((0, 0));
+        VisibilityParts {
+            key_mask: self.key_mask.map(<[u32]>::to_vec),
+            segments: self.segments.map(<[u32]>::to_vec),
+            dims: (b, t, self.offset + t, self.offset),
+            device: device.clone(),
+        }
+    }
 }

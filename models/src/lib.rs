@@ -43,6 +43,7 @@ pub mod generate;
 pub mod head;
 pub mod init_dir;
 pub mod kv_cache;
+pub mod layer_residency;
 pub mod layers;
 pub mod layout;
 pub mod layout_moe;
@@ -60,6 +61,7 @@ pub mod rope;
 pub mod router;
 pub mod routing;
 pub mod sampler;
+mod streamed_layer;
 pub mod value_model;
 
 pub use causal_lm::CausalLm;

@@ -77,6 +77,16 @@ impl<H: Head> Model<H> {
         self.precision = precision;
     }
 
+    /// Streams the decoder layers' weights through `residency` (a sharded trainer: each
+    /// layer gathered just before it runs, forward and backward, and freed after; see
+    /// [`Decoder::set_layer_residency`]). `None`: every weight always present.
+    pub fn set_layer_residency(
+        &mut self,
+        residency: Option<std::sync::Arc<dyn crate::layer_residency::LayerResidency>>,
+    ) {
+        self.decoder.set_layer_residency(residency);
+    }
+
     /// The numbers the linear layers compute in.
     pub fn precision(&self) -> Precision {
         self.precision

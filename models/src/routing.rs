@@ -161,6 +161,19 @@ impl RouterTrace {
             .map(|r| r.layers.get(l).map_or(&[][..], |v| v.as_slice()))
     }
 
+    /// A trace for the next sparse layer alone: replaying that layer's recorded choices
+    /// when this trace replays, else letting its router choose (used to run one layer
+    /// apart from the rest of the forward, `streamed_layer.rs`).
+    pub(crate) fn next_layer_alone(&self) -> RouterTrace {
+        match (&self.replay, self.next_replay()) {
+            (Some(r), Some(choices)) => RouterTrace::replaying(ExpertChoices {
+                top_k: r.top_k,
+                layers: vec![choices.to_vec()],
+            }),
+            _ => RouterTrace::new(),
+        }
+    }
+
     /// True when the choices come from a record.
     pub fn is_replaying(&self) -> bool {
         self.replay.is_some()

@@ -196,7 +196,7 @@ fn spreading_experts_is_refused_when_it_cannot_work() {
         .unwrap_err();
     assert!(e.to_string().contains("no experts"), "{e}");
     let mut sharded = policy();
-    sharded.shard(0, 1).unwrap();
+    sharded.shard(0, 1, None).unwrap();
     let e = sharded
         .spread_experts(ExpertParallel::new(c.clone()))
         .unwrap_err();
@@ -207,7 +207,7 @@ fn spreading_experts_is_refused_when_it_cannot_work() {
         .spread_experts(ExpertParallel::new(c.clone()))
         .unwrap_err();
     assert!(e.to_string().contains("already spread"), "{e}");
-    let e = t.shard(0, 1).unwrap_err();
+    let e = t.shard(0, 1, None).unwrap_err();
     assert!(e.to_string().contains("expert parallelism"), "{e}");
     let e = t.sft_step(&batch(0..2), 1e-3, 1.0, 1.0, None).unwrap_err();
     assert!(e.to_string().contains("needs the group"), "{e}");

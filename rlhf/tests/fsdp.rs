@@ -15,8 +15,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 fn config() -> ModelConfig {
+    config_with(2)
+}
+
+fn config_with(layers: usize) -> ModelConfig {
     let mut c = ModelConfig::preset(Family::Llama, Preset::Tiny, 64);
-    c.num_hidden_layers = 2;
+    c.num_hidden_layers = layers;
     c
 }
 
@@ -43,7 +47,11 @@ fn batch(rows: std::ops::Range<usize>) -> TokenBatch {
 }
 
 fn policy() -> PolicyTrainer {
-    let m = CausalLm::init_random(&config(), 5, &Device::Cpu).unwrap();
+    policy_with(2)
+}
+
+fn policy_with(layers: usize) -> PolicyTrainer {
+    let m = CausalLm::init_random(&config_with(layers), 5, &Device::Cpu).unwrap();
     PolicyTrainer::new(m, 1e-4, 0.01).unwrap()
 }
 
@@ -57,8 +65,13 @@ fn rows_of(rank: usize, world: usize, n: usize) -> std::ops::Range<usize> {
 /// Weights after three SFT steps over `world` sharded replicas (`world = 0`: one replicated
 /// trainer, no collective), with the memory rank 0 reports after the last step.
 fn sft_with(world: usize) -> (HashMap<String, Tensor>, TrainMemory) {
+    sft_on(world, 2)
+}
+
+/// [`sft_with`] on a model of `layers` decoder layers.
+fn sft_on(world: usize, layers: usize) -> (HashMap<String, Tensor>, TrainMemory) {
     if world == 0 {
-        let mut t = policy();
+        let mut t = policy_with(layers);
         for _ in 0..3 {
             t.sft_step(&batch(0..8), 1e-4, 1.0, 1.0, None).unwrap();
         }
@@ -71,11 +84,11 @@ fn sft_with(world: usize) -> (HashMap<String, Tensor>, TrainMemory) {
         .map(|c| {
             std::thread::spawn(move || {
                 let (rank, world) = (c.rank(), c.world_size());
-                let mut t = policy();
-                t.shard(rank, world).unwrap();
+                let c: Arc<dyn Collective> = Arc::new(c);
+                let mut t = policy_with(layers);
+                t.shard(rank, world, Some(c.clone())).unwrap();
                 let local = batch(rows_of(rank, world, 8));
                 let weight = local.response_tokens() as f64 / total * world as f64;
-                let c: Arc<dyn Collective> = Arc::new(c);
                 for _ in 0..3 {
                     let (_, step) = t
                         .sft_step(&local, 1e-4, 1.0, weight, Some(c.as_ref()))
@@ -144,16 +157,10 @@ fn sharded_sft_on_2_and_4_replicas_matches_one_replicated_trainer() {
         );
         let (peak, peak_replicated) = (memory.step_peak.unwrap(), replicated.step_peak.unwrap());
         eprintln!(
-            "world {world}: held when backward returned {peak} / {peak_replicated} ({:.3}) \
-             (gathered weights and full gradients, plus shards and moments)",
+            "world {world}: step peak {peak} / {peak_replicated} ({:.3})",
             ratio(peak, peak_replicated)
         );
-        // The peak holds the whole model and every full gradient on each replica.
-        let whole = replicated.params + replicated.grads;
-        assert!(
-            peak >= whole && peak <= peak_replicated + whole / world,
-            "{memory:?}"
-        );
+        assert!(peak <= one_layer_bound(&one, world), "{memory:?}");
         // 1/N plus the padding of the last shard of each parameter.
         let limit = 1.0 / world as f64 + 0.01;
         assert!(
@@ -161,6 +168,60 @@ fn sharded_sft_on_2_and_4_replicas_matches_one_replicated_trainer() {
             "world {world}: {memory:?}"
         );
         assert!(p >= 1.0 / world as f64 - 1e-9, "world {world}: {memory:?}");
+    }
+}
+
+/// The most a sharded step may hold with layers gathered one at a time: the shards, their
+/// gradients and AdamW's two moments (4/N of the model, plus a little padding), the
+/// parameters outside the layers and their full gradients, and one layer with its full
+/// gradients (f32 bytes).
+fn one_layer_bound(weights: &HashMap<String, Tensor>, world: usize) -> usize {
+    let mut layers: HashMap<String, usize> = HashMap::new();
+    let (mut rest, mut total) = (0, 0);
+    for (name, t) in weights {
+        let bytes = t.elem_count() * 4;
+        total += bytes;
+        match name.split("layers.").nth(1) {
+            Some(tail) => {
+                *layers
+                    .entry(tail.split('.').next().unwrap().into())
+                    .or_default() += bytes
+            }
+            None => rest += bytes,
+        }
+    }
+    let layer = layers.values().copied().max().unwrap_or(0);
+    let padding = weights.len() * 4 * 4 * world;
+    4 * total / world + padding + 2 * (rest + layer)
+}
+
+/// On a deeper model the step's peak falls towards 1/N of the replicated one: only one
+/// layer (and the embedding, final norm and head) is ever gathered, with its gradients.
+#[test]
+fn a_sharded_step_holds_one_layer_at_a_time() {
+    let layers = 8;
+    let (one, replicated) = sft_on(0, layers);
+    let peak_replicated = replicated.step_peak.unwrap();
+    for world in [2, 4] {
+        let (sharded, memory) = sft_on(world, layers);
+        let d = max_diff(&one, &sharded);
+        assert!(
+            d < 1e-5,
+            "{layers} layers, sharded over {world} differs by {d}"
+        );
+        let peak = memory.step_peak.unwrap();
+        let ratio = peak as f64 / peak_replicated as f64;
+        eprintln!(
+            "{layers} layers, world {world}: step peak {peak} / {peak_replicated} ({ratio:.3}), \
+             bound {}",
+            one_layer_bound(&one, world)
+        );
+        assert!(peak <= one_layer_bound(&one, world), "{memory:?}");
+        // Gathering the whole model for the step holds the model and all its gradients on
+        // top of the shards and moments: 2 + 3/N models.
+        let model = replicated.params;
+        let whole = 2 * model + 3 * model / world;
+        assert!(peak * 4 < whole * 3, "world {world}: {peak} vs {whole}");
     }
 }
 
@@ -199,14 +260,14 @@ fn sharded_critic_steps_match_replicated() {
             let (returns, old) = (returns.clone(), old.clone());
             std::thread::spawn(move || {
                 let rank = c.rank();
+                let c: Arc<dyn Collective> = Arc::new(c);
                 let mut t = critic();
-                t.shard(rank, 2).unwrap();
+                t.shard(rank, 2, Some(c.clone())).unwrap();
                 let rows = rows_of(rank, 2, 8);
                 let pick = |x: &Tensor| x.narrow(0, rows.start, rows.len()).unwrap();
                 let local = batch(rows.clone());
                 let weight = rows.len() as f64 / 8.0 * 2.0;
                 let agg = LossAgg::SeqMeanTokenMean;
-                let c: Arc<dyn Collective> = Arc::new(c);
                 t.step(
                     &local,
                     &pick(&old),
@@ -243,7 +304,7 @@ fn optimizer_shards_save_and_load_with_their_layout() {
                 let rank = c.rank();
                 let c: Arc<dyn Collective> = Arc::new(c);
                 let mut t = policy();
-                t.shard(rank, 2).unwrap();
+                t.shard(rank, 2, Some(c.clone())).unwrap();
                 t.sft_step(
                     &batch(rows_of(rank, 2, 8)),
                     1e-4,
@@ -259,7 +320,7 @@ fn optimizer_shards_save_and_load_with_their_layout() {
                     .map(|(_, _, m, _)| m.to_vec1::<f32>().unwrap())
                     .collect();
                 let mut fresh = policy();
-                fresh.shard(rank, 2).unwrap();
+                fresh.shard(rank, 2, Some(c.clone())).unwrap();
                 fresh.load_optimizer(&d).unwrap();
                 let loaded: Vec<Vec<f32>> = fresh
                     .opt
@@ -277,7 +338,7 @@ fn optimizer_shards_save_and_load_with_their_layout() {
     assert!(d.join("shard_1").join("shard_layout.json").exists());
     // Another group size: refused, naming the layout.
     let mut four = policy();
-    four.shard(1, 4).unwrap();
+    four.shard(1, 4, None).unwrap();
     let err = four.load_optimizer(&d).unwrap_err().to_string();
     assert!(err.contains("shard layout"), "{err}");
     // A replicated trainer finds no replicated state there.
@@ -288,7 +349,7 @@ fn optimizer_shards_save_and_load_with_their_layout() {
 fn a_released_model_is_an_error_to_read_and_gathers_back() {
     let mut t = policy();
     let before = t.model.weights().unwrap();
-    t.shard(0, 1).unwrap();
+    t.shard(0, 1, None).unwrap();
     assert!(t.is_sharded());
     assert_eq!(
         t.memory().params,
@@ -301,8 +362,8 @@ fn a_released_model_is_an_error_to_read_and_gathers_back() {
     assert_eq!(max_diff(&before, &t.model.weights().unwrap()), 0.0);
     assert!(t.logprobs(&batch(0..2)).is_ok());
     // Sharding twice, or without a collective for a group, is refused.
-    assert!(t.shard(0, 1).is_err());
+    assert!(t.shard(0, 1, None).is_err());
     let mut two = policy();
-    two.shard(0, 2).unwrap();
+    two.shard(0, 2, None).unwrap();
     assert!(matches!(two.gather(None), Err(RlhfError::Sharding(_))));
 }

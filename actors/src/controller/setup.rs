@@ -17,6 +17,8 @@ use crate::roles::{
     Scoring, ENGINE_LANE,
 };
 use candle_core::{DType, Tensor};
+use oxalign_kernels::collective::Collective;
+use oxalign_kernels::device::DeviceSpec;
 use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
 use oxalign_models::tokenizer::Tokenizer;
 use oxalign_models::{
@@ -209,17 +211,32 @@ pub fn scoring_engine_config(recipe: &Recipe) -> EngineConfig {
     }
 }
 
-/// Shards `trainer` as `rank` of `world` when the recipe says `placement.sharding = "sharded"`.
+/// Shards `trainer` as `rank` of `world` when the recipe says `placement.sharding =
+/// "sharded"`, its layers streamed over `group` (the role's collective group, `None` for a
+/// group of one).
 fn shard_if(
     recipe: &Recipe,
     trainer: &mut impl Sharded,
     rank: usize,
     world: usize,
+    group: Option<&[Arc<dyn Collective>]>,
 ) -> Result<(), Cause> {
     if recipe.placement.sharding == Sharding::Sharded {
-        trainer.shard(rank, world)?;
+        let handle = group.and_then(|g| g.get(rank)).cloned();
+        trainer.shard(rank, world, handle)?;
     }
     Ok(())
+}
+
+/// The collective group of a role's replicas over `specs`: `None` for one replica.
+fn replica_group(
+    specs: &[DeviceSpec],
+    pool: &ExecutorPool,
+) -> Result<Option<Vec<Arc<dyn Collective>>>, Cause> {
+    match specs.len() > 1 {
+        true => crate::replicas::collective_group(specs, pool).map(Some),
+        false => Ok(None),
+    }
 }
 
 /// The role `kind` built by the worker of the node its placement names, or `None` when the
@@ -260,6 +277,12 @@ pub async fn spawn_policy(
     let world = devices.len();
     let experts =
         super::expert_setup::ExpertGroups::for_recipe(recipe, &pg.specs, pool).map_err(&fail)?;
+    // The trainers' group exists before the trainers: a sharded trainer streams its layers
+    // over it.
+    let dp_group = match &experts {
+        Some(_) => None,
+        None => replica_group(&pg.specs, pool).map_err(&fail)?,
+    };
     for (rank, dev) in devices.into_iter().enumerate() {
         let m = CausalLm::load(weights, &dev).map_err(|e| fail(e.into()))?;
         if recipe.rl.routing_replay && m.config().moe.is_none() {
@@ -291,13 +314,20 @@ pub async fn spawn_policy(
         engines.push(engine);
         let mut replica = PolicyReplica::new(trainer, recipe.engine.refit_tolerance as f32);
         // After the engine took its copy: a sharded trainer frees its full weights here.
-        shard_if(recipe, &mut replica.trainer, rank, world).map_err(&fail)?;
+        shard_if(
+            recipe,
+            &mut replica.trainer,
+            rank,
+            world,
+            dp_group.as_deref(),
+        )
+        .map_err(&fail)?;
         trainers.push(replica);
     }
     let (trainer_group, engine_group) = match experts {
         Some(g) => (Some(g.trainers), Some(g.engines)),
         None if world > 1 => (
-            Some(crate::replicas::collective_group(&pg.specs, pool).map_err(&fail)?),
+            dp_group,
             Some(crate::replicas::collective_group(&pg.specs, pool).map_err(&fail)?),
         ),
         None => (None, None),
@@ -470,6 +500,7 @@ pub(crate) async fn spawn_critic(
         group(&recipe.placement.critic, "critic").map_err(RunError::at(At::Setup))?;
     let mut ts = Vec::new();
     let world = devices.len();
+    let cgroup = replica_group(&cg.specs, pool).map_err(&fail)?;
     for (rank, dev) in devices.into_iter().enumerate() {
         let model = match &src.critic {
             // A reward model has `score.weight` but no bias: the bias starts at zero.
@@ -481,7 +512,7 @@ pub(crate) async fn spawn_critic(
             CriticTrainer::new(model, recipe.rl.critic_lr, 0.0).map_err(|e| fail(e.into()))?;
         trainer.max_value_loss = recipe.guard.max_value_loss;
         trainer.packing = recipe.rl.packing;
-        shard_if(recipe, &mut trainer, rank, world).map_err(&fail)?;
+        shard_if(recipe, &mut trainer, rank, world, cgroup.as_deref()).map_err(&fail)?;
         ts.push(trainer);
     }
     monitor.report(ActorInfo::new("critic", "critic", cg.names()));
@@ -489,7 +520,7 @@ pub(crate) async fn spawn_critic(
         Some("critic".into()),
         Critic,
         CriticState::new(
-            Replicas::new("critic", cg.specs.clone(), ts, pool.clone()).map_err(&fail)?,
+            Replicas::with_group("critic", cg.specs.clone(), ts, pool.clone(), cgroup),
             monitor.clone(),
         ),
     )

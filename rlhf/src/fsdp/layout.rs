@@ -76,6 +76,12 @@ impl ShardLayout {
     /// Indices of `params` grouped into units gathered together: one unit per decoder
     /// layer (`…layers.{i}.…`), in layer order, then one for every other parameter.
     pub fn units(&self) -> Vec<Vec<usize>> {
+        self.units_by_layer().into_iter().map(|(_, u)| u).collect()
+    }
+
+    /// [`Self::units`] with the decoder layer each belongs to (`None`: the unit of every
+    /// parameter outside the layers: embedding, final norm, head).
+    pub fn units_by_layer(&self) -> Vec<(Option<usize>, Vec<usize>)> {
         let mut layers: Vec<(usize, Vec<usize>)> = Vec::new();
         let mut rest = Vec::new();
         for (i, p) in self.params.iter().enumerate() {
@@ -88,9 +94,10 @@ impl ShardLayout {
             }
         }
         layers.sort_by_key(|(l, _)| *l);
-        let mut units: Vec<Vec<usize>> = layers.into_iter().map(|(_, v)| v).collect();
+        let mut units: Vec<(Option<usize>, Vec<usize>)> =
+            layers.into_iter().map(|(l, v)| (Some(l), v)).collect();
         if !rest.is_empty() {
-            units.push(rest);
+            units.push((None, rest));
         }
         units
     }

@@ -4,6 +4,7 @@
 //! `apply_gradients`: a non-finite norm skips the step, weights untouched.
 
 use super::params::ShardedParams;
+use super::stream::LayerStream;
 use crate::optim::{clip::CLIP_EPS, default_group_of};
 use crate::optim::{param_groups::default_groups, AdamW, AdamWConfig};
 use crate::trainer::StepStats;
@@ -14,19 +15,26 @@ use oxalign_models::ParamStore;
 
 /// Backpropagates `loss` (this replica's share, scaled so that the mean over replicas is
 /// the global loss), reduce-scatters the gradients, clips them to `max_grad_norm` by their
-/// global norm and steps `opt` (built by [`shard_optimizer`]) on the shards. Also returns
-/// the bytes held by the shard gradients the optimizer stepped on, and the bytes held when
-/// backward returned (gathered model, full gradients, shards, moments:
-/// [`super::TrainMemory::step_peak`]).
+/// global norm and steps `opt` (built by [`shard_optimizer`]) on the shards. With `stream`,
+/// the layers the forward streamed hand over their shard gradients during the backward
+/// (layer by layer, [`LayerStream`]); the rest is reduce-scattered after it. Also returns
+/// the bytes held by the shard gradients the optimizer stepped on, and the most bytes held
+/// at once during the step (model `Var`s present, full gradients, shards, shard gradients,
+/// moments; activations not counted: [`super::TrainMemory::step_peak`]).
 pub fn apply_sharded_gradients(
     loss: &Tensor,
     params: &ShardedParams,
+    stream: Option<&LayerStream>,
     opt: &mut AdamW,
     max_grad_norm: f64,
     collective: Option<&dyn Collective>,
 ) -> Result<(StepStats, usize, usize)> {
     crate::error::check_above("max_norm", max_grad_norm, 0.0)?;
+    if let Some(s) = stream {
+        s.begin_step();
+    }
     let full = loss.backward()?;
+    let streamed = stream.map(LayerStream::finish_step);
     let (shard_bytes, model_bytes) = params.held();
     let full_grad_bytes: usize = params
         .full_vars()
@@ -34,15 +42,26 @@ pub fn apply_sharded_gradients(
         .filter_map(|v| full.get(v.as_tensor()))
         .map(super::held_bytes)
         .sum();
-    let peak = model_bytes + full_grad_bytes + shard_bytes + opt.moment_bytes();
-    let grads = params.reduce_scatter(&full, collective)?;
+    let skip = streamed.as_ref().map_or(&[][..], |s| s.units.as_slice());
+    let mut grads = params.reduce_scatter(&full, collective, skip)?;
     drop(full);
+    let mut layer_peak = 0;
+    if let Some(s) = streamed {
+        layer_peak = s.peak;
+        for (i, g) in s.shard_grads {
+            grads.insert(params.shard_var(i).as_tensor(), g);
+        }
+    }
     let bytes = params
         .named_shards()
         .iter()
         .filter_map(|(_, v)| grads.get(v.as_tensor()))
         .map(super::held_bytes)
         .sum();
+    // The parameters outside the layers keep their full gradients through the whole
+    // backward (the head's come first), so they add to the peak of every layer.
+    let at_end = model_bytes + full_grad_bytes + shard_bytes + bytes;
+    let peak = (layer_peak + full_grad_bytes).max(at_end) + opt.moment_bytes();
     let grad_norm = params.global_grad_norm(&grads, collective)?;
     if !grad_norm.is_finite() {
         let stats = StepStats {

@@ -35,6 +35,13 @@ impl Sharded for CriticTrainer {
     fn parts_mut(&mut self) -> (&mut TrainParams, &mut AdamW, &ParamStore) {
         (&mut self.params, &mut self.opt, self.model.params())
     }
+
+    fn set_layer_residency(
+        &mut self,
+        residency: Option<std::sync::Arc<dyn oxalign_models::layer_residency::LayerResidency>>,
+    ) {
+        self.model.set_layer_residency(residency);
+    }
 }
 
 impl CriticTrainer {
@@ -99,7 +106,7 @@ impl CriticTrainer {
         weight: f64,
         collective: Option<&dyn Collective>,
     ) -> Result<(f64, StepStats)> {
-        self.gather(collective)?;
+        self.params.gather_for_step(collective)?;
         let out = self.step_gathered(
             batch,
             (old_values, returns),

@@ -129,6 +129,13 @@ impl Sharded for PolicyTrainer {
     fn parts_mut(&mut self) -> (&mut TrainParams, &mut AdamW, &ParamStore) {
         (&mut self.params, &mut self.opt, self.model.params())
     }
+
+    fn set_layer_residency(
+        &mut self,
+        residency: Option<std::sync::Arc<dyn oxalign_models::layer_residency::LayerResidency>>,
+    ) {
+        self.model.set_layer_residency(residency);
+    }
 }
 
 impl PolicyTrainer {
@@ -256,7 +263,7 @@ impl PolicyTrainer {
         weight: f64,
         collective: Option<&dyn Collective>,
     ) -> Result<(f64, StepStats)> {
-        self.gather(collective)?;
+        self.params.gather_for_step(collective)?;
         let out = self.sft_step_gathered(batch, lr, max_grad_norm, weight, collective);
         self.params.finish(out)
     }
@@ -313,7 +320,7 @@ impl PolicyTrainer {
         weight: f64,
         collective: Option<&dyn Collective>,
     ) -> Result<PolicyStats> {
-        self.gather(collective)?;
+        self.params.gather_for_step(collective)?;
         let inputs = PpoInputs {
             batch,
             old_logprobs,

@@ -10,19 +10,24 @@ use super::expert_parallel::{any_rank_non_finite, apply_expert_parallel_gradient
 use super::grads::{apply_gradients_measured, StepStats};
 use crate::fsdp::{
     apply_sharded_gradients, held_bytes, load_shard_state, save_shard_state, shard_optimizer,
-    ShardedParams, TrainMemory,
+    LayerStream, ShardedParams, TrainMemory,
 };
 use crate::optim::AdamW;
 use crate::{Result, RlhfError};
 use candle_core::{Tensor, Var};
 use oxalign_kernels::collective::Collective;
+use oxalign_models::layer_residency::LayerResidency;
 use oxalign_models::ParamStore;
 use std::path::Path;
+use std::sync::Arc;
 
 /// A trainer's parameters: the model's `Var`s and, when sharded, the shards behind them.
 pub struct TrainParams {
     vars: Vec<Var>,
-    fsdp: Option<ShardedParams>,
+    fsdp: Option<Arc<ShardedParams>>,
+    /// The model's layers streamed over the shards' group (set with `fsdp` when the
+    /// trainer was sharded with its collective).
+    stream: Option<Arc<LayerStream>>,
     /// Which parameters are this rank's routed experts, when expert-parallel.
     pub(crate) experts: Option<ExpertShare>,
     /// Bytes of the gradients the optimizer stepped on in the last step.
@@ -36,6 +41,7 @@ impl TrainParams {
         Self {
             vars,
             fsdp: None,
+            stream: None,
             experts: None,
             last_grad_bytes: 0,
             last_step_peak: None,
@@ -67,22 +73,44 @@ impl TrainParams {
         }
         let (stats, bytes, peak) = match &self.fsdp {
             None => apply_gradients_measured(loss, &self.vars, opt, max_grad_norm, collective)?,
-            Some(fsdp) => apply_sharded_gradients(loss, fsdp, opt, max_grad_norm, collective)?,
+            Some(fsdp) => apply_sharded_gradients(
+                loss,
+                fsdp,
+                self.stream.as_deref(),
+                opt,
+                max_grad_norm,
+                collective,
+            )?,
         };
         self.last_grad_bytes = bytes;
         self.last_step_peak = Some(peak);
         Ok(stats)
     }
 
-    /// Errors when the model's weights are released (sharded, between uses).
+    /// Errors when the model's weights are released (sharded, between uses); with streamed
+    /// layers, when the weights outside the layers are.
     pub(crate) fn ensure_gathered(&self) -> Result<()> {
-        self.fsdp.as_ref().map_or(Ok(()), |f| f.ensure_gathered())
+        let streamed = self.stream.is_some();
+        self.fsdp
+            .as_ref()
+            .map_or(Ok(()), |f| f.ensure_gathered(streamed))
+    }
+
+    /// Makes the model usable for a training step's forward and backward: with streamed
+    /// layers, gathers only the weights outside the layers (each layer is gathered as it
+    /// runs); otherwise the whole model. No-op when replicated.
+    pub(crate) fn gather_for_step(&self, collective: Option<&dyn Collective>) -> Result<()> {
+        match (&self.fsdp, &self.stream) {
+            (Some(f), Some(_)) => f.gather_rest(collective),
+            (Some(f), None) => f.gather(collective),
+            (None, _) => Ok(()),
+        }
     }
 
     /// Releases the weights after a use that returned `out` (a release error is reported
     /// only when the use itself succeeded).
     pub(crate) fn finish<R>(&mut self, out: Result<R>) -> Result<R> {
-        let released = match &mut self.fsdp {
+        let released = match &self.fsdp {
             Some(f) => f.release(),
             None => Ok(()),
         };
@@ -100,11 +128,26 @@ pub trait Sharded {
     /// The same, mutably.
     fn parts_mut(&mut self) -> (&mut TrainParams, &mut AdamW, &ParamStore);
 
+    /// Points the model's decoder at `residency` (its layers' weights come and go) or, with
+    /// `None`, back to weights that are always present.
+    fn set_layer_residency(&mut self, residency: Option<Arc<dyn LayerResidency>>);
+
     /// Shards this trainer as rank `rank` of `world`: keeps 1/`world` of every parameter as
     /// an f32 master shard, rebuilds AdamW over the shards (same lr and weight decay), and
     /// frees the model's full weights. Call once, before any step (the optimizer must not
     /// have stepped yet) and after anything that copies the full model (an engine).
-    fn shard(&mut self, rank: usize, world: usize) -> Result<()> {
+    ///
+    /// `collective` is the group's handle for this rank (`None` for a group of one). With it
+    /// (or alone in its group) a step gathers the decoder layers just in time, one at a
+    /// time, in the forward and again in the backward ([`LayerStream`]); without it in a
+    /// larger group, a step gathers the whole model first (through the collective each call
+    /// passes).
+    fn shard(
+        &mut self,
+        rank: usize,
+        world: usize,
+        collective: Option<Arc<dyn Collective>>,
+    ) -> Result<()> {
         let (params, opt, store) = self.parts_mut();
         if params.fsdp.is_some() {
             return Err(RlhfError::Sharding("the trainer is already sharded".into()));
@@ -119,11 +162,15 @@ pub trait Sharded {
                 "shard a trainer before its first step (its optimizer state would be lost)".into(),
             ));
         }
-        let mut fsdp = ShardedParams::new(store.vars(), rank, world)?;
+        let fsdp = Arc::new(ShardedParams::new(store.vars(), rank, world)?);
         let lr = opt.lr();
         *opt = shard_optimizer(store, &fsdp, lr, opt.config().weight_decay)?;
         fsdp.release()?;
+        let stream = (world == 1 || collective.is_some())
+            .then(|| Arc::new(LayerStream::new(fsdp.clone(), collective)));
         params.fsdp = Some(fsdp);
+        params.stream = stream.clone();
+        self.set_layer_residency(stream.map(|s| s as Arc<dyn LayerResidency>));
         Ok(())
     }
 
@@ -141,7 +188,7 @@ pub trait Sharded {
     /// Fills the model's full weights from every rank's shards (every rank must call it).
     /// No-op when replicated or already gathered.
     fn gather(&mut self, collective: Option<&dyn Collective>) -> Result<()> {
-        match &mut self.parts_mut().0.fsdp {
+        match &self.parts().0.fsdp {
             Some(f) => f.gather(collective),
             None => Ok(()),
         }
@@ -149,7 +196,7 @@ pub trait Sharded {
 
     /// Frees the model's full weights again (sharded only; the shards stay).
     fn release(&mut self) -> Result<()> {
-        match &mut self.parts_mut().0.fsdp {
+        match &self.parts().0.fsdp {
             Some(f) => f.release(),
             None => Ok(()),
         }
