@@ -349,6 +349,61 @@ fn ep2_engine_generates_and_scores_like_ep1() {
     }
 }
 
+/// Five requests of different lengths (so the ranks finish at different steps), sampled.
+fn uneven_requests() -> Vec<GenerationRequest> {
+    (0..5u64)
+        .map(|i| {
+            let mut r =
+                GenerationRequest::new(ids(90 + i, 2 + 2 * i as usize, 64), 2 + 3 * i as usize);
+            r.ignore_eos = true;
+            r.sampling = oxalign_models::SamplingParams {
+                temperature: 1.0,
+                top_k: 0,
+                top_p: 1.0,
+                seed: 40 + i,
+            };
+            r
+        })
+        .collect()
+}
+
+/// Expert-parallel engines dispatch tokens: each rank generates only its own share of the
+/// requests (one rank may have none, or finish long before the other) and sends each
+/// routed token row to the expert's owner; every share comes out as one engine holding
+/// every expert would generate it.
+#[test]
+fn ep2_engines_each_generate_their_own_share_like_ep1() {
+    for family in [Family::Qwen3Moe, Family::Mixtral] {
+        let base = model(family);
+        let mut one = Engine::from_model(&base, engine_config()).unwrap();
+        let want = one.generate(&uneven_requests()).unwrap();
+        for split in [1usize, 0, 4] {
+            let b = base.clone();
+            let got = on_ranks(2, move |rank, ep| {
+                let mut e = Engine::from_model_with_experts(&b, engine_config(), ep).unwrap();
+                let all = uneven_requests();
+                let mine = match rank {
+                    0 => &all[..split],
+                    _ => &all[split..],
+                };
+                e.generate(mine).unwrap()
+            });
+            let got: Vec<_> = got.into_iter().flatten().collect();
+            assert_eq!(got.len(), want.len());
+            let mut worst = 0f32;
+            for (w, g) in want.iter().zip(&got) {
+                assert_eq!(
+                    w.tokens, g.tokens,
+                    "{family}, split {split}: sampled tokens"
+                );
+                worst = worst.max(max_diff(&w.logprobs, &g.logprobs));
+            }
+            println!("{family}, rank 0 takes {split} of 5: max |EP2 - EP1| log-prob {worst:e}");
+            assert!(worst < 1e-5, "{family}, split {split}: {worst}");
+        }
+    }
+}
+
 /// Runs `f(rank, trainer_ep, engine_ep)` on one thread per rank of two fresh groups.
 fn on_ranks_with_engines<R: Send + 'static>(
     world: usize,

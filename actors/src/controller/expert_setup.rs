@@ -1,6 +1,6 @@
 //! Building an expert-parallel policy (`placement.expert_parallel = N > 1`): two collective
 //! groups over the policy's devices, one for its trainers (token-row exchanges and gradient
-//! all-reduces) and one for its engines (their per-layer all-reduce), so a generation ahead
+//! all-reduces) and one for its engines (their token dispatch), so a generation ahead
 //! never interleaves with a training step's exchanges. Each trainer keeps its rank's experts
 //! and its engine takes the same ones. The model and trainer code is
 //! `oxalign_models::ExpertParallel` and `PolicyTrainer::spread_experts`.

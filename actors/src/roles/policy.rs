@@ -109,8 +109,9 @@ pub struct PolicyState {
     name: String,
 }
 
-/// Generates `request` on `engines`, each replica a contiguous share of the samples; or,
-/// expert-parallel, every replica all of them in lockstep (rank 0's samples are the answer).
+/// Generates `request` on `engines`, each replica a contiguous share of the samples. Expert-
+/// parallel engines generate their shares together (each rank's tokens visit the experts of
+/// every rank), stepping until the last share is done.
 async fn generate(
     engines: &Replicas<EngineReplica>,
     request: RolloutRequest,
@@ -118,19 +119,12 @@ async fn generate(
     let request = Arc::new(request);
     let parts = engines
         .each("generate", move |ctx, rep| {
-            let lockstep = rep.is_expert_parallel();
-            let range = match lockstep {
-                true => 0..request.samples.len(),
-                false => shard_ranges(request.samples.len(), ctx.world)[ctx.rank].clone(),
-            };
-            rep.generate(&request, range).map(|(v, s)| (v, s, lockstep))
+            let range = shard_ranges(request.samples.len(), ctx.world)[ctx.rank].clone();
+            rep.generate(&request, range)
         })
         .await?;
     let policy_version = parts.first().map_or(0, |p| p.0);
-    let samples = match parts.first().is_some_and(|p| p.2) {
-        true => parts.into_iter().next().map(|p| p.1).unwrap_or_default(),
-        false => parts.into_iter().flat_map(|p| p.1).collect(),
-    };
+    let samples = parts.into_iter().flat_map(|p| p.1).collect();
     Ok(RolloutBatch {
         policy_version,
         samples,

@@ -36,7 +36,8 @@ impl EngineReplica {
     }
 
     /// An expert-parallel engine over `model`'s experts of rank `ep.rank()` (every rank of
-    /// `ep` then generates every request together; see [`EngineReplica::is_expert_parallel`]).
+    /// `ep` then generates its share of the requests together with the others, exchanging
+    /// token rows with them in every sparse layer; see [`EngineReplica::is_expert_parallel`]).
     pub fn with_experts(
         model: &CausalLm,
         config: EngineConfig,
@@ -48,8 +49,8 @@ impl EngineReplica {
         })
     }
 
-    /// True when this engine holds only its rank's experts: the ranks then run the same
-    /// requests in lockstep and rank 0's samples are the answer.
+    /// True when this engine holds only its rank's experts: the ranks then step together
+    /// (each on its own share of the requests) until every share is done.
     pub fn is_expert_parallel(&self) -> bool {
         self.engine.expert_parallel().is_some()
     }
@@ -75,7 +76,10 @@ impl EngineReplica {
                 q
             })
             .collect();
-        let completions: Vec<(Completion, Option<ExpertChoices>)> = if rows.is_empty() {
+        // An expert-parallel rank without rows still steps with its peers (they need its
+        // experts), so only a plain engine may skip the call.
+        let skip = rows.is_empty() && !self.is_expert_parallel();
+        let completions: Vec<(Completion, Option<ExpertChoices>)> = if skip {
             Vec::new()
         } else if self.record_routing {
             let out = self.engine.generate_with_routing(&engine_requests)?;

@@ -54,9 +54,12 @@ impl Engine {
     }
 
     /// [`Engine::new`] as rank `ep.rank()` of an expert-parallel group: it takes (from
-    /// `weights`, and at every refit) only the routed experts this rank owns, and every
-    /// rank of the group must run the same generations and scorings, in lockstep (one
-    /// all-reduce per sparse layer; see `moe_forward.rs`).
+    /// `weights`, and at every refit) only the routed experts this rank owns. Every rank of
+    /// the group must call `generate` together, each with its own requests (any number,
+    /// none included): the ranks step together until the last one is done, and in every
+    /// sparse layer each token row travels to its expert's owner and back
+    /// (`moe_dispatch.rs`). Scoring (and a refit's probe) must be called on every rank with
+    /// the same sequences.
     pub fn with_experts(
         model: ModelConfig,
         weights: &HashMap<String, Tensor>,
@@ -117,7 +120,7 @@ impl Engine {
     /// An expert-parallel engine ([`Engine::with_experts`]) over the current weights of
     /// `model`, which holds at least this rank's experts (an expert-parallel trainer of the
     /// same rank, or a whole model). `ep` must be a group of its own: the engine's
-    /// all-reduces must not interleave with a trainer's exchanges.
+    /// exchanges must not interleave with a trainer's.
     pub fn from_model_with_experts(
         model: &CausalLm,
         config: EngineConfig,
@@ -269,7 +272,12 @@ impl Engine {
             self.config.max_running,
         );
         let vocab = self.model.vocab_size;
-        while !sched.is_done() {
+        while !self.all_ranks_done(sched.is_done())? {
+            if sched.is_done() {
+                // Expert-parallel: peers still generate and need this rank's experts.
+                self.weights.serve_experts_idle()?;
+                continue;
+            }
             let plan = sched.schedule(&mut self.pool)?;
             if plan.is_empty() {
                 return Err(EngineError::Stalled(
@@ -335,6 +343,20 @@ impl Engine {
         self.stats.preemptions += sched.preemptions;
         self.stats.cow_copies += sched.cow_copies;
         Ok(out)
+    }
+
+    /// Whether generation is over: `done` here, and, expert-parallel, on every rank of the
+    /// group too (each rank runs its own requests, so the ranks step together until the
+    /// last one finishes; one all-reduce per step).
+    fn all_ranks_done(&self, done: bool) -> EngineResult<bool> {
+        let Some(ep) = &self.experts else {
+            return Ok(done);
+        };
+        let mut flag = [f32::from(u8::from(done))];
+        ep.comm()
+            .all_reduce_mean_f32(&mut [&mut flag])
+            .map_err(candle_core::Error::wrap)?;
+        Ok(flag[0] >= 1.0)
     }
 
     /// Runs one scheduled step and returns the wanted logits, row-major `[rows * V]`.

@@ -30,6 +30,7 @@ mod config;
 mod engine;
 mod error;
 mod forward;
+mod moe_dispatch;
 mod moe_forward;
 mod paged_attention;
 mod refit;

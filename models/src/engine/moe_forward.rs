@@ -6,11 +6,10 @@
 //! trainer's version is `moe.rs`.
 //!
 //! Expert-parallel engines (`ep`): each rank holds only its experts (`expert_parallel.rs`)
-//! and every rank runs the *same* batch. A rank sums the outputs of its own experts, and one
-//! all-reduce per sparse layer adds the ranks' partial sums (a mean times the group size,
-//! exact for a group of 2 or 4); router and shared expert run on every rank. This is tensor
-//! parallelism over the experts, not token dispatch: it saves expert memory, not compute.
+//! and runs its own tokens; the routed rows travel to the experts' owners and back
+//! (`moe_dispatch.rs`). Router and shared expert run on each rank for its own tokens.
 
+use super::moe_dispatch::dispatch_experts;
 use crate::engine::weights::Linear;
 use crate::expert_parallel::ExpertParallel;
 use crate::router::choose;
@@ -50,6 +49,8 @@ pub(crate) struct MoeWeights {
     pub shared: Option<(ExpertWeights, Linear)>,
     pub top_k: usize,
     pub norm_topk_prob: bool,
+    /// Model width H.
+    pub hidden: usize,
     /// The engine's expert-parallel group, when its experts are spread over one.
     pub ep: Option<ExpertParallel>,
 }
@@ -64,13 +65,48 @@ impl MoeWeights {
         replay: Option<&[u32]>,
         record: Option<&mut Vec<u32>>,
     ) -> Result<Vec<f32>> {
-        let hidden = h.len() / n.max(1);
-        let k = self.top_k;
-        let logits = self.router.forward_host(h, n)?;
-        let e = logits.len() / n.max(1);
-        let probs: Vec<Vec<f32>> = logits.chunks(e).map(softmax).collect();
-        let chosen = choose(&probs, e, k, replay)?;
-        let weights = self.routing_weights(&probs, &chosen);
+        let (hidden, k) = (self.hidden, self.top_k);
+        let (chosen, weights) = match n {
+            0 => (Vec::new(), Vec::new()),
+            _ => {
+                let logits = self.router.forward_host(h, n)?;
+                let e = logits.len() / n;
+                let probs: Vec<Vec<f32>> = logits.chunks(e).map(softmax).collect();
+                let chosen = choose(&probs, e, k, replay)?;
+                let weights = self.routing_weights(&probs, &chosen);
+                (chosen, weights)
+            }
+        };
+        let mut out = match &self.ep {
+            Some(ep) => dispatch_experts(ep, &self.experts, h, (n, hidden, k), &chosen, &weights)?,
+            None => self.local_experts(h, n, &chosen, &weights)?,
+        };
+        if let Some((expert, gate)) = self.shared.as_ref().filter(|_| n > 0) {
+            let g = gate.forward_host(h, n)?;
+            let y = expert.forward(h, n)?;
+            for ((o, row), &g) in out.chunks_mut(hidden).zip(y.chunks(hidden)).zip(&g) {
+                let s = 1.0 / (1.0 + (-g).exp());
+                for (o, &v) in o.iter_mut().zip(row) {
+                    *o += v * s;
+                }
+            }
+        }
+        if let Some(rec) = record {
+            rec.extend_from_slice(&chosen);
+        }
+        Ok(out)
+    }
+
+    /// Every expert once over the rows sent to it, on this device, summed per token with
+    /// the routing weights (expert by expert, ascending).
+    fn local_experts(
+        &self,
+        h: &[f32],
+        n: usize,
+        chosen: &[u32],
+        weights: &[f32],
+    ) -> Result<Vec<f32>> {
+        let (hidden, k) = (self.hidden, self.top_k);
         let mut by_expert: Vec<Vec<usize>> = vec![Vec::new(); self.experts.len()];
         for (s, &c) in chosen.iter().enumerate() {
             by_expert[c as usize].push(s);
@@ -93,22 +129,6 @@ impl MoeWeights {
                     *o += v * w;
                 }
             }
-        }
-        if let Some(ep) = &self.ep {
-            sum_over_ranks(ep, &mut out)?;
-        }
-        if let Some((expert, gate)) = &self.shared {
-            let g = gate.forward_host(h, n)?;
-            let y = expert.forward(h, n)?;
-            for ((o, row), &g) in out.chunks_mut(hidden).zip(y.chunks(hidden)).zip(&g) {
-                let s = 1.0 / (1.0 + (-g).exp());
-                for (o, &v) in o.iter_mut().zip(row) {
-                    *o += v * s;
-                }
-            }
-        }
-        if let Some(rec) = record {
-            rec.extend_from_slice(&chosen);
         }
         Ok(out)
     }
@@ -144,17 +164,6 @@ impl MoeWeights {
                 .map(|x| x.gate_up.bytes() + x.down.bytes())
                 .sum::<usize>()
     }
-}
-
-/// Replaces `out` with its sum over the ranks of `ep` (mean times the group size, summed in
-/// rank order, the same on every rank).
-fn sum_over_ranks(ep: &ExpertParallel, out: &mut [f32]) -> Result<()> {
-    ep.comm()
-        .all_reduce_mean_f32(&mut [&mut *out])
-        .map_err(candle_core::Error::wrap)?;
-    let n = ep.world() as f32;
-    out.iter_mut().for_each(|v| *v *= n);
-    Ok(())
 }
 
 /// `exp(x - max) / Σ exp(x - max)` of one row (the trainer's composed softmax).

@@ -235,6 +235,7 @@ fn ffn_weights(
         shared,
         top_k: mc.num_experts_per_tok,
         norm_topk_prob: mc.norm_topk_prob,
+        hidden: cfg.hidden_size,
         ep: ep.cloned(),
     }))
 }
@@ -388,6 +389,18 @@ impl EngineWeights {
             .iter()
             .filter(|l| matches!(l.ffn, FfnWeights::Sparse(_)))
             .count()
+    }
+
+    /// One engine step of an expert-parallel rank that has no tokens to run: every sparse
+    /// layer's two exchanges, in layer order, serving this rank's experts to the ranks that
+    /// still have tokens (`moe_dispatch.rs`).
+    pub(crate) fn serve_experts_idle(&self) -> candle_core::Result<()> {
+        for l in &self.layers {
+            if let FfnWeights::Sparse(moe) = &l.ffn {
+                moe.forward(&[], 0, None, None)?;
+            }
+        }
+        Ok(())
     }
 
     /// Bytes of weights read by one decode step (all linear layers + norms; the embedding
