@@ -122,9 +122,9 @@ async fn generate(
     let rl = &ctx.recipe.rl;
     let seed_base = round * rl.prompts_per_step * rl.samples_per_prompt;
     let (request, rows) = rollout_request(ctx, data, first, seed_base, step)?;
-    let timer = ctx.monitor.time("policy", "generate", step);
-    let batch = roles
-        .policy
+    let generator = roles.generator();
+    let timer = ctx.monitor.time(generator.actor(), "generate", step);
+    let batch = generator
         .generate(request, format!("generate step {step}"))
         .await
         .map_err(RunError::at(at))?;
