@@ -58,7 +58,7 @@ impl HostedRole {
         let recipe = Recipe::parse(&spec.recipe_toml, Path::new("<controller's recipe>"), &[])
             .map_err(|e| WireError::other(e.to_string(), true))?;
         let name = spec.kind.name();
-        let placement = match spec.kind {
+        let placement: &str = match spec.kind {
             RoleKind::Policy => &recipe.placement.policy,
             RoleKind::Reference => &recipe.placement.reference,
             RoleKind::Reward => &recipe.placement.reward,

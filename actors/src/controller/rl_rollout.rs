@@ -15,7 +15,7 @@ use super::run_error::{At, RunError};
 use super::setup::Roles;
 use super::Ctx;
 use crate::batch::{RolloutBatch, RolloutRequest, SampleRequest, Sampling};
-use crate::roles::RewardRequest;
+use crate::roles::{Generate, RewardRequest};
 use oxalign_rlhf::advantages::{informative_count, informative_groups, select_groups};
 use oxalign_rlhf::data::PromptSource;
 use serde::{Deserialize, Serialize};
