@@ -12,9 +12,10 @@ use cluster_support::*;
 /// The recipe with the engine placed at `engine`, and `node1` at `addr` when given; `extra`
 /// appended to `[rl]`.
 fn engine_recipe(steps: u64, engine: &str, addr: Option<&str>, extra: &str) -> String {
-    let mut r = RECIPE
-        .replace("STEPS", &steps.to_string())
-        .replace("max_new_tokens = 3", &format!("max_new_tokens = 3\n{extra}"));
+    let mut r = RECIPE.replace("STEPS", &steps.to_string()).replace(
+        "max_new_tokens = 3",
+        &format!("max_new_tokens = 3\n{extra}"),
+    );
     r.push_str(&format!("\n[placement]\nengine = \"{engine}\"\n"));
     if let Some(a) = addr {
         r.push_str(&format!(
@@ -26,9 +27,10 @@ fn engine_recipe(steps: u64, engine: &str, addr: Option<&str>, extra: &str) -> S
 
 /// The one-process recipe with `extra` in `[rl]`.
 fn plain(steps: u64, extra: &str) -> String {
-    RECIPE
-        .replace("STEPS", &steps.to_string())
-        .replace("max_new_tokens = 3", &format!("max_new_tokens = 3\n{extra}"))
+    RECIPE.replace("STEPS", &steps.to_string()).replace(
+        "max_new_tokens = 3",
+        &format!("max_new_tokens = 3\n{extra}"),
+    )
 }
 
 /// Asserts every step of `dir`'s run sent refit buckets.
@@ -37,7 +39,10 @@ fn assert_refit_moved(dir: &std::path::Path) {
         let bytes = m["refit_bytes"].as_f64().unwrap_or(0.0);
         assert!(bytes > 100_000.0, "step {}: refit_bytes {bytes}", m["step"]);
         assert!(m["refit_buckets"].as_f64().unwrap_or(0.0) >= 1.0, "{m}");
-        assert!(m["refit_transfer_seconds"].as_f64().unwrap_or(-1.0) >= 0.0, "{m}");
+        assert!(
+            m["refit_transfer_seconds"].as_f64().unwrap_or(-1.0) >= 0.0,
+            "{m}"
+        );
     }
 }
 
@@ -52,7 +57,10 @@ fn an_engine_on_its_own_worker_trains_exactly_as_one_process() {
     let n1 = Worker::start("127.0.0.1:0", None);
     let two = tempfile::tempdir().unwrap();
     // 1 MiB buckets: the tiny model's ~3.5 MB of weights travel in several.
-    let out = train(two.path(), &engine_recipe(3, "node1:cpu", Some(&n1.addr), ""));
+    let out = train(
+        two.path(),
+        &engine_recipe(3, "node1:cpu", Some(&n1.addr), ""),
+    );
     assert!(out.status.success(), "engine on a worker: {}", stderr(&out));
     assert_same_run(one.path(), two.path());
     assert_refit_moved(two.path());
@@ -78,7 +86,10 @@ fn pipelined_generation_with_an_engine_on_a_worker_matches_one_process() {
     assert!(out.status.success(), "single process: {}", stderr(&out));
     let n1 = Worker::start("127.0.0.1:0", None);
     let two = tempfile::tempdir().unwrap();
-    let out = train(two.path(), &engine_recipe(3, "node1:cpu", Some(&n1.addr), stale));
+    let out = train(
+        two.path(),
+        &engine_recipe(3, "node1:cpu", Some(&n1.addr), stale),
+    );
     assert!(out.status.success(), "engine on a worker: {}", stderr(&out));
     assert_same_run(one.path(), two.path());
     assert_refit_moved(two.path());
@@ -108,13 +119,18 @@ fn what_an_engine_role_does_not_support_exits_with_2() {
             "max_frame_mb",
         ),
         (
-            on_node.replace("engine = \"node1:cpu\"", "engine = \"node1:cpu\"\npolicy = \"node1:cpu\""),
+            on_node.replace(
+                "engine = \"node1:cpu\"",
+                "engine = \"node1:cpu\"\npolicy = \"node1:cpu\"",
+            ),
             "placement.engine",
             "placement.policy",
         ),
         (
-            engine_recipe(1, "cpu:0,cpu:1", None, "")
-                .replace("[placement]", "[placement]\nexpert_parallel = 2\npolicy = \"cpu:0,cpu:1\""),
+            engine_recipe(1, "cpu:0,cpu:1", None, "").replace(
+                "[placement]",
+                "[placement]\nexpert_parallel = 2\npolicy = \"cpu:0,cpu:1\"",
+            ),
             "placement.engine",
             "expert_parallel",
         ),
@@ -128,7 +144,10 @@ fn what_an_engine_role_does_not_support_exits_with_2() {
         let out = train(dir.path(), &r);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{key}: {err}");
-        assert!(err.contains(key) && err.contains(says), "{key}, {says}: {err}");
+        assert!(
+            err.contains(key) && err.contains(says),
+            "{key}, {says}: {err}"
+        );
         assert!(!err.contains("panicked"), "{err}");
     }
 }

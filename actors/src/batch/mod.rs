@@ -16,8 +16,8 @@ pub use rollout::{Finish, RolloutBatch, RolloutRequest, Sample, SampleRequest, S
 pub use scored::ScoredBatch;
 pub use sequences::Sequences;
 pub use token_array::{BatchError, TokenArray};
-pub use weight_buckets::{pack, Arrived, Assembly, BucketError, HostTensor, WeightBucket,
-    WeightExport,
+pub use weight_buckets::{
+    pack, Arrived, Assembly, BucketError, HostTensor, WeightBucket, WeightExport,
 };
 
 #[cfg(test)]

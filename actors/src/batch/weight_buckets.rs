@@ -115,7 +115,9 @@ pub enum BucketError {
         what: String,
     },
     /// The bucket limit leaves no room for a tensor's header and one value.
-    #[error("a refit bucket of {limit} bytes cannot hold tensor {tensor:?}'s header and one value")]
+    #[error(
+        "a refit bucket of {limit} bytes cannot hold tensor {tensor:?}'s header and one value"
+    )]
     TooSmall {
         /// The limit, bytes.
         limit: usize,
@@ -285,8 +287,7 @@ impl Assembly {
     pub fn add(&mut self, bucket: &WeightBucket) -> Result<(), BucketError> {
         let i = bucket.index;
         let bad = |reason: String| BucketError::Malformed { bucket: i, reason };
-        if bucket.index >= bucket.count || *self.count.get_or_insert(bucket.count) != bucket.count
-        {
+        if bucket.index >= bucket.count || *self.count.get_or_insert(bucket.count) != bucket.count {
             return Err(bad(format!(
                 "index {} of {} buckets does not fit the update",
                 bucket.index, bucket.count
@@ -296,7 +297,8 @@ impl Assembly {
             return Err(bad("arrived twice".into()));
         }
         let st = SafeTensors::deserialize(&bucket.bytes).map_err(|e| bad(e.to_string()))?;
-        let (_, meta) = SafeTensors::read_metadata(&bucket.bytes).map_err(|e| bad(e.to_string()))?;
+        let (_, meta) =
+            SafeTensors::read_metadata(&bucket.bytes).map_err(|e| bad(e.to_string()))?;
         let json = meta
             .metadata()
             .as_ref()
@@ -315,7 +317,11 @@ impl Assembly {
                 .tensor(&p.entry)
                 .map_err(|_| bad(format!("piece {:?} listed but not held", p.entry)))?;
             if view.dtype() != Dtype::F32 {
-                return Err(bad(format!("{:?} is {:?}, expected F32", p.entry, view.dtype())));
+                return Err(bad(format!(
+                    "{:?} is {:?}, expected F32",
+                    p.entry,
+                    view.dtype()
+                )));
             }
             let values: Vec<f32> = view
                 .data()
@@ -340,13 +346,16 @@ impl Assembly {
     /// Copies a checked piece into its tensor.
     fn place(&mut self, bucket: usize, p: Piece, values: &[f32]) -> Result<(), String> {
         let total: usize = p.shape.iter().product();
-        let part = self.tensors.entry(p.tensor.clone()).or_insert_with(|| Partial {
-            shape: p.shape.clone(),
-            values: vec![0.0; total],
-            filled: 0,
-            tensor_checksum: p.tensor_checksum,
-            bucket,
-        });
+        let part = self
+            .tensors
+            .entry(p.tensor.clone())
+            .or_insert_with(|| Partial {
+                shape: p.shape.clone(),
+                values: vec![0.0; total],
+                filled: 0,
+                tensor_checksum: p.tensor_checksum,
+                bucket,
+            });
         let end = p.offset + values.len();
         if part.shape != p.shape || part.tensor_checksum != p.tensor_checksum || end > total {
             return Err(format!(
@@ -380,7 +389,11 @@ impl Assembly {
         };
         for (name, p) in self.tensors {
             if p.filled != p.values.len() {
-                let what = format!("tensor {name:?} has {} of {} values", p.filled, p.values.len());
+                let what = format!(
+                    "tensor {name:?} has {} of {} values",
+                    p.filled,
+                    p.values.len()
+                );
                 return Err(incomplete(what));
             }
             let got = checksum_f32(&p.values);

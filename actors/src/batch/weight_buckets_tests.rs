@@ -42,7 +42,11 @@ fn buckets_round_trip_whole_tensors_within_the_limit() {
     let buckets = pack(&w, limit).unwrap();
     assert!(buckets.len() > 1, "{} buckets", buckets.len());
     for (i, b) in buckets.iter().enumerate() {
-        assert!(b.bytes.len() <= limit, "bucket {i}: {} bytes", b.bytes.len());
+        assert!(
+            b.bytes.len() <= limit,
+            "bucket {i}: {} bytes",
+            b.bytes.len()
+        );
         assert_eq!((b.index, b.count), (i, buckets.len()));
     }
     let got = assemble(7, &buckets).unwrap();
@@ -54,7 +58,10 @@ fn buckets_round_trip_whole_tensors_within_the_limit() {
 
 #[test]
 fn a_tensor_bigger_than_a_bucket_travels_in_chunks() {
-    let w = vec![tensor("big.weight", &[100, 50], 0.5), tensor("small", &[3], 1.0)];
+    let w = vec![
+        tensor("big.weight", &[100, 50], 0.5),
+        tensor("small", &[3], 1.0),
+    ];
     let limit = 4_096;
     let buckets = pack(&w, limit).unwrap();
     // 20 000 bytes of values need at least five buckets of 4 KiB.
@@ -88,7 +95,10 @@ fn a_flipped_byte_is_refused_naming_the_tensor_and_the_bucket() {
         other => panic!("expected a checksum error, got {other:?}"),
     }
     let msg = err.to_string();
-    assert!(msg.contains(&format!("bucket {last} of {}", buckets.len())), "{msg}");
+    assert!(
+        msg.contains(&format!("bucket {last} of {}", buckets.len())),
+        "{msg}"
+    );
     assert!(msg.contains("tensor \""), "{msg}");
 }
 
@@ -113,5 +123,8 @@ fn a_damaged_header_or_a_missing_bucket_is_refused() {
 #[test]
 fn a_limit_too_small_for_one_value_is_refused() {
     let err = pack(&weights(), 300).unwrap_err();
-    assert!(matches!(err, BucketError::TooSmall { limit: 300, .. }), "{err}");
+    assert!(
+        matches!(err, BucketError::TooSmall { limit: 300, .. }),
+        "{err}"
+    );
 }

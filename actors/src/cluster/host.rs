@@ -161,7 +161,9 @@ async fn build(
                     RoleError::new(
                         "engine",
                         "setup",
-                        Cause::BadInput("the spawn request's recipe has no placement.engine".into()),
+                        Cause::BadInput(
+                            "the spawn request's recipe has no placement.engine".into(),
+                        ),
                     ),
                 )
             })?)

@@ -8,7 +8,9 @@
 
 use super::connection::{Connection, Endpoint};
 use super::wire::{Request, Response, RoleKind, SpawnSpec};
-use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray, WeightBucket, WeightExport};
+use crate::batch::{
+    RolloutBatch, RolloutRequest, Sequences, TokenArray, WeightBucket, WeightExport,
+};
 use crate::collective_groups;
 use crate::error::{Cause, RoleError, LOAD_OPTIMIZER};
 use crate::monitor::{ActorInfo, MonitorHandle};

@@ -3,12 +3,12 @@
 //! evaluation and the RL-start checkpoint `step_000000`; or straight from an RL checkpoint.
 
 use super::checkpoint::{LoopState, Phase};
+use super::generator::Generator;
 use super::run_error::{At, RunError};
 use super::saving::{
     copy_tokenizer, load_critic_optimizer, load_policy_optimizer, save_checkpoint,
 };
 use super::setup::{self, RoleSources, Roles};
-use super::generator::Generator;
 use super::{evaluate, sft, Ctx};
 use crate::executor::ExecutorPool;
 use crate::recipe::Algorithm;
@@ -83,7 +83,11 @@ pub(crate) async fn through_sft(
         }
     }
     if engine.is_none() {
-        let rl_weights = if r.sft.steps > 0 { &reference_dir } else { &weights };
+        let rl_weights = if r.sft.steps > 0 {
+            &reference_dir
+        } else {
+            &weights
+        };
         engine = setup::spawn_engine(r, rl_weights, ctx.monitor, pool).await?;
     }
     // Evaluated through the engine that RL starts with.

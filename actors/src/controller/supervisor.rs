@@ -149,7 +149,10 @@ pub(crate) fn colocated(recipe: &Recipe, role: &str) -> Vec<&'static str> {
     let mut out: Vec<&'static str> = placements
         .iter()
         .filter(|(r, p)| {
-            *r != role && RolePlacement::parse(p).node.is_some_and(|n| nodes.contains(&n))
+            *r != role
+                && RolePlacement::parse(p)
+                    .node
+                    .is_some_and(|n| nodes.contains(&n))
         })
         .map(|(r, _)| *r)
         .collect();

@@ -76,7 +76,10 @@ pub(crate) fn validate(
     if r.rl.routing_replay {
         return Err(refuse("rl.routing_replay = true"));
     }
-    if r.faults.iter().any(|f| f.role == "policy" && f.phase == "generate") {
+    if r.faults
+        .iter()
+        .any(|f| f.role == "policy" && f.phase == "generate")
+    {
         return Err(refuse(
             "a [[faults]] entry in the policy's generate phase (the engine role generates)",
         ));

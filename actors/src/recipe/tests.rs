@@ -413,9 +413,18 @@ fn an_engine_placement_is_checked() {
     assert!(!Recipe::default().to_toml().contains("engine = "));
     for (text, says) in [
         ("[placement]\nengine = \"node3:cpu\"\n", "node3"),
-        ("[placement]\nengine = \"cpu\"\n[rl]\nrouting_replay = true\n", "routing_replay"),
-        ("[cluster]\nrefit_bucket_mb = 0\n", "cluster.refit_bucket_mb"),
-        ("[cluster]\nmax_frame_mb = 1\nrefit_bucket_mb = 64\n", "below cluster.max_frame_mb"),
+        (
+            "[placement]\nengine = \"cpu\"\n[rl]\nrouting_replay = true\n",
+            "routing_replay",
+        ),
+        (
+            "[cluster]\nrefit_bucket_mb = 0\n",
+            "cluster.refit_bucket_mb",
+        ),
+        (
+            "[cluster]\nmax_frame_mb = 1\nrefit_bucket_mb = 64\n",
+            "below cluster.max_frame_mb",
+        ),
     ] {
         let r = parse(text, &[]).unwrap();
         let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();

@@ -12,7 +12,9 @@ use super::{
     ask, CriticMsg, CriticTrainSummary, CriticWork, DpoSummary, DpoWork, PolicyMsg,
     PolicyTrainSummary, PolicyWork, ReferenceMsg, RewardMsg, SftStepSummary,
 };
-use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray, WeightBucket, WeightExport};
+use crate::batch::{
+    RolloutBatch, RolloutRequest, Sequences, TokenArray, WeightBucket, WeightExport,
+};
 use crate::error::{Cause, RoleError, LOAD_OPTIMIZER};
 use async_trait::async_trait;
 use oxalign_models::engine::{Probe, RefitReport};

@@ -35,8 +35,8 @@ pub use policy_replica::PolicyReplica;
 pub use policy_train::{PolicyTrainSummary, PolicyWork, SftStepSummary};
 pub use reference::{Reference, ReferenceMsg, ReferenceState};
 pub use reward::{Reward, RewardMsg, RewardState, Scorer, Scoring};
-pub use rollout_engine::{EngineMsg, EngineState, RolloutEngine, ENGINE_ROLE};
 pub use reward_trainer::{RmStepSummary, RmTrainer, RmTrainerMsg, RmTrainerState};
+pub use rollout_engine::{EngineMsg, EngineState, RolloutEngine, ENGINE_ROLE};
 
 use crate::error::{Cause, RoleError};
 use crate::monitor::{ActorUpdate, MonitorHandle};
