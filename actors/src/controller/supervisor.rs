@@ -98,7 +98,7 @@ fn retried(e: &RunError) -> Option<Failure> {
         ENGINE_ROLE => "policy".to_string(),
         other => other.to_string(),
     };
-    (role_known && !diverged && !source.is_bad_input()).then(|| Failure {
+    (role_known && !diverged && !source.is_bad_input()).then_some(Failure {
         role,
         phase: source.phase,
     })

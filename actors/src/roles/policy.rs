@@ -291,7 +291,13 @@ impl PolicyState {
                 })
             })
             .await?;
-        v.swap_remove(0).ok_or_else(|| no_engine("refit"))
+        v.swap_remove(0).ok_or_else(|| {
+            RoleError::new(
+                "policy",
+                "refit",
+                Cause::Unreachable("rank 0 exported nothing".into()),
+            )
+        })
     }
 
     async fn load_optimizer(&self, dir: PathBuf) -> Result<(), RoleError> {
