@@ -151,3 +151,24 @@ fn what_an_engine_role_does_not_support_exits_with_2() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+#[test]
+fn a_failed_refit_rebuilds_the_engine_role_with_the_policy_and_replays_exactly() {
+    let one = tempfile::tempdir().unwrap();
+    let out = train(one.path(), &plain(4, ""));
+    assert!(out.status.success(), "single process: {}", stderr(&out));
+    let n1 = Worker::start("127.0.0.1:0", None);
+    let dir = tempfile::tempdir().unwrap();
+    let fault = "\n[[faults]]\nrole = \"policy\"\nphase = \"refit\"\nstep = 3\nkind = \"error\"\n";
+    let r = engine_recipe(4, "node1:cpu", Some(&n1.addr), "") + fault;
+    let out = train(dir.path(), &r);
+    let err = stderr(&out);
+    assert!(
+        out.status.success(),
+        "engine on a worker, a refit fault: {err}"
+    );
+    assert!(err.contains("restarting policy"), "{err}");
+    assert_same_run(one.path(), dir.path());
+    let m = metrics(dir.path());
+    assert_eq!(m[2]["restarts"], 1.0, "{:?}", m[2]);
+}
