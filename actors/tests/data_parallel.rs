@@ -104,7 +104,7 @@ async fn update_on(
     let (policy, _) = Actor::spawn(
         None,
         Policy,
-        PolicyState::new(replicas, engines, MonitorHandle::disabled()),
+        PolicyState::new(replicas, Some(engines), MonitorHandle::disabled()),
     )
     .await
     .unwrap();

@@ -220,8 +220,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     summary.run_dir.display()
                 );
                 let t = oxalign_actors::cluster::traffic();
-                if t.sent + t.received > 0 {
-                    println!("  cluster traffic: {} bytes sent, {} bytes received", t.sent, t.received);
+                if t.sent + t.received + t.refit_bytes > 0 {
+                    let refit = match t.refits {
+                        0 => String::new(),
+                        n => format!(
+                            "; refit to the engine role: {} bytes in {n} refits ({} bytes each)",
+                            t.refit_bytes,
+                            t.refit_bytes / n
+                        ),
+                    };
+                    println!(
+                        "  cluster traffic: {} bytes sent, {} bytes received{refit}",
+                        t.sent, t.received
+                    );
                 }
                 Ok(())
             }

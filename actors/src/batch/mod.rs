@@ -9,12 +9,16 @@ mod rollout;
 mod scored;
 mod sequences;
 mod token_array;
+mod weight_buckets;
 
 pub use experience::ExperienceBatch;
 pub use rollout::{Finish, RolloutBatch, RolloutRequest, Sample, SampleRequest, Sampling};
 pub use scored::ScoredBatch;
 pub use sequences::Sequences;
 pub use token_array::{BatchError, TokenArray};
+pub use weight_buckets::{
+    pack, Arrived, Assembly, BucketError, HostTensor, WeightBucket, WeightExport,
+};
 
 #[cfg(test)]
 mod tests;

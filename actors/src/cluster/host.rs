@@ -12,7 +12,9 @@ use crate::executor::ExecutorPool;
 use crate::monitor::MonitorHandle;
 use crate::placement::DeviceGroup;
 use crate::recipe::Recipe;
-use crate::roles::{CriticRole, PolicyRole, ReferenceRole, RewardRequest, RewardRole, ENGINE_LANE};
+use crate::roles::{
+    CriticRole, EngineRole, PolicyRole, ReferenceRole, RewardRequest, RewardRole, ENGINE_LANE,
+};
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
@@ -30,6 +32,8 @@ pub enum Hosted {
     Reward(Arc<dyn RewardRole>),
     /// The critic.
     Critic(Arc<dyn CriticRole>),
+    /// The rollout engine role.
+    Engine(Arc<dyn EngineRole>),
 }
 
 /// A hosted role with the executors it runs on.
@@ -54,11 +58,12 @@ impl HostedRole {
         let recipe = Recipe::parse(&spec.recipe_toml, Path::new("<controller's recipe>"), &[])
             .map_err(|e| WireError::other(e.to_string(), true))?;
         let name = spec.kind.name();
-        let placement = match spec.kind {
+        let placement: &str = match spec.kind {
             RoleKind::Policy => &recipe.placement.policy,
             RoleKind::Reference => &recipe.placement.reference,
             RoleKind::Reward => &recipe.placement.reward,
             RoleKind::Critic => &recipe.placement.critic,
+            RoleKind::Engine => recipe.placement.engine.as_deref().unwrap_or_default(),
         };
         let group = DeviceGroup::parse(placement).map_err(|e| {
             WireError::other(format!("placement.{name} = {placement:?}: {e}"), true)
@@ -89,13 +94,14 @@ impl HostedRole {
             Hosted::Reference(r) => r.stop(wait).await,
             Hosted::Reward(r) => r.stop(wait).await,
             Hosted::Critic(c) => c.stop(wait).await,
+            Hosted::Engine(e) => e.stop(wait).await,
         };
         if let Err(e) = r {
             tracing::warn!("stopping the {}: {e}", self.name);
         }
         self.pool.faults().release_hangs();
         self.pool.retire(self.name, &self.group.specs);
-        if self.name == "policy" {
+        if matches!(self.name, "policy" | "engine") {
             self.pool.retire(ENGINE_LANE, &self.group.specs);
         }
     }
@@ -147,6 +153,21 @@ async fn build(
             };
             Hosted::Critic(setup::spawn_critic(recipe, &src, monitor, pool).await?)
         }
+        RoleKind::Engine => {
+            let engine = setup::spawn_engine(recipe, &weights()?, monitor, pool).await?;
+            Hosted::Engine(engine.ok_or_else(|| {
+                RunError::role(
+                    crate::controller::At::Setup,
+                    RoleError::new(
+                        "engine",
+                        "setup",
+                        Cause::BadInput(
+                            "the spawn request's recipe has no placement.engine".into(),
+                        ),
+                    ),
+                )
+            })?)
+        }
     })
 }
 
@@ -173,6 +194,7 @@ fn wrong_role(role: &Hosted, request: &Request) -> RoleError {
         Hosted::Reference(_) => "reference",
         Hosted::Reward(_) => "reward",
         Hosted::Critic(_) => "critic",
+        Hosted::Engine(_) => "engine",
     };
     let what = format!("{request:?}");
     let what: String = what.chars().take(40).collect();
@@ -192,6 +214,16 @@ async fn dispatch(role: &Hosted, request: Request) -> Result<Response, RoleError
     Ok(match (role, request) {
         (H::Policy(p), Q::Generate { request, label }) => {
             Response::Batch(Box::new(p.generate(request, label).await?))
+        }
+        (H::Engine(e), Q::Generate { request, label }) => {
+            Response::Batch(Box::new(e.generate(request, label).await?))
+        }
+        (H::Engine(e), Q::RefitBucket { version, bucket }) => {
+            e.take_bucket(version, bucket).await?;
+            Response::Done
+        }
+        (H::Engine(e), Q::ApplyWeights { version, probe }) => {
+            Response::Refit(e.apply_weights(version, *probe).await?)
         }
         (H::Policy(p), Q::Logprobs { phase: ph, seqs }) => {
             Response::Tokens(p.logprobs(phase(&ph), seqs).await?)

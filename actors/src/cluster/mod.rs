@@ -35,7 +35,7 @@ pub use error::{
 };
 pub use frame::{read_message, write_message, Limits, HEADER_BYTES};
 pub use remote::{Remote, RemoteSources};
-pub use traffic::{traffic, Traffic};
+pub use traffic::{count_refit, traffic, Traffic};
 pub use wire::{
     decode, encode, Envelope, Hello, HelloReply, Request, Response, RoleKind, EVENTS_ID, PROTOCOL,
 };

@@ -8,20 +8,22 @@
 
 use super::connection::{Connection, Endpoint};
 use super::wire::{Request, Response, RoleKind, SpawnSpec};
-use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray};
+use crate::batch::{
+    RolloutBatch, RolloutRequest, Sequences, TokenArray, WeightBucket, WeightExport,
+};
 use crate::collective_groups;
 use crate::error::{Cause, RoleError, LOAD_OPTIMIZER};
 use crate::monitor::{ActorInfo, MonitorHandle};
 use crate::placement::{DeviceGroup, RolePlacement};
 use crate::recipe::{ClusterSection, Recipe};
 use crate::roles::{
-    CriticTrainSummary, CriticWork, DpoSummary, DpoWork, Generate, Logprobs, Persist,
-    PolicyTrainSummary, PolicyWork, Refit, RewardRequest, Rewards, SftStepSummary, Stop,
-    TrainCritic, TrainPolicy, Values,
+    CriticTrainSummary, CriticWork, DpoSummary, DpoWork, ExportWeights, Generate, Logprobs,
+    Persist, PolicyTrainSummary, PolicyWork, Refit, RewardRequest, Rewards, SftStepSummary, Stop,
+    TakeWeights, TrainCritic, TrainPolicy, Values,
 };
 use async_trait::async_trait;
 use oxalign_kernels::collective::NcclUniqueId;
-use oxalign_models::engine::RefitReport;
+use oxalign_models::engine::{Probe, RefitReport};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -122,6 +124,7 @@ fn nccl_ids(on_worker: &Recipe, kind: RoleKind) -> Result<Vec<NcclUniqueId>, Cau
         RoleKind::Reference => (&p.reference, 1),
         RoleKind::Reward => (&p.reward, 1),
         RoleKind::Critic => (&p.critic, 1),
+        RoleKind::Engine => (p.engine.as_ref().unwrap_or(&p.policy), 1),
     };
     match DeviceGroup::parse(placement) {
         Ok(g) => collective_groups::ids_for(&g.specs, groups),
@@ -176,12 +179,15 @@ fn worker_recipe(recipe: &Recipe, kind: RoleKind) -> Recipe {
     let mut r = recipe.clone();
     let p = &mut r.placement;
     let slot = match kind {
-        RoleKind::Policy => &mut p.policy,
-        RoleKind::Reference => &mut p.reference,
-        RoleKind::Reward => &mut p.reward,
-        RoleKind::Critic => &mut p.critic,
+        RoleKind::Policy => Some(&mut p.policy),
+        RoleKind::Reference => Some(&mut p.reference),
+        RoleKind::Reward => Some(&mut p.reward),
+        RoleKind::Critic => Some(&mut p.critic),
+        RoleKind::Engine => p.engine.as_mut(),
     };
-    *slot = RolePlacement::parse(slot).devices.to_string();
+    if let Some(slot) = slot {
+        *slot = RolePlacement::parse(slot).devices.to_string();
+    }
     r.cluster = ClusterSection::default();
     let m = &mut r.model;
     for path in [
@@ -318,6 +324,41 @@ impl TrainCritic for Remote {
 impl Refit for Remote {
     async fn refit(&self, version: u64) -> Result<RefitReport, RoleError> {
         expect!(self, "refit", Request::Refit(version), Refit(r) => r)
+    }
+}
+
+#[async_trait]
+impl TakeWeights for Remote {
+    async fn take_bucket(&self, version: u64, bucket: WeightBucket) -> Result<(), RoleError> {
+        let req = Request::RefitBucket { version, bucket };
+        match self.call("refit", req).await? {
+            Response::Done => Ok(()),
+            other => Err(self.unexpected("refit", &other)),
+        }
+    }
+
+    async fn apply_weights(&self, version: u64, probe: Probe) -> Result<RefitReport, RoleError> {
+        let req = Request::ApplyWeights {
+            version,
+            probe: Box::new(probe),
+        };
+        expect!(self, "refit", req, Refit(r) => r)
+    }
+}
+
+/// A policy on a worker does not export its weights to an engine role (the recipe check
+/// refuses `placement.engine` with a policy on a node).
+#[async_trait]
+impl ExportWeights for Remote {
+    async fn export_weights(&self, _: u64, _: usize) -> Result<WeightExport, RoleError> {
+        Err(RoleError::new(
+            self.role,
+            "refit",
+            Cause::BadInput(
+                "placement.engine needs the policy in the controller's process, not on a node"
+                    .into(),
+            ),
+        ))
     }
 }
 

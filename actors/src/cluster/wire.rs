@@ -2,18 +2,19 @@
 //! and its answer, each in an [`Envelope`] with the call's id. Requests and answers are the
 //! roles' own host data (`crate::batch`, the work and summary types), encoded as MessagePack
 //! (`rmp-serde`, field names kept so serde's defaults round-trip) with their arrays as
-//! safetensors bytes beside (`call.rs`); the handshake is MessagePack alone. No weights
-//! travel: a worker loads them from the paths a request names.
+//! safetensors bytes beside (`call.rs`); the handshake is MessagePack alone. A worker loads
+//! a role's initial weights from the paths a request names; the only weights that travel
+//! are a refit's buckets to an engine role (`placement.engine`), each bucket one request.
 
 use super::wire_error::WireError;
-use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray};
+use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray, WeightBucket};
 use crate::monitor::MonitorEvent;
 use crate::roles::{
     CriticTrainSummary, CriticWork, DpoSummary, DpoWork, PolicyTrainSummary, PolicyWork,
     SftStepSummary,
 };
 use oxalign_kernels::collective::NcclUniqueId;
-use oxalign_models::engine::RefitReport;
+use oxalign_models::engine::{Probe, RefitReport};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -61,6 +62,8 @@ pub enum RoleKind {
     Reward,
     /// The critic.
     Critic,
+    /// The policy's rollout engine as a role of its own (`placement.engine`).
+    Engine,
 }
 
 impl RoleKind {
@@ -71,6 +74,7 @@ impl RoleKind {
             RoleKind::Reference => "reference",
             RoleKind::Reward => "reward",
             RoleKind::Critic => "critic",
+            RoleKind::Engine => "engine",
         }
     }
 }
@@ -144,6 +148,20 @@ pub enum Request {
     TrainCritic(Box<CriticWork>),
     /// `Refit::refit`.
     Refit(u64),
+    /// `TakeWeights::take_bucket`.
+    RefitBucket {
+        /// The update's version.
+        version: u64,
+        /// The bucket (its bytes travel beside the MessagePack part).
+        bucket: WeightBucket,
+    },
+    /// `TakeWeights::apply_weights`.
+    ApplyWeights {
+        /// The update's version.
+        version: u64,
+        /// The trainer's probe.
+        probe: Box<Probe>,
+    },
     /// `Persist::save`.
     Save {
         /// The phase named in errors.
@@ -206,6 +224,8 @@ impl Request {
             Request::Dpo(_) => "dpo",
             Request::TrainCritic(_) => "train_critic",
             Request::Refit(_) => "refit",
+            Request::RefitBucket { .. } => "refit_bucket",
+            Request::ApplyWeights { .. } => "apply_weights",
             Request::Save { .. } => "save",
             Request::LoadOptimizer(_) => "load_optimizer",
             Request::Stop(_) => "stop",

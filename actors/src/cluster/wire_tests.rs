@@ -275,3 +275,41 @@ fn lens_patched(good: &[u8]) -> Vec<u8> {
     out[4 + head + offset] += 1;
     out
 }
+
+#[test]
+fn a_refit_bucket_travels_as_raw_bytes_and_arrives_checked() {
+    use crate::batch::{pack, Assembly, HostTensor};
+    let w = vec![HostTensor {
+        name: "lm_head.weight".into(),
+        shape: vec![4, 8],
+        values: odd(32)
+            .into_iter()
+            .map(|x| if x.is_nan() { 1.5 } else { x })
+            .collect(),
+    }];
+    let bucket = pack(&w, 1 << 20).unwrap().remove(0);
+    let n = bucket.bytes.len();
+    let req = Request::RefitBucket {
+        version: 4,
+        bucket: bucket.clone(),
+    };
+    let bytes = encode_request(9, req).unwrap();
+    // The bucket's bytes travel once, not as a MessagePack list of numbers.
+    assert!(
+        bytes.len() < n + 400,
+        "{} bytes for a {n}-byte bucket",
+        bytes.len()
+    );
+    let env = decode_request(&bytes).unwrap();
+    let Request::RefitBucket {
+        version,
+        bucket: got,
+    } = env.body
+    else {
+        panic!("{:?}", env.body.kind())
+    };
+    assert_eq!((version, &got), (4, &bucket));
+    let mut a = Assembly::new(4);
+    a.add(&got).unwrap();
+    assert_eq!(a.finish().unwrap().tensors, w);
+}

@@ -8,7 +8,7 @@ use super::lengths::{encode_rollout_prompt, quoted};
 use super::run_error::{At, RunError};
 use super::Ctx;
 use crate::batch::{RolloutRequest, SampleRequest, Sampling};
-use crate::roles::PolicyRole;
+use crate::roles::Generate;
 use oxalign_rlhf::data::PromptItem;
 
 /// Samples per prompt for the sampled accuracy.
@@ -25,9 +25,9 @@ pub(crate) struct Accuracy {
 
 /// Greedy and sampled accuracy on `items` (zeros when there are none), or `None` when the
 /// reward defines no accuracy. Seeds are fixed, so the same weights give the same numbers.
-pub(crate) async fn accuracy(
+pub(crate) async fn accuracy<G: Generate + ?Sized>(
     ctx: &Ctx<'_>,
-    policy: &dyn PolicyRole,
+    policy: &G,
     items: &[PromptItem],
     label: &'static str,
 ) -> Result<Option<Accuracy>, RunError> {

@@ -17,6 +17,7 @@ mod divergence;
 mod dpo;
 mod evaluate;
 mod expert_setup;
+pub(crate) mod generator;
 mod lengths;
 mod offline;
 mod offline_eval;
@@ -26,6 +27,7 @@ pub mod resume_point;
 mod rl_ahead;
 mod rl_experience;
 mod rl_loop;
+mod rl_refit;
 mod rl_report;
 mod rl_rollout;
 mod rl_step;
@@ -274,7 +276,7 @@ async fn run(
     let final_acc = if data.eval_items().is_empty() {
         None
     } else {
-        evaluate::accuracy(&ctx, &*roles.policy, data.eval_items(), "eval final").await?
+        evaluate::accuracy(&ctx, &roles.generator(), data.eval_items(), "eval final").await?
     };
     roles.stop();
     monitor.report(ActorUpdate::idle("controller"));

@@ -19,17 +19,19 @@ use std::path::PathBuf;
 /// step's line (0 on a clean step).
 pub const RESTARTS: &str = "restarts";
 
-/// A policy spawned from a checkpoint has an engine at version 0 serving the checkpoint's
-/// weights: it refits (verified) as `state.policy_version`, so the batches it generates
+/// A policy spawned from a checkpoint has an engine (its own, or the engine role) at version
+/// 0 serving the checkpoint's weights: it refits (verified) as `state.policy_version`, so the batches it generates
 /// carry their true version (`rl.max_staleness` checks it). A no-op at the start of RL.
-async fn label_engine_weights(roles: &Roles, state: &LoopState) -> Result<(), RunError> {
+async fn label_engine_weights(
+    ctx: &Ctx<'_>,
+    roles: &Roles,
+    state: &LoopState,
+) -> Result<(), RunError> {
     let version = state.policy_version;
     if version == 0 {
         return Ok(());
     }
-    roles
-        .policy
-        .refit(version)
+    super::rl_refit::refit(ctx.recipe, roles, version)
         .await
         .map(|_| ())
         .map_err(RunError::at(At::Rl(state.step + 1)))
@@ -63,7 +65,7 @@ pub(crate) async fn rl_loop(
     if state.step < recipe.run.steps {
         progress.line(&rl_step::header());
     }
-    label_engine_weights(roles, state).await?;
+    label_engine_weights(ctx, roles, state).await?;
     let mut budget = Budget::new(&recipe.supervision);
     // Steps up to `reported` have their metrics line; a replay runs them again silently.
     let mut reported = state.step;
@@ -145,7 +147,7 @@ async fn recover(
     );
     *state = supervisor::rebuild(ctx, pool, roles, &names, &newest.dir, step).await?;
     if names.contains(&"policy") {
-        label_engine_weights(roles, state).await?;
+        label_engine_weights(ctx, roles, state).await?;
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! feeds back into training.
 
 use super::rl_experience::Experience;
+use super::rl_refit::Moved;
 use super::rl_rollout::DynamicReport;
 use crate::monitor::{metric, StepMetrics};
 use crate::roles::PolicyTrainSummary;
@@ -47,6 +48,8 @@ pub(crate) struct StepOutcome<'a> {
     pub policy: &'a PolicyTrainSummary,
     pub value_loss: Option<f64>,
     pub refit: &'a RefitReport,
+    /// What a refit sent to an engine role (`placement.engine`); `None` otherwise.
+    pub refit_moved: Option<Moved>,
     pub policy_version: u64,
     pub data_position: u64,
     /// Versions the batch lagged the trainer (0 on-policy; ≤ `rl.max_staleness`).
@@ -105,6 +108,15 @@ fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
         ),
     ] {
         m.values.insert(k.to_string(), v);
+    }
+    if let Some(moved) = &o.refit_moved {
+        for (k, v) in [
+            ("refit_bytes", moved.bytes as f64),
+            ("refit_buckets", moved.buckets as f64),
+            ("refit_transfer_seconds", moved.seconds),
+        ] {
+            m.values.insert(k.to_string(), v);
+        }
     }
     if let Some(f) = o.policy.routing_overridden {
         m.values.insert("routing_overridden".to_string(), f);

@@ -15,7 +15,7 @@ use super::run_error::{At, RunError};
 use super::setup::Roles;
 use super::Ctx;
 use crate::batch::{RolloutBatch, RolloutRequest, SampleRequest, Sampling};
-use crate::roles::RewardRequest;
+use crate::roles::{Generate, RewardRequest};
 use oxalign_rlhf::advantages::{informative_count, informative_groups, select_groups};
 use oxalign_rlhf::data::PromptSource;
 use serde::{Deserialize, Serialize};
@@ -122,9 +122,9 @@ async fn generate(
     let rl = &ctx.recipe.rl;
     let seed_base = round * rl.prompts_per_step * rl.samples_per_prompt;
     let (request, rows) = rollout_request(ctx, data, first, seed_base, step)?;
-    let timer = ctx.monitor.time("policy", "generate", step);
-    let batch = roles
-        .policy
+    let generator = roles.generator();
+    let timer = ctx.monitor.time(generator.actor(), "generate", step);
+    let batch = generator
         .generate(request, format!("generate step {step}"))
         .await
         .map_err(RunError::at(at))?;

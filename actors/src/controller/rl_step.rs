@@ -6,6 +6,7 @@
 use super::divergence::{check_rollout, DivergenceError};
 use super::rl_ahead::{check_staleness, take_or_generate, AheadPlan};
 use super::rl_experience::{agg, experience, policy_loss_config, Experience};
+use super::rl_refit::{self, RefitDone};
 use super::rl_report::{self, StepOutcome, StepRow};
 use super::rl_rollout::Rollout;
 use super::run_error::{At, RunError};
@@ -14,7 +15,6 @@ use super::{Ctx, LoopState};
 use crate::batch::ScoredBatch;
 use crate::recipe::EngineQuant;
 use crate::roles::{split_state_values, CriticWork, PolicyTrainSummary, PolicyWork, RewardRequest};
-use oxalign_models::engine::RefitReport;
 use oxalign_rlhf::data::PromptSource;
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -224,22 +224,21 @@ async fn score_and_update(
 }
 
 /// The refit stage: the engine takes the updated weights as the next policy version,
-/// verified before its next rollout.
+/// verified before its next rollout (`rl_refit.rs`: inside the policy, or as buckets sent to
+/// the engine role).
 async fn refit(
     ctx: &Ctx<'_>,
     roles: &Roles,
     state: &mut LoopState,
     step: u64,
-) -> Result<RefitReport, RunError> {
+) -> Result<RefitDone, RunError> {
     state.policy_version += 1;
     let timer = ctx.monitor.time("policy", "refit", step);
-    let report = roles
-        .policy
-        .refit(state.policy_version)
+    let done = rl_refit::refit(ctx.recipe, roles, state.policy_version)
         .await
         .map_err(RunError::at(At::Rl(step)))?;
     timer.finish();
-    Ok(report)
+    Ok(done)
 }
 
 /// Runs RL step `step` (1-based) from `state`, which it advances (policy version, data
@@ -331,7 +330,8 @@ pub(crate) async fn run_step(
         exp: &trained.exp,
         policy: &trained.policy,
         value_loss: trained.value_loss,
-        refit: &refit,
+        refit: &refit.report,
+        refit_moved: refit.moved,
         policy_version: state.policy_version,
         data_position: state.data_position,
         staleness,

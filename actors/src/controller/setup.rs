@@ -12,9 +12,9 @@ use crate::placement::{DeviceGroup, RolePlacement};
 use crate::recipe::{EngineQuant, Recipe, RewardKeyError, RewardKind, Sharding, TaskKind};
 use crate::replicas::Replicas;
 use crate::roles::{
-    Critic, CriticRole, CriticState, EngineReplica, Local, Policy, PolicyReplica, PolicyRole,
-    PolicyState, Reference, ReferenceRole, ReferenceState, Reward, RewardRole, RewardState, Scorer,
-    Scoring, ENGINE_LANE,
+    Critic, CriticRole, CriticState, EngineReplica, EngineRole, Local, Policy, PolicyReplica,
+    PolicyRole, PolicyState, Reference, ReferenceRole, ReferenceState, Reward, RewardRole,
+    RewardState, Scorer, Scoring, ENGINE_LANE,
 };
 use candle_core::{DType, Tensor};
 use oxalign_kernels::collective::Collective;
@@ -46,12 +46,23 @@ pub struct Roles {
     pub reward: Arc<dyn RewardRole>,
     /// Critic (PPO only).
     pub critic: Option<Arc<dyn CriticRole>>,
+    /// The policy's rollout engine as a role of its own (`placement.engine`); `None` when
+    /// the policy's engine lives with its trainers.
+    pub engine: Option<Arc<dyn EngineRole>>,
 }
 
 impl Roles {
+    /// Who generates rollouts: the engine role, or the policy.
+    pub fn generator(&self) -> super::generator::Generator<'_> {
+        super::generator::Generator::new(&*self.policy, self.engine.as_deref())
+    }
+
     /// Stops every role.
     pub fn stop(&self) {
         self.policy.shutdown();
+        if let Some(e) = &self.engine {
+            e.shutdown();
+        }
         self.reference.shutdown();
         self.reward.shutdown();
         if let Some(c) = &self.critic {
@@ -305,13 +316,16 @@ pub async fn spawn_policy(
             trainer.router_aux_loss_coef = coef;
         }
         trainer.model.set_precision(recipe.rl.trainer_precision);
-        let mut engine = match &experts {
-            Some(g) => g.spread(rank, &mut trainer, weights, engine_config(recipe)),
-            None => EngineReplica::new(&trainer.model, engine_config(recipe)),
+        // With `placement.engine` the engine is a role of its own (`spawn_engine`).
+        if recipe.placement.engine.is_none() {
+            let mut engine = match &experts {
+                Some(g) => g.spread(rank, &mut trainer, weights, engine_config(recipe)),
+                None => EngineReplica::new(&trainer.model, engine_config(recipe)),
+            }
+            .map_err(&fail)?;
+            engine.record_routing = recipe.rl.routing_replay;
+            engines.push(engine);
         }
-        .map_err(&fail)?;
-        engine.record_routing = recipe.rl.routing_replay;
-        engines.push(engine);
         let mut replica = PolicyReplica::new(trainer, recipe.engine.refit_tolerance as f32);
         // After the engine took its copy: a sharded trainer frees its full weights here.
         shard_if(
@@ -335,8 +349,9 @@ pub async fn spawn_policy(
     let (specs, p) = (pg.specs.clone(), pool.clone());
     let policy_replicas =
         Replicas::with_group("policy", specs.clone(), trainers, p.clone(), trainer_group);
-    let engines =
-        Replicas::with_group("policy", specs, engines, p, engine_group).on_lane(ENGINE_LANE);
+    let engines = (!engines.is_empty()).then(|| {
+        Replicas::with_group("policy", specs, engines, p, engine_group).on_lane(ENGINE_LANE)
+    });
     monitor.report(ActorInfo::new("policy", "policy", pg.names()));
     let (policy, _) = Actor::spawn(
         Some("policy".into()),
@@ -349,11 +364,50 @@ pub async fn spawn_policy(
     Ok(Arc::new(Local::new("policy", policy, timeout)))
 }
 
-/// Spawns reference, reward and (for PPO) critic next to a running policy.
+/// The engine role of `placement.engine`, serving the weights in `weights` (the policy's
+/// folder), or `None` when the recipe has none: one engine per device of its group, or a
+/// [`Remote`] one when the placement names a node.
+pub async fn spawn_engine(
+    recipe: &Recipe,
+    weights: &Path,
+    monitor: &MonitorHandle,
+    pool: &ExecutorPool,
+) -> Result<Option<Arc<dyn EngineRole>>, RunError> {
+    let Some(p) = &recipe.placement.engine else {
+        return Ok(None);
+    };
+    let src = RemoteSources {
+        weights: Some(weights),
+        critic: None,
+    };
+    if let Some(r) = on_node(recipe, RoleKind::Engine, p, src, monitor).await? {
+        return Ok(Some(Arc::new(r)));
+    }
+    let name = crate::roles::ENGINE_ROLE;
+    let fail = setup_failed(name);
+    let (eg, devices) = group(p, name).map_err(RunError::at(At::Setup))?;
+    let engines = devices
+        .iter()
+        .map(|d| EngineReplica::new(&CausalLm::load(weights, d)?, engine_config(recipe)))
+        .collect::<Result<Vec<_>, Cause>>()
+        .map_err(&fail)?;
+    let replicas = Replicas::new(name, eg.specs.clone(), engines, pool.clone()).map_err(&fail)?;
+    monitor.report(ActorInfo::new(name, name, eg.names()));
+    let state = crate::roles::EngineState::new(replicas.on_lane(ENGINE_LANE), monitor.clone());
+    let (engine, _) = Actor::spawn(Some(name.into()), crate::roles::RolloutEngine, state)
+        .await
+        .map_err(|e| fail(e.into()))?;
+    let timeout = recipe.supervision.call_timeout();
+    Ok(Some(Arc::new(Local::new(name, engine, timeout))))
+}
+
+/// Spawns reference, reward and (for PPO) critic next to a running policy (and its engine
+/// role, when the recipe places one).
 pub async fn spawn_others(
     recipe: &Recipe,
     src: &RoleSources,
     policy: Arc<dyn PolicyRole>,
+    engine: Option<Arc<dyn EngineRole>>,
     monitor: &MonitorHandle,
     pool: &ExecutorPool,
 ) -> Result<Roles, RunError> {
@@ -369,6 +423,7 @@ pub async fn spawn_others(
         reference,
         reward,
         critic,
+        engine,
     })
 }
 

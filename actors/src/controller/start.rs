@@ -3,6 +3,7 @@
 //! evaluation and the RL-start checkpoint `step_000000`; or straight from an RL checkpoint.
 
 use super::checkpoint::{LoopState, Phase};
+use super::generator::Generator;
 use super::run_error::{At, RunError};
 use super::saving::{
     copy_tokenizer, load_critic_optimizer, load_policy_optimizer, save_checkpoint,
@@ -48,10 +49,15 @@ pub(crate) async fn through_sft(
     let reference_dir = ctx.run_dir.join("reference");
     let weights = from.map_or_else(|| ctx.policy_dir.to_path_buf(), |c| c.join("policy"));
     let mut policy = setup::spawn_policy(r, &weights, ctx.monitor, pool).await?;
+    // The engine role (`placement.engine`), when the recipe places one: spawned from the
+    // weights RL starts with, or here already for the evaluation before SFT.
+    let mut engine = None;
     if let Some(ckpt) = from {
         load_policy_optimizer(policy.as_ref(), ckpt.join("policy")).await?;
     } else if r.sft.steps > 0 {
-        let a = evaluate::accuracy(ctx, policy.as_ref(), data.eval_items(), "eval init").await?;
+        engine = setup::spawn_engine(r, &weights, ctx.monitor, pool).await?;
+        let generator = Generator::new(policy.as_ref(), engine.as_deref());
+        let a = evaluate::accuracy(ctx, &generator, data.eval_items(), "eval init").await?;
         state.accuracy_init = a.map(|a| a.greedy);
     }
     if r.sft.steps > 0 {
@@ -70,9 +76,23 @@ pub(crate) async fn through_sft(
             .await
             .map_err(RunError::at(At::Setup))?;
         policy = setup::spawn_policy(r, &reference_dir, ctx.monitor, pool).await?;
+        if let Some(e) = engine.take() {
+            e.stop(POLICY_STOP_WAIT)
+                .await
+                .map_err(RunError::at(At::Setup))?;
+        }
+    }
+    if engine.is_none() {
+        let rl_weights = if r.sft.steps > 0 {
+            &reference_dir
+        } else {
+            &weights
+        };
+        engine = setup::spawn_engine(r, rl_weights, ctx.monitor, pool).await?;
     }
     // Evaluated through the engine that RL starts with.
-    let a = evaluate::accuracy(ctx, policy.as_ref(), data.eval_items(), "eval sft").await?;
+    let generator = Generator::new(policy.as_ref(), engine.as_deref());
+    let a = evaluate::accuracy(ctx, &generator, data.eval_items(), "eval sft").await?;
     state.accuracy_sft = a.map(|a| a.greedy);
     state.sampled_accuracy_sft = a.map(|a| a.sampled);
     state.phase = Phase::Rl;
@@ -81,7 +101,7 @@ pub(crate) async fn through_sft(
         reference: setup::reference_weights(ctx)?,
         critic: r.model.critic_path.as_ref().map(PathBuf::from),
     };
-    let roles = setup::spawn_others(r, &sources, policy, ctx.monitor, pool).await?;
+    let roles = setup::spawn_others(r, &sources, policy, engine, ctx.monitor, pool).await?;
     state.wall_seconds = clock.now();
     save_checkpoint(ctx, roles.policy.as_ref(), roles.critic.as_deref(), state).await?;
     Ok(roles)
@@ -96,11 +116,12 @@ pub(crate) async fn from_rl_checkpoint(
     let r = ctx.recipe;
     let policy = setup::spawn_policy(r, &ckpt.join("policy"), ctx.monitor, pool).await?;
     load_policy_optimizer(policy.as_ref(), ckpt.join("policy")).await?;
+    let engine = setup::spawn_engine(r, &ckpt.join("policy"), ctx.monitor, pool).await?;
     let sources = RoleSources {
         reference: setup::reference_weights(ctx)?,
         critic: (r.rl.algorithm == Algorithm::Ppo).then(|| ckpt.join("critic")),
     };
-    let roles = setup::spawn_others(r, &sources, policy, ctx.monitor, pool).await?;
+    let roles = setup::spawn_others(r, &sources, policy, engine, ctx.monitor, pool).await?;
     if let Some(critic) = &roles.critic {
         load_critic_optimizer(critic.as_ref(), ckpt.join("critic")).await?;
     }

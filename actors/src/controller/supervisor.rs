@@ -19,7 +19,7 @@ use crate::executor::ExecutorPool;
 use crate::monitor::ActorUpdate;
 use crate::placement::{DeviceGroup, RolePlacement};
 use crate::recipe::{role_placements, Recipe, SupervisionSection};
-use crate::roles::ENGINE_LANE;
+use crate::roles::{ENGINE_LANE, ENGINE_ROLE};
 use std::path::Path;
 use std::time::Duration;
 
@@ -89,10 +89,17 @@ fn retried(e: &RunError) -> Option<Failure> {
     let RunError::Role { source, .. } = e else {
         return None;
     };
-    let role_known = ["policy", "reference", "reward", "critic"].contains(&source.role.as_str());
+    let role_known =
+        ["policy", "reference", "reward", "critic", ENGINE_ROLE].contains(&source.role.as_str());
     let diverged = matches!(*source.cause, Cause::Diverged(_));
-    (role_known && !diverged && !source.is_bad_input()).then(|| Failure {
-        role: source.role.clone(),
+    // The engine role is rebuilt with the policy (its weights come from the policy's
+    // checkpoint).
+    let role = match source.role.as_str() {
+        ENGINE_ROLE => "policy".to_string(),
+        other => other.to_string(),
+    };
+    (role_known && !diverged && !source.is_bad_input()).then_some(Failure {
+        role,
         phase: source.phase,
     })
 }
@@ -129,14 +136,31 @@ pub(crate) fn colocated(recipe: &Recipe, role: &str) -> Vec<&'static str> {
             .find(|(r, _)| *r == name)
             .and_then(|(_, p)| RolePlacement::parse(p).node)
     };
-    let Some(node) = node_of(role) else {
-        return Vec::new();
-    };
-    placements
+    // The engine role (rebuilt with the policy) may sit on a node of its own.
+    let engine_node = recipe
+        .placement
+        .engine
+        .as_deref()
+        .and_then(|p| RolePlacement::parse(p).node);
+    let mut nodes: Vec<&str> = node_of(role).into_iter().collect();
+    if role == "policy" {
+        nodes.extend(engine_node);
+    }
+    let mut out: Vec<&'static str> = placements
         .iter()
-        .filter(|(r, p)| *r != role && RolePlacement::parse(p).node == Some(node))
+        .filter(|(r, p)| {
+            *r != role
+                && RolePlacement::parse(p)
+                    .node
+                    .is_some_and(|n| nodes.contains(&n))
+        })
         .map(|(r, _)| *r)
-        .collect()
+        .collect();
+    let engine_here = engine_node.is_some_and(|n| nodes.contains(&n));
+    if role != "policy" && engine_here && !out.contains(&"policy") {
+        out.push("policy");
+    }
+    out
 }
 
 /// Respawns `names` from the checkpoint `ckpt` (policy and critic with their optimizer
@@ -199,6 +223,13 @@ async fn rebuild_one(
             pool.retire(ENGINE_LANE, &group.specs);
         }
     }
+    // The engine role goes down and comes back with the policy.
+    if let (Some(spec), "policy") = (&ctx.recipe.placement.engine, name) {
+        let placed = RolePlacement::parse(spec);
+        if let (None, Ok(g)) = (placed.node, DeviceGroup::parse(placed.devices)) {
+            pool.retire(ENGINE_LANE, &g.specs);
+        }
+    }
     respawn(ctx, pool, roles, name, ckpt).await
 }
 
@@ -216,7 +247,13 @@ fn placement_of<'a>(ctx: &Ctx<'a>, name: &str) -> &'a str {
 /// Kills role `name` (ending a hung call) and waits until it is gone.
 async fn stop(roles: &Roles, name: &str) -> Result<(), RunError> {
     let r = match name {
-        "policy" => roles.policy.stop(KILL_WAIT).await,
+        "policy" => match &roles.engine {
+            Some(e) => match e.stop(KILL_WAIT).await {
+                Ok(()) => roles.policy.stop(KILL_WAIT).await,
+                Err(e) => Err(e),
+            },
+            None => roles.policy.stop(KILL_WAIT).await,
+        },
         "reference" => roles.reference.stop(KILL_WAIT).await,
         "reward" => roles.reward.stop(KILL_WAIT).await,
         _ => match &roles.critic {
@@ -240,8 +277,9 @@ async fn respawn(
         "policy" => {
             let dir = ckpt.join("policy");
             let p = setup::spawn_policy(r, &dir, m, pool).await?;
-            load_policy_optimizer(&*p, dir).await?;
+            load_policy_optimizer(&*p, dir.clone()).await?;
             roles.policy = p;
+            roles.engine = setup::spawn_engine(r, &dir, m, pool).await?;
         }
         "reference" => {
             let dir = setup::reference_weights(ctx)?;

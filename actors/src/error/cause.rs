@@ -73,6 +73,10 @@ pub enum Cause {
     /// again (the supervisor rebuilds the role).
     #[error("the replica was poisoned by an earlier panic and must be rebuilt")]
     Poisoned,
+    /// Refit buckets for an engine role were damaged or incomplete (a checksum mismatch
+    /// names the tensor and the bucket); the engine kept its previous weights.
+    #[error(transparent)]
+    Refit(#[from] crate::batch::BucketError),
     /// The HTTP reward service gave no usable rewards (down, too slow, failing past its
     /// retries, circuit open, or a response that breaks the schema); the message names the
     /// URL, the attempts and the last failure.
@@ -145,6 +149,7 @@ impl Cause {
             | Cause::Spawn(_)
             | Cause::Unreachable(_)
             | Cause::Poisoned
+            | Cause::Refit(_)
             | Cause::Injected(_) => false,
         }
     }

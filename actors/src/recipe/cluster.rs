@@ -42,6 +42,11 @@ pub struct ClusterSection {
     /// when the role is restarted after a failure; tried in order, and the first that
     /// accepts hosts the role (with the devices its placement names). Default none.
     pub spare_nodes: Vec<String>,
+    /// Largest refit bucket, MiB, when `placement.engine` puts the rollout engine in a role
+    /// of its own: the trainer's weights travel to it as safetensors buffers of at most this
+    /// size (a tensor bigger than a bucket in chunks). Must be below `max_frame_mb · 64` (the
+    /// largest message). Default `256`.
+    pub refit_bucket_mb: usize,
 }
 
 impl Default for ClusterSection {
@@ -54,6 +59,7 @@ impl Default for ClusterSection {
             slurm: false,
             port: 7101,
             spare_nodes: Vec::new(),
+            refit_bucket_mb: 256,
         }
     }
 }
@@ -85,6 +91,11 @@ impl ClusterSection {
         };
         all.extend(self.nodes.clone());
         Ok(all)
+    }
+
+    /// The refit bucket limit in bytes.
+    pub fn refit_bucket_bytes(&self) -> usize {
+        self.refit_bucket_mb << 20
     }
 
     /// The frame cap in bytes.

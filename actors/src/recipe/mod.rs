@@ -6,6 +6,7 @@
 //! `validate.rs`.
 
 mod cluster;
+mod engine_placement_check;
 mod expert_parallel_check;
 mod head_check;
 mod moe_switches;

@@ -583,6 +583,15 @@ pub struct PlacementSection {
     /// "replicated"`, `engine.quant = "none"`, `run.kind = "rl"` or `"sft"`, and batches that
     /// give every rank rows. Default 1 (every device holds every expert).
     pub expert_parallel: usize,
+    /// The policy's rollout engine as a role of its own (`"cpu"`, `"cpu:0,cpu:1"`, or on a
+    /// worker node, `"node2:cpu"`), as veRL, OpenRLHF and slime place rollout engines apart
+    /// from trainers: generation goes there, and each refit sends the trainer's weights in
+    /// buckets of `cluster.refit_bucket_mb`, checksummed per tensor and verified by the
+    /// log-prob probe. Needs `run.kind = "rl"`, a policy in this process, `expert_parallel =
+    /// 1` and `rl.routing_replay = false`. Default none: the policy's engine lives with its
+    /// trainers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
 }
 
 /// `placement.sharding`: replicated or sharded (FSDP) training roles.
@@ -605,6 +614,7 @@ impl Default for PlacementSection {
             critic: "cpu".into(),
             sharding: Sharding::Replicated,
             expert_parallel: 1,
+            engine: None,
         }
     }
 }

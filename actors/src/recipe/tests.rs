@@ -404,3 +404,30 @@ fn a_fake_int8_trainer_needs_the_cpu_int8_engine() {
         );
     }
 }
+
+#[test]
+fn an_engine_placement_is_checked() {
+    let ok = parse("[placement]\nengine = \"cpu\"\n", &[]).unwrap();
+    validate(&ok, Path::new("r.toml")).unwrap();
+    // Without the key nothing changes in the resolved recipe.
+    assert!(!Recipe::default().to_toml().contains("engine = "));
+    for (text, says) in [
+        ("[placement]\nengine = \"node3:cpu\"\n", "node3"),
+        (
+            "[placement]\nengine = \"cpu\"\n[rl]\nrouting_replay = true\n",
+            "routing_replay",
+        ),
+        (
+            "[cluster]\nrefit_bucket_mb = 0\n",
+            "cluster.refit_bucket_mb",
+        ),
+        (
+            "[cluster]\nmax_frame_mb = 1\nrefit_bucket_mb = 64\n",
+            "below cluster.max_frame_mb",
+        ),
+    ] {
+        let r = parse(text, &[]).unwrap();
+        let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();
+        assert!(e.contains(says), "{text}: {e}");
+    }
+}

@@ -170,6 +170,7 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
         crate::placement::DeviceGroup::parse(devices).map_err(|e| bad(key, e.to_string()))?;
     }
     super::cluster::validate(r, &bad)?;
+    super::engine_placement_check::validate(r, &bad)?;
     super::sharding_check::validate(r, &bad)?;
     super::expert_parallel_check::validate(r, &bad)?;
     super::moe_switches::validate(r, &bad)?;

@@ -7,14 +7,17 @@
 //! (`[supervision] call_timeout_s`). A role served by another process implements the same
 //! traits over the wire.
 
+use super::rollout_engine::EngineMsg;
 use super::{
     ask, CriticMsg, CriticTrainSummary, CriticWork, DpoSummary, DpoWork, PolicyMsg,
     PolicyTrainSummary, PolicyWork, ReferenceMsg, RewardMsg, SftStepSummary,
 };
-use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray};
+use crate::batch::{
+    RolloutBatch, RolloutRequest, Sequences, TokenArray, WeightBucket, WeightExport,
+};
 use crate::error::{Cause, RoleError, LOAD_OPTIMIZER};
 use async_trait::async_trait;
-use oxalign_models::engine::RefitReport;
+use oxalign_models::engine::{Probe, RefitReport};
 use ractor::{ActorRef, RpcReplyPort};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -96,6 +99,27 @@ pub trait Refit: Send + Sync {
     async fn refit(&self, version: u64) -> Result<RefitReport, RoleError>;
 }
 
+/// Hands the trainer's weights to an engine role (`placement.engine`).
+#[async_trait]
+pub trait ExportWeights: Send + Sync {
+    /// Rank 0's weights (gathered when sharded) as update `version`, in buckets of at most
+    /// `bucket_bytes`, with the probe that verifies them.
+    async fn export_weights(
+        &self,
+        version: u64,
+        bucket_bytes: usize,
+    ) -> Result<WeightExport, RoleError>;
+}
+
+/// An engine role takes the trainer's weights bucket by bucket.
+#[async_trait]
+pub trait TakeWeights: Send + Sync {
+    /// Receives one bucket of update `version`; its pieces' checksums are checked now.
+    async fn take_bucket(&self, version: u64, bucket: WeightBucket) -> Result<(), RoleError>;
+    /// Applies the buckets of `version` received, verified by their checksums and `probe`.
+    async fn apply_weights(&self, version: u64, probe: Probe) -> Result<RefitReport, RoleError>;
+}
+
 /// Saving and loading a trainer's state.
 #[async_trait]
 pub trait Persist: Send + Sync {
@@ -121,8 +145,18 @@ pub trait Stop: Send + Sync {
 }
 
 /// Everything the controller asks of the policy.
-pub trait PolicyRole: Generate + Logprobs + TrainPolicy + Refit + Persist + Stop {}
-impl<T: Generate + Logprobs + TrainPolicy + Refit + Persist + Stop> PolicyRole for T {}
+pub trait PolicyRole:
+    Generate + Logprobs + TrainPolicy + Refit + ExportWeights + Persist + Stop
+{
+}
+impl<T: Generate + Logprobs + TrainPolicy + Refit + ExportWeights + Persist + Stop> PolicyRole
+    for T
+{
+}
+
+/// Everything the controller asks of the engine role.
+pub trait EngineRole: Generate + TakeWeights + Stop {}
+impl<T: Generate + TakeWeights + Stop> EngineRole for T {}
 
 /// Everything the controller asks of the reference.
 pub trait ReferenceRole: Logprobs + Stop {}
@@ -244,6 +278,60 @@ impl Refit for Local<PolicyMsg> {
     async fn refit(&self, version: u64) -> Result<RefitReport, RoleError> {
         self.call("refit", |reply| PolicyMsg::Refit { version, reply })
             .await
+    }
+}
+
+#[async_trait]
+impl ExportWeights for Local<PolicyMsg> {
+    async fn export_weights(
+        &self,
+        version: u64,
+        bucket_bytes: usize,
+    ) -> Result<WeightExport, RoleError> {
+        self.call("refit", |reply| PolicyMsg::ExportWeights {
+            version,
+            bucket_bytes,
+            reply,
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl Generate for Local<EngineMsg> {
+    async fn generate(
+        &self,
+        request: RolloutRequest,
+        label: String,
+    ) -> Result<RolloutBatch, RoleError> {
+        self.call("generate", |reply| EngineMsg::Generate {
+            request,
+            label,
+            reply,
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl TakeWeights for Local<EngineMsg> {
+    async fn take_bucket(&self, version: u64, bucket: WeightBucket) -> Result<(), RoleError> {
+        self.call("refit", |reply| EngineMsg::Bucket {
+            version,
+            bucket,
+            reply,
+        })
+        .await
+    }
+
+    async fn apply_weights(&self, version: u64, probe: Probe) -> Result<RefitReport, RoleError> {
+        let probe = Box::new(probe);
+        self.call("refit", |reply| EngineMsg::Apply {
+            version,
+            probe,
+            reply,
+        })
+        .await
     }
 }
 

@@ -15,12 +15,14 @@ mod policy_train;
 mod reference;
 mod reward;
 mod reward_trainer;
+mod rollout_engine;
 mod sharded;
 
 pub use crate::batch::Sequences;
 pub use api::{
-    CriticRole, Generate, Local, Logprobs, Persist, PolicyRole, ReferenceRole, Refit,
-    RewardRequest, RewardRole, Rewards, Stop, TrainCritic, TrainPolicy, Values,
+    CriticRole, EngineRole, ExportWeights, Generate, Local, Logprobs, Persist, PolicyRole,
+    ReferenceRole, Refit, RewardRequest, RewardRole, Rewards, Stop, TakeWeights, TrainCritic,
+    TrainPolicy, Values,
 };
 pub use critic::{
     split_state_values, Critic, CriticMsg, CriticState, CriticTrainSummary, CriticWork,
@@ -34,6 +36,7 @@ pub use policy_train::{PolicyTrainSummary, PolicyWork, SftStepSummary};
 pub use reference::{Reference, ReferenceMsg, ReferenceState};
 pub use reward::{Reward, RewardMsg, RewardState, Scorer, Scoring};
 pub use reward_trainer::{RmStepSummary, RmTrainer, RmTrainerMsg, RmTrainerState};
+pub use rollout_engine::{EngineMsg, EngineState, RolloutEngine, ENGINE_ROLE};
 
 use crate::error::{Cause, RoleError};
 use crate::monitor::{ActorUpdate, MonitorHandle};

@@ -8,6 +8,10 @@
 //! generation request is served off the actor's mailbox, so the engine can generate the next
 //! batch while the trainer updates on this one (`rl.max_staleness`). A refit's engine job
 //! queues behind any generation still running on the engine's lane.
+//!
+//! With `placement.engine` the policy has no engine of its own: the engine is a role of its
+//! own (`rollout_engine.rs`), and a refit exports the trainer's weights as buckets
+//! ([`PolicyMsg::ExportWeights`]) for the controller to send there.
 
 use super::minibatch::local_weight;
 use super::policy_dpo::{dpo_update, DpoSummary, DpoWork};
@@ -16,8 +20,8 @@ use super::policy_replica::PolicyReplica;
 use super::policy_train::{ppo_update, refuse_non_finite, sft_step};
 use super::sharded;
 use super::{Busy, PolicyTrainSummary, PolicyWork, SftStepSummary};
-use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray};
-use crate::error::{RoleError, LOAD_OPTIMIZER};
+use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray, WeightExport};
+use crate::error::{Cause, RoleError, LOAD_OPTIMIZER};
 use crate::monitor::MonitorHandle;
 use crate::replicas::{shard_ranges, Replicas};
 use oxalign_models::engine::RefitReport;
@@ -79,6 +83,15 @@ pub enum PolicyMsg {
         /// The report.
         reply: RpcReplyPort<Result<RefitReport, RoleError>>,
     },
+    /// Rank 0's weights (a sharded trainer gathers them) as buckets for an engine role.
+    ExportWeights {
+        /// The version the weights become.
+        version: u64,
+        /// Largest bucket, bytes.
+        bucket_bytes: usize,
+        /// The buckets and the probe.
+        reply: RpcReplyPort<Result<WeightExport, RoleError>>,
+    },
     /// Saves rank 0's weights (HF layout) and, with `optimizer`, its AdamW state into `dir`.
     Save {
         /// Target folder.
@@ -100,11 +113,11 @@ pub enum PolicyMsg {
 /// The policy actor.
 pub struct Policy;
 
-/// The policy's state: its trainer and engine replicas (one of each per device) and its
-/// monitor.
+/// The policy's state: its trainer and engine replicas (one of each per device; no engines
+/// when the engine is a role of its own) and its monitor.
 pub struct PolicyState {
     replicas: Replicas<PolicyReplica>,
-    engines: Replicas<EngineReplica>,
+    engines: Option<Replicas<EngineReplica>>,
     monitor: MonitorHandle,
     name: String,
 }
@@ -112,7 +125,7 @@ pub struct PolicyState {
 /// Generates `request` on `engines`, each replica a contiguous share of the samples. Expert-
 /// parallel engines generate their shares together (each rank's tokens visit the experts of
 /// every rank), stepping until the last share is done.
-async fn generate(
+pub(crate) async fn generate(
     engines: &Replicas<EngineReplica>,
     request: RolloutRequest,
 ) -> Result<RolloutBatch, RoleError> {
@@ -133,10 +146,10 @@ async fn generate(
 
 impl PolicyState {
     /// State over already-built replicas: `replicas` (trainers) and `engines`, one per
-    /// device of the same group, rank by rank.
+    /// device of the same group, rank by rank (`None` when an engine role serves the policy).
     pub fn new(
         replicas: Replicas<PolicyReplica>,
-        engines: Replicas<EngineReplica>,
+        engines: Option<Replicas<EngineReplica>>,
         monitor: MonitorHandle,
     ) -> Self {
         Self {
@@ -164,7 +177,10 @@ impl PolicyState {
             let started = Instant::now();
             let busy = Busy::start(&monitor, &name, label);
             let n = request.samples.len();
-            let r = generate(&engines, request).await;
+            let r = match &engines {
+                Some(engines) => generate(engines, request).await,
+                None => Err(no_engine("generate")),
+            };
             busy.done(&r, n, started.elapsed().as_secs_f64());
             let _ = reply.send(r);
         });
@@ -247,14 +263,35 @@ impl PolicyState {
             })
             .await?;
         let updates = Arc::new(updates);
-        let mut v = self
-            .engines
+        let engines = self.engines.as_ref().ok_or_else(|| no_engine("refit"))?;
+        let mut v = engines
             .each("refit", move |ctx, rep| {
                 let (update, probe) = &updates[ctx.rank];
                 rep.refit(update, probe)
             })
             .await?;
         Ok(v.swap_remove(0))
+    }
+
+    /// Rank 0's weights as buckets of at most `bucket_bytes` (every rank joins a sharded
+    /// trainer's gather; the others export nothing).
+    async fn export(&self, version: u64, bucket_bytes: usize) -> Result<WeightExport, RoleError> {
+        let mut v = self
+            .replicas
+            .each("refit", move |ctx, rep| {
+                sharded::with_policy_gathered(ctx, rep, |rep| match ctx.rank {
+                    0 => rep.export(version, bucket_bytes).map(Some),
+                    _ => Ok(None),
+                })
+            })
+            .await?;
+        v.swap_remove(0).ok_or_else(|| {
+            RoleError::new(
+                "policy",
+                "refit",
+                Cause::Unreachable("rank 0 exported nothing".into()),
+            )
+        })
     }
 
     async fn load_optimizer(&self, dir: PathBuf) -> Result<(), RoleError> {
@@ -345,6 +382,16 @@ impl Actor for Policy {
                 busy.done(&r, 1, secs());
                 let _ = reply.send(r);
             }
+            PolicyMsg::ExportWeights {
+                version,
+                bucket_bytes,
+                reply,
+            } => {
+                let busy = Busy::start(&st.monitor, &st.name, format!("export v{version}"));
+                let r = st.export(version, bucket_bytes).await;
+                busy.done(&r, 1, secs());
+                let _ = reply.send(r);
+            }
             PolicyMsg::Save {
                 dir,
                 optimizer,
@@ -358,6 +405,19 @@ impl Actor for Policy {
         }
         Ok(())
     }
+}
+
+/// The error of a generation or refit asked of a policy whose engine is a role of its own.
+fn no_engine(phase: &'static str) -> RoleError {
+    RoleError::new(
+        "policy",
+        phase,
+        Cause::BadInput(
+            "the policy has no engine of its own (placement.engine puts it in the engine \
+             role)"
+                .into(),
+        ),
+    )
 }
 
 /// Joins per-replica `[b_i, T-1]` results of `phase` along rows (skipping empty shards).

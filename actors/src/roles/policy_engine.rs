@@ -3,7 +3,7 @@
 //! from the trainer (its own state, its own executor lane on the CPU, [`ENGINE_LANE`]), so
 //! the engine can generate the next batch while the trainer updates (`rl.max_staleness`).
 
-use crate::batch::{Finish, RolloutRequest, Sample};
+use crate::batch::{Arrived, Finish, RolloutRequest, Sample};
 use crate::error::Cause;
 use oxalign_models::engine::{Engine, EngineConfig, Probe, RefitReport, WeightUpdate};
 use oxalign_models::routing::ExpertChoices;
@@ -115,5 +115,31 @@ impl EngineReplica {
         probe: &Probe,
     ) -> Result<RefitReport, Cause> {
         Ok(self.engine.refit(update, Some(probe))?)
+    }
+
+    /// Takes the weights an engine role received (`arrived`, already checked bucket by
+    /// bucket) as `version`: onto this engine's device, then [`Engine::refit`]'s own
+    /// verification (checksums of its copy, the probe).
+    pub(crate) fn refit_arrived(
+        &mut self,
+        version: u64,
+        arrived: &Arrived,
+        probe: &Probe,
+    ) -> Result<RefitReport, Cause> {
+        let device = self.engine.device().clone();
+        let tensors = arrived
+            .tensors
+            .iter()
+            .map(|t| {
+                let x = candle_core::Tensor::from_slice(&t.values, t.shape.as_slice(), &device)?;
+                Ok((t.name.clone(), x))
+            })
+            .collect::<Result<_, candle_core::Error>>()?;
+        let update = WeightUpdate {
+            version,
+            tensors,
+            checksums: arrived.checksums.clone(),
+        };
+        self.refit(&update, probe)
     }
 }

@@ -3,7 +3,7 @@
 //! a refit of the engine (`policy_engine.rs`) with the probe that verifies it. Requests
 //! arrive and answers leave as host data; tensors live only here and in the engine.
 
-use crate::batch::{Sequences, TokenArray};
+use crate::batch::{pack, HostTensor, Sequences, TokenArray, WeightExport};
 use crate::error::Cause;
 use oxalign_models::engine::{Probe, WeightUpdate};
 use oxalign_rlhf::trainer::PolicyTrainer;
@@ -47,5 +47,34 @@ impl PolicyReplica {
         let probe_tokens: Vec<u32> = (0..16u32).map(|i| (i * 37 + 11) % vocab.max(1)).collect();
         let probe = Probe::from_model(model, probe_tokens, self.refit_tolerance)?;
         Ok((WeightUpdate::from_model(version, model)?, probe))
+    }
+
+    /// The trainer's weights as update `version` for an engine role: host f32 copies packed
+    /// into buckets of at most `bucket_bytes` (`cluster.refit_bucket_mb`), in name order,
+    /// each piece checksummed, with the probe.
+    pub(crate) fn export(&self, version: u64, bucket_bytes: usize) -> Result<WeightExport, Cause> {
+        let (update, probe) = self.refit_update(version)?;
+        let mut names: Vec<&String> = update.tensors.keys().collect();
+        names.sort();
+        let tensors = names
+            .into_iter()
+            .map(|name| {
+                let t = &update.tensors[name];
+                Ok(HostTensor {
+                    name: name.clone(),
+                    shape: t.dims().to_vec(),
+                    values: t
+                        .to_dtype(candle_core::DType::F32)?
+                        .flatten_all()?
+                        .to_device(&candle_core::Device::Cpu)?
+                        .to_vec1::<f32>()?,
+                })
+            })
+            .collect::<Result<Vec<_>, candle_core::Error>>()?;
+        Ok(WeightExport {
+            version,
+            buckets: pack(&tensors, bucket_bytes)?,
+            probe,
+        })
     }
 }

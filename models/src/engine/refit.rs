@@ -44,7 +44,7 @@ impl WeightUpdate {
 
 /// A fixed token sequence and the log-probs the trainer computes for it; after a refit the
 /// engine recomputes them and compares.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Probe {
     /// Probe tokens (at least 2).
     pub tokens: Vec<u32>,
