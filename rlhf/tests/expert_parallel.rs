@@ -5,7 +5,11 @@
 //! storage); a dense model, FSDP and a step without the group are refused; the optimizer
 //! state saves and loads back per rank.
 
-use candle_core::{DType, Device, Tensor};
+mod common;
+
+use common::max_weight_diff;
+
+use candle_core::{Device, Tensor};
 use oxalign_kernels::collective::{Collective, ThreadCollective};
 use oxalign_models::{CausalLm, ExpertNames, ExpertParallel, Family, ModelConfig, Preset};
 use oxalign_rlhf::trainer::{PolicyTrainer, Sharded, TokenBatch};
@@ -138,29 +142,14 @@ fn sft(world: usize) -> Run {
     runs.swap_remove(0)
 }
 
-fn max_diff(a: &HashMap<String, Tensor>, b: &HashMap<String, Tensor>) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .map(|(k, x)| {
-            let d = (x - &b[k]).unwrap().abs().unwrap().flatten_all().unwrap();
-            d.max(0)
-                .unwrap()
-                .to_dtype(DType::F32)
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap()
-        })
-        .fold(0.0, f32::max)
-}
-
 #[test]
 fn ep2_sft_steps_match_one_trainer_on_the_whole_batch() {
     let one = sft(1);
     let init = policy().model.weights().unwrap();
-    let moved = max_diff(&one.weights, &init);
+    let moved = max_weight_diff(&one.weights, &init);
     assert!(moved > 5e-4, "the steps must change the weights ({moved})");
     let two = sft(2);
-    let d = max_diff(&one.weights, &two.weights);
+    let d = max_weight_diff(&one.weights, &two.weights);
     eprintln!("EP=2 vs EP=1 after 3 AdamW steps: max |diff| = {d:e} (moved {moved:e})");
     // The tolerance of the replicated data-parallel test (actors/tests/data_parallel.rs).
     assert!(d < 1e-5, "EP=2 differs by {d}");

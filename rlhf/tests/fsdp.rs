@@ -4,7 +4,11 @@
 //! optimizer's shards save and load back with their layout; a released model is an error to
 //! read, not a crash.
 
-use candle_core::{DType, Device, Tensor};
+mod common;
+
+use common::max_weight_diff;
+
+use candle_core::{Device, Tensor};
 use oxalign_kernels::collective::{Collective, ThreadCollective};
 use oxalign_models::{CausalLm, Family, ModelConfig, Preset, ValueModel};
 use oxalign_rlhf::fsdp::TrainMemory;
@@ -107,35 +111,15 @@ fn sft_on(world: usize, layers: usize) -> (HashMap<String, Tensor>, TrainMemory)
     out.swap_remove(0)
 }
 
-fn max_diff(a: &HashMap<String, Tensor>, b: &HashMap<String, Tensor>) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .map(|(k, x)| {
-            (x - &b[k])
-                .unwrap()
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_dtype(DType::F32)
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap()
-        })
-        .fold(0.0, f32::max)
-}
-
 #[test]
 fn sharded_sft_on_2_and_4_replicas_matches_one_replicated_trainer() {
     let (one, replicated) = sft_with(0);
     let init = policy().model.weights().unwrap();
-    let moved = max_diff(&one, &init);
+    let moved = max_weight_diff(&one, &init);
     assert!(moved > 5e-5, "the steps must change the weights ({moved})");
     for world in [1, 2, 4] {
         let (sharded, memory) = sft_with(world);
-        let d = max_diff(&one, &sharded);
+        let d = max_weight_diff(&one, &sharded);
         eprintln!("sharded world {world}: max |sharded - replicated| = {d:e} (moved {moved:e})");
         // The tolerance of the replicated data-parallel test (actors/tests/data_parallel.rs).
         assert!(d < 1e-5, "sharded over {world} differs by {d}");
@@ -204,7 +188,7 @@ fn a_sharded_step_holds_one_layer_at_a_time() {
     let peak_replicated = replicated.step_peak.unwrap();
     for world in [2, 4] {
         let (sharded, memory) = sft_on(world, layers);
-        let d = max_diff(&one, &sharded);
+        let d = max_weight_diff(&one, &sharded);
         assert!(
             d < 1e-5,
             "{layers} layers, sharded over {world} differs by {d}"
@@ -287,7 +271,7 @@ fn sharded_critic_steps_match_replicated() {
         .collect();
     for h in handles {
         let got = h.join().unwrap();
-        let d = max_diff(&want, &got);
+        let d = max_weight_diff(&want, &got);
         assert!(d < 1e-5, "sharded critic differs by {d}");
     }
 }
@@ -359,7 +343,7 @@ fn a_released_model_is_an_error_to_read_and_gathers_back() {
     let err = t.logprobs(&batch(0..2)).unwrap_err();
     assert!(matches!(err, RlhfError::Sharding(_)), "{err}");
     t.gather(None).unwrap();
-    assert_eq!(max_diff(&before, &t.model.weights().unwrap()), 0.0);
+    assert_eq!(max_weight_diff(&before, &t.model.weights().unwrap()), 0.0);
     assert!(t.logprobs(&batch(0..2)).is_ok());
     // Sharding twice, or without a collective for a group, is refused.
     assert!(t.shard(0, 1, None).is_err());

@@ -7,7 +7,9 @@
 
 mod common;
 
-use candle_core::{DType, Device, Tensor};
+use common::max_weight_diff;
+
+use candle_core::{Device, Tensor};
 use common::tiny_moe::{ppo_loss, tiny_moe};
 use oxalign_kernels::collective::{Collective, ThreadCollective};
 use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
@@ -148,30 +150,15 @@ fn train(sharded: bool) -> Vec<RankResult> {
     handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
-fn max_diff(a: &HashMap<String, Tensor>, b: &HashMap<String, Tensor>) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .map(|(k, x)| {
-            let d = (x - &b[k]).unwrap().abs().unwrap().flatten_all().unwrap();
-            d.max(0)
-                .unwrap()
-                .to_dtype(DType::F32)
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap()
-        })
-        .fold(0.0, f32::max)
-}
-
 #[test]
 fn a_sharded_moe_policy_with_aux_loss_and_replay_trains_like_replicated() {
     let replicated = train(false);
     let sharded = train(true);
     let init = tiny_moe(33).weights().unwrap();
-    let moved = max_diff(&replicated[0].0, &init);
+    let moved = max_weight_diff(&replicated[0].0, &init);
     assert!(moved > 1e-3, "the steps must move the weights ({moved})");
     for (rank, (r, s)) in replicated.iter().zip(&sharded).enumerate() {
-        let d = max_diff(&r.0, &s.0);
+        let d = max_weight_diff(&r.0, &s.0);
         eprintln!(
             "rank {rank}: max |sharded - replicated| = {d:e} (moved {moved:e}); \
              replicated {:?}, sharded {:?}",

@@ -3,6 +3,7 @@
 
 pub mod tiny_moe;
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use candle_core::{DType, Device, Tensor};
@@ -144,4 +145,20 @@ pub fn from_vec(v: Vec<f64>, dims: &[usize], dtype: DType) -> Tensor {
         .unwrap()
         .to_dtype(dtype)
         .unwrap()
+}
+
+/// Largest |a − b| over every element of two sets of named weights (the same names).
+pub fn max_weight_diff(a: &HashMap<String, Tensor>, b: &HashMap<String, Tensor>) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .map(|(k, x)| {
+            let d = (x - &b[k]).unwrap().abs().unwrap().flatten_all().unwrap();
+            d.max(0)
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap()
+        })
+        .fold(0.0, f32::max)
 }
