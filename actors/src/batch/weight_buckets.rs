@@ -338,13 +338,13 @@ impl Assembly {
                     got,
                 });
             }
-            self.place(i, p, &values).map_err(bad)?;
+            self.place(i, p, &values)?;
         }
         Ok(())
     }
 
     /// Copies a checked piece into its tensor.
-    fn place(&mut self, bucket: usize, p: Piece, values: &[f32]) -> Result<(), String> {
+    fn place(&mut self, bucket: usize, p: Piece, values: &[f32]) -> Result<(), BucketError> {
         let total: usize = p.shape.iter().product();
         let part = self
             .tensors
@@ -358,10 +358,13 @@ impl Assembly {
             });
         let end = p.offset + values.len();
         if part.shape != p.shape || part.tensor_checksum != p.tensor_checksum || end > total {
-            return Err(format!(
-                "piece {:?} (values {}..{end}) does not fit tensor {:?} {:?}",
-                p.entry, p.offset, p.tensor, part.shape
-            ));
+            return Err(BucketError::Malformed {
+                bucket,
+                reason: format!(
+                    "piece {:?} (values {}..{end}) does not fit tensor {:?} {:?}",
+                    p.entry, p.offset, p.tensor, part.shape
+                ),
+            });
         }
         part.values[p.offset..end].copy_from_slice(values);
         part.filled += values.len();
