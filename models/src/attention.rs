@@ -13,7 +13,7 @@ use crate::layout::AttentionParams;
 use crate::mask::{mask_scores, Visibility};
 use crate::param_store::ParamStore;
 use candle_core::{DType, Result, Tensor};
-use oxalign_kernels::ops::causal_attention_segmented;
+use oxalign_kernels::ops::{causal_attention_engine_order, causal_attention_segmented};
 
 /// Weights and shape of one attention block (the tensors of an [`AttentionParams`]).
 #[derive(Clone, Debug)]
@@ -106,7 +106,13 @@ impl Attention {
             && x.device().is_cpu()
             && matches!(x.dtype(), DType::F32 | DType::F64);
         let out = if fused {
-            causal_attention_segmented(
+            // In the int8 engine's numbers the attention must be the engine's bits too, or
+            // the int8 rounding of its output can flip on one side only.
+            let attend = match p {
+                Precision::F32 => causal_attention_segmented,
+                Precision::FakeInt8 => causal_attention_engine_order,
+            };
+            attend(
                 &q,
                 &k,
                 &v,

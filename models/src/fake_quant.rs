@@ -144,7 +144,7 @@ impl CustomOp2 for Int8LinearSte {
 }
 
 /// A contiguous f32/f64 storage as f32 host values, and whether it was f64.
-fn host_f32(s: &CpuStorage, l: &Layout) -> Result<(Vec<f32>, bool)> {
+pub(crate) fn host_f32(s: &CpuStorage, l: &Layout) -> Result<(Vec<f32>, bool)> {
     let Some((start, end)) = l.contiguous_offsets() else {
         candle_core::bail!("int8 linear: inputs must be contiguous")
     };

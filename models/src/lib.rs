@@ -22,6 +22,7 @@
 
 pub mod byte_tokenizer;
 pub mod chat_template;
+mod engine_f32_linear;
 pub mod tokenizer;
 
 pub mod attention;

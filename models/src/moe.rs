@@ -7,8 +7,9 @@
 //! the other ranks (`moe_parallel.rs`).
 
 use crate::config::ModelConfig;
+use crate::engine_f32_linear::f32_linear;
 use crate::expert_parallel::ExpertParallel;
-use crate::layers::linear;
+use crate::fake_quant::Precision;
 use crate::layout::MoeParams;
 use crate::mlp::Mlp;
 use crate::param_store::ParamStore;
@@ -34,6 +35,9 @@ pub struct SparseMoe {
     pub(crate) norm_topk_prob: bool,
     /// The expert-parallel group, when the experts are spread over one.
     pub(crate) ep: Option<ExpertParallel>,
+    /// The numbers the block computes in (the router and the shared gate stay f32, with the
+    /// engine's f32 kernel under fake int8).
+    pub(crate) precision: Precision,
 }
 
 impl SparseMoe {
@@ -70,6 +74,7 @@ impl SparseMoe {
             top_k: moe.num_experts_per_tok,
             norm_topk_prob: moe.norm_topk_prob,
             ep: ep.cloned(),
+            precision: Precision::F32,
         })
     }
 
@@ -79,7 +84,8 @@ impl SparseMoe {
         let (b, t, h) = x.dims3()?;
         let flat = x.reshape((b * t, h))?;
         let replay = trace.next_replay();
-        let routed = route(&flat, &self.router, self.top_k, self.norm_topk_prob, replay)?;
+        let rule = (self.top_k, self.norm_topk_prob);
+        let routed = route(&flat, &self.router, rule, replay, self.precision)?;
         Ok((flat, routed))
     }
 
@@ -125,8 +131,10 @@ impl SparseMoe {
     }
 
     /// Makes the experts (this rank's) and the shared expert compute in `precision`; the
-    /// router and the shared expert's gate stay f32, as in the engine.
-    pub(crate) fn set_precision(&mut self, precision: crate::fake_quant::Precision) {
+    /// router and the shared expert's gate stay f32, as in the engine (with the engine's f32
+    /// kernel under fake int8).
+    pub(crate) fn set_precision(&mut self, precision: Precision) {
+        self.precision = precision;
         for e in self.experts.iter_mut().flatten() {
             e.set_precision(precision);
         }
@@ -140,7 +148,7 @@ impl SparseMoe {
     pub(crate) fn add_shared(&self, flat: &Tensor, out: Tensor) -> Result<Tensor> {
         match &self.shared {
             Some(s) => {
-                let gate = sigmoid(&linear(flat, &s.gate, None)?)?;
+                let gate = sigmoid(&f32_linear(flat, &s.gate, self.precision)?)?;
                 out + s.mlp.forward(flat)?.broadcast_mul(&gate)?
             }
             None => Ok(out),

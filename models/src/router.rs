@@ -5,7 +5,9 @@
 //! MoE models copy them to the host as constants, and their router never learns). The engine
 //! uses the same [`top_k_experts`] on its host probabilities.
 
-use crate::layers::{linear, softmax_last_dim};
+use crate::engine_f32_linear::f32_linear;
+use crate::fake_quant::Precision;
+use crate::layers::softmax_last_dim;
 use crate::routing::FREE;
 use candle_core::{DType, Result, Tensor};
 
@@ -51,13 +53,13 @@ pub fn top_k_experts(probs: &[f32], k: usize, out: &mut Vec<u32>) {
 pub fn route(
     x: &Tensor,
     w: &Tensor,
-    k: usize,
-    norm_topk_prob: bool,
+    (k, norm_topk_prob): (usize, bool),
     replay: Option<&[u32]>,
+    precision: Precision,
 ) -> Result<Routed> {
     let (n, _) = x.dims2()?;
     let e = w.dim(0)?;
-    let logits = linear(x, w, None)?;
+    let logits = f32_linear(x, w, precision)?;
     let probs = softmax_last_dim(&logits)?;
     let host = probs.detach().to_dtype(DType::F32)?.to_vec2::<f32>()?;
     let experts = choose(&host, e, k, replay)?;

@@ -284,13 +284,14 @@ fn token_gaps(m: &CausalLm, rollouts: &[(Completion, ExpertChoices)]) -> Vec<f32
 }
 
 /// Under int8 rollout weights, a trainer computing in the engine's int8 numbers
-/// ([`oxalign_models::Precision::FakeInt8`]: the engine's own int8 kernel in every linear
-/// layer it quantizes) with the rollout's experts replayed gives the engine's log-probs to
-/// f32 rounding, except after an activation that lands on an int8 rounding boundary in one
-/// forward and not the other (the attention, norms and expert sums still round differently
-/// at 1e-7). Over 3 families × 4 seeds × 60 tokens: printed, the share of tokens within
-/// 1e-5 and the worst; asserted, that at least 95% are within 1e-5 and the int8 forward
-/// never does worse than the f32 one.
+/// ([`oxalign_models::Precision::FakeInt8`]: the engine's int8 kernel in every linear layer
+/// it quantizes, its f32 kernel in the routers and shared-expert gates, and the engine's
+/// arithmetic in the attention and SwiGLU) with the rollout's experts replayed runs the
+/// engine's decoder bit for bit, so no activation rounds to a different int8 value on one
+/// side only; the log-probs then differ only by the LM head's summation order (the fused
+/// head adds the dequantized products in f32, the engine sums integers). Over 3 families ×
+/// 4 seeds × 60 tokens: asserted, every token within 1e-5, and the f32 forward (printed for
+/// comparison) is never closer.
 #[test]
 fn an_int8_trainer_forward_with_replay_matches_the_int8_engine() {
     let (mut fake_all, mut f32_all) = (Vec::new(), Vec::new());
@@ -329,5 +330,5 @@ fn an_int8_trainer_forward_with_replay_matches_the_int8_engine() {
         100.0 * within(&fake_all),
         100.0 * within(&f32_all)
     );
-    assert!(within(&fake_all) >= 0.95, "{}", within(&fake_all));
+    assert!(worst <= 1e-5, "worst token {worst:.2e}");
 }

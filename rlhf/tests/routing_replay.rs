@@ -102,6 +102,38 @@ fn replayed_trainer_logprobs_are_the_engines_padded_and_packed() {
     assert_eq!(r[1], rollouts[1].1);
 }
 
+/// Under int8 rollout weights, a trainer in the engine's numbers (fake int8) replaying the
+/// rollout's experts runs the int8 engine's decoder bit for bit, so every sampled token's
+/// log-prob is the engine's within 1e-5 (only the LM head's summation order differs), right-
+/// padded and packed; the f32 trainer, replaying too, is printed for comparison.
+#[test]
+fn a_fake_int8_trainer_replaying_int8_rollouts_gives_their_logprobs_padded_and_packed() {
+    for seed in [34, 35, 36] {
+        let m = model(seed);
+        let rollouts = rollout(&m, QuantMode::Int8);
+        let b = batch(&rollouts, true);
+        let mut plain = PolicyTrainer::new(m.clone(), 1e-3, 0.0).unwrap();
+        plain.rollout_distribution = TokenDistribution::MODEL;
+        let f32_gap = mismatch(&plain, &b, &rollouts);
+        let mut fake = m;
+        fake.set_precision(oxalign_models::Precision::FakeInt8);
+        let mut t = PolicyTrainer::new(fake, 1e-3, 0.0).unwrap();
+        t.rollout_distribution = TokenDistribution::MODEL;
+        let padded = mismatch(&t, &b, &rollouts);
+        t.packing = Packing {
+            sft: false,
+            rl: true,
+        };
+        let packed = mismatch(&t, &b, &rollouts);
+        println!(
+            "seed {seed}, int8 rollout with replay: trainer vs engine max |Δ log-prob| fake-int8 \
+             padded {padded:.2e}, packed {packed:.2e}; f32 trainer {f32_gap:.2e}"
+        );
+        assert!(padded <= 1e-5, "seed {seed}: padded {padded:.2e}");
+        assert!(packed <= 1e-5, "seed {seed}: packed {packed:.2e}");
+    }
+}
+
 #[test]
 fn a_record_per_row_no_longer_than_the_row_is_required() {
     let m = model(32);

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Storage, Tensor};
 
 use super::attention_bwd::{backward, Grads, Saved};
+use super::attention_engine_order::forward_engine_order;
 use super::attention_fwd::{forward, Dims, Tiles};
 use super::attention_visibility::Visibility;
 use super::cpu_math::{contiguous_slice, Real};
@@ -58,15 +59,54 @@ pub fn causal_attention_segmented(
     causal_attention_tiled(q, k, v, (key_mask, segments), window, Tiles::DEFAULT)
 }
 
+/// [`causal_attention_segmented`] whose f32 CPU forward computes in the decoding engine's
+/// arithmetic (`attention_engine_order.rs`): each query's outputs are the bits the engine's
+/// paged attention gives for the same q, k and v. For a trainer that must see the engine's
+/// numbers exactly (fake int8 rollouts). Slower than the tiled forward (one pass more over
+/// the scores, no online softmax); the backward is the same. f64 and other devices run as
+/// [`causal_attention_segmented`].
+pub fn causal_attention_engine_order(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    key_mask: Option<&[u32]>,
+    segments: Option<&[u32]>,
+    window: Option<usize>,
+) -> Result<Tensor> {
+    let masks = (key_mask, segments);
+    attention_op(q, k, v, masks, window, (Tiles::DEFAULT, Order::Engine))
+}
+
 /// [`causal_attention_segmented`] with explicit tile sizes (tests use tiny tiles on tiny
 /// shapes); `masks` is `(key_mask, segments)`.
 pub(crate) fn causal_attention_tiled(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    (key_mask, segments): (Option<&[u32]>, Option<&[u32]>),
+    masks: (Option<&[u32]>, Option<&[u32]>),
     window: Option<usize>,
     tiles: Tiles,
+) -> Result<Tensor> {
+    attention_op(q, k, v, masks, window, (tiles, Order::Tiled))
+}
+
+/// Which arithmetic the f32 CPU forward uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// Flash-style tiles with an online softmax (`attention_fwd.rs`).
+    Tiled,
+    /// The decoding engine's per-query order (`attention_engine_order.rs`).
+    Engine,
+}
+
+/// Checks the arguments and applies the op (or the composed reference off the CPU).
+pub(crate) fn attention_op(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    (key_mask, segments): (Option<&[u32]>, Option<&[u32]>),
+    window: Option<usize>,
+    (tiles, order): (Tiles, Order),
 ) -> Result<Tensor> {
     let dims = check_shapes(q, k, v)?;
     if tiles.q == 0 || tiles.k == 0 {
@@ -84,6 +124,7 @@ pub(crate) fn causal_attention_tiled(
         dims,
         vis: Arc::new(vis),
         tiles,
+        order,
         lse: Mutex::new(None),
     };
     q.contiguous()?
@@ -131,6 +172,7 @@ struct CausalAttention {
     dims: Dims,
     vis: Arc<Visibility>,
     tiles: Tiles,
+    order: Order,
     /// Per-row log-sum-exp `[B, nh, T]` written by `cpu_fwd` (the op is made per call).
     lse: Mutex<Option<Arc<CpuStorage>>>,
 }
@@ -141,6 +183,18 @@ impl CausalAttention {
         let k = contiguous_slice::<T>(s[1].0, s[1].1, OP, "k")?;
         let v = contiguous_slice::<T>(s[2].0, s[2].1, OP, "v")?;
         Ok(forward((q, k, v), self.dims, &self.vis, self.tiles))
+    }
+
+    fn fwd_engine_order(&self, s: [(&CpuStorage, &Layout); 3]) -> Result<(Vec<f32>, Vec<f32>)> {
+        let q = contiguous_slice::<f32>(s[0].0, s[0].1, OP, "q")?;
+        let k = contiguous_slice::<f32>(s[1].0, s[1].1, OP, "k")?;
+        let v = contiguous_slice::<f32>(s[2].0, s[2].1, OP, "v")?;
+        Ok(forward_engine_order(
+            (q, k, v),
+            self.dims,
+            &self.vis,
+            self.tiles,
+        ))
     }
 
     fn saved_lse(&self) -> Result<Arc<CpuStorage>> {
@@ -209,7 +263,10 @@ impl CustomOp3 for CausalAttention {
         let args = [(s1, l1), (s2, l2), (s3, l3)];
         let (out, lse) = match (s1, s2, s3) {
             (CpuStorage::F32(_), CpuStorage::F32(_), CpuStorage::F32(_)) => {
-                let (o, l) = self.fwd::<f32>(args)?;
+                let (o, l) = match self.order {
+                    Order::Tiled => self.fwd::<f32>(args)?,
+                    Order::Engine => self.fwd_engine_order(args)?,
+                };
                 (CpuStorage::F32(o), CpuStorage::F32(l))
             }
             (CpuStorage::F64(_), CpuStorage::F64(_), CpuStorage::F64(_)) => {

@@ -55,6 +55,22 @@ impl<T: Real> TransposedTile<T> {
             }
         }
     }
+
+    /// `out[c - local.start] = alpha * (Σ_d x_d k_(keys.start + c),d)` for the tile-local
+    /// indices `local`, each dot product summed over `d` in order from zero before the one
+    /// multiplication by `alpha` (`out`: `local.len()` long). The decoding engine's paged
+    /// attention computes its scores in exactly this order.
+    pub(crate) fn dots_then_scale(&self, x: &[T], alpha: T, local: Range<usize>, out: &mut [T]) {
+        let width = self.keys.len();
+        out.fill(T::ZERO);
+        for (d, &xd) in x.iter().enumerate().take(self.hd) {
+            let col = &self.data[d * width + local.start..d * width + local.end];
+            for (o, &k) in out.iter_mut().zip(col) {
+                *o += xd * k;
+            }
+        }
+        out.iter_mut().for_each(|o| *o *= alpha);
+    }
 }
 
 #[cfg(test)]

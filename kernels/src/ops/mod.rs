@@ -4,6 +4,9 @@
 
 mod attention;
 mod attention_bwd;
+mod attention_engine_order;
+#[cfg(test)]
+mod attention_engine_order_tests;
 mod attention_fwd;
 #[cfg(test)]
 mod attention_segment_tests;
@@ -29,7 +32,7 @@ mod token_logprobs;
 mod truncation;
 mod validate;
 
-pub use attention::{causal_attention, causal_attention_segmented};
+pub use attention::{causal_attention, causal_attention_engine_order, causal_attention_segmented};
 #[cfg(feature = "cuda")]
 pub use cuda_launch::compile_cuda_kernels;
 pub use entropy::entropy;

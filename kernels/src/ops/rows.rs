@@ -63,6 +63,19 @@ pub fn tempered_weights(row: &[f32], max: f32, inv_temperature: f32, out: &mut [
     acc.iter().sum::<f64>() + rest.iter().map(|&w| w as f64).sum::<f64>()
 }
 
+/// Softmax of one row in place: `e^(x - max)` by [`exp_shifted_in_place`], each then times
+/// `1 / sum`. Returns the row's log-sum-exp (`max + ln sum`). The engine's paged attention and
+/// the training attention's engine-order forward both normalise scores with it, so their
+/// probabilities are the same bits.
+#[inline]
+pub fn softmax_in_place(xs: &mut [f32]) -> f32 {
+    let m = row_max(xs);
+    let sum = exp_shifted_in_place(xs, m);
+    let inv = 1.0 / sum;
+    xs.iter_mut().for_each(|p| *p *= inv);
+    m + sum.ln()
+}
+
 /// Replaces every `x` of `xs` by `e^(x - shift)` and returns the sum (f32). Vectorises.
 #[inline]
 pub fn exp_shifted_in_place(xs: &mut [f32], shift: f32) -> f32 {

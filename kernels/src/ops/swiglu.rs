@@ -50,8 +50,10 @@ fn fwd<T: Real>(g: &[T], u: &[T]) -> Vec<T> {
     out.par_chunks_mut(CHUNK)
         .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
         .for_each(|(o, (g, u))| {
+            // `g / (1 + e^-g) · u`, the arithmetic of the engine's `rows::silu_mul_rows`, so
+            // the trainer's and the engine's activations are the same bits.
             for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
-                *o = g * sigmoid(g) * u;
+                *o = g / (T::ONE + (-g).exp()) * u;
             }
         });
     out

@@ -137,10 +137,7 @@ fn attend_token(job: &TokenJob<'_>, scores: &mut Vec<f32>, out: &mut [f32]) {
         group_scores(job, g, qg, n_rep, scores);
         // Softmax per head.
         for r in 0..n_rep {
-            let s = &mut scores[r * n..(r + 1) * n];
-            let m = rows::max(s);
-            let inv = 1.0 / rows::exp_shifted_in_place(s, m);
-            s.iter_mut().for_each(|p| *p *= inv);
+            rows::softmax_in_place(&mut scores[r * n..(r + 1) * n]);
         }
         let og = &mut out[g * n_rep * hd..(g + 1) * n_rep * hd];
         group_values(job, g, n_rep, scores, og);
