@@ -4,7 +4,8 @@
 //! trainer's own routing (`routing_overridden`), and its first step's engine/trainer
 //! log-prob gap (same weights and rollout in both runs) is no wider than without replay.
 //! With the trainer in the engine's int8 numbers as well (`rl.trainer_precision =
-//! "fake_int8"`) the gap falls to f32 rounding on most tokens. Experts over two devices
+//! "fake_int8"`) the trainer runs the engine's decoder bit for bit and the gap is within 1e-5
+//! on every token (only the LM head sums in another order). Experts over two devices
 //! replay like data parallelism does. A dense policy is refused
 //! with the key named.
 
@@ -78,12 +79,7 @@ fn int8_rollouts_replay_their_experts_in_the_trainer() {
         mean(&fake),
         mean(&replayed)
     );
-    assert!(
-        gap(&fake) < gap(&replayed),
-        "{} vs {}",
-        gap(&fake),
-        gap(&replayed)
-    );
+    assert!(gap(&fake) <= 1e-5, "{}", gap(&fake));
     assert!(mean(&fake) < mean(&replayed) / 20.0, "{}", mean(&fake));
 }
 
