@@ -78,11 +78,29 @@ fn bench_n(
     composed: OpN,
     runs: usize,
 ) -> Result<()> {
+    bench_pair(
+        name,
+        shape,
+        inputs,
+        [("fused", fused), ("composed", composed)],
+        runs,
+    )
+}
+
+/// Times two variants of an op of several inputs, forward and forward + backward, and
+/// prints each median and the ratio of the first to the second.
+fn bench_pair(
+    name: &str,
+    shape: &[usize],
+    inputs: &[Tensor],
+    variants: [(&str, OpN); 2],
+    runs: usize,
+) -> Result<()> {
     let vars: Vec<Var> = inputs.iter().map(Var::from_tensor).collect::<Result<_>>()?;
     let tracked: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
     for pass in ["fwd", "fwd+bwd"] {
         let mut medians = Vec::new();
-        for (variant, f) in [("fused", &fused), ("composed", &composed)] {
+        for (variant, f) in &variants {
             let stats = time_runs(runs, || {
                 if pass == "fwd" {
                     let y = f(inputs)?;
@@ -99,8 +117,9 @@ fn bench_n(
             );
             medians.push(stats.median_ms);
         }
+        let (a, b) = (variants[0].0, variants[1].0);
         println!(
-            "{{\"op\":\"{name}\",\"pass\":\"{pass}\",\"shape\":{shape:?},\"ratio_fused_over_composed\":{:.3}}}",
+            "{{\"op\":\"{name}\",\"pass\":\"{pass}\",\"shape\":{shape:?},\"ratio_{a}_over_{b}\":{:.3}}}",
             medians[0] / medians[1]
         );
     }
@@ -219,6 +238,23 @@ fn main() -> Result<()> {
             Box::new(move |x| reference::causal_attention(&x[0], &x[1], &x[2], Some(&m2), None)),
             runs,
         )?;
+    }
+    if wanted("attention_engine_order") {
+        // The fake-int8 trainer's attention (the engine's per-query arithmetic) against the
+        // tiled forward every other trainer uses; same shape and padding as above.
+        let shape = [8, 8, 256, 64];
+        let inputs = [5u64, 6, 7].map(|seed| random(&shape, 1.0, seed));
+        let inputs = inputs.into_iter().collect::<Result<Vec<_>>>()?;
+        let mut mask = vec![1u32; 8 * 256];
+        mask[..32].fill(0);
+        let (m1, m2) = (mask.clone(), mask);
+        let engine_order: OpN = Box::new(move |x| {
+            ops::causal_attention_engine_order(&x[0], &x[1], &x[2], Some(&m1), None, None)
+        });
+        let tiled: OpN =
+            Box::new(move |x| ops::causal_attention(&x[0], &x[1], &x[2], Some(&m2), None));
+        let variants = [("engine_order", engine_order), ("tiled", tiled)];
+        bench_pair("attention_engine_order", &shape, &inputs, variants, runs)?;
     }
     Ok(())
 }
