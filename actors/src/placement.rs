@@ -33,6 +33,16 @@ impl DeviceGroup {
     /// Parses `"cpu:0,cpu:1"`, checks for duplicates, and opens each CUDA device once to
     /// make sure it exists (so `cuda:0` on a machine without CUDA fails before the run).
     pub fn parse(spec: &str) -> Result<Self, PlacementError> {
+        let group = Self::parse_unopened(spec)?;
+        for s in group.specs.iter().filter(|s| s.is_cuda()) {
+            s.open()?;
+        }
+        Ok(group)
+    }
+
+    /// [`DeviceGroup::parse`] without opening anything: for devices on another node,
+    /// which this process may not have.
+    pub fn parse_unopened(spec: &str) -> Result<Self, PlacementError> {
         let mut specs = Vec::new();
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let s = DeviceSpec::parse(part)?;
@@ -40,9 +50,6 @@ impl DeviceGroup {
                 return Err(PlacementError::Group(format!(
                     "{spec:?} names {part} twice: expected each device once"
                 )));
-            }
-            if s.is_cuda() {
-                s.open()?;
             }
             specs.push(s);
         }
