@@ -132,3 +132,27 @@ mod role_placement_tests {
         assert_eq!((p.node, p.devices), (None, "CUDA:0"));
     }
 }
+
+#[cfg(test)]
+mod device_group_tests {
+    use super::DeviceGroup;
+    use oxalign_kernels::device::DeviceSpec;
+
+    #[test]
+    fn a_group_on_another_node_is_parsed_without_opening_it() {
+        let g = DeviceGroup::parse_unopened("cuda:0, cuda:3").unwrap();
+        assert_eq!(g.specs, [DeviceSpec::cuda(0), DeviceSpec::cuda(3)]);
+        let twice = DeviceGroup::parse_unopened("cuda:1,cuda:1").unwrap_err();
+        assert!(twice.to_string().contains("names cuda:1 twice"), "{twice}");
+        assert!(DeviceGroup::parse_unopened(" , ").is_err());
+        assert!(DeviceGroup::parse_unopened("gpu:0").is_err());
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn a_group_here_opens_its_gpus() {
+        let e = DeviceGroup::parse("cpu,cuda:0").unwrap_err();
+        assert!(e.to_string().contains("without the `cuda` feature"), "{e}");
+        assert_eq!(DeviceGroup::parse("cpu:0,cpu:1").unwrap().len(), 2);
+    }
+}
