@@ -193,7 +193,7 @@ async fn open_placed_or_spare(
                     spare: spare.clone(),
                     why,
                 };
-                eprintln!("{role}: node {node} accepted no connection; {p}, so it does not take the {role}");
+                eprintln!("{role}: node {node} accepted no connection; passed over {p}");
                 passed.push(p);
             }
         }

@@ -4,10 +4,10 @@
 //! ([`Request::Spawn`]) and calls it until it sends [`Request::Stop`] or goes away; either
 //! way the role is stopped and its executors retired. Before or after its spawn a
 //! connection may ask for the worker's devices and those its roles hold
-//! ([`Request::Inventory`]). A connection that sends an oversized
-//! frame or bytes that do not decode is closed; a call whose tensors are malformed is
-//! answered with the error (naming the tensor) and the connection goes on; the worker and
-//! its other connections go on either way. What the role reports to its monitor goes back
+//! ([`Request::Inventory`]). A connection that sends an oversized frame or bytes that do
+//! not decode is closed; a call whose tensors are malformed is answered with the error
+//! (naming the tensor) and the connection goes on; the worker and its other connections go
+//! on either way. What the role reports to its monitor goes back
 //! to the controller on the same connection (`relay.rs`).
 
 use super::call::{decode_request, encode_response};
