@@ -7,8 +7,8 @@
 //! ([`Request::Inventory`]). A connection that sends an oversized frame or bytes that do
 //! not decode is closed; a call whose tensors are malformed is answered with the error
 //! (naming the tensor) and the connection goes on; the worker and its other connections go
-//! on either way. What the role reports to its monitor goes back
-//! to the controller on the same connection (`relay.rs`).
+//! on either way. What the role reports to its monitor goes back to the controller on the
+//! same connection (`relay.rs`).
 
 use super::call::{decode_request, encode_response};
 use super::error::{ConnectionError, DecodeError, WorkerError};
