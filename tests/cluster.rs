@@ -2,7 +2,8 @@
 //! holding the policy, node2 the reference, reward and critic — train exactly as one
 //! process does; a SIGKILLed node2 is noticed at once, its roles are restarted when a new
 //! worker joins at its address, and the run ends with the same metrics; a node that never
-//! comes back fails the run with the `--resume` command; inside a Slurm allocation the nodes
+//! comes back fails the run with the `--resume` command, as do spares that cannot take its
+//! roles (each named with why); inside a Slurm allocation the nodes
 //! come from `SLURM_JOB_NODELIST`; recipe mistakes exit with 2. The remote roles' status,
 //! throughput and spans reach the controller's monitor.
 
@@ -114,6 +115,60 @@ fn a_dead_nodes_roles_move_to_a_spare_node() {
     assert!(out.status.success(), "the run failed: {err}");
     assert!(err.contains("it runs on the spare node3"), "{err}");
     assert_same_run(one.path(), dir.path());
+}
+
+/// A spare that cannot take a role is passed over, named with why: here a stand-in worker
+/// that offers no CPU (a real worker always offers its CPU; a GPU-only inventory is how a
+/// CPU-only build can show a spare lacking the role's devices) and a spare with no worker.
+/// With none left, the run fails with the `--resume` command, and no role was built on the
+/// stand-in (it was only asked for its inventory).
+#[test]
+fn spares_that_cannot_take_the_roles_fail_the_run_with_the_resume_command() {
+    use cluster_support::fake_worker::FakeWorker;
+    use oxalign_actors::cluster::Inventory;
+    use oxalign_kernels::device::DeviceSpec;
+    let n1 = Worker::start("127.0.0.1:0", None);
+    let n2 = Worker::start("127.0.0.1:0", None);
+    let gpu_only = FakeWorker::start(Inventory {
+        devices: vec![DeviceSpec::cuda(0)],
+        held: vec![],
+    });
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nobody = free.local_addr().unwrap().to_string();
+    drop(free);
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(8, Some((&n1.addr, &n2.addr))).replace(
+        " }\nconnect_timeout_s = 20\n",
+        &format!(
+            ", node3 = \"{}\", node4 = \"{nobody}\" }}\nconnect_timeout_s = 1\nspare_nodes = \
+             [\"node3\", \"node4\"]\n",
+            gpu_only.addr
+        ),
+    );
+    let run = spawn_train(dir.path(), &r);
+    wait_for_steps(dir.path(), 2, Duration::from_secs(120));
+    n2.kill();
+    let out = run.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no spare node can host the "), "{err}");
+    assert!(
+        err.contains("spare node3: lacks cpu:0 (wants cpu:0; has cuda:0)"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "spare node4: node node4 ({nobody}): no worker accepted"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("--resume"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let seen = gpu_only.seen();
+    assert!(
+        !seen.is_empty() && seen.iter().all(|k| k == "inventory"),
+        "{seen:?}"
+    );
 }
 
 #[test]

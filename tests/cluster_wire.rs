@@ -2,7 +2,8 @@
 //! bytes that are no frame and a frame that does not decode each close only their own
 //! connection, and the worker goes on serving; a request whose safetensors part is truncated
 //! or holds a tensor of the wrong dtype is answered with an error naming what is wrong, and
-//! the worker goes on serving; a worker beyond loopback will not start without a cookie.
+//! the worker goes on serving; a worker beyond loopback will not start without a cookie; a
+//! worker reports its devices and those its roles hold.
 
 mod cluster_support;
 
@@ -187,4 +188,98 @@ fn a_malformed_tensor_blob_is_refused_and_the_worker_goes_on() {
         open(&w.addr, Some("s3cret")).is_ok(),
         "the worker stopped serving"
     );
+}
+
+/// The worker's inventory, asked on `conn`.
+async fn inventory(conn: &Connection) -> oxalign_actors::cluster::Inventory {
+    use oxalign_actors::cluster::Request;
+    match conn.call(Request::Inventory, Duration::from_secs(20)).await {
+        Some(Ok(Response::Inventory(i))) => i,
+        other => panic!("expected an inventory, got {other:?}"),
+    }
+}
+
+/// `(role, device)` of each hold.
+fn holds(i: &oxalign_actors::cluster::Inventory) -> Vec<(String, String)> {
+    i.held
+        .iter()
+        .map(|h| (h.role.clone(), h.device.to_string()))
+        .collect()
+}
+
+/// Spawns a reward role on `cpu:0,cpu:1` over `conn`.
+async fn spawn_reward(conn: &Connection) {
+    use oxalign_actors::cluster::{Request, RoleKind, SpawnSpec};
+    let recipe = format!(
+        "{}\n[placement]\nreward = \"cpu:0,cpu:1\"\n",
+        cluster_support::recipe(1, None)
+    );
+    let spec = SpawnSpec {
+        kind: RoleKind::Reward,
+        recipe_toml: recipe,
+        weights: None,
+        critic: None,
+        nccl_ids: Vec::new(),
+    };
+    match conn
+        .call(Request::Spawn(Box::new(spec)), Duration::from_secs(60))
+        .await
+    {
+        Some(Ok(Response::Spawned(devices))) => assert_eq!(devices, ["cpu:0", "cpu:1"]),
+        other => panic!("expected the reward built, got {other:?}"),
+    }
+}
+
+/// A worker tells what devices it has (its CPU, and no GPU in a CPU-only build) and which
+/// its roles hold: a role's devices from its spawn until it is stopped or its connection
+/// goes away. An inventory request is answered before a spawn and after it.
+#[test]
+fn a_worker_reports_its_devices_and_what_its_roles_hold() {
+    use oxalign_actors::cluster::Request;
+    use oxalign_kernels::device::DeviceSpec;
+    let w = Worker::start("127.0.0.1:0", None);
+    let ep = endpoint(&w.addr, None);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let probe = Connection::open(&ep).await.unwrap();
+        let first = inventory(&probe).await;
+        assert_eq!(first.devices[0], DeviceSpec::cpu(0), "{first:?}");
+        assert!(
+            first.devices[1..].iter().all(DeviceSpec::is_cuda),
+            "{first:?}"
+        );
+        #[cfg(not(feature = "cuda"))]
+        assert_eq!(first.devices, [DeviceSpec::cpu(0)]);
+        assert!(first.held.is_empty(), "{first:?}");
+
+        let role = Connection::open(&ep).await.unwrap();
+        assert_eq!(inventory(&role).await, first, "before the spawn");
+        spawn_reward(&role).await;
+        let both = [
+            ("reward".to_string(), "cpu:0".to_string()),
+            ("reward".to_string(), "cpu:1".to_string()),
+        ];
+        assert_eq!(holds(&inventory(&probe).await), both);
+        assert_eq!(holds(&inventory(&role).await), both, "after the spawn");
+        match role
+            .call(Request::Stop(1000), Duration::from_secs(30))
+            .await
+        {
+            Some(Ok(Response::Done)) => {}
+            other => panic!("expected the reward stopped, got {other:?}"),
+        }
+        // Released before the stop is answered.
+        assert!(inventory(&probe).await.held.is_empty());
+
+        // A connection that goes away without a stop releases its role's devices too.
+        let gone = Connection::open(&ep).await.unwrap();
+        spawn_reward(&gone).await;
+        assert_eq!(holds(&inventory(&probe).await).len(), 2);
+        drop(gone);
+        let start = std::time::Instant::now();
+        while !inventory(&probe).await.held.is_empty() {
+            assert!(start.elapsed() < Duration::from_secs(40), "still held");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
 }

@@ -33,6 +33,16 @@ impl DeviceGroup {
     /// Parses `"cpu:0,cpu:1"`, checks for duplicates, and opens each CUDA device once to
     /// make sure it exists (so `cuda:0` on a machine without CUDA fails before the run).
     pub fn parse(spec: &str) -> Result<Self, PlacementError> {
+        let group = Self::parse_unopened(spec)?;
+        for s in group.specs.iter().filter(|s| s.is_cuda()) {
+            s.open()?;
+        }
+        Ok(group)
+    }
+
+    /// [`DeviceGroup::parse`] without opening anything: for devices on another node,
+    /// which this process may not have.
+    pub fn parse_unopened(spec: &str) -> Result<Self, PlacementError> {
         let mut specs = Vec::new();
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let s = DeviceSpec::parse(part)?;
@@ -40,9 +50,6 @@ impl DeviceGroup {
                 return Err(PlacementError::Group(format!(
                     "{spec:?} names {part} twice: expected each device once"
                 )));
-            }
-            if s.is_cuda() {
-                s.open()?;
             }
             specs.push(s);
         }
@@ -123,5 +130,29 @@ mod role_placement_tests {
         assert_eq!((p.node, p.devices), (None, "cpu:0,cpu:1"));
         let p = RolePlacement::parse("CUDA:0");
         assert_eq!((p.node, p.devices), (None, "CUDA:0"));
+    }
+}
+
+#[cfg(test)]
+mod device_group_tests {
+    use super::DeviceGroup;
+    use oxalign_kernels::device::DeviceSpec;
+
+    #[test]
+    fn a_group_on_another_node_is_parsed_without_opening_it() {
+        let g = DeviceGroup::parse_unopened("cuda:0, cuda:3").unwrap();
+        assert_eq!(g.specs, [DeviceSpec::cuda(0), DeviceSpec::cuda(3)]);
+        let twice = DeviceGroup::parse_unopened("cuda:1,cuda:1").unwrap_err();
+        assert!(twice.to_string().contains("names cuda:1 twice"), "{twice}");
+        assert!(DeviceGroup::parse_unopened(" , ").is_err());
+        assert!(DeviceGroup::parse_unopened("gpu:0").is_err());
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn a_group_here_opens_its_gpus() {
+        let e = DeviceGroup::parse("cpu,cuda:0").unwrap_err();
+        assert!(e.to_string().contains("without the `cuda` feature"), "{e}");
+        assert_eq!(DeviceGroup::parse("cpu:0,cpu:1").unwrap().len(), 2);
     }
 }

@@ -6,6 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use candle_core::Device;
+use serde::{Deserialize, Serialize};
 
 /// Errors from parsing a device spec or opening the device it names.
 #[derive(Debug, thiserror::Error)]
@@ -33,7 +34,7 @@ pub enum DeviceError {
 }
 
 /// The kind of device a [`DeviceSpec`] names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum DeviceKind {
     /// The host CPU. Several `cpu:N` specs are separate data-parallel replicas that all run
     /// on the same candle [`Device::Cpu`].
@@ -46,7 +47,7 @@ pub enum DeviceKind {
 ///
 /// `"cpu"` is `cpu:0`, `"cuda"` is `cuda:0`. Placement code keeps the index to tell CPU
 /// replicas apart even though they share one candle device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct DeviceSpec {
     /// CPU or CUDA.
     pub kind: DeviceKind,
@@ -138,6 +139,22 @@ pub fn parse_device(spec: &str) -> Result<Device, DeviceError> {
     DeviceSpec::parse(spec)?.open()
 }
 
+/// How many CUDA devices this process sees (after `CUDA_VISIBLE_DEVICES`), as ordinals
+/// `0..n`: the driver's count, 0 when the driver reports an error, and always 0 without
+/// the `cuda` feature. Opens no device.
+pub fn cuda_device_count() -> usize {
+    #[cfg(feature = "cuda")]
+    {
+        cudarc::driver::CudaContext::device_count()
+            .map(|n| usize::try_from(n).unwrap_or(0))
+            .unwrap_or(0)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        0
+    }
+}
+
 #[cfg(feature = "cuda")]
 fn open_cuda(index: usize) -> Result<Device, DeviceError> {
     Device::new_cuda(index).map_err(|e| DeviceError::CudaUnavailable {
@@ -214,6 +231,12 @@ mod tests {
         assert!(err.to_string().starts_with("cuda:0 requested"), "{err}");
     }
 
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn without_the_feature_no_cuda_device_is_seen() {
+        assert_eq!(cuda_device_count(), 0);
+    }
+
     #[cfg(feature = "cuda")]
     #[test]
     fn cuda_with_feature_opens_or_explains() {
@@ -228,5 +251,17 @@ mod tests {
         // An absurd ordinal never opens.
         let err = parse_device("cuda:4096").unwrap_err();
         assert!(err.to_string().contains("cuda:4096"), "{err}");
+        // The count names exactly the ordinals that open.
+        let n = cuda_device_count();
+        assert!(
+            parse_device(&format!("cuda:{n}")).is_err(),
+            "cuda:{n} is past the count"
+        );
+        if n > 0 {
+            assert!(
+                parse_device(&format!("cuda:{}", n - 1)).is_ok(),
+                "{n} devices"
+            );
+        }
     }
 }

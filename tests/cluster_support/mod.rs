@@ -3,6 +3,8 @@
 //! runs of `oxalign train` read back.
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod fake_worker;
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;

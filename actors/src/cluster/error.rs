@@ -3,6 +3,8 @@
 //! wire becomes a [`crate::error::Cause::Cluster`] inside the role's error, so the
 //! supervisor treats a lost node like a failed role.
 
+use super::spare_fit::PassedOver;
+
 /// A frame could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
@@ -86,17 +88,35 @@ pub enum ClusterError {
         /// What was wrong.
         message: String,
     },
+    /// The node a role is placed on accepted no connection, and no node of
+    /// `cluster.spare_nodes` could take the role over.
+    #[error("{placed}; no spare node can host the {role}: {}", passed_over(passed))]
+    NoSpare {
+        /// The role (`policy`, ...).
+        role: String,
+        /// Why the placed node failed.
+        placed: Box<ClusterError>,
+        /// Each spare tried, in order, with why it was passed over.
+        passed: Vec<PassedOver>,
+    },
+}
+
+/// `spare node3: ...; spare node4: ...`.
+fn passed_over(passed: &[PassedOver]) -> String {
+    let each: Vec<String> = passed.iter().map(ToString::to_string).collect();
+    each.join("; ")
 }
 
 impl ClusterError {
     /// True when the user must fix something before the run can work: no worker at a
-    /// node's address, or a refused cookie (exit code 2). A lost connection is a failure
-    /// of the run, which the supervisor retries.
+    /// node's address (and no spare that can stand in), or a refused cookie (exit code 2).
+    /// A lost connection is a failure of the run, which the supervisor retries.
     pub fn is_bad_input(&self) -> bool {
-        matches!(
-            self,
-            ClusterError::NoWorker { .. } | ClusterError::Refused { .. }
-        )
+        match self {
+            ClusterError::NoWorker { .. } | ClusterError::Refused { .. } => true,
+            ClusterError::NoSpare { placed, .. } => placed.is_bad_input(),
+            _ => false,
+        }
     }
 }
 

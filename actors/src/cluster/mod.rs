@@ -12,7 +12,8 @@
 //! (`worker.rs`), and a lost connection fails the waiting calls at once (`connection.rs`).
 //! A call's arrays travel as one safetensors buffer beside its MessagePack envelope
 //! (`call.rs`, `arrays.rs`, `blob.rs`), and the hosted role's status reports come back on its
-//! connection (`relay.rs`).
+//! connection (`relay.rs`). A worker tells what devices it has and which its roles hold
+//! (`inventory.rs`), so a role moves only to a spare node that can take it (`spare_fit.rs`).
 
 mod arrays;
 mod blob;
@@ -21,8 +22,10 @@ mod connection;
 mod error;
 mod frame;
 mod host;
+mod inventory;
 mod relay;
 mod remote;
+mod spare_fit;
 mod traffic;
 mod wire;
 mod wire_error;
@@ -34,10 +37,13 @@ pub use error::{
     ClusterError, ConnectionError, DecodeError, EncodeError, FrameError, TensorError, WorkerError,
 };
 pub use frame::{read_message, write_message, Limits, HEADER_BYTES};
+pub use inventory::{Held, Inventory};
 pub use remote::{Remote, RemoteSources};
+pub use spare_fit::{PassedOver, Unfit};
 pub use traffic::{count_refit, traffic, Traffic};
 pub use wire::{
-    decode, encode, Envelope, Hello, HelloReply, Request, Response, RoleKind, EVENTS_ID, PROTOCOL,
+    decode, encode, Envelope, Hello, HelloReply, Request, Response, RoleKind, SpawnSpec, EVENTS_ID,
+    PROTOCOL,
 };
 pub use wire_error::{WireCause, WireError};
 pub use worker::{bind, serve, WorkerConfig};

@@ -7,6 +7,8 @@
 //! role reports to the worker's monitor (status, throughput, spans) reaches the controller's.
 
 use super::connection::{Connection, Endpoint};
+use super::error::ClusterError;
+use super::spare_fit::{fit, PassedOver, Unfit};
 use super::wire::{Request, Response, RoleKind, SpawnSpec};
 use crate::batch::{
     RolloutBatch, RolloutRequest, Sequences, TokenArray, WeightBucket, WeightExport,
@@ -15,7 +17,7 @@ use crate::collective_groups;
 use crate::error::{Cause, RoleError, LOAD_OPTIMIZER};
 use crate::monitor::{ActorInfo, MonitorHandle};
 use crate::placement::{DeviceGroup, RolePlacement};
-use crate::recipe::{ClusterSection, Recipe};
+use crate::recipe::{ClusterSection, PlacementSection, Recipe};
 use crate::roles::{
     CriticTrainSummary, CriticWork, DpoSummary, DpoWork, ExportWeights, Generate, Logprobs,
     Persist, PolicyTrainSummary, PolicyWork, Refit, RewardRequest, Rewards, SftStepSummary, Stop,
@@ -23,6 +25,7 @@ use crate::roles::{
 };
 use async_trait::async_trait;
 use oxalign_kernels::collective::NcclUniqueId;
+use oxalign_kernels::device::DeviceSpec;
 use oxalign_models::engine::{Probe, RefitReport};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -45,8 +48,9 @@ pub struct RemoteSources<'a> {
 
 impl Remote {
     /// Connects to `node` of the recipe's `[cluster]` (waiting up to
-    /// `cluster.connect_timeout_s` for its worker) and has it build role `kind` on the
-    /// devices its placement names there.
+    /// `cluster.connect_timeout_s` for its worker), or to a spare that has the devices (see
+    /// [`open_placed_or_spare`]), and has it build role `kind` on the devices its placement
+    /// names there.
     pub async fn spawn(
         recipe: &Recipe,
         kind: RoleKind,
@@ -56,11 +60,23 @@ impl Remote {
     ) -> Result<Self, RoleError> {
         let role = kind.name();
         let fail = |cause: Cause| RoleError::new(role, "setup", cause);
-        let (conn, node) = open_placed_or_spare(&recipe.cluster, node, role, monitor)
+        let on_worker = worker_recipe(recipe, kind);
+        let devices = placement(&on_worker.placement, kind);
+        let wanted = DeviceGroup::parse_unopened(devices).map_err(|e| {
+            fail(Cause::BadInput(format!(
+                "placement.{role} = {devices:?}: {e}"
+            )))
+        })?;
+        let timeout = recipe.supervision.call_timeout();
+        let placed = Placed {
+            node,
+            role,
+            wanted: &wanted.specs,
+        };
+        let (conn, node) = open_placed_or_spare(&recipe.cluster, placed, timeout, monitor)
             .await
             .map_err(&fail)?;
         let node = node.as_str();
-        let on_worker = worker_recipe(recipe, kind);
         let spec = SpawnSpec {
             kind,
             nccl_ids: nccl_ids(&on_worker, kind).map_err(&fail)?,
@@ -71,7 +87,7 @@ impl Remote {
         let remote = Self {
             role,
             conn,
-            timeout: recipe.supervision.call_timeout(),
+            timeout,
         };
         match remote.call("setup", Request::Spawn(Box::new(spec))).await? {
             Response::Spawned(devices) => {
@@ -118,45 +134,112 @@ impl Remote {
 /// `crate::collective_groups`): one per collective group the role builds there (the policy
 /// two, for its trainers and its engines), none unless its devices are several GPUs.
 fn nccl_ids(on_worker: &Recipe, kind: RoleKind) -> Result<Vec<NcclUniqueId>, Cause> {
-    let p = &on_worker.placement;
-    let (placement, groups) = match kind {
-        RoleKind::Policy => (&p.policy, 2),
-        RoleKind::Reference => (&p.reference, 1),
-        RoleKind::Reward => (&p.reward, 1),
-        RoleKind::Critic => (&p.critic, 1),
-        RoleKind::Engine => (p.engine.as_ref().unwrap_or(&p.policy), 1),
+    let groups = match kind {
+        RoleKind::Policy => 2,
+        _ => 1,
     };
-    match DeviceGroup::parse(placement) {
+    match DeviceGroup::parse(placement(&on_worker.placement, kind)) {
         Ok(g) => collective_groups::ids_for(&g.specs, groups),
         // The worker reports a bad placement with its own message.
         Err(_) => Ok(Vec::new()),
     }
 }
 
-/// The address, cookie and frame cap of `node`.
-/// A connection to the worker of `node`, or, when none accepts there within the connect
-/// timeout, to the first of `cluster.spare_nodes` that does; with the name of the node
-/// that accepted. Errors with the placed node's failure when no spare accepts either.
+/// The placement string of role `kind` in `p` (the engine's falls back to the policy's).
+fn placement(p: &PlacementSection, kind: RoleKind) -> &str {
+    match kind {
+        RoleKind::Policy => &p.policy,
+        RoleKind::Reference => &p.reference,
+        RoleKind::Reward => &p.reward,
+        RoleKind::Critic => &p.critic,
+        RoleKind::Engine => p.engine.as_ref().unwrap_or(&p.policy),
+    }
+}
+
+/// A role to place: the node its placement names, its name, and its devices there.
+#[derive(Clone, Copy)]
+struct Placed<'a> {
+    node: &'a str,
+    role: &'a str,
+    wanted: &'a [DeviceSpec],
+}
+
+/// A connection to the worker of `placed.node`, or, when none accepts there within the
+/// connect timeout, to the first of `cluster.spare_nodes` that accepts and whose inventory
+/// has the role's devices free (`spare_fit.rs`; asked within `timeout`); with the name of
+/// the node that accepted. A spare passed over is named on stderr with why. Errors with the
+/// placed node's failure when no spare is listed, else with [`ClusterError::NoSpare`].
 async fn open_placed_or_spare(
     c: &ClusterSection,
-    node: &str,
-    role: &str,
+    placed: Placed<'_>,
+    timeout: Duration,
     monitor: &MonitorHandle,
 ) -> Result<(Connection, String), Cause> {
-    let open = |ep: Endpoint| async move { Connection::open_reporting(&ep, monitor.clone()).await };
-    let placed = match open(endpoint(c, node)?).await {
+    let Placed { node, role, wanted } = placed;
+    let failed = match Connection::open_reporting(&endpoint(c, node)?, monitor.clone()).await {
         Ok(conn) => return Ok((conn, node.to_string())),
         Err(e) => e,
     };
+    let mut passed = Vec::new();
     for spare in c.spare_nodes.iter().filter(|s| *s != node) {
-        if let Ok(conn) = open(endpoint(c, spare)?).await {
-            eprintln!("{role}: node {node} accepted no connection ({placed}); it runs on the spare {spare}");
-            return Ok((conn, spare.clone()));
+        let ep = endpoint(c, spare)?;
+        match open_spare(&ep, wanted, timeout, monitor).await {
+            Ok(conn) => {
+                eprintln!("{role}: node {node} accepted no connection ({failed}); it runs on the spare {spare}");
+                return Ok((conn, spare.clone()));
+            }
+            Err(why) => {
+                let p = PassedOver {
+                    spare: spare.clone(),
+                    why,
+                };
+                eprintln!("{role}: node {node} accepted no connection; passed over {p}");
+                passed.push(p);
+            }
         }
     }
-    Err(Cause::Cluster(placed))
+    if passed.is_empty() {
+        return Err(Cause::Cluster(failed));
+    }
+    Err(Cause::Cluster(ClusterError::NoSpare {
+        role: role.to_string(),
+        placed: Box::new(failed),
+        passed,
+    }))
 }
 
+/// A connection to spare `ep` when its worker's inventory fits `wanted`; else why not.
+/// A spare that does not fit is dropped before a spawn (its worker builds nothing).
+async fn open_spare(
+    ep: &Endpoint,
+    wanted: &[DeviceSpec],
+    timeout: Duration,
+    monitor: &MonitorHandle,
+) -> Result<Connection, Unfit> {
+    let conn = Connection::open_reporting(ep, monitor.clone())
+        .await
+        .map_err(|e| Unfit::Unreachable(Box::new(e)))?;
+    let inventory = match conn.call(Request::Inventory, timeout).await {
+        Some(Ok(Response::Inventory(i))) => i,
+        Some(Ok(other)) => {
+            return Err(Unfit::Unreachable(Box::new(ClusterError::Protocol {
+                node: ep.node.clone(),
+                addr: ep.addr.clone(),
+                message: format!("answered {} to an inventory request", other.kind()),
+            })))
+        }
+        Some(Err(e)) => return Err(Unfit::Unreachable(Box::new(e))),
+        None => {
+            return Err(Unfit::Silent {
+                seconds: timeout.as_secs_f64(),
+            })
+        }
+    };
+    fit(wanted, &inventory)?;
+    Ok(conn)
+}
+
+/// The address, cookie and frame cap of `node`.
 fn endpoint(c: &ClusterSection, node: &str) -> Result<Endpoint, Cause> {
     let nodes = c
         .resolved_nodes()

@@ -5,7 +5,10 @@
 //! safetensors bytes beside (`call.rs`); the handshake is MessagePack alone. A worker loads
 //! a role's initial weights from the paths a request names; the only weights that travel
 //! are a refit's buckets to an engine role (`placement.engine`), each bucket one request.
+//! Besides the role's calls, a connection may ask the worker for its devices
+//! ([`Request::Inventory`]), before its spawn or after.
 
+use super::inventory::Inventory;
 use super::wire_error::WireError;
 use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray, WeightBucket};
 use crate::monitor::MonitorEvent;
@@ -19,7 +22,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// The protocol a [`Hello`] must name.
-pub const PROTOCOL: &str = "oxalign-cluster/2";
+pub const PROTOCOL: &str = "oxalign-cluster/3";
 
 /// The client's first message.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -175,6 +178,9 @@ pub enum Request {
     LoadOptimizer(PathBuf),
     /// `Stop::stop`: stop the role, wait at most this many milliseconds, then close.
     Stop(u64),
+    /// The worker's devices and what its hosted roles hold; answered by the worker itself,
+    /// before or after the connection's spawn.
+    Inventory,
 }
 
 /// The answer to one [`Request`].
@@ -205,6 +211,8 @@ pub enum Response {
     /// Not an answer: what the hosted role reported to its monitor (status changes and
     /// spans), sent under [`EVENTS_ID`] as it happens, for the controller's monitor.
     Events(Vec<MonitorEvent>),
+    /// The worker's devices and what its hosted roles hold.
+    Inventory(Inventory),
 }
 
 /// The call id of [`Response::Events`] (calls count from 1).
@@ -229,6 +237,7 @@ impl Request {
             Request::Save { .. } => "save",
             Request::LoadOptimizer(_) => "load_optimizer",
             Request::Stop(_) => "stop",
+            Request::Inventory => "inventory",
         }
     }
 }
@@ -249,6 +258,7 @@ impl Response {
             Response::Done => "done",
             Response::Failed(_) => "failed",
             Response::Events(_) => "events",
+            Response::Inventory(_) => "inventory",
         }
     }
 }

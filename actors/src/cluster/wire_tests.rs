@@ -1,15 +1,17 @@
 //! Call messages round-trip bit for bit with their arrays as safetensors, the arrays leave
 //! the MessagePack part, and a blob with a wrong dtype, shape, length or name is refused
-//! with the tensor named.
+//! with the tensor named. An inventory request and its answer (a worker's devices and holds)
+//! round-trip.
 
 use super::call::{decode_request, decode_response, encode_request, encode_response};
 use super::error::{DecodeError, TensorError};
-use super::{Request, Response};
+use super::{Held, Inventory, Request, Response};
 use crate::batch::{
     ExperienceBatch, Finish, RolloutBatch, RolloutRequest, Sample, SampleRequest, Sampling,
     Sequences, TokenArray,
 };
 use crate::roles::CriticWork;
+use oxalign_kernels::device::DeviceSpec;
 
 fn seqs() -> Sequences {
     Sequences {
@@ -144,6 +146,35 @@ fn answers_round_trip_bit_for_bit() {
     assert!(matches!(back.unwrap().body, Response::Rewards(r) if bits(&r) == bits(&odd(4))));
     let back = decode_response(&encode_response(4, Response::Done).unwrap()).unwrap();
     assert!(matches!(back.body, Response::Done));
+}
+
+#[test]
+fn an_inventory_request_and_its_answer_round_trip() {
+    let back = decode_request(&encode_request(8, Request::Inventory).unwrap()).unwrap();
+    assert_eq!(back.id, 8);
+    assert!(matches!(back.body, Request::Inventory));
+    assert_eq!(back.body.kind(), "inventory");
+    let inventory = Inventory {
+        devices: vec![DeviceSpec::cpu(0), DeviceSpec::cuda(0), DeviceSpec::cuda(1)],
+        held: vec![
+            Held {
+                role: "reference".into(),
+                device: DeviceSpec::cuda(1),
+            },
+            Held {
+                role: "reward".into(),
+                device: DeviceSpec::cpu(0),
+            },
+        ],
+    };
+    let bytes = encode_response(9, Response::Inventory(inventory.clone())).unwrap();
+    let back = decode_response(&bytes).unwrap();
+    assert_eq!(back.id, 9);
+    assert_eq!(back.body.kind(), "inventory");
+    assert!(matches!(back.body, Response::Inventory(i) if i == inventory));
+    // No arrays: the whole answer is MessagePack (an empty tensor part after it).
+    let head = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
+    assert_eq!(bytes.len(), 4 + head);
 }
 
 #[test]

@@ -2,16 +2,19 @@
 //! address; each connection must open with a [`Hello`] carrying the worker's cookie (a
 //! worker beyond loopback refuses to start without one), then asks for one role
 //! ([`Request::Spawn`]) and calls it until it sends [`Request::Stop`] or goes away; either
-//! way the role is stopped and its executors retired. A connection that sends an oversized
-//! frame or bytes that do not decode is closed; a call whose tensors are malformed is
-//! answered with the error (naming the tensor) and the connection goes on; the worker and
-//! its other connections go on either way. What the role reports to its monitor goes back
-//! to the controller on the same connection (`relay.rs`).
+//! way the role is stopped and its executors retired. Before or after its spawn a
+//! connection may ask for the worker's devices and those its roles hold
+//! ([`Request::Inventory`]). A connection that sends an oversized frame or bytes that do
+//! not decode is closed; a call whose tensors are malformed is answered with the error
+//! (naming the tensor) and the connection goes on; the worker and its other connections go
+//! on either way. What the role reports to its monitor goes back to the controller on the
+//! same connection (`relay.rs`).
 
 use super::call::{decode_request, encode_response};
 use super::error::{ConnectionError, DecodeError, WorkerError};
 use super::frame::{read_message, write_message, Limits};
 use super::host::HostedRole;
+use super::inventory::{local_devices, Holdings};
 use super::relay::{Flush, RelayHandle};
 use super::wire::{decode, encode, Envelope, Hello, HelloReply, Request, Response, PROTOCOL};
 use super::wire_error::WireError;
@@ -70,13 +73,16 @@ pub async fn bind(listen: &str, cookie: Option<&str>) -> Result<TcpListener, Wor
 }
 
 /// Accepts connections on `listener` until the process ends, each served on its own task.
+/// The connections share one register of the devices their roles hold, which an
+/// inventory request reports with this machine's devices.
 pub async fn serve(listener: TcpListener, cfg: WorkerConfig) -> std::io::Result<()> {
     let cfg = Arc::new(cfg);
+    let holdings = Holdings::new(local_devices());
     loop {
         let (stream, peer) = listener.accept().await?;
-        let cfg = cfg.clone();
+        let (cfg, holdings) = (cfg.clone(), holdings.clone());
         tokio::spawn(async move {
-            if let Err(reason) = connection(stream, peer, &cfg).await {
+            if let Err(reason) = connection(stream, peer, &cfg, &holdings).await {
                 tracing::warn!("connection from {peer} closed: {reason}");
             }
         });
@@ -109,6 +115,7 @@ async fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     cfg: &WorkerConfig,
+    holdings: &Holdings,
 ) -> Result<(), ConnectionError> {
     stream.set_nodelay(true).ok();
     let hello_limits = Limits {
@@ -158,6 +165,7 @@ async fn connection(
         &tx,
         monitor,
         relay.flusher(),
+        holdings,
     )
     .await;
     relay.close().await;
@@ -181,24 +189,22 @@ fn refused(e: &DecodeError) -> Response {
 }
 
 /// Reads the spawn request and then the calls, until a stop, the end of the stream or a
-/// bad message. The role (reporting to `monitor`) is always stopped before this returns.
+/// bad message; inventory requests are answered from `holdings` at any point. The role
+/// (reporting to `monitor`) holds its devices in `holdings` from its spawn until it is
+/// stopped, and is always stopped before this returns.
 async fn calls(
     mut rd: OwnedReadHalf,
     limits: Limits,
     tx: &mpsc::UnboundedSender<Envelope<Response>>,
     monitor: crate::monitor::MonitorHandle,
     flush: Flush,
+    holdings: &Holdings,
 ) -> Result<(), ConnectionError> {
     let reply = |id, body| {
         let _ = tx.send(Envelope { id, body });
     };
-    let first = match next(&mut rd, limits).await? {
-        None => return Ok(()),
-        Some(Incoming::Call(env)) => env,
-        Some(Incoming::Bad { id, error }) => {
-            reply(id, refused(&error));
-            return Err(ConnectionError::BadFirst(error));
-        }
+    let Some(first) = first_call(&mut rd, limits, &reply, holdings).await? else {
+        return Ok(());
     };
     let Request::Spawn(spec) = first.body else {
         reply(
@@ -218,6 +224,7 @@ async fn calls(
             return Err(ConnectionError::Spawn(kind.name()));
         }
     };
+    let hold = holdings.hold(host.name, &host.group.specs);
     reply(first.id, Response::Spawned(host.group.names()));
     let outcome = loop {
         let env = match next(&mut rd, limits).await {
@@ -234,9 +241,11 @@ async fn calls(
             Request::Stop(ms) => {
                 host.stop(Duration::from_millis(ms).max(Duration::from_secs(1)))
                     .await;
+                drop(hold);
                 reply(env.id, Response::Done);
                 return Ok(());
             }
+            Request::Inventory => reply(env.id, Response::Inventory(holdings.inventory())),
             Request::Spawn(_) => reply(
                 env.id,
                 Response::Failed(WireError::other(
@@ -248,7 +257,32 @@ async fn calls(
         }
     };
     host.stop(STOP_WAIT).await;
+    drop(hold);
     outcome
+}
+
+/// The connection's first request other than an inventory request (those are answered
+/// here); `None` when the stream ends first.
+async fn first_call(
+    rd: &mut OwnedReadHalf,
+    limits: Limits,
+    reply: &impl Fn(u64, Response),
+    holdings: &Holdings,
+) -> Result<Option<Envelope<Request>>, ConnectionError> {
+    loop {
+        match next(rd, limits).await? {
+            None => return Ok(None),
+            Some(Incoming::Call(Envelope {
+                id,
+                body: Request::Inventory,
+            })) => reply(id, Response::Inventory(holdings.inventory())),
+            Some(Incoming::Call(env)) => return Ok(Some(env)),
+            Some(Incoming::Bad { id, error }) => {
+                reply(id, refused(&error));
+                return Err(ConnectionError::BadFirst(error));
+            }
+        }
+    }
 }
 
 /// Starts answering `request`: polled once here, so the role's actor receives calls in

@@ -191,10 +191,17 @@ pub(crate) async fn rebuild(
     Ok(checkpoint::read_state(ckpt)?)
 }
 
-/// A node whose worker did not come back fails the run (exit 1, with the `--resume`
-/// command), where at the start of a run it is the user's setup (exit 2).
+/// A node whose worker did not come back (and no spare that could take its roles) fails
+/// the run (exit 1, with the `--resume` command), where at the start of a run it is the
+/// user's setup (exit 2).
 fn no_worker_failed(mut e: RoleError) -> RoleError {
-    if matches!(*e.cause, Cause::Cluster(ClusterError::NoWorker { .. })) {
+    let no_worker = |c: &ClusterError| matches!(c, ClusterError::NoWorker { .. });
+    let gone = match &*e.cause {
+        Cause::Cluster(ClusterError::NoSpare { placed, .. }) => no_worker(placed),
+        Cause::Cluster(c) => no_worker(c),
+        _ => false,
+    };
+    if gone {
         e.cause = Box::new(Cause::Unreachable(e.cause.to_string()));
     }
     e
@@ -354,6 +361,74 @@ mod tests {
             ),
             ["reference", "reward", "critic"]
         );
+    }
+
+    #[test]
+    fn a_node_gone_with_no_spare_to_stand_in_fails_the_run_not_the_setup() {
+        use crate::cluster::{PassedOver, Unfit};
+        use oxalign_kernels::device::DeviceSpec;
+        let no_worker = |node: &str| ClusterError::NoWorker {
+            node: node.into(),
+            addr: "127.0.0.1:9".into(),
+            waited_s: 1.0,
+            last: "connection refused".into(),
+        };
+        let lacks = Unfit::Lacks {
+            wanted: vec![DeviceSpec::cuda(0)],
+            missing: vec![DeviceSpec::cuda(0)],
+            has: vec![DeviceSpec::cpu(0)],
+        };
+        let no_spare = |placed| {
+            Cause::Cluster(ClusterError::NoSpare {
+                role: "reference".into(),
+                placed: Box::new(placed),
+                passed: vec![PassedOver {
+                    spare: "node3".into(),
+                    why: Unfit::Unreachable(Box::new(no_worker("node3"))),
+                }],
+            })
+        };
+        let cause = Cause::Cluster(ClusterError::NoSpare {
+            role: "reference".into(),
+            placed: Box::new(no_worker("node2")),
+            passed: vec![PassedOver {
+                spare: "node3".into(),
+                why: lacks,
+            }],
+        });
+        // At the start of a run: the user's setup (exit 2).
+        assert!(cause.is_bad_input());
+        // On a restart: a failure of the run (exit 1, with the `--resume` command), still
+        // naming the spare and why it was passed over.
+        let e = no_worker_failed(RoleError::new("reference", "restart", cause));
+        assert!(matches!(*e.cause, Cause::Unreachable(_)), "{e}");
+        assert!(!e.cause.is_bad_input());
+        let msg = e.to_string();
+        assert!(
+            msg.contains("node node2 (127.0.0.1:9): no worker accepted"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(
+                "no spare node can host the reference: spare node3: lacks cuda:0 (wants \
+                 cuda:0; has cpu:0)"
+            ),
+            "{msg}"
+        );
+        let e = no_worker_failed(RoleError::new(
+            "reference",
+            "restart",
+            no_spare(no_worker("node2")),
+        ));
+        assert!(matches!(*e.cause, Cause::Unreachable(_)), "{e}");
+        // A refused cookie stays the user's to fix.
+        let refused = ClusterError::Refused {
+            node: "node2".into(),
+            addr: "127.0.0.1:9".into(),
+            reason: "wrong or missing cookie".into(),
+        };
+        let e = no_worker_failed(RoleError::new("reference", "restart", no_spare(refused)));
+        assert!(e.cause.is_bad_input(), "{e}");
     }
 
     #[test]
