@@ -109,6 +109,17 @@ impl<'a> RolePlacement<'a> {
             },
         }
     }
+
+    /// The device group: opened here when the role runs in this process
+    /// ([`DeviceGroup::parse`]), only parsed when a node hosts it
+    /// ([`DeviceGroup::parse_unopened`]: this process, e.g. a controller on a login node,
+    /// need not have that node's GPUs; the worker opens them).
+    pub fn device_group(&self) -> Result<DeviceGroup, PlacementError> {
+        match self.node {
+            Some(_) => DeviceGroup::parse_unopened(self.devices),
+            None => DeviceGroup::parse(self.devices),
+        }
+    }
 }
 
 /// True for the device kinds a spec may start with (`cpu`, `cuda`).

@@ -138,7 +138,9 @@ fn nccl_ids(on_worker: &Recipe, kind: RoleKind) -> Result<Vec<NcclUniqueId>, Cau
         RoleKind::Policy => 2,
         _ => 1,
     };
-    match DeviceGroup::parse(placement(&on_worker.placement, kind)) {
+    // Parsed, not opened: the GPUs are the worker's (a CPU-only controller build then
+    // says it cannot make NCCL ids, rather than handing the worker none).
+    match DeviceGroup::parse_unopened(placement(&on_worker.placement, kind)) {
         Ok(g) => collective_groups::ids_for(&g.specs, groups),
         // The worker reports a bad placement with its own message.
         Err(_) => Ok(Vec::new()),

@@ -217,7 +217,7 @@ async fn rebuild_one(
 ) -> Result<(), RunError> {
     stop(roles, name).await?;
     let placement = RolePlacement::parse(placement_of(ctx, name));
-    let group = DeviceGroup::parse(placement.devices).map_err(|e| {
+    let group = placement.device_group().map_err(|e| {
         RunError::role(
             At::Setup,
             RoleError::new(name, "restart", Cause::BadInput(e.to_string())),

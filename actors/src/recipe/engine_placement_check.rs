@@ -3,7 +3,7 @@
 //! combination refused by name. The role itself is `crate::roles::RolloutEngine`.
 
 use super::{Recipe, RecipeError, RunKind};
-use crate::placement::{DeviceGroup, RolePlacement};
+use crate::placement::RolePlacement;
 
 /// Refuses a bucket size of 0 or one a message cannot carry (`max_frame_mb · 64`), and with
 /// `placement.engine`: bad devices, an unknown node, a run other than RL, a policy on a
@@ -30,7 +30,9 @@ pub(crate) fn validate(
     };
     let key = "placement.engine";
     let placed = RolePlacement::parse(spec);
-    DeviceGroup::parse(placed.devices).map_err(|e| bad(key, format!("{spec:?}: {e}")))?;
+    placed
+        .device_group()
+        .map_err(|e| bad(key, format!("{spec:?}: {e}")))?;
     if let Some(node) = placed.node {
         let nodes = c
             .resolved_nodes()

@@ -86,6 +86,38 @@ fn validate_rejects_missing_model_folder_and_cuda_without_gpu() {
     assert!(e.contains("placement.critic") && e.contains("twice"), "{e}");
 }
 
+/// A role on a node names that node's devices: the recipe check parses them without opening
+/// them (a controller on a login node need not have the node's GPUs; the worker opens
+/// them), while devices in this process must open.
+#[test]
+fn a_nodes_gpus_are_parsed_not_opened() {
+    let cluster = "[cluster]\nnodes = { node1 = \"127.0.0.1:7000\" }\n";
+    let r = parse(
+        &format!("[placement]\nreference = \"node1:cuda:0,cuda:1\"\n{cluster}"),
+        &[],
+    )
+    .unwrap();
+    validate(&r, Path::new("r.toml")).unwrap();
+    let r = parse(
+        &format!("[placement]\nreference = \"node1:cuda:0,cuda:0\"\n{cluster}"),
+        &[],
+    )
+    .unwrap();
+    let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();
+    assert!(
+        e.contains("placement.reference") && e.contains("twice"),
+        "{e}"
+    );
+    if !cfg!(feature = "cuda") {
+        let r = parse("[placement]\nreference = \"cuda:0\"\n", &[]).unwrap();
+        let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();
+        assert!(
+            e.contains("placement.reference") && e.contains("cuda"),
+            "{e}"
+        );
+    }
+}
+
 #[test]
 fn validate_checks_batch_arithmetic_and_groups() {
     let r = parse("[rl]\nprompts_per_step = 10\nminibatch_size = 4\n", &[]).unwrap();

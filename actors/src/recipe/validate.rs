@@ -166,8 +166,8 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
         ("placement.reward", &r.placement.reward),
         ("placement.critic", &r.placement.critic),
     ] {
-        let devices = crate::placement::RolePlacement::parse(spec).devices;
-        crate::placement::DeviceGroup::parse(devices).map_err(|e| bad(key, e.to_string()))?;
+        let placed = crate::placement::RolePlacement::parse(spec);
+        placed.device_group().map_err(|e| bad(key, e.to_string()))?;
     }
     super::cluster::validate(r, &bad)?;
     super::engine_placement_check::validate(r, &bad)?;
