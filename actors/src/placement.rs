@@ -1,6 +1,7 @@
 //! Placement: the device group each role runs on, parsed from the recipe's `[placement]`.
 //!
-//! A group is a comma-separated list of device specs (`"cpu"`, `"cpu:0,cpu:1"`, `"cuda:0"`).
+//! A group is a comma-separated list of device specs (`"cpu"`, `"cpu:0,cpu:1"`, `"cuda:0"`)
+//! and ranges of them (`"cuda:0-3"`).
 //! With N devices a role runs N data-parallel replicas. This file only parses and opens
 //! devices; it does not start anything.
 //!
@@ -43,15 +44,16 @@ impl DeviceGroup {
     /// [`DeviceGroup::parse`] without opening anything: for devices on another node,
     /// which this process may not have.
     pub fn parse_unopened(spec: &str) -> Result<Self, PlacementError> {
-        let mut specs = Vec::new();
+        let mut specs: Vec<DeviceSpec> = Vec::new();
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let s = DeviceSpec::parse(part)?;
-            if specs.contains(&s) {
-                return Err(PlacementError::Group(format!(
-                    "{spec:?} names {part} twice: expected each device once"
-                )));
+            for s in expand_range(part)? {
+                if specs.contains(&s) {
+                    return Err(PlacementError::Group(format!(
+                        "{spec:?} names {s} twice: expected each device once"
+                    )));
+                }
+                specs.push(s);
             }
-            specs.push(s);
         }
         if specs.is_empty() {
             return Err(PlacementError::Group(
@@ -82,7 +84,27 @@ impl DeviceGroup {
     }
 }
 
-/// A role's placement string split into the node that hosts it (a key of
+/// One spec of a group, or a range of them: `"cuda:0-3"` is `cuda:0` to `cuda:3`.
+fn expand_range(part: &str) -> Result<Vec<DeviceSpec>, PlacementError> {
+    let Some((kind, range)) = part.split_once(':') else {
+        return Ok(vec![DeviceSpec::parse(part)?]);
+    };
+    let Some((lo, hi)) = range.split_once('-') else {
+        return Ok(vec![DeviceSpec::parse(part)?]);
+    };
+    let first = DeviceSpec::parse(&format!("{kind}:{lo}"))?;
+    let last = DeviceSpec::parse(&format!("{kind}:{hi}"))?;
+    if last.index < first.index {
+        return Err(PlacementError::Group(format!(
+            "{part:?}: expected a range low-high with low <= high, e.g. \"cuda:0-3\""
+        )));
+    }
+    Ok((first.index..=last.index)
+        .map(|index| DeviceSpec { index, ..first })
+        .collect())
+}
+
+/// A role's placement string split into the node/// A role's placement string split into the node that hosts it (a key of
 /// `[cluster] nodes`, or `None` for this process) and the device group there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RolePlacement<'a> {
@@ -157,6 +179,20 @@ mod device_group_tests {
         assert!(twice.to_string().contains("names cuda:1 twice"), "{twice}");
         assert!(DeviceGroup::parse_unopened(" , ").is_err());
         assert!(DeviceGroup::parse_unopened("gpu:0").is_err());
+    }
+
+    #[test]
+    fn a_range_names_every_device_in_it() {
+        let g = DeviceGroup::parse_unopened("cuda:0-3").unwrap();
+        assert_eq!(g.specs, (0..4).map(DeviceSpec::cuda).collect::<Vec<_>>());
+        let g = DeviceGroup::parse_unopened("cpu:0-1, cpu:5").unwrap();
+        assert_eq!(g.len(), 3);
+        let e = DeviceGroup::parse_unopened("cuda:0-2,cuda:2").unwrap_err();
+        assert!(e.to_string().contains("names cuda:2 twice"), "{e}");
+        let e = DeviceGroup::parse_unopened("cuda:3-1").unwrap_err();
+        assert!(e.to_string().contains("low <= high"), "{e}");
+        assert!(DeviceGroup::parse_unopened("cuda:0-").is_err());
+        assert!(DeviceGroup::parse_unopened("cuda:a-2").is_err());
     }
 
     #[cfg(not(feature = "cuda"))]
