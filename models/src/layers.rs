@@ -59,6 +59,12 @@ pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// [`swiglu`] in the engine's arithmetic (`g / (1 + e^-g) · u`), for a trainer in the
+/// engine's numbers (f32/f64 only).
+pub fn swiglu_engine_order(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    oxalign_kernels::ops::swiglu_engine_order(gate, up)
+}
+
 /// `x @ weight^T (+ bias)`. `x`: `[..., in]`, `weight`: `[out, in]`, `bias`: `[out]`.
 pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     let dims = x.dims().to_vec();

@@ -3,7 +3,7 @@
 //! optional biases (llama `mlp_bias`). Nothing else.
 
 use crate::fake_quant::{quantizable_linear, Precision};
-use crate::layers::swiglu;
+use crate::layers::{swiglu, swiglu_engine_order};
 use crate::layout::MlpParams;
 use crate::param_store::ParamStore;
 use candle_core::{Result, Tensor};
@@ -39,7 +39,12 @@ impl Mlp {
         let p = self.precision;
         let gate = quantizable_linear(x, &self.gate_w, self.gate_b.as_ref(), p)?;
         let up = quantizable_linear(x, &self.up_w, self.up_b.as_ref(), p)?;
-        quantizable_linear(&swiglu(&gate, &up)?, &self.down_w, self.down_b.as_ref(), p)
+        // In the engine's numbers the activation must be the engine's bits too.
+        let act = match p {
+            Precision::F32 => swiglu(&gate, &up)?,
+            Precision::FakeInt8 => swiglu_engine_order(&gate, &up)?,
+        };
+        quantizable_linear(&act, &self.down_w, self.down_b.as_ref(), p)
     }
 
     /// Makes the block compute in `precision`.

@@ -39,6 +39,6 @@ pub use entropy::entropy;
 pub use lm_head::{lm_head_logprobs, HeadOutputs};
 pub use rms_norm::rms_norm;
 pub use rope::rope;
-pub use swiglu::swiglu;
+pub use swiglu::{swiglu, swiglu_engine_order};
 pub use token_logprobs::token_logprobs;
 pub use truncation::{TokenDistribution, Truncation};

@@ -18,6 +18,24 @@ const CHUNK: usize = 1 << 14;
 ///
 /// `gate` and `up`: the same shape and dtype (f32, or f64 on CPU). Differentiable in both.
 pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    swiglu_op(
+        gate,
+        up,
+        SwiGlu {
+            engine_order: false,
+        },
+    )
+}
+
+/// [`swiglu`] whose CPU forward computes `g / (1 + e^-g) · u`, the arithmetic of the
+/// engine's `rows::silu_mul_rows`, so a trainer in the engine's numbers gets the engine's
+/// activations bit for bit ([`swiglu`] computes `g · (1 / (1 + e^-g)) · u`, within an ulp).
+/// Same backward.
+pub fn swiglu_engine_order(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    swiglu_op(gate, up, SwiGlu { engine_order: true })
+}
+
+fn swiglu_op(gate: &Tensor, up: &Tensor, op: SwiGlu) -> Result<Tensor> {
     validate::float_dtype(OP, "gate", gate)?;
     validate::same_dtype(OP, "gate", gate, "up", up)?;
     validate::same_device(OP, gate, "up", up)?;
@@ -31,11 +49,13 @@ pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     if !gate.device().is_cpu() {
         return gate.silu()? * up;
     }
-    gate.contiguous()?.apply_op2(&up.contiguous()?, SwiGlu)
+    gate.contiguous()?.apply_op2(&up.contiguous()?, op)
 }
 
-/// Forward op: `(gate, up) -> silu(gate) * up`.
-struct SwiGlu;
+/// Forward op: `(gate, up) -> silu(gate) * up`, in the engine's order when `engine_order`.
+struct SwiGlu {
+    engine_order: bool,
+}
 
 /// Backward op: `(gate, up, grad) -> [2, ...]`: the gradients of gate and up, stacked.
 struct SwiGluGrad;
@@ -45,15 +65,15 @@ fn sigmoid<T: Real>(x: T) -> T {
     T::ONE / (T::ONE + (-x).exp())
 }
 
-fn fwd<T: Real>(g: &[T], u: &[T]) -> Vec<T> {
+fn fwd<T: Real>(g: &[T], u: &[T], engine_order: bool) -> Vec<T> {
     let mut out = vec![T::ZERO; g.len()];
     out.par_chunks_mut(CHUNK)
         .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
         .for_each(|(o, (g, u))| {
-            // `g / (1 + e^-g) · u`, the arithmetic of the engine's `rows::silu_mul_rows`, so
-            // the trainer's and the engine's activations are the same bits.
-            for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
-                *o = g / (T::ONE + (-g).exp()) * u;
+            let pairs = o.iter_mut().zip(g).zip(u);
+            match engine_order {
+                true => pairs.for_each(|((o, &g), &u)| *o = g / (T::ONE + (-g).exp()) * u),
+                false => pairs.for_each(|((o, &g), &u)| *o = g * sigmoid(g) * u),
             }
         });
     out
@@ -94,10 +114,12 @@ impl CustomOp2 for SwiGlu {
             (CpuStorage::F32(_), CpuStorage::F32(_)) => CpuStorage::F32(fwd(
                 contiguous_slice::<f32>(s1, l1, OP, "gate")?,
                 contiguous_slice::<f32>(s2, l2, OP, "up")?,
+                self.engine_order,
             )),
             (CpuStorage::F64(_), CpuStorage::F64(_)) => CpuStorage::F64(fwd(
                 contiguous_slice::<f64>(s1, l1, OP, "gate")?,
                 contiguous_slice::<f64>(s2, l2, OP, "up")?,
+                self.engine_order,
             )),
             (a, _) => validate::unsupported_cpu_dtype(OP, a)?,
         };
@@ -157,6 +179,32 @@ mod tests {
     use super::*;
     use crate::ops::testing::{assert_close, finite_difference_check, random_tensor};
     use candle_core::{DType, Var};
+
+    /// The engine-order forward is the engine's `rows::silu_mul_rows`, bit for bit, and the
+    /// plain one is within an ulp of it.
+    #[test]
+    fn the_engine_order_forward_is_the_engines_bits() -> Result<()> {
+        let (rows, inter) = (5, 40);
+        let g = (random_tensor(&[rows, inter], 1.0, 4)? * 6.0)?;
+        let u = random_tensor(&[rows, inter], 2.0, 5)?;
+        let got: Vec<f32> = swiglu_engine_order(&g, &u)?.flatten_all()?.to_vec1()?;
+        let (gh, uh) = (g.to_vec2::<f32>()?, u.to_vec2::<f32>()?);
+        let fused: Vec<f32> = gh
+            .iter()
+            .zip(&uh)
+            .flat_map(|(a, b)| [a.clone(), b.clone()].concat())
+            .collect();
+        let mut want = vec![0f32; rows * inter];
+        crate::ops::rows::silu_mul_rows(&fused, inter, &mut want);
+        assert!(got
+            .iter()
+            .zip(&want)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+        let plain = swiglu(&g, &u)?;
+        let engine = Tensor::from_vec(want, (rows, inter), g.device())?;
+        assert_close(&plain, &engine, 1e-5, "plain vs engine order")?;
+        Ok(())
+    }
 
     #[test]
     fn forward_and_backward_match_composed() -> Result<()> {
