@@ -5,7 +5,7 @@
 //! [`Precision::F32`] the plain [`crate::layers::linear`]. The gradients are a linear
 //! layer's: `∂x = ∂y · W`, `∂W = ∂yᵀ · x`. CPU (host) only in the engine's numbers.
 
-use crate::fake_quant::Precision;
+use crate::fake_quant::{host_linear, linear_grads, Precision};
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 use oxalign_kernels::linear::PackedF32Weight;
 
@@ -34,20 +34,14 @@ impl CustomOp2 for PackedLinear {
         ws: &CpuStorage,
         wl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (rows, in_dim) = xl.shape().dims2()?;
-        let (out_dim, w_in) = wl.shape().dims2()?;
-        if w_in != in_dim {
-            candle_core::bail!("f32 linear: input width {in_dim}, weight [{out_dim}, {w_in}]")
-        }
-        let (x, f64_out) = crate::fake_quant::host_f32(xs, xl)?;
-        let (w, _) = crate::fake_quant::host_f32(ws, wl)?;
-        let mut out = vec![0f32; rows * out_dim];
-        PackedF32Weight::pack(&w, out_dim, in_dim).matmul(&x, rows, None, &mut out);
-        let storage = match f64_out {
-            true => CpuStorage::F64(out.into_iter().map(f64::from).collect()),
-            false => CpuStorage::F32(out),
-        };
-        Ok((storage, Shape::from((rows, out_dim))))
+        host_linear(
+            "f32 linear",
+            (xs, xl),
+            (ws, wl),
+            |w, x, (rows, out_dim, in_dim), y| {
+                PackedF32Weight::pack(w, out_dim, in_dim).matmul(x, rows, None, y)
+            },
+        )
     }
 
     fn bwd(
@@ -57,9 +51,7 @@ impl CustomOp2 for PackedLinear {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let gx = grad.matmul(&w.detach())?;
-        let gw = grad.t()?.matmul(&x.detach())?;
-        Ok((Some(gx), Some(gw)))
+        linear_grads(grad, x, w)
     }
 }
 

@@ -112,20 +112,14 @@ impl CustomOp2 for Int8LinearSte {
         ws: &CpuStorage,
         wl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (rows, in_dim) = xl.shape().dims2()?;
-        let (out_dim, w_in) = wl.shape().dims2()?;
-        if w_in != in_dim {
-            candle_core::bail!("int8 linear: input width {in_dim}, weight [{out_dim}, {w_in}]")
-        }
-        let (x, f64_out) = host_f32(xs, xl)?;
-        let (w, _) = host_f32(ws, wl)?;
-        let mut out = vec![0f32; rows * out_dim];
-        Int8Weight::quantize(&w, out_dim, in_dim).matmul(&x, rows, None, &mut out);
-        let storage = match f64_out {
-            true => CpuStorage::F64(out.into_iter().map(f64::from).collect()),
-            false => CpuStorage::F32(out),
-        };
-        Ok((storage, Shape::from((rows, out_dim))))
+        host_linear(
+            "int8 linear",
+            (xs, xl),
+            (ws, wl),
+            |w, x, (rows, out_dim, in_dim), y| {
+                Int8Weight::quantize(w, out_dim, in_dim).matmul(x, rows, None, y)
+            },
+        )
     }
 
     fn bwd(
@@ -137,21 +131,56 @@ impl CustomOp2 for Int8LinearSte {
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let xq = fake_quant(x, Int8Operand::Input, Precision::FakeInt8)?;
         let wq = fake_quant(w, Int8Operand::Weight, Precision::FakeInt8)?;
-        let gx = grad.matmul(&wq.detach())?;
-        let gw = grad.t()?.matmul(&xq.detach())?;
-        Ok((Some(gx), Some(gw)))
+        linear_grads(grad, &xq, &wq)
     }
 }
 
+/// The host side of a linear op `x [rows, in]`, `W [out, in]` -> `[rows, out]` over f32 or
+/// f64 storages: checks the widths, hands the f32 values to `kernel(W, x, (rows, out, in),
+/// y)` and returns `y` in `x`'s dtype. `name` names the op in errors.
+pub(crate) fn host_linear(
+    name: &str,
+    (xs, xl): (&CpuStorage, &Layout),
+    (ws, wl): (&CpuStorage, &Layout),
+    kernel: impl FnOnce(&[f32], &[f32], (usize, usize, usize), &mut [f32]),
+) -> Result<(CpuStorage, Shape)> {
+    let (rows, in_dim) = xl.shape().dims2()?;
+    let (out_dim, w_in) = wl.shape().dims2()?;
+    if w_in != in_dim {
+        candle_core::bail!("{name}: input width {in_dim}, weight [{out_dim}, {w_in}]")
+    }
+    let (x, f64_out) = host_f32(name, xs, xl)?;
+    let (w, _) = host_f32(name, ws, wl)?;
+    let mut out = vec![0f32; rows * out_dim];
+    kernel(&w, &x, (rows, out_dim, in_dim), &mut out);
+    let storage = match f64_out {
+        true => CpuStorage::F64(out.into_iter().map(f64::from).collect()),
+        false => CpuStorage::F32(out),
+    };
+    Ok((storage, Shape::from((rows, out_dim))))
+}
+
+/// A linear layer's gradients from the output gradient: `∂x = ∂y · W`, `∂W = ∂yᵀ · x` (with
+/// the `x` and `W` given, e.g. their fake-quantized values for straight-through).
+pub(crate) fn linear_grads(
+    grad: &Tensor,
+    x: &Tensor,
+    w: &Tensor,
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    let gx = grad.matmul(&w.detach())?;
+    let gw = grad.t()?.matmul(&x.detach())?;
+    Ok((Some(gx), Some(gw)))
+}
+
 /// A contiguous f32/f64 storage as f32 host values, and whether it was f64.
-pub(crate) fn host_f32(s: &CpuStorage, l: &Layout) -> Result<(Vec<f32>, bool)> {
+fn host_f32(name: &str, s: &CpuStorage, l: &Layout) -> Result<(Vec<f32>, bool)> {
     let Some((start, end)) = l.contiguous_offsets() else {
-        candle_core::bail!("int8 linear: inputs must be contiguous")
+        candle_core::bail!("{name}: inputs must be contiguous")
     };
     match s {
         CpuStorage::F32(v) => Ok((v[start..end].to_vec(), false)),
         CpuStorage::F64(v) => Ok((v[start..end].iter().map(|&x| x as f32).collect(), true)),
-        _ => candle_core::bail!("int8 linear: only f32 and f64 tensors"),
+        _ => candle_core::bail!("{name}: only f32 and f64 tensors"),
     }
 }
 
