@@ -14,9 +14,7 @@
 //! block of query rows, as in the tiled forward; the backward is the tiled one (it needs
 //! only the log-sum-exp this returns).
 
-use rayon::prelude::*;
-
-use super::attention_fwd::{Dims, HeadView, Tiles};
+use super::attention_fwd::{forward_by_blocks, Dims, HeadView, Tiles};
 use super::attention_tile::TransposedTile;
 use super::attention_visibility::Visibility;
 use super::cpu_math::{axpy, scale_in_place};
@@ -30,25 +28,7 @@ pub(crate) fn forward_engine_order(
     vis: &Visibility,
     tiles: Tiles,
 ) -> (Vec<f32>, Vec<f32>) {
-    let mut out = vec![0f32; qkv.0.len()];
-    let mut lse = vec![0f32; d.b * d.nh * d.t];
-    if out.is_empty() {
-        return (out, lse);
-    }
-    let (n, hd) = (d.t * d.hd, d.hd);
-    out.par_chunks_mut(n)
-        .zip(lse.par_chunks_mut(d.t))
-        .enumerate()
-        .for_each(|(bh, (out, lse))| {
-            let head = d.head(qkv, bh, vis);
-            out.par_chunks_mut(tiles.q * hd)
-                .zip(lse.par_chunks_mut(tiles.q))
-                .enumerate()
-                .for_each(|(qb, (out, lse))| {
-                    block(&head, tiles.k, qb * tiles.q, out, lse);
-                });
-        });
-    (out, lse)
+    forward_by_blocks(qkv, d, vis, tiles, block)
 }
 
 /// Query rows `i0..i0 + lse.len()` of one head: `out` `[rows, hd]`, `lse` `[rows]`.

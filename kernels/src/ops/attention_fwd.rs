@@ -120,6 +120,18 @@ pub(crate) fn forward<T: Real>(
     vis: &Visibility,
     tiles: Tiles,
 ) -> (Vec<T>, Vec<T>) {
+    forward_by_blocks(qkv, d, vis, tiles, forward_block)
+}
+
+/// The forward's outputs `[b, nh, t, hd]` and `[b, nh, t]`, filled in parallel over heads and
+/// blocks of `tiles.q` query rows by `block(head, key tile height, first row, out, lse)`.
+pub(crate) fn forward_by_blocks<T: Real>(
+    qkv: (&[T], &[T], &[T]),
+    d: Dims,
+    vis: &Visibility,
+    tiles: Tiles,
+    block: impl Fn(&HeadView<T>, usize, usize, &mut [T], &mut [T]) + Sync,
+) -> (Vec<T>, Vec<T>) {
     let mut out = vec![T::ZERO; qkv.0.len()];
     let mut lse = vec![T::ZERO; d.b * d.nh * d.t];
     if out.is_empty() {
@@ -135,7 +147,7 @@ pub(crate) fn forward<T: Real>(
                 .zip(lse.par_chunks_mut(tiles.q))
                 .enumerate()
                 .for_each(|(qb, (out, lse))| {
-                    forward_block(&head, tiles.k, qb * tiles.q, out, lse);
+                    block(&head, tiles.k, qb * tiles.q, out, lse);
                 });
         });
     (out, lse)
