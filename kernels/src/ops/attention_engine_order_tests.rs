@@ -10,32 +10,24 @@ use super::attention_fwd::Tiles;
 use super::rows;
 use super::testing::{assert_close, random_tensor};
 
+/// The op over `qkv` (q, k, v) in `order`.
+fn attend(
+    qkv: &[Tensor; 3],
+    masks: (Option<&[u32]>, Option<&[u32]>),
+    window: Option<usize>,
+    how: (Tiles, Order),
+) -> Result<Tensor> {
+    attention_op(&qkv[0], &qkv[1], &qkv[2], masks, window, how)
+}
+
+/// [`attend`] in the engine's order.
 fn engine_order(
     qkv: &[Tensor; 3],
     masks: (Option<&[u32]>, Option<&[u32]>),
     window: Option<usize>,
     tiles: Tiles,
 ) -> Result<Tensor> {
-    attention_op(
-        &qkv[0],
-        &qkv[1],
-        &qkv[2],
-        masks,
-        window,
-        (tiles, Order::Engine),
-    )
-}
-
-fn tiled(qkv: &[Tensor; 3], mask: Option<&[u32]>, window: Option<usize>) -> Result<Tensor> {
-    let masks = (mask, None);
-    attention_op(
-        &qkv[0],
-        &qkv[1],
-        &qkv[2],
-        masks,
-        window,
-        (Tiles::DEFAULT, Order::Tiled),
-    )
+    attend(qkv, masks, window, (tiles, Order::Engine))
 }
 
 /// q `[1, nh, t, hd]`, k and v `[1, nkv, t, hd]`.
@@ -144,7 +136,8 @@ fn values_and_gradients_match_the_tiled_forward() -> Result<()> {
         let vars: Vec<Var> = x.iter().map(Var::from_tensor).collect::<Result<_>>()?;
         let tracked = [0, 1, 2].map(|i| vars[i].as_tensor().clone());
         let a = engine_order(&tracked, (Some(&mask), None), window, Tiles::DEFAULT)?;
-        let b = tiled(&tracked, Some(&mask), window)?;
+        let tiled = (Tiles::DEFAULT, Order::Tiled);
+        let b = attend(&tracked, (Some(&mask), None), window, tiled)?;
         assert_close(&a, &b, 1e-5, "output")?;
         let ga = (&a * &probe)?.sum_all()?.backward()?;
         let gb = (&b * &probe)?.sum_all()?.backward()?;
