@@ -126,6 +126,17 @@ fn bench_pair(
     Ok(())
 }
 
+/// The attention benches' inputs: q, k, v `[B, heads, T, hd]` = `[8, 8, 256, 64]` (MHA) and
+/// a key mask left-padding row 0 by 32 tokens.
+fn attention_inputs() -> Result<([usize; 4], Vec<Tensor>, Vec<u32>)> {
+    let shape = [8, 8, 256, 64];
+    let inputs = [5u64, 6, 7].map(|seed| random(&shape, 1.0, seed));
+    let inputs = inputs.into_iter().collect::<Result<Vec<_>>>()?;
+    let mut mask = vec![1u32; 8 * 256];
+    mask[..32].fill(0);
+    Ok((shape, inputs, mask))
+}
+
 fn main() -> Result<()> {
     let runs: usize = std::env::var("OXALIGN_BENCH_RUNS")
         .ok()
@@ -223,12 +234,7 @@ fn main() -> Result<()> {
         )?;
     }
     if wanted("causal_attention") {
-        // [B, heads, T, hd], MHA; row 0 left-padded by 32 tokens.
-        let shape = [8, 8, 256, 64];
-        let inputs = [5u64, 6, 7].map(|seed| random(&shape, 1.0, seed));
-        let inputs = inputs.into_iter().collect::<Result<Vec<_>>>()?;
-        let mut mask = vec![1u32; 8 * 256];
-        mask[..32].fill(0);
+        let (shape, inputs, mask) = attention_inputs()?;
         let (m1, m2) = (mask.clone(), mask);
         bench_n(
             "causal_attention",
@@ -241,12 +247,8 @@ fn main() -> Result<()> {
     }
     if wanted("attention_engine_order") {
         // The fake-int8 trainer's attention (the engine's per-query arithmetic) against the
-        // tiled forward every other trainer uses; same shape and padding as above.
-        let shape = [8, 8, 256, 64];
-        let inputs = [5u64, 6, 7].map(|seed| random(&shape, 1.0, seed));
-        let inputs = inputs.into_iter().collect::<Result<Vec<_>>>()?;
-        let mut mask = vec![1u32; 8 * 256];
-        mask[..32].fill(0);
+        // tiled forward every other trainer uses.
+        let (shape, inputs, mask) = attention_inputs()?;
         let (m1, m2) = (mask.clone(), mask);
         let engine_order: OpN = Box::new(move |x| {
             ops::causal_attention_engine_order(&x[0], &x[1], &x[2], Some(&m1), None, None)
