@@ -10,6 +10,8 @@
 mod cluster_support;
 
 use cluster_support::*;
+use std::path::Path;
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -89,6 +91,32 @@ fn a_killed_scoring_node_is_restarted_when_a_new_worker_joins() {
     assert_eq!(restarts, 1.0, "one restart, reported on the failed step");
 }
 
+/// Two-node recipe `r` with a 1 s connect timeout and `spares` (name, address) added to
+/// `[cluster] nodes` and listed, in order, in `cluster.spare_nodes`.
+fn with_spares(r: &str, spares: &[(&str, &str)]) -> String {
+    let nodes: String = spares
+        .iter()
+        .map(|(name, addr)| format!(", {name} = \"{addr}\""))
+        .collect();
+    let names: Vec<String> = spares.iter().map(|(name, _)| format!("{name:?}")).collect();
+    r.replace(
+        " }\nconnect_timeout_s = 20\n",
+        &format!(
+            "{nodes} }}\nconnect_timeout_s = 1\nspare_nodes = [{}]\n",
+            names.join(", ")
+        ),
+    )
+}
+
+/// Runs recipe `r` in `dir`, kills node2's worker `n2` once 2 steps are done, and returns
+/// the run's output.
+fn kill_node2_after_two_steps(dir: &Path, r: &str, n2: Worker) -> Output {
+    let run = spawn_train(dir, r);
+    wait_for_steps(dir, 2, Duration::from_secs(120));
+    n2.kill();
+    run.wait_with_output().unwrap()
+}
+
 /// With `cluster.spare_nodes`, the roles of a node that never comes back move to a spare:
 /// the run finishes with the same metrics as one process.
 #[test]
@@ -100,17 +128,11 @@ fn a_dead_nodes_roles_move_to_a_spare_node() {
     let n2 = Worker::start("127.0.0.1:0", None);
     let n3 = Worker::start("127.0.0.1:0", None);
     let dir = tempfile::tempdir().unwrap();
-    let r = recipe(8, Some((&n1.addr, &n2.addr))).replace(
-        " }\nconnect_timeout_s = 20\n",
-        &format!(
-            ", node3 = \"{}\" }}\nconnect_timeout_s = 1\nspare_nodes = [\"node3\"]\n",
-            n3.addr
-        ),
+    let r = with_spares(
+        &recipe(8, Some((&n1.addr, &n2.addr))),
+        &[("node3", &n3.addr)],
     );
-    let run = spawn_train(dir.path(), &r);
-    wait_for_steps(dir.path(), 2, Duration::from_secs(120));
-    n2.kill();
-    let out = run.wait_with_output().unwrap();
+    let out = kill_node2_after_two_steps(dir.path(), &r, n2);
     let err = stderr(&out);
     assert!(out.status.success(), "the run failed: {err}");
     assert!(err.contains("it runs on the spare node3"), "{err}");
@@ -137,18 +159,9 @@ fn spares_that_cannot_take_the_roles_fail_the_run_with_the_resume_command() {
     let nobody = free.local_addr().unwrap().to_string();
     drop(free);
     let dir = tempfile::tempdir().unwrap();
-    let r = recipe(8, Some((&n1.addr, &n2.addr))).replace(
-        " }\nconnect_timeout_s = 20\n",
-        &format!(
-            ", node3 = \"{}\", node4 = \"{nobody}\" }}\nconnect_timeout_s = 1\nspare_nodes = \
-             [\"node3\", \"node4\"]\n",
-            gpu_only.addr
-        ),
-    );
-    let run = spawn_train(dir.path(), &r);
-    wait_for_steps(dir.path(), 2, Duration::from_secs(120));
-    n2.kill();
-    let out = run.wait_with_output().unwrap();
+    let spares = [("node3", gpu_only.addr.as_str()), ("node4", &nobody)];
+    let r = with_spares(&recipe(8, Some((&n1.addr, &n2.addr))), &spares);
+    let out = kill_node2_after_two_steps(dir.path(), &r, n2);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("no spare node can host the "), "{err}");
@@ -178,10 +191,7 @@ fn a_node_that_never_comes_back_fails_with_the_resume_command() {
     let dir = tempfile::tempdir().unwrap();
     let r = recipe(8, Some((&n1.addr, &n2.addr)))
         .replace("connect_timeout_s = 20", "connect_timeout_s = 1");
-    let run = spawn_train(dir.path(), &r);
-    wait_for_steps(dir.path(), 2, Duration::from_secs(120));
-    n2.kill();
-    let out = run.wait_with_output().unwrap();
+    let out = kill_node2_after_two_steps(dir.path(), &r, n2);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("no worker accepted within"), "{err}");
