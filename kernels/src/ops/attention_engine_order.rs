@@ -59,7 +59,7 @@ fn block(h: &HeadView<f32>, tk: usize, i0: usize, out: &mut [f32], lse: &mut [f3
         .zip(out.chunks_mut(h.hd).zip(lse))
         .enumerate()
     {
-        *lse = finish_row(h, i0 + r, range, s, acc);
+        *lse = finish_row(h, i0 + r, range, &s, acc);
     }
 }
 
@@ -70,7 +70,7 @@ fn finish_row(
     h: &HeadView<f32>,
     i: usize,
     range: std::ops::Range<usize>,
-    mut scores: Vec<f32>,
+    scores: &[f32],
     acc: &mut [f32],
 ) -> f32 {
     acc.fill(0.0);
@@ -81,21 +81,14 @@ fn finish_row(
         scale_in_place(acc, 1.0 / h.t as f32);
         return (h.t as f32).ln();
     }
-    let mut keys: Vec<usize> = range.collect();
-    if let Some(valid) = h.vis.valid_keys(h.b) {
-        let mut kept = 0;
-        for c in 0..keys.len() {
-            if valid[keys[c]] {
-                keys[kept] = keys[c];
-                scores[kept] = scores[c];
-                kept += 1;
-            }
-        }
-        keys.truncate(kept);
-        scores.truncate(kept);
-    }
-    let lse = rows::softmax_in_place(&mut scores);
-    for (&j, &p) in keys.iter().zip(&scores) {
+    let start = range.start;
+    let keys: Vec<usize> = match h.vis.valid_keys(h.b) {
+        Some(valid) => range.filter(|&j| valid[j]).collect(),
+        None => range.collect(),
+    };
+    let mut probs: Vec<f32> = keys.iter().map(|&j| scores[j - start]).collect();
+    let lse = rows::softmax_in_place(&mut probs);
+    for (&j, &p) in keys.iter().zip(&probs) {
         axpy(acc, p, h.row(h.v, j));
     }
     lse
