@@ -105,6 +105,34 @@ fn sft_then_reward_model_then_dpo_and_ppo_against_the_reward_model() {
         ok(dir, &args);
     }
 
+    // DPO scores policy and reference under the model's own distribution whatever the
+    // recipe's rollout sampling says: at the first step they are the same model, so the
+    // implicit reward margin is 0 and the loss is ln 2.
+    let tempered = [
+        "train",
+        &dpo,
+        "--quiet",
+        "--set",
+        "dpo.steps=1",
+        "--set",
+        "rl.temperature=0.7",
+        "--set",
+        "rl.top_p=0.9",
+        "--set",
+        "run.name=\"dpo-tempered\"",
+    ];
+    ok(dir, &tempered);
+    let line = std::fs::read_to_string(dir.join("runs/dpo-tempered/metrics.jsonl")).unwrap();
+    let first: Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    let (margin, loss) = (
+        first["margin"].as_f64().unwrap(),
+        first["loss"].as_f64().unwrap(),
+    );
+    assert!(
+        margin.abs() < 1e-6 && (loss - std::f64::consts::LN_2).abs() < 1e-5,
+        "DPO at T=0.7 starts with margin {margin}, loss {loss}: policy and reference disagree"
+    );
+
     // The critic starts from the reward model (score.weight, no bias).
     ok(dir, &["train", &config("ppo-rm.toml"), "--check"]);
     ok(dir, &["train", &config("ppo-rm.toml"), "--quiet"]);
@@ -126,7 +154,7 @@ fn sft_then_reward_model_then_dpo_and_ppo_against_the_reward_model() {
         "PPO-RM reward-model score (mean of 10 steps) {r0:.3} -> {r1:.3}, max KL {kl_max:.3}"
     );
     assert!(r1 > r0 + 0.3, "RM score did not rise: {r0} -> {r1}");
-    assert!(kl_max < 1.0, "KL {kl_max} nats (mean per sequence)");
+    assert!(kl_max < 1.0, "KL {kl_max} nats (mean per response token)");
 }
 
 #[test]

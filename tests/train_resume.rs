@@ -254,6 +254,7 @@ fn kills_at_any_point_resume_to_the_uninterrupted_run() {
     );
 
     damaged_checkpoints_fall_back_or_fail(full.path());
+    a_tampered_run_folder_is_caught(full.path());
 }
 
 /// `rl.max_staleness = 1`: step 1 trains on its own batch, each later step on the batch the
@@ -345,6 +346,85 @@ fn damaged_checkpoints_fall_back_or_fail(full: &Path) {
     let err = train_fails(killed.path(), &["--resume", "runs/r"], 2);
     assert!(err.contains("no valid checkpoint"), "{err}");
     assert!(!err.contains("continue with"), "{err}");
+}
+
+/// Replaces `from` by `to` in `file` (which must contain it).
+fn edit(file: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(file).unwrap();
+    assert!(text.contains(from), "{} lacks {from:?}", file.display());
+    std::fs::write(file, text.replacen(from, to, 1)).unwrap();
+}
+
+/// Every file a resume reads is checked: `state.json` (covered by the checksums), the
+/// metrics (each step exactly once, repaired from the checkpoint's copy), the frozen
+/// reference (against the checksums recorded when RL started) and the folder's lock.
+fn a_tampered_run_folder_is_caught(full: &Path) {
+    let ckpt3 = run_dir(full).join("checkpoints/step_000003");
+    assert_eq!(
+        std::fs::read_to_string(ckpt3.join("metrics.jsonl")).unwrap(),
+        std::fs::read_to_string(run_dir(full).join("metrics.jsonl")).unwrap(),
+        "the checkpoint holds the metrics of its steps"
+    );
+
+    // An edited step in state.json: that checkpoint is damaged, the one before is used.
+    let killed = killed_copy(full, "step_000003", 3);
+    let ckpts = run_dir(killed.path()).join("checkpoints");
+    edit(
+        &ckpts.join("step_000003/state.json"),
+        "\"step\": 3",
+        "\"step\": 36",
+    );
+    let err = train_ok(killed.path(), &["--resume", "runs/r"]);
+    assert!(
+        err.contains("step_000003") && err.contains("state.json"),
+        "{err}"
+    );
+    assert_same_run(full, killed.path(), "an edited state.json");
+
+    // An edited data cursor in every checkpoint: nothing to resume from, exit 2.
+    let killed = killed_copy(full, "step_000001", 1);
+    let ckpts = run_dir(killed.path()).join("checkpoints");
+    for e in std::fs::read_dir(&ckpts).unwrap().flatten() {
+        edit(
+            &e.path().join("state.json"),
+            "\"data_position\": ",
+            "\"data_position\": 1",
+        );
+    }
+    let err = train_fails(killed.path(), &["--resume", "runs/r"], 2);
+    assert!(
+        err.contains("no valid checkpoint") && err.contains("state.json"),
+        "{err}"
+    );
+
+    // metrics.jsonl cut short: restored from the checkpoint's copy, each step once.
+    let killed = killed_copy(full, "step_000002", 2);
+    let first = metrics(full)[0].to_string() + "\n";
+    std::fs::write(run_dir(killed.path()).join("metrics.jsonl"), first).unwrap();
+    let err = train_ok(killed.path(), &["--resume", "runs/r"]);
+    assert!(err.contains("restored it from"), "{err}");
+    assert_same_run(full, killed.path(), "metrics cut short");
+
+    // A changed reference: refused, naming the file, before anything runs.
+    let killed = killed_copy(full, "step_000002", 2);
+    flip_byte(&run_dir(killed.path()).join("reference/model.safetensors"));
+    let err = train_fails(killed.path(), &["--resume", "runs/r"], 2);
+    assert!(
+        err.contains("reference") && err.contains("model.safetensors"),
+        "{err}"
+    );
+
+    // A second writer: refused while another process holds the folder, naming it.
+    let killed = killed_copy(full, "step_000002", 2);
+    let lock = run_dir(killed.path()).join(".oxalign.lock");
+    std::fs::write(&lock, "pid 4242 on host elsewhere").unwrap();
+    let held = std::fs::File::open(&lock).unwrap();
+    held.try_lock().unwrap();
+    let err = train_fails(killed.path(), &["--resume", "runs/r"], 2);
+    assert!(err.contains("pid 4242 on host elsewhere"), "{err}");
+    drop(held);
+    train_ok(killed.path(), &["--resume", "runs/r"]);
+    assert_same_run(full, killed.path(), "after the lock was released");
 }
 
 #[test]

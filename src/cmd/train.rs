@@ -11,7 +11,7 @@ use oxalign_actors::controller::{self, latest_checkpoint, RunError, TrainOptions
 use oxalign_actors::monitor::{Monitor, MonitorConfig};
 use oxalign_actors::recipe::{validate, warnings, Recipe};
 
-use super::train_resume::{claim_fresh, claim_resume};
+use super::train_resume::{self, claim_fresh, claim_resume};
 use crate::user_error::{IntoUserError, UserError};
 
 /// Arguments of `oxalign train`.
@@ -163,6 +163,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     let run_dir = recipe.run_dir();
+    // Held until the run ends: a second `train` of this folder is refused, never mixed in.
+    let _lock = train_resume::lock(&run_dir)?;
     let resume_from = match &args.resume {
         Some(dir) => Some(claim_resume(dir, &recipe, &args.allow_change, args.quiet)?),
         None => {

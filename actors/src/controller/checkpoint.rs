@@ -20,6 +20,15 @@ pub const STATE_FILE: &str = "state.json";
 /// The rollouts generated ahead of a checkpoint's step (only when there are some).
 pub const AHEAD_FILE: &str = "rollouts_ahead.json";
 
+/// The checkpoint's copy of the run's `metrics.jsonl` (RL steps up to its own).
+pub const METRICS_COPY: &str = "metrics.jsonl";
+
+/// The checkpoint's copy of the run's `recipe.toml`.
+pub const RECIPE_COPY: &str = "recipe.toml";
+
+/// The checkpoint's copy of the frozen reference's `checksums.json` (RL checkpoints).
+pub const REFERENCE_SUMS: &str = "reference.checksums.json";
+
 /// The phase a checkpoint was taken in.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
@@ -150,16 +159,17 @@ pub fn read_state(ckpt: &Path) -> Result<LoopState, CheckpointError> {
     Ok(state)
 }
 
-/// Writes the rollouts generated ahead (if any), `checksums.json` (SHA-256 of every file)
-/// and then `state.json` into the staged folder, and fsyncs every file in it.
+/// Writes the rollouts generated ahead (if any), `state.json`, then `checksums.json`
+/// (SHA-256 of every file, `state.json` included) into the staged folder, and fsyncs every
+/// file in it. The staged folder becomes a checkpoint only when [`publish`] renames it.
 pub fn seal(staged: &Path, state: &LoopState) -> std::io::Result<()> {
     if !state.ahead.is_empty() {
         let text = serde_json::to_string(&state.ahead).map_err(std::io::Error::other)?;
         std::fs::write(staged.join(AHEAD_FILE), text)?;
     }
-    checksums::write_manifest(staged, &[STATE_FILE])?;
     let text = serde_json::to_string_pretty(state).map_err(std::io::Error::other)?;
     std::fs::write(staged.join(STATE_FILE), text)?;
+    checksums::write_manifest(staged, &[])?;
     fsync_tree(staged)
 }
 

@@ -48,6 +48,42 @@ pub enum CheckpointError {
         /// Path relative to the checkpoint folder.
         file: String,
     },
+    /// `state.json` parses but contradicts its own checkpoint (a value out of range, or a
+    /// step that is not the folder's).
+    #[error("{checkpoint}/state.json: {field} is {found}, expected {expected}")]
+    BadState {
+        /// The checkpoint folder.
+        checkpoint: PathBuf,
+        /// The key of `state.json`.
+        field: &'static str,
+        /// The value found.
+        found: String,
+        /// What the checkpoint requires.
+        expected: String,
+    },
+    /// `metrics.jsonl` does not hold each step up to the checkpoint exactly once, and the
+    /// checkpoint has no copy to repair it from.
+    #[error("{path} holds steps {found}, expected each of steps 1..={step} exactly once; {checkpoint} has no copy to repair it from (restore the file, or start a new run with --set run.name=NEW)")]
+    MetricsGap {
+        /// The run's `metrics.jsonl`.
+        path: PathBuf,
+        /// The checkpoint resumed.
+        checkpoint: PathBuf,
+        /// The checkpoint's RL step.
+        step: u64,
+        /// The steps found, in file order (shortened).
+        found: String,
+    },
+    /// A file of the frozen reference differs from the checksums recorded when RL started.
+    #[error("{reference}: {file} does not match the SHA-256 recorded in {checkpoint} when the reference was frozen (the reference was changed or is corrupt; restore it, or start a new run)")]
+    ReferenceChanged {
+        /// The run's reference folder.
+        reference: PathBuf,
+        /// The checkpoint holding the recorded checksums.
+        checkpoint: PathBuf,
+        /// The reference file, relative to its folder.
+        file: String,
+    },
     /// The run folder holds no checkpoint folder at all.
     #[error("{run_dir} holds no checkpoint (expected {run_dir}/checkpoints/step_N/ or sft_N/)")]
     NoCheckpoint {

@@ -89,7 +89,14 @@ pub fn write_manifest(dir: &Path, skip: &[&str]) -> std::io::Result<()> {
 /// Checks every file listed in `dir`'s [`CHECKSUMS_FILE`] against its SHA-256, and that
 /// each of `required` (relative paths) is listed.
 pub fn verify(dir: &Path, required: &[String]) -> Result<(), CheckpointError> {
-    let path = dir.join(CHECKSUMS_FILE);
+    verify_against(&dir.join(CHECKSUMS_FILE), dir, required)
+}
+
+/// Checks the files of `dir` against the manifest at `path` (which may live elsewhere,
+/// e.g. a checkpoint's record of the reference): every listed file matches its SHA-256 and
+/// each of `required` is listed.
+pub fn verify_against(path: &Path, dir: &Path, required: &[String]) -> Result<(), CheckpointError> {
+    let path = path.to_path_buf();
     let text = std::fs::read_to_string(&path).map_err(|source| CheckpointError::Unreadable {
         path: path.clone(),
         source,

@@ -32,6 +32,7 @@ mod rl_report;
 mod rl_rollout;
 mod rl_step;
 mod rm;
+pub mod run_copies;
 mod run_error;
 pub mod run_folder;
 mod saving;

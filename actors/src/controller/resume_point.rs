@@ -3,7 +3,7 @@
 //! checkpoints that fail are reported (to be warned about) and set aside. It loads nothing
 //! into a model.
 
-use super::checkpoint::{checkpoint_folders, LoopState, Phase, STATE_FILE};
+use super::checkpoint::{checkpoint_folders, checkpoint_order, LoopState, Phase, STATE_FILE};
 use super::checkpoint_error::CheckpointError;
 use super::checksums::{self, CHECKSUMS_FILE};
 use std::path::{Path, PathBuf};
@@ -46,8 +46,10 @@ fn role_files(dir: &Path, role: &str) -> Vec<String> {
     files
 }
 
-/// Verifies one checkpoint folder and reads its state. `needs_critic`: the run trains a
-/// critic, so an RL checkpoint must hold one with its optimizer.
+/// Verifies one checkpoint folder and reads its state: every file against its checksum
+/// (`state.json` included, so an edited step, data position or KL coefficient is caught),
+/// then the state against the folder it sits in. `needs_critic`: the run trains a critic,
+/// so an RL checkpoint must hold one with its optimizer.
 pub fn verify_checkpoint(dir: &Path, needs_critic: bool) -> Result<LoopState, CheckpointError> {
     for marker in [STATE_FILE, CHECKSUMS_FILE] {
         if !dir.join(marker).is_file() {
@@ -62,14 +64,68 @@ pub fn verify_checkpoint(dir: &Path, needs_critic: bool) -> Result<LoopState, Ch
         path: path.clone(),
         source,
     })?;
-    let state: LoopState =
-        serde_json::from_str(&text).map_err(|source| CheckpointError::BadJson { path, source })?;
-    let mut required = role_files(dir, "policy");
-    if needs_critic && state.phase == Phase::Rl {
+    let state: Result<LoopState, _> = serde_json::from_str(&text);
+    let rl = state.as_ref().map_or(true, |s| s.phase == Phase::Rl);
+    let mut required = vec![STATE_FILE.to_string()];
+    required.extend(role_files(dir, "policy"));
+    if needs_critic && rl {
         required.extend(role_files(dir, "critic"));
     }
     checksums::verify(dir, &required)?;
+    let state = state.map_err(|source| CheckpointError::BadJson { path, source })?;
+    check_state(dir, &state)?;
     Ok(state)
+}
+
+/// Checks a (checksum-verified) loop state against its folder: the phase and step its
+/// name says, a valid KL controller, finite non-negative wall time, accuracies in [0, 1].
+fn check_state(dir: &Path, state: &LoopState) -> Result<(), CheckpointError> {
+    let bad = |field: &'static str, found: String, expected: String| {
+        Err(CheckpointError::BadState {
+            checkpoint: dir.to_path_buf(),
+            field,
+            found,
+            expected,
+        })
+    };
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+    if let Some((phase, step)) = name.as_deref().and_then(checkpoint_order) {
+        let (field, found) = match phase {
+            Phase::Sft => ("sft_step", state.sft_step),
+            Phase::Rl => ("step", state.step),
+        };
+        if state.phase != phase {
+            return bad("phase", format!("{:?}", state.phase), format!("{phase:?}"));
+        }
+        if found != step {
+            return bad(
+                field,
+                found.to_string(),
+                format!("{step} (the folder's step)"),
+            );
+        }
+    }
+    if let Err(e) = state.kl.validate() {
+        return bad("kl", format!("{:?}", state.kl), e.to_string());
+    }
+    if !(state.wall_seconds.is_finite() && state.wall_seconds >= 0.0) {
+        return bad(
+            "wall_seconds",
+            state.wall_seconds.to_string(),
+            "finite and ≥ 0".into(),
+        );
+    }
+    let accuracies = [
+        ("accuracy_sft", state.accuracy_sft),
+        ("sampled_accuracy_sft", state.sampled_accuracy_sft),
+        ("accuracy_init", state.accuracy_init),
+    ];
+    for (field, a) in accuracies {
+        if let Some(a) = a.filter(|a| !(0.0..=1.0).contains(a)) {
+            return bad(field, a.to_string(), "in [0, 1]".into());
+        }
+    }
+    Ok(())
 }
 
 /// The newest valid checkpoint of `run_dir`. Fails when the run has no checkpoint folder,

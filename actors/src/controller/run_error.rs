@@ -87,6 +87,15 @@ pub enum RunError {
     /// A batch generated ahead does not fit the step about to train on it.
     #[error(transparent)]
     Staleness(#[from] StalenessError),
+    /// The run's logs could not be written or synced before a checkpoint committed.
+    #[error("{at}: {source}")]
+    Logs {
+        /// The checkpoint being written.
+        at: At,
+        /// The monitor's write or fsync failure.
+        #[source]
+        source: crate::monitor::MonitorError,
+    },
     /// A file of the run folder could not be written.
     #[error("cannot {action} {}: {source}", path.display())]
     Io {
@@ -128,6 +137,7 @@ impl RunError {
             RunError::Checkpoint(_) | RunError::Context(_) => true,
             RunError::Diverged(_)
             | RunError::Io { .. }
+            | RunError::Logs { .. }
             | RunError::RestartBudget { .. }
             | RunError::Staleness(_) => false,
         }

@@ -2,7 +2,8 @@
 //! step. A fresh start is refused over an old run's checkpoints and otherwise clears the old
 //! run's files; a resume rewinds `metrics.jsonl` and `timeline.jsonl` to the checkpoint's
 //! step (dropping a partly written last line) and removes the stale `summary.json`.
-//! Checkpoints themselves are chosen in `resume_point.rs`.
+//! Checkpoints themselves are chosen in `resume_point.rs`. While a process uses the folder
+//! it holds [`RunLock`], so a second writer is refused instead of interleaving its logs.
 
 use super::checkpoint::{LoopState, Phase};
 use crate::monitor::files;
@@ -18,6 +19,18 @@ pub enum RunFolderError {
     HasCheckpoints {
         /// The run folder.
         run_dir: PathBuf,
+    },
+    /// Another process holds the run folder's lock.
+    #[error(
+        "{run_dir} is in use by another oxalign process ({holder}); wait for it to finish or stop it (lock file {lock})"
+    )]
+    Locked {
+        /// The run folder.
+        run_dir: PathBuf,
+        /// What the holder wrote into the lock file (pid and host), if readable.
+        holder: String,
+        /// The lock file.
+        lock: PathBuf,
     },
     /// A file of the folder could not be read, written or removed.
     #[error("{action} {path}: {source}")]
@@ -39,6 +52,67 @@ fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> RunFo
         path,
         source,
     }
+}
+
+/// The lock file inside a run folder.
+pub const LOCK_FILE: &str = ".oxalign.lock";
+
+/// An exclusive lock (`flock`) on a run folder, held until dropped. The lock file names
+/// the holder (pid and host), so a refused second writer can say who has the folder. The
+/// kernel releases the lock when the process dies, so a killed run never leaves it stuck.
+#[derive(Debug)]
+pub struct RunLock {
+    _file: std::fs::File,
+}
+
+impl RunLock {
+    /// Takes the lock of `run_dir` (created if missing) without waiting; refused with
+    /// [`RunFolderError::Locked`] while another process (or another open of it) holds it.
+    pub fn acquire(run_dir: &Path) -> Result<RunLock, RunFolderError> {
+        use std::io::{Read, Seek, Write};
+        std::fs::create_dir_all(run_dir).map_err(io("cannot create", run_dir))?;
+        let lock = run_dir.join(LOCK_FILE);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock)
+            .map_err(io("cannot open", &lock))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = match holder.trim() {
+                    "" => "holder unknown".to_string(),
+                    h => h.to_string(),
+                };
+                return Err(RunFolderError::Locked {
+                    run_dir: run_dir.to_path_buf(),
+                    holder,
+                    lock,
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io("cannot lock", &lock)(e)),
+        }
+        let me = format!("pid {} on host {}", std::process::id(), host_name());
+        file.set_len(0)
+            .and_then(|_| file.rewind())
+            .and_then(|_| file.write_all(me.as_bytes()))
+            .and_then(|_| file.flush())
+            .map_err(io("cannot write", &lock))?;
+        Ok(RunLock { _file: file })
+    }
+}
+
+/// This machine's host name (Linux), or `unknown`.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// Files and folders a run writes (besides `checkpoints/`), removed by a fresh start.
@@ -207,6 +281,19 @@ mod tests {
             }
         );
         assert!(!d.join("summary.json").exists());
+    }
+
+    #[test]
+    fn a_second_lock_on_a_run_folder_is_refused_naming_the_holder_until_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("runs/r");
+        let first = RunLock::acquire(&run).unwrap();
+        let err = RunLock::acquire(&run).unwrap_err().to_string();
+        let me = format!("pid {}", std::process::id());
+        assert!(err.contains(&me) && err.contains("in use"), "{err}");
+        drop(first);
+        let again = RunLock::acquire(&run).unwrap();
+        drop(again);
     }
 
     #[test]

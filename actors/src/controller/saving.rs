@@ -1,8 +1,10 @@
 //! Writing a checkpoint of the running roles: the policy (weights, optimizer state and
-//! tokenizer files), the critic when there is one, then the loop state, sealed with
+//! tokenizer files), the critic when there is one, copies of the run files a resume checks
+//! (`run_copies.rs`, after the run's logs are synced), then the loop state, sealed with
 //! checksums and published atomically (see `checkpoint.rs`). Older checkpoints are pruned.
 
 use super::checkpoint::{self, LoopState, Phase};
+use super::run_copies;
 use super::run_error::{At, RunError};
 use super::Ctx;
 use crate::monitor::{unix_ms_now, CheckpointInfo};
@@ -67,6 +69,14 @@ pub(crate) async fn save_checkpoint(
         let cdir = staged.join("critic");
         c.save("save", cdir, true).await.map_err(RunError::at(at))?;
     }
+    // A barrier: the metrics and timeline of every step up to this one are on disk (and
+    // fsynced) before the checkpoint that covers them commits.
+    ctx.monitor
+        .sync()
+        .await
+        .map_err(|source| RunError::Logs { at, source })?;
+    run_copies::stage(ctx.run_dir, &staged, state)
+        .map_err(io("copy the run's logs into", &staged))?;
     checkpoint::seal(&staged, state).map_err(io("seal checkpoint", &staged))?;
     checkpoint::publish(&staged, &fin).map_err(io("publish checkpoint", &fin))?;
     checkpoint::prune(ctx.run_dir, ctx.recipe.run.keep_checkpoints)

@@ -307,7 +307,7 @@ pub async fn spawn_policy(
         trainer.max_sft_loss = recipe.guard.max_sft_loss;
         trainer.max_policy_loss = recipe.guard.max_policy_loss;
         trainer.max_update_kl = recipe.guard.max_update_kl;
-        trainer.rollout_distribution = recipe.rl.rollout_distribution();
+        trainer.rollout_distribution = recipe.scoring_distribution();
         trainer.packing = Packing {
             sft: recipe.sft.packing,
             rl: recipe.rl.packing,
@@ -460,7 +460,7 @@ pub(crate) async fn spawn_reference(
         ReferenceState::new(
             Replicas::new("reference", rg.specs.clone(), refs, pool.clone()).map_err(&fail)?,
             monitor.clone(),
-            recipe.rl.rollout_distribution(),
+            recipe.scoring_distribution(),
         ),
     )
     .await

@@ -4,6 +4,7 @@
 
 use super::checkpoint::{LoopState, Phase};
 use super::generator::Generator;
+use super::run_copies;
 use super::run_error::{At, RunError};
 use super::saving::{
     copy_tokenizer, load_critic_optimizer, load_policy_optimizer, save_checkpoint,
@@ -46,7 +47,7 @@ pub(crate) async fn through_sft(
     clock: WallClock,
 ) -> Result<Roles, RunError> {
     let r = ctx.recipe;
-    let reference_dir = ctx.run_dir.join("reference");
+    let reference_dir = ctx.run_dir.join(run_copies::REFERENCE_DIR);
     let weights = from.map_or_else(|| ctx.policy_dir.to_path_buf(), |c| c.join("policy"));
     let mut policy = setup::spawn_policy(r, &weights, ctx.monitor, pool).await?;
     // The engine role (`placement.engine`), when the recipe places one: spawned from the
@@ -69,6 +70,11 @@ pub(crate) async fn through_sft(
         .await
         .map_err(RunError::at(At::Setup))?;
     copy_tokenizer(ctx.policy_dir, &reference_dir)?;
+    run_copies::seal_reference(&reference_dir).map_err(|source| RunError::Io {
+        action: "record the checksums of",
+        path: reference_dir.clone(),
+        source,
+    })?;
     if r.sft.steps > 0 {
         // RL starts from the SFT weights with a fresh optimizer (no SFT moments).
         policy

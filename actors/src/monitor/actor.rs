@@ -69,6 +69,9 @@ pub enum MonitorMsg {
     /// Reply with a copy of the current state and a receiver of every later event; the two
     /// are taken atomically, so no event is lost or seen twice between them.
     Subscribe(RpcReplyPort<(MonitorSnapshot, broadcast::Receiver<MonitorEvent>)>),
+    /// A barrier: reply once every event queued before it is written and the logs are
+    /// fsynced, with the failures since the previous sync (see [`MonitorHandle::sync`]).
+    Sync(RpcReplyPort<Result<(), MonitorError>>),
 }
 
 /// The monitor actor (stateless handler; its state is [`MonitorActorState`]).
@@ -81,6 +84,8 @@ pub struct MonitorActorState {
     log: Option<RunLog>,
     tx: broadcast::Sender<MonitorEvent>,
     write_errors: u64,
+    /// `write_errors` at the previous sync.
+    synced_errors: u64,
 }
 
 impl MonitorActorState {
@@ -93,6 +98,22 @@ impl MonitorActorState {
                 tracing::warn!(error = %e, failures = self.write_errors, "monitor: cannot write run log");
             }
         }
+    }
+
+    /// Fsyncs the logs and reports the writes that failed since the previous sync.
+    fn sync(&mut self) -> Result<(), MonitorError> {
+        let Some(log) = self.log.as_mut() else {
+            return Ok(());
+        };
+        let failures = self.write_errors - self.synced_errors;
+        self.synced_errors = self.write_errors;
+        if failures > 0 {
+            return Err(MonitorError::LostLines {
+                dir: log.dir().to_path_buf(),
+                failures,
+            });
+        }
+        log.sync()
     }
 
     fn handle_event(&mut self, event: MonitorEvent) {
@@ -174,6 +195,7 @@ impl Actor for Monitor {
             log,
             tx,
             write_errors: 0,
+            synced_errors: 0,
         })
     }
 
@@ -191,6 +213,9 @@ impl Actor for Monitor {
             }
             MonitorMsg::Subscribe(reply) => {
                 let _ = reply.send((st.state.snapshot(), st.tx.subscribe()));
+            }
+            MonitorMsg::Sync(reply) => {
+                let _ = reply.send(st.sync());
             }
         }
         Ok(())

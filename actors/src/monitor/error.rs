@@ -53,6 +53,15 @@ pub enum MonitorError {
     /// The monitor actor could not be started.
     #[error("cannot start the monitor actor: {0}")]
     Spawn(String),
+    /// Lines of the run's logs could not be written since the last sync (a full disk, a
+    /// removed folder): a checkpoint must not commit over logs that miss its steps.
+    #[error("{failures} line(s) of the run's logs in {dir} could not be written since the last checkpoint; the logs would miss steps the checkpoint covers")]
+    LostLines {
+        /// The run directory.
+        dir: PathBuf,
+        /// Failed writes since the last sync.
+        failures: u64,
+    },
     /// The monitor actor has stopped (or never ran), so it cannot answer.
     #[error("the monitor actor is not running")]
     NotRunning,

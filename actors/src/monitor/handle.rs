@@ -74,6 +74,20 @@ impl MonitorHandle {
         }
     }
 
+    /// A barrier for checkpoints: returns once every event sent before this call has been
+    /// written to the run's logs and the logs are fsynced. Fails when a line could not be
+    /// written since the previous sync, or the fsync fails. A disabled handle, or a monitor
+    /// without a run directory, has nothing to sync.
+    pub async fn sync(&self) -> Result<(), MonitorError> {
+        let Some(actor) = self.actor.as_ref() else {
+            return Ok(());
+        };
+        match actor.call(MonitorMsg::Sync, None).await {
+            Ok(CallResult::Success(result)) => result,
+            _ => Err(MonitorError::NotRunning),
+        }
+    }
+
     /// The current state and a receiver of every event after it (taken atomically).
     pub async fn subscribe(
         &self,

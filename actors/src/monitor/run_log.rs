@@ -123,6 +123,19 @@ impl RunLog {
         Self::append(&mut self.timeline, path, s)
     }
 
+    /// Flushes both logs to stable storage (`fsync`), so every line appended so far
+    /// survives a crash.
+    pub fn sync(&mut self) -> Result<(), MonitorError> {
+        let metrics = self.dir.join(files::METRICS);
+        self.metrics
+            .sync_data()
+            .map_err(io_err("cannot fsync", &metrics))?;
+        let timeline = self.dir.join(files::TIMELINE);
+        self.timeline
+            .sync_data()
+            .map_err(io_err("cannot fsync", &timeline))
+    }
+
     /// Writes `recipe.toml` (unless it already holds exactly this text) and `run.json`.
     pub fn write_run(&mut self, run: &RunInfo) -> Result<(), MonitorError> {
         let recipe = self.dir.join(files::RECIPE);

@@ -17,7 +17,7 @@ pub mod metric {
     /// absent when the reward has no such check (a model, a service, verifiers without
     /// `exact_match`).
     pub const ACCURACY: &str = "accuracy";
-    /// Mean per-sequence KL(policy || reference), in nats.
+    /// Mean per-token KL(policy || reference) over response tokens, in nats (the recipe's estimator).
     pub const KL: &str = "kl";
     /// Policy (actor) loss.
     pub const POLICY_LOSS: &str = "policy_loss";

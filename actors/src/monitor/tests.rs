@@ -339,3 +339,33 @@ fn events_serialise_with_a_type_tag() {
         (Some("metrics"), Some(0.1))
     );
 }
+
+#[tokio::test]
+async fn sync_returns_after_every_earlier_event_is_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let (handle, join) = Monitor::spawn(MonitorConfig::with_run_dir(dir.path()))
+        .await
+        .unwrap();
+    // Reported from another clone, as the controller and the roles do, then a barrier.
+    let reporter = handle.clone();
+    for step in 1..=50 {
+        for e in step_events(step, 1_000 * step) {
+            reporter.report(e);
+        }
+    }
+    handle.sync().await.unwrap();
+    let text = fs::read_to_string(dir.path().join(files::METRICS)).unwrap();
+    let steps: Vec<u64> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(steps, (1..=50).collect::<Vec<_>>());
+    // A handle without a monitor has nothing to sync.
+    MonitorHandle::disabled().sync().await.unwrap();
+    handle.shutdown().await.unwrap();
+    join.await.unwrap();
+}

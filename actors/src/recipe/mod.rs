@@ -181,6 +181,17 @@ impl Recipe {
     pub fn run_dir(&self) -> PathBuf {
         Path::new(&self.run.out_dir).join(&self.run.name)
     }
+
+    /// The distribution the policy's and the reference's log-probs are scored under: in an
+    /// RL run the rollout sampler's (`rl.temperature`, `top_k`, `top_p`), so they match the
+    /// engine's sampling log-probs; in SFT, RM and DPO runs the model's own (T = 1, no
+    /// truncation), whatever `[rl]` says, so DPO's policy and reference agree at the start.
+    pub fn scoring_distribution(&self) -> oxalign_models::TokenDistribution {
+        match self.run.kind {
+            RunKind::Rl => self.rl.rollout_distribution(),
+            RunKind::Sft | RunKind::Rm | RunKind::Dpo => oxalign_models::TokenDistribution::MODEL,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -358,7 +358,8 @@ pub struct RlSection {
     /// Loss aggregation of the policy and the critic: `token_mean`, `seq_mean_token_sum`,
     /// `seq_mean_token_mean` or `seq_mean_token_sum_norm` (Σ over a sequence's tokens divided
     /// by `max_new_tokens`). Default: `seq_mean_token_sum_norm` for `dr_grpo` (its constant
-    /// normaliser, Liu et al. 2025), `token_mean` otherwise (see `RlSection::loss_agg`).
+    /// normaliser, Liu et al. 2025), `seq_mean_token_mean` with `policy_loss = "gspo"`,
+    /// `token_mean` otherwise (see `RlSection::loss_agg`).
     #[serde(rename = "loss_agg")]
     pub loss_agg_choice: Option<LossAggName>,
     /// Whiten advantages over the batch. Default `true`.
@@ -451,11 +452,15 @@ pub const STALE_TIS_CAP: f64 = 2.0;
 
 impl RlSection {
     /// The loss aggregation in force: the recipe's, or the algorithm's own default.
+    /// GSPO's sequence-level ratio comes with its sequence-level average
+    /// (`seq_mean_token_mean`): token-mean would weight long responses more, the length
+    /// bias GSPO removes.
     pub fn loss_agg(&self) -> LossAggName {
-        match (self.loss_agg_choice, self.algorithm) {
-            (Some(a), _) => a,
-            (None, Algorithm::DrGrpo) => LossAggName::SeqMeanTokenSumNorm,
-            (None, _) => LossAggName::TokenMean,
+        match (self.loss_agg_choice, self.algorithm, self.policy_loss) {
+            (Some(a), _, _) => a,
+            (None, Algorithm::DrGrpo, _) => LossAggName::SeqMeanTokenSumNorm,
+            (None, _, PolicyLossName::Gspo) => LossAggName::SeqMeanTokenMean,
+            (None, _, _) => LossAggName::TokenMean,
         }
     }
 

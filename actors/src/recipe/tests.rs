@@ -192,6 +192,18 @@ fn dr_grpo_defaults_to_its_constant_normaliser() {
     );
 }
 
+#[test]
+fn gspo_defaults_to_its_sequence_level_average() {
+    let r = parse("[rl]\npolicy_loss = \"gspo\"\n", &[]).unwrap();
+    assert_eq!(r.rl.loss_agg(), LossAggName::SeqMeanTokenMean);
+    let r = parse(
+        "[rl]\npolicy_loss = \"gspo\"\nloss_agg = \"token_mean\"\n",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(r.rl.loss_agg(), LossAggName::TokenMean);
+}
+
 /// Each combination that would fail at run time or silently do nothing is refused by
 /// `--check`, naming the key.
 #[test]
@@ -329,12 +341,22 @@ fn stale_batches_default_to_token_tis_and_the_lag_is_bounded() {
     assert_eq!(r.rl.rollout_correction(), RolloutCorrectionName::TokenTis);
     assert_eq!(r.rl.tis_cap_in_force(), Some(STALE_TIS_CAP));
     for ok in [
-        format!("{grpo}max_staleness = 2\nrollout_correction = \"seq_mask\"\n"),
+        format!("{grpo}max_staleness = 2\nrollout_correction = \"icepop\"\n"),
         format!("{grpo}max_staleness = 1\ntis_cap = 5.0\n"),
-        format!("{grpo}max_staleness = 1\nrollout_correction = \"none\"\n"),
     ] {
         let r = parse(&ok, &[]).unwrap();
         validate(&r, Path::new("r.toml")).unwrap();
+    }
+    // Without a per-token π_old/π_behav weight a stale batch would train as on-policy.
+    for refused in ["none", "seq_mask"] {
+        let text = format!("{grpo}max_staleness = 1\nrollout_correction = \"{refused}\"\n");
+        let e = validate(&parse(&text, &[]).unwrap(), Path::new("r.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rl.rollout_correction") && e.contains("on-policy"),
+            "{e}"
+        );
     }
     let r = parse(&format!("{grpo}max_staleness = 1\ntis_cap = 5.0\n"), &[]).unwrap();
     assert_eq!(r.rl.tis_cap_in_force(), Some(5.0));

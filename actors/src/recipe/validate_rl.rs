@@ -274,6 +274,24 @@ fn rollout_correction(
             format!("{high}: expected a finite ratio >= 1 (and > rl.rollout_mask_low)"),
         ));
     }
+    if rl.max_staleness > 0
+        && matches!(
+            mode,
+            RolloutCorrectionName::None | RolloutCorrectionName::SeqMask
+        )
+    {
+        return Err(bad(
+            "rl.rollout_correction",
+            format!(
+                "{mode:?} with rl.max_staleness = {}: a stale batch was sampled by an older \
+                 policy, and without a per-token importance weight π_old/π_behav the clipped \
+                 surrogate would treat it as on-policy (seq_mask weighs every kept sequence \
+                 1); use \"token_tis\" (the default for stale batches) or \"icepop\", or \
+                 set rl.max_staleness = 0",
+                rl.max_staleness
+            ),
+        ));
+    }
     if mode != RolloutCorrectionName::None
         && r.engine.quant == EngineQuant::None
         && rl.max_staleness == 0
