@@ -187,3 +187,79 @@ fn distillation_lowers_the_reverse_kl_to_the_teacher() {
         "{err}"
     );
 }
+
+/// The adaptive KL controller (Ziegler et al. 2019) is fed the summed per-sequence KL
+/// (`kl_seq`), the unit of `rl.kl_target`: each step's β follows from the step before by
+/// `β ← β·(1 + clip((kl_seq − target)/target, ±0.2)·n/horizon)`, and feeding it the
+/// per-token `kl` instead would give another β (checked to differ on this run).
+#[test]
+fn the_adaptive_kl_controller_tracks_the_per_sequence_kl() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, horizon, n) = (0.03, 100.0, 64.0);
+    train(
+        dir.path(),
+        &[
+            &config("quickstart"),
+            "--set",
+            "run.steps=5",
+            "--set",
+            "sft.steps=30",
+            "--set",
+            "rl.kl_coef=0.1",
+            "--set",
+            "rl.kl_target=0.03",
+            "--set",
+            "rl.kl_horizon=100",
+        ],
+    );
+    let m = metrics(dir.path(), "quickstart");
+    let next =
+        |beta: f64, kl: f64| beta * (1.0 + ((kl - target) / target).clamp(-0.2, 0.2) * n / horizon);
+    let mut per_token_differs = false;
+    for (a, b) in m.iter().zip(&m[1..]) {
+        let (beta, got) = (num(a, "kl_coef"), num(b, "kl_coef"));
+        let want = next(beta, num(a, "kl_seq"));
+        assert!(
+            (got - want).abs() <= 1e-9 * want,
+            "step {}: β {got}, expected {want}",
+            num(b, "step")
+        );
+        per_token_differs |= (next(beta, num(a, "kl")) - got).abs() > 1e-6;
+    }
+    assert!(
+        per_token_differs,
+        "this run cannot tell kl from kl_seq: pick another target"
+    );
+}
+
+/// The critic's value loss is aggregated as `rl.loss_agg` says: summed over a sequence's
+/// tokens (`seq_mean_token_sum`) it is about the response length times the per-token mean of
+/// the same first step (both runs score the same batch with the same initial critic).
+#[test]
+fn the_critics_value_loss_follows_the_recipes_loss_aggregation() {
+    let value_loss = |agg: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let agg = format!("rl.loss_agg=\"{agg}\"");
+        train(
+            dir.path(),
+            &[
+                &config("quickstart"),
+                "--set",
+                "run.steps=1",
+                "--set",
+                "sft.steps=30",
+                "--set",
+                &agg,
+            ],
+        );
+        let m = metrics(dir.path(), "quickstart");
+        (num(&m[0], "value_loss"), num(&m[0], "response_len"))
+    };
+    let (token_mean, len) = value_loss("token_mean");
+    let (seq_sum, _) = value_loss("seq_mean_token_sum");
+    let ratio = seq_sum / token_mean;
+    assert!(
+        ratio > 0.6 * len && ratio < 1.6 * len,
+        "value loss {seq_sum} (sequence sums) vs {token_mean} (token mean): ratio {ratio}, responses of {len} tokens"
+    );
+}
