@@ -360,6 +360,16 @@ fn edit(file: &Path, from: &str, to: &str) {
 /// reference (against the checksums recorded when RL started) and the folder's lock.
 fn a_tampered_run_folder_is_caught(full: &Path) {
     let ckpt3 = run_dir(full).join("checkpoints/step_000003");
+    // The finished run's policy is an HF folder of its own, without optimizer state.
+    let fin = run_dir(full).join("final");
+    assert_eq!(
+        std::fs::read(fin.join("model.safetensors")).unwrap(),
+        std::fs::read(ckpt3.join("policy/model.safetensors")).unwrap()
+    );
+    for f in ["config.json", "tokenizer.json", "checksums.json"] {
+        assert!(fin.join(f).is_file(), "final/{f}");
+    }
+    assert!(!fin.join("optimizer").exists());
     assert_eq!(
         std::fs::read_to_string(ckpt3.join("metrics.jsonl")).unwrap(),
         std::fs::read_to_string(run_dir(full).join("metrics.jsonl")).unwrap(),

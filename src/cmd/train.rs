@@ -215,7 +215,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     "  held-out accuracy: not measured (the reward has no exact-match check)".to_string()
                 };
                 println!(
-                    "\nrun {} finished: {} RL steps in {:.1}s\n{accuracy}\n  outputs: {}/ (metrics.jsonl, summary.json, checkpoints/)",
+                    "\nrun {} finished: {} RL steps in {:.1}s\n{accuracy}\n  outputs: {}/ (final/: the trained policy as an HF folder; metrics.jsonl, summary.json, checkpoints/)",
                     summary.name,
                     summary.steps,
                     summary.wall_seconds,

@@ -274,6 +274,9 @@ async fn run(
     }
     let last_checkpoint =
         rl_loop::rl_loop(&ctx, &pool, &mut roles, data.as_ref(), &mut state, clock).await?;
+    if let Some(ckpt) = &last_checkpoint {
+        saving::write_final_policy(&ctx, ckpt)?;
+    }
     let final_acc = if data.eval_items().is_empty() {
         None
     } else {

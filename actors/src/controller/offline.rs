@@ -3,10 +3,9 @@
 //! the trained model as `<run>/final/` (HF folder, tokenizer, `checksums.json`) and writing
 //! `summary.json`. The loops themselves are in `sft_file.rs`, `rm.rs` and `dpo.rs`.
 
-use super::checksums::write_manifest;
 use super::lengths::{check_context, quoted};
 use super::run_error::{At, RunError};
-use super::saving::copy_tokenizer;
+use super::saving::{final_dir, seal_model};
 use super::sft::TokenPair;
 use super::{dpo, rm, sft_file, Ctx, RunSummary};
 use crate::batch::Sequences;
@@ -19,7 +18,7 @@ use oxalign_rlhf::data::{Dataset, RowSchema};
 use oxalign_rlhf::optim::LrSchedule;
 use oxalign_rlhf::RlhfError;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// Runs the recipe's offline kind to the end and writes `summary.json`.
@@ -101,31 +100,6 @@ pub(crate) fn schedule(lr: f64, warmup: u64, steps: u64) -> LrSchedule {
 /// True when step `step` (1-based) of `steps` evaluates: every `every` steps and the last.
 pub(crate) fn evaluates(step: u64, steps: u64, every: u64) -> bool {
     step == steps || (every > 0 && step.is_multiple_of(every))
-}
-
-/// `<run>/final/`, emptied, for the trained model.
-pub(crate) fn final_dir(run_dir: &Path) -> Result<PathBuf, RunError> {
-    let dir = run_dir.join("final");
-    let io = |action, source| RunError::Io {
-        action,
-        path: dir.clone(),
-        source,
-    };
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|e| io("clear", e))?;
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| io("create", e))?;
-    Ok(dir)
-}
-
-/// Completes the saved model folder `dir`: the tokenizer files and a SHA-256 of every file.
-pub(crate) fn seal_model(ctx: &Ctx<'_>, dir: &Path) -> Result<(), RunError> {
-    copy_tokenizer(ctx.policy_dir, dir)?;
-    write_manifest(dir, &[]).map_err(|source| RunError::Io {
-        action: "write the checksums of",
-        path: dir.to_path_buf(),
-        source,
-    })
 }
 
 /// Prints one progress line unless quiet.

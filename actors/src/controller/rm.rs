@@ -11,7 +11,7 @@ use super::offline_eval::pairwise;
 use super::offline_report::{print_data_report, OfflineSummary};
 use super::run_error::{At, RunError};
 use super::sft::TokenPair;
-use super::{setup, Ctx};
+use super::{saving, setup, Ctx};
 use crate::error::{Cause, RoleError};
 use crate::executor::ExecutorPool;
 use crate::monitor::{ActorInfo, StepMetrics};
@@ -174,14 +174,14 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
             ctx.monitor.report(m);
         }
     }
-    let dir = offline::final_dir(ctx.run_dir)?;
+    let dir = saving::final_dir(ctx.run_dir)?;
     ask(ROLE, "save", &rm, ctx.timeout, |reply| RmTrainerMsg::Save {
         dir: dir.clone(),
         reply,
     })
     .await
     .map_err(RunError::at(At::Setup))?;
-    offline::seal_model(ctx, &dir)?;
+    saving::seal_model(ctx, &dir)?;
     rm.stop(None);
     Ok(OfflineSummary {
         kind: "rm".into(),

@@ -123,6 +123,7 @@ const RUN_OUTPUTS: &[&str] = &[
     files::ACTORS,
     files::RECIPE,
     "summary.json",
+    "final",
     "init",
     "reference",
 ];

@@ -4,6 +4,7 @@
 //! checksums and published atomically (see `checkpoint.rs`). Older checkpoints are pruned.
 
 use super::checkpoint::{self, LoopState, Phase};
+use super::checksums::write_manifest;
 use super::run_copies;
 use super::run_error::{At, RunError};
 use super::Ctx;
@@ -11,10 +12,19 @@ use crate::monitor::{unix_ms_now, CheckpointInfo};
 use crate::roles::{CriticRole, PolicyRole};
 use std::path::{Path, PathBuf};
 
-/// Tokenizer files copied next to saved policy weights, so the folder is a whole HF model.
+/// Tokenizer files copied next to saved policy weights, so the folder is a whole HF model:
+/// the fast tokenizer and its config, the chat template where transformers 5 keeps it
+/// (`chat_template.jinja`; older processors wrote `chat_template.json`), the special-token
+/// map, the slow tokenizer's vocabularies and the generation defaults.
 const TOKENIZER_FILES: &[&str] = &[
     "tokenizer.json",
     "tokenizer_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
     "generation_config.json",
 ];
 
@@ -92,6 +102,57 @@ pub(crate) async fn save_checkpoint(
     Ok(fin)
 }
 
+/// `<run>/final/`, emptied, for the trained model.
+pub(crate) fn final_dir(run_dir: &Path) -> Result<PathBuf, RunError> {
+    let dir = run_dir.join("final");
+    let io = |action, source| RunError::Io {
+        action,
+        path: dir.clone(),
+        source,
+    };
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|e| io("clear", e))?;
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| io("create", e))?;
+    Ok(dir)
+}
+
+/// Completes the saved model folder `dir`: the tokenizer files and a SHA-256 of every file.
+pub(crate) fn seal_model(ctx: &Ctx<'_>, dir: &Path) -> Result<(), RunError> {
+    copy_tokenizer(ctx.policy_dir, dir)?;
+    write_manifest(dir, &[]).map_err(|source| RunError::Io {
+        action: "write the checksums of",
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
+/// Writes `<run>/final/`: the policy of the RL checkpoint `ckpt` as a Hugging Face model
+/// folder (weights, config, tokenizer and chat template, no optimizer state), with the
+/// SHA-256 of every file, ready for `oxalign generate` and transformers.
+pub(crate) fn write_final_policy(ctx: &Ctx<'_>, ckpt: &Path) -> Result<PathBuf, RunError> {
+    let dir = final_dir(ctx.run_dir)?;
+    let policy = ckpt.join("policy");
+    let entries = std::fs::read_dir(&policy).map_err(|source| RunError::Io {
+        action: "read",
+        path: policy.clone(),
+        source,
+    })?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if entry.path().is_dir() || name == crate::controller::CHECKSUMS_FILE {
+            continue; // the optimizer state stays in the checkpoint
+        }
+        std::fs::copy(entry.path(), dir.join(&name)).map_err(|source| RunError::Io {
+            action: "copy",
+            path: entry.path(),
+            source,
+        })?;
+    }
+    seal_model(ctx, &dir)?;
+    Ok(dir)
+}
+
 /// Loads the optimizer state saved in `dir/optimizer` into every replica of the policy.
 pub(crate) async fn load_policy_optimizer(
     policy: &dyn PolicyRole,
@@ -113,4 +174,38 @@ pub(crate) async fn load_critic_optimizer(
         .load_optimizer(dir)
         .await
         .map_err(RunError::at(At::Setup))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_saved_model_folder_keeps_its_chat_template_and_tokenizer_files() {
+        let (from, to) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        for f in [
+            "tokenizer.json",
+            "chat_template.jinja",
+            "special_tokens_map.json",
+        ] {
+            std::fs::write(from.path().join(f), f).unwrap();
+        }
+        std::fs::write(from.path().join("model.safetensors"), b"weights").unwrap();
+        copy_tokenizer(from.path(), to.path()).unwrap();
+        for f in [
+            "tokenizer.json",
+            "chat_template.jinja",
+            "special_tokens_map.json",
+        ] {
+            assert_eq!(std::fs::read_to_string(to.path().join(f)).unwrap(), f);
+        }
+        assert!(
+            !to.path().join("model.safetensors").exists(),
+            "weights are saved, not copied"
+        );
+        assert!(
+            !to.path().join("merges.txt").exists(),
+            "absent files are skipped"
+        );
+    }
 }
