@@ -1,7 +1,9 @@
 //! `oxalign launch`: the commands it prints start a working multi-process run (run here as
 //! printed, on 127.0.0.1); a node beyond loopback gets an ssh line; a bad host list exits 2;
 //! `--start` runs the workers (node2 through a stand-in for ssh) and the controller, and a
-//! worker whose ssh fails or that never answers exits 2 with the command to retry.
+//! worker whose ssh fails or that never answers exits 2 with the command to retry; a host
+//! that is no host name (a shell payload) exits 2 naming its line and runs nothing, and paths
+//! with spaces, quotes or `$` are quoted in what is printed and run.
 
 mod cluster_support;
 
@@ -206,8 +208,8 @@ fn launch_start_runs_the_workers_over_ssh_and_the_controller() {
     let log = std::fs::read_to_string(dir.path().join("ssh.log")).unwrap();
     assert_eq!(log.lines().count(), 1, "ssh only for node2: {log}");
     assert!(
-        log.starts_with("-tt -o SendEnv=OXALIGN_COOKIE ::ffff:127.0.0.1 cd '")
-            && log.contains(&format!("&& exec oxalign worker --listen {b}")),
+        log.starts_with("-tt -o SendEnv=OXALIGN_COOKIE ::ffff:127.0.0.1 cd ")
+            && log.contains(&format!("&& exec oxalign worker --listen '{b}'")),
         "{log}"
     );
     // The workers were stopped with the run: both ports are free again.
@@ -252,4 +254,86 @@ fn a_worker_that_fails_or_never_answers_exits_2_with_the_command() {
         started.elapsed()
     );
     assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_host_that_is_a_shell_payload_is_refused_naming_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.toml"), placed_recipe()).unwrap();
+    let marker = dir.path().join("pwned");
+    let hosts = format!(
+        "node1 h$(touch${{IFS}}{}).x:7101\nnode2 {}\n",
+        marker.display(),
+        free_port()
+    );
+    std::fs::write(dir.path().join("hosts"), hosts).unwrap();
+    let ssh = fake_ssh(dir.path(), "ssh", "exec sh -c \"$last\"");
+    for start in [true, false] {
+        let out = if start {
+            launch_start(dir.path(), &ssh, &["--set", "cluster.connect_timeout_s=5"])
+        } else {
+            launch(dir.path(), &["r.toml", "--hosts", "hosts"], Some("s3cret"))
+        };
+        let err = stderr(&out);
+        assert!(!marker.exists(), "--start {start}: the payload ran");
+        assert_eq!(out.status.code(), Some(2), "--start {start}: {err}");
+        assert!(
+            err.contains("hosts:1") && err.contains("is not a host name"),
+            "--start {start}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+/// Runs `line` (a printed command, its trailing ` &` cut) in sh with `ssh` and `oxalign`
+/// replaced by functions: ssh runs its remote command here, oxalign prints its working
+/// directory and then each argument on its own line.
+fn run_printed(line: &str, dir: &std::path::Path) -> Vec<String> {
+    let stand_ins = "ssh() { shift 3; eval \"$1\"; }\noxalign() { pwd; printf '%s\\n' \"$@\"; }\n";
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{stand_ins}{}", line.trim_end_matches(" &")))
+        .current_dir(dir)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{line}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn paths_with_spaces_quotes_and_dollars_are_quoted_in_the_printed_commands() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run $HOME it's");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("r $x.toml"), placed_recipe()).unwrap();
+    let a = free_port();
+    std::fs::write(
+        dir.join("hosts"),
+        format!("node1 {a}\nnode2 10.9.8.7:7101\n"),
+    )
+    .unwrap();
+    let out = launch(&dir, &["r $x.toml", "--hosts", "hosts"], Some("s3cret"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let here = dir.display().to_string();
+    assert_eq!(
+        run_printed(lines[1], tmp.path()),
+        [here.as_str(), "worker", "--listen", "10.9.8.7:7101"],
+        "{}",
+        lines[1]
+    );
+    let train = run_printed(lines[2], &dir);
+    assert_eq!(
+        train[..3],
+        [here.as_str(), "train", "r $x.toml"],
+        "{}",
+        lines[2]
+    );
 }

@@ -283,3 +283,93 @@ fn a_worker_reports_its_devices_and_what_its_roles_hold() {
         }
     });
 }
+
+/// Connects to `addr` and passes the handshake with `cookie`.
+async fn greeted(addr: &str, cookie: &str) -> tokio::net::TcpStream {
+    use oxalign_actors::cluster::{encode, read_message, write_message, Hello, Limits, PROTOCOL};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let hello = Hello {
+        protocol: PROTOCOL.into(),
+        cookie: cookie.into(),
+    };
+    write_message(&mut s, &encode(&hello).unwrap(), 1 << 20)
+        .await
+        .unwrap();
+    let welcome = read_message(&mut s, Limits::with_frame(1 << 20)).await;
+    assert!(welcome.unwrap().is_some(), "no welcome");
+    s
+}
+
+/// A line of `/proc/PID/status`, in bytes (`VmHWM`: the peak resident memory).
+fn proc_status_bytes(pid: u32, key: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with(key)).unwrap();
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb << 10
+}
+
+/// A worker limited to 64 open descriptors, flooded with 200 connections that never finish
+/// their handshake, goes on serving the controller connected before the flood and lets a
+/// new one in after it: it neither exits on a failed accept nor spends its descriptors.
+#[test]
+fn a_flood_past_the_descriptor_limit_leaves_the_worker_serving_its_controller() {
+    use tokio::io::AsyncWriteExt;
+    let mut w = Worker::start_with_nofile("127.0.0.1:0", Some("s3cret"), 64);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let flood = rt.block_on(async {
+        let controller = Connection::open(&endpoint(&w.addr, Some("s3cret")))
+            .await
+            .unwrap();
+        inventory(&controller).await;
+        let mut flood = Vec::new();
+        for _ in 0..200 {
+            if let Ok(mut s) = tokio::net::TcpStream::connect(&w.addr).await {
+                let _ = s.write_all(&[9, 0]).await; // half a frame header
+                flood.push(s);
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        inventory(&controller).await;
+        flood
+    });
+    assert!(w.alive(), "the worker died in the flood");
+    drop(flood);
+    // The flood's places come back as the worker sees those connections end.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while let Err(e) = open(&w.addr, Some("s3cret")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker stopped serving: {e}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(w.alive(), "the worker died");
+}
+
+/// Half-sent frames on a worker without a cookie (loopback): 32 connections each announcing
+/// a 16 MiB frame and sending one byte of it cost the worker about what they sent, not the
+/// 512 MiB announced.
+#[test]
+fn half_sent_frames_cost_the_worker_what_was_sent_not_what_was_announced() {
+    use tokio::io::AsyncWriteExt;
+    let w = Worker::start("127.0.0.1:0", None);
+    let before = proc_status_bytes(w.pid(), "VmHWM:");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut held = Vec::new();
+        for _ in 0..32 {
+            let mut s = greeted(&w.addr, "").await;
+            let mut partial = (16u32 << 20).to_le_bytes().to_vec();
+            partial.extend_from_slice(&[0, 7]);
+            s.write_all(&partial).await.unwrap();
+            held.push(s);
+        }
+        // Every connection got its welcome, so the worker is reading their frames.
+        let probe = Connection::open(&endpoint(&w.addr, None)).await.unwrap();
+        inventory(&probe).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let grown = proc_status_bytes(w.pid(), "VmHWM:").saturating_sub(before);
+        assert!(grown < 128 << 20, "the worker grew by {} MiB", grown >> 20);
+        drop(held);
+    });
+}

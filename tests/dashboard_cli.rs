@@ -130,3 +130,60 @@ fn dashboard_command_rejects_bad_arguments() {
     let err = run_expecting_user_error(&["dashboard", dir, "--addr", "localhost"]);
     assert!(err.contains("--addr"), "{err}");
 }
+
+/// A live `oxalign train --dashboard` run with at most 128 open descriptors: 200 half-sent
+/// requests from 127.0.0.1, sent while it trains and never finished, neither take the dashboard from
+/// another peer (127.0.0.2 is answered) nor the descriptors the run needs (it completes).
+#[test]
+fn a_flood_of_half_sent_requests_leaves_the_run_training_and_the_dashboard_serving() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("r.toml"),
+        "[run]\nname = \"flood\"\nsteps = 24\ncheckpoint_every = 2\nkeep_checkpoints = 2\n\
+         [data]\nmax_operand = 9\neval_size = 10\n[sft]\nsteps = 10\nbatch_size = 16\n\
+         [rl]\nprompts_per_step = 16\nminibatch_size = 16\nmax_new_tokens = 3\n",
+    )
+    .unwrap();
+    let child = Command::new("sh")
+        .args(["-c", "ulimit -n 128 && exec \"$0\" \"$@\""])
+        .arg(BIN)
+        .args(["train", "r.toml", "--quiet", "--dashboard", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start oxalign train");
+    let mut child = Running(child);
+    let mut lines = BufReader::new(child.0.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("oxalign train ended before printing the dashboard address")
+            .unwrap();
+        if let Some(u) = line.strip_prefix("dashboard: ") {
+            break u.trim().to_string();
+        }
+    };
+    let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let host = url
+        .strip_prefix("http://")
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    let addr: SocketAddr = host.parse().unwrap();
+    let mut flood = Vec::new();
+    for _ in 0..200 {
+        if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+            let _ = s.write_all(b"GET /api/state HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+            flood.push(s);
+        }
+    }
+    let other = http_get_from([127, 0, 0, 2].into(), addr, "/healthz", &[]);
+    assert_eq!(other.status, 200, "{other:?}");
+    let status = child.0.wait().unwrap();
+    let log = drain.join().unwrap().join("\n");
+    assert!(status.success(), "the run died:\n{log}");
+    drop(flood);
+}

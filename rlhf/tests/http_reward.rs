@@ -2,7 +2,9 @@
 //! concurrently up to the limit and reassembled in order, 500s retried until they succeed,
 //! and every failure (a service slower than the timeout, 500s past the retry budget,
 //! dropped connections, malformed JSON, the wrong number of rewards, NaN, an open circuit
-//! breaker) an error naming the URL, the attempts and the last failure, never a reward.
+//! breaker) an error naming the URL, the attempts and the last failure, never a reward; a
+//! redirect is not followed (the rows go nowhere else) and an answer past the size limit is
+//! refused without being read to its end.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -318,5 +320,107 @@ fn a_url_that_is_not_http_is_a_config_error() {
     for url in ["ftp://host/score", "localhost:8000", "http://"] {
         let e = HttpReward::new(config(url)).err().expect("refused");
         assert!(e.is_config() && e.to_string().contains(url), "{url}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn a_redirect_is_an_error_naming_the_location_and_is_never_followed() {
+    let elsewhere = Shared::default();
+    let e2 = elsewhere.clone();
+    let app = Router::new()
+        .route(
+            "/score",
+            post(|| async {
+                (
+                    StatusCode::TEMPORARY_REDIRECT,
+                    [(axum::http::header::LOCATION, "/elsewhere")],
+                )
+            }),
+        )
+        .route(
+            "/elsewhere",
+            post(move |Json(body): Json<Value>| {
+                let e2 = e2.clone();
+                async move {
+                    e2.requests.fetch_add(1, Ordering::SeqCst);
+                    ok(vec![1.0; body["responses"].as_array().unwrap().len()])
+                }
+            }),
+        );
+    let url = serve(app).await;
+    let e = score(config(&url), 3).await.unwrap_err();
+    assert_eq!(
+        elsewhere.requests.load(Ordering::SeqCst),
+        0,
+        "the rows were posted to the redirect's target"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&url) && msg.contains("307") && msg.contains("/elsewhere"),
+        "{msg}"
+    );
+    assert!(
+        e.is_config(),
+        "a redirecting URL is the user's setting: {msg}"
+    );
+}
+
+/// A raw server on 127.0.0.1 answering its first request with 200 and `total` bytes of
+/// body, streamed in 64 KiB chunks (announced by `Content-Length` when `announce`, else
+/// ended by closing); the task returns how many body bytes it could write before the client
+/// hung up.
+async fn huge_answer(total: usize, announce: bool) -> (String, tokio::task::JoinHandle<usize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/score", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let (mut sock, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match sock.read(&mut buf).await {
+                Ok(0) | Err(_) => return 0,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        let length = if announce {
+            format!("content-length: {total}\r\n")
+        } else {
+            "connection: close\r\n".to_string()
+        };
+        let answer = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{length}\r\n");
+        sock.write_all(answer.as_bytes()).await.unwrap();
+        let chunk = vec![b' '; 64 << 10];
+        let mut written = 0;
+        while written < total {
+            match sock.write(&chunk[..chunk.len().min(total - written)]).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => written += n,
+            }
+        }
+        written
+    });
+    (url, task)
+}
+
+#[tokio::test]
+async fn an_answer_past_the_size_limit_is_refused_unread() {
+    const HUNDRED_MB: usize = 100 << 20;
+    for announce in [true, false] {
+        let (url, server) = huge_answer(HUNDRED_MB, announce).await;
+        let e = score(config(&url), 2).await.unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&url) && msg.contains("over the limit of 8388608 bytes"),
+            "announce {announce}: {msg}"
+        );
+        let written = tokio::time::timeout(Duration::from_secs(120), server)
+            .await
+            .expect("the client still reads")
+            .unwrap();
+        assert!(
+            written < HUNDRED_MB / 2,
+            "announce {announce}: the client read {written} bytes"
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! a node beyond loopback), then the controller's `oxalign train` — or, with `--start`, runs
 //! them (`launch/start.rs`).
 
+mod quote;
 mod start;
 
 use std::fmt::Write as _;
@@ -11,6 +12,7 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 use oxalign_actors::recipe::{is_loopback, split_addr, validate, Recipe};
 
+use self::quote::{command_line, quote};
 use crate::user_error::{user_error, IntoUserError};
 
 /// Arguments of `oxalign launch`.
@@ -37,6 +39,12 @@ pub struct Args {
     pub start: bool,
 }
 
+/// `true` for a node name that can stand in a recipe key: letters, digits, `_` and `-`.
+fn valid_node_name(name: &str) -> bool {
+    name.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 /// The nodes of a host list, as `--set cluster.nodes.NAME=ADDR` overrides.
 fn host_overrides(path: &Path) -> anyhow::Result<Vec<String>> {
     let text = std::fs::read_to_string(path).user_err(format!("--hosts {}", path.display()))?;
@@ -51,38 +59,43 @@ fn host_overrides(path: &Path) -> anyhow::Result<Vec<String>> {
         let (Some(name), Some(addr), None) = (words.next(), words.next(), words.next()) else {
             return user_error(format!("{at}: expected `NAME HOST:PORT`, got {line:?}"));
         };
+        if !valid_node_name(name) {
+            return user_error(format!(
+                "{at}: the node name {name:?} is not a name: expected letters, digits, '_' and '-'"
+            ));
+        }
         split_addr(addr).map_err(|e| crate::user_error::UserError::new(format!("{at}: {e}")))?;
         out.push(format!("cluster.nodes.{name}={addr}"));
     }
     Ok(out)
 }
 
-/// The shell commands, one per line, with `#` comments.
+/// The shell commands, one per line, with `#` comments; every word that a shell would
+/// read specially is quoted (`launch/quote.rs`).
 fn commands(recipe: &Recipe, recipe_path: &Path, overrides: &[String]) -> String {
     let dir = std::path::absolute(".").unwrap_or_else(|_| PathBuf::from("."));
     let mut out = String::new();
     let nodes = recipe.cluster.resolved_nodes().unwrap_or_default();
     for (name, addr) in &nodes {
-        let _ = writeln!(out, "# node {name}");
-        let worker = format!("oxalign worker --listen {addr}");
+        let _ = writeln!(out, "# node {}", name.escape_debug());
+        let worker = command_line(["oxalign", "worker", "--listen", addr]);
         if is_loopback(addr) {
             let _ = writeln!(out, "{worker} &");
         } else {
             let host = split_addr(addr).map(|(h, _)| h).unwrap_or(addr);
-            let _ = writeln!(
-                out,
-                "ssh -o SendEnv={} {host} 'cd {} && {worker}' &",
-                recipe.cluster.cookie_env,
-                dir.display()
-            );
+            let remote = format!("cd {} && {worker}", quote(&dir.display().to_string()));
+            let send_env = format!("SendEnv={}", recipe.cluster.cookie_env);
+            let ssh = command_line(["ssh", "-o", &send_env, host, &remote]);
+            let _ = writeln!(out, "{ssh} &");
         }
     }
     let _ = writeln!(out, "# the controller, here");
-    let mut train = format!("oxalign train {}", recipe_path.display());
+    let recipe_path = recipe_path.display().to_string();
+    let mut train = vec!["oxalign", "train", recipe_path.as_str()];
     for o in overrides {
-        let _ = write!(train, " --set {o}");
+        train.extend(["--set", o.as_str()]);
     }
-    let _ = writeln!(out, "{train}");
+    let _ = writeln!(out, "{}", command_line(train));
     out
 }
 

@@ -72,8 +72,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             cookie,
             max_frame: (args.max_frame_mb as usize) << 20,
         };
-        cluster::serve(listener, cfg)
-            .await
-            .context("accepting connections failed")
+        match cluster::serve(listener, cfg).await {}
     })
 }

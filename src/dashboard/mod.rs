@@ -12,6 +12,7 @@
 //!   `oxalign_kl`, `oxalign_actor_status{actor,status}`, ...);
 //! * `/healthz`: `ok`.
 
+mod accept;
 mod auth;
 mod error;
 mod page;

@@ -1,5 +1,6 @@
 //! Starting and stopping the dashboard: address and token checks, binding, access control
-//! and common headers around the routes, graceful shutdown. What is served is in `routes.rs`.
+//! and common headers around the routes, graceful shutdown. What is served is in `routes.rs`;
+//! the accept loop, with its connection caps and header timeout, in `accept.rs`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,10 +9,12 @@ use axum::extract::Request;
 use axum::http::{header, HeaderValue};
 use axum::middleware::{self, Next};
 use axum::response::Response;
+use oxalign_actors::cluster::{Door, DoorCaps};
 use oxalign_actors::monitor::MonitorHandle;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::accept;
 use super::auth::{self, Access};
 use super::error::DashboardError;
 use super::routes::{self, App};
@@ -108,6 +111,9 @@ async fn common_headers(req: Request, next: Next) -> Response {
 ///   must carry it as `Authorization: Bearer TOKEN` or `?token=TOKEN`, else 401. It must be
 ///   1 to 256 printable ASCII characters without spaces.
 ///
+/// Connections are capped in total and per peer from the descriptor limit, and each must
+/// send its request head within 10 s (`accept.rs`).
+///
 /// Must be called inside a tokio runtime.
 pub async fn spawn(
     addr: SocketAddr,
@@ -147,13 +153,10 @@ pub async fn spawn(
         ))
         .layer(middleware::from_fn(common_headers));
 
-    let mut stop = shutdown_rx;
+    let door = Door::new(listener, DoorCaps::from_descriptor_limit());
     let task = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await
+        accept::serve(door, router, shutdown_rx).await;
+        Ok(())
     });
     tracing::info!(addr = %local, "dashboard listening");
     Ok(DashboardServer {

@@ -94,7 +94,19 @@ impl Worker {
     /// Starts a worker on `listen` (`127.0.0.1:0` for a free port) and waits for its
     /// `listening on ADDR` line.
     pub fn start(listen: &str, cookie: Option<&str>) -> Worker {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_oxalign"));
+        Self::start_with(Command::new(env!("CARGO_BIN_EXE_oxalign")), listen, cookie)
+    }
+
+    /// As [`Worker::start`], with at most `nofile` open file descriptors (`ulimit -n`).
+    pub fn start_with_nofile(listen: &str, cookie: Option<&str>, nofile: u32) -> Worker {
+        let mut sh = Command::new("sh");
+        sh.args(["-c", &format!("ulimit -n {nofile} && exec \"$0\" \"$@\"")])
+            .arg(env!("CARGO_BIN_EXE_oxalign"));
+        Self::start_with(sh, listen, cookie)
+    }
+
+    /// Runs `cmd` with the worker's arguments.
+    fn start_with(mut cmd: Command, listen: &str, cookie: Option<&str>) -> Worker {
         cmd.args(["worker", "--listen", listen])
             .env_remove("OXALIGN_COOKIE")
             .stdout(Stdio::piped())
@@ -112,6 +124,11 @@ impl Worker {
             .unwrap_or_else(|| panic!("worker said {line:?}"))
             .to_string();
         Worker { child, addr }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGKILL, and wait until the process is gone.

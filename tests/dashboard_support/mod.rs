@@ -44,7 +44,40 @@ fn decode_chunked(mut raw: &[u8]) -> Vec<u8> {
 /// Sends `GET path` with extra `headers` (blocking; run it off the async runtime with
 /// `spawn_blocking`, or from a plain thread) and reads the whole response.
 pub fn http_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Response {
-    let mut stream = TcpStream::connect(addr).expect("connect to the dashboard");
+    let stream = TcpStream::connect(addr).expect("connect to the dashboard");
+    get_on(stream, addr, path, headers)
+}
+
+/// As [`http_get`], from the local address `from` (e.g. `127.0.0.2`, another loopback
+/// peer than the default `127.0.0.1`).
+pub fn http_get_from(
+    from: std::net::IpAddr,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Response {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let stream = rt
+        .block_on(async {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind(SocketAddr::new(from, 0))?;
+            socket.connect(addr).await?.into_std()
+        })
+        .expect("connect to the dashboard");
+    stream.set_nonblocking(false).unwrap();
+    get_on(stream, addr, path, headers)
+}
+
+/// Sends `GET path` on `stream` and reads the whole response.
+fn get_on(
+    mut stream: TcpStream,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Response {
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();

@@ -22,6 +22,12 @@ pub enum FrameError {
         /// The cap.
         max: usize,
     },
+    /// A message stopped arriving midway: no byte for the stall limit.
+    #[error("a message stopped arriving midway: no byte for {secs:.0} s")]
+    Stalled {
+        /// The stall limit, seconds.
+        secs: f64,
+    },
     /// The header's flag byte is neither 0 (more frames) nor 1 (last frame).
     #[error("bad frame flag {0}: expected 0 or 1")]
     BadFlag(u8),

@@ -4,14 +4,20 @@
 //! (`1` = the message's last frame, `0` = more follow) — then the payload. A message bigger
 //! than the frame cap travels as several frames, each at most the cap. The reader refuses a
 //! header announcing more than the cap before allocating anything, and a message whose
-//! frames add up past the message cap, so what a peer can make a node allocate is what it
-//! sent plus at most one frame. Not here: what the bytes mean (`wire.rs`).
+//! frames add up past the message cap; a payload's buffer grows with the bytes that arrive
+//! (to at most twice them, or [`READ_CHUNK`] more), so what a peer can make a node allocate
+//! is about what it sent. With a stall limit, a message that stops arriving midway (no byte for that
+//! long) is an error, so a peer cannot hold a half-sent message open; the wait for a
+//! message's first byte is not limited. Not here: what the bytes mean (`wire.rs`).
 
 use super::error::FrameError;
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Bytes of a frame header.
 pub const HEADER_BYTES: usize = 5;
+/// Most bytes a payload's buffer is grown by ahead of what has arrived.
+pub const READ_CHUNK: usize = 1 << 20;
 
 /// The caps a reader enforces.
 #[derive(Debug, Clone, Copy)]
@@ -20,6 +26,8 @@ pub struct Limits {
     pub max_frame: usize,
     /// Largest message (all its frames), bytes.
     pub max_message: usize,
+    /// Longest wait for the next byte once a message has begun; `None` = no limit.
+    pub stall: Option<Duration>,
 }
 
 impl Limits {
@@ -29,6 +37,15 @@ impl Limits {
         Self {
             max_frame,
             max_message: max_frame.saturating_mul(64),
+            stall: None,
+        }
+    }
+
+    /// These limits with a stall limit of `stall`.
+    pub fn stalling_after(self, stall: Duration) -> Self {
+        Self {
+            stall: Some(stall),
+            ..self
         }
     }
 }
@@ -64,15 +81,16 @@ pub async fn read_message<R: AsyncRead + Unpin>(
     limits: Limits,
 ) -> Result<Option<Vec<u8>>, FrameError> {
     let mut message = Vec::new();
+    let mut first = true;
     loop {
         let mut header = [0u8; HEADER_BYTES];
-        match r.read_exact(&mut header).await {
+        let read = within(limits.stall.filter(|_| !first), r.read_exact(&mut header)).await?;
+        match read {
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && message.is_empty() => {
-                return Ok(None)
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && first => return Ok(None),
             Err(e) => return Err(e.into()),
         }
+        first = false;
         let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
         if len > limits.max_frame {
             return Err(FrameError::FrameTooLarge {
@@ -88,12 +106,48 @@ pub async fn read_message<R: AsyncRead + Unpin>(
                 max: limits.max_message,
             });
         }
-        let start = message.len();
-        message.resize(start + len, 0);
-        r.read_exact(&mut message[start..]).await?;
+        read_payload(r, &mut message, len, limits.stall).await?;
         if header[4] == 1 {
             return Ok(Some(message));
         }
+    }
+}
+
+/// Appends `len` bytes of `r` to `message`, growing it only when it is full, by at least
+/// the rest of the payload up to [`READ_CHUNK`] (so at most twice what has arrived, or
+/// [`READ_CHUNK`] more).
+async fn read_payload<R: AsyncRead + Unpin>(
+    r: &mut R,
+    message: &mut Vec<u8>,
+    len: usize,
+    stall: Option<Duration>,
+) -> Result<(), FrameError> {
+    let end = message.len() + len;
+    while message.len() < end {
+        let want = (end - message.len()).min(READ_CHUNK);
+        if message.len() == message.capacity() {
+            message.reserve(want);
+        }
+        let mut part = (&mut *r).take(want as u64);
+        if within(stall, part.read_buf(message)).await?? == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+        }
+    }
+    Ok(())
+}
+
+/// `read`, failing with [`FrameError::Stalled`] when `stall` is set and passes first.
+async fn within<T>(
+    stall: Option<Duration>,
+    read: impl std::future::Future<Output = T>,
+) -> Result<T, FrameError> {
+    match stall {
+        None => Ok(read.await),
+        Some(limit) => tokio::time::timeout(limit, read)
+            .await
+            .map_err(|_| FrameError::Stalled {
+                secs: limit.as_secs_f64(),
+            }),
     }
 }
 
@@ -135,6 +189,7 @@ mod tests {
         let limits = Limits {
             max_frame: 10,
             max_message: 50,
+            stall: None,
         };
         let e = read_message(&mut buf.as_slice(), limits).await;
         assert!(
@@ -147,5 +202,38 @@ mod tests {
         let clean_end: &[u8] = &[];
         let e = read_message(&mut &clean_end[..], Limits::with_frame(10)).await;
         assert!(matches!(e, Ok(None)), "{e:?}");
+    }
+
+    #[tokio::test]
+    async fn a_message_that_stops_midway_is_cut_after_the_stall_limit() {
+        let (mut peer, mut node) = tokio::io::duplex(1 << 16);
+        let mut partial = Vec::new();
+        partial.extend_from_slice(&(16u32 << 20).to_le_bytes());
+        partial.push(1);
+        partial.extend_from_slice(&[7u8; 10]);
+        peer.write_all(&partial).await.unwrap();
+        let limits = Limits::with_frame(16 << 20).stalling_after(Duration::from_millis(200));
+        let read = tokio::time::timeout(Duration::from_secs(60), read_message(&mut node, limits));
+        let e = read.await.expect("the stall limit never fired");
+        assert!(matches!(e, Err(FrameError::Stalled { .. })), "{e:?}");
+        drop(peer);
+    }
+
+    #[tokio::test]
+    async fn a_payload_grows_with_what_arrives_not_with_what_is_announced() {
+        let (mut peer, mut node) = tokio::io::duplex(1 << 16);
+        let mut partial = Vec::new();
+        partial.extend_from_slice(&(64u32 << 20).to_le_bytes());
+        partial.push(1);
+        partial.extend_from_slice(&[7u8; 10]);
+        peer.write_all(&partial).await.unwrap();
+        drop(peer);
+        let mut message = Vec::new();
+        let mut header = [0u8; HEADER_BYTES];
+        node.read_exact(&mut header).await.unwrap();
+        let e = read_payload(&mut node, &mut message, 64 << 20, None).await;
+        assert!(e.is_err(), "the stream ended inside the payload");
+        assert_eq!(message, [7u8; 10]);
+        assert!(message.capacity() <= READ_CHUNK, "{}", message.capacity());
     }
 }

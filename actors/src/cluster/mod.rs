@@ -19,6 +19,7 @@ mod arrays;
 mod blob;
 mod call;
 mod connection;
+mod door;
 mod error;
 mod frame;
 mod host;
@@ -33,6 +34,7 @@ mod worker;
 
 pub use call::{decode_request, decode_response, encode_request, encode_response};
 pub use connection::{Connection, Endpoint};
+pub use door::{Admission, Door, DoorCaps, ACCEPT_BACKOFF};
 pub use error::{
     ClusterError, ConnectionError, DecodeError, EncodeError, FrameError, TensorError, WorkerError,
 };

@@ -9,8 +9,17 @@
 //! (naming the tensor) and the connection goes on; the worker and its other connections go
 //! on either way. What the role reports to its monitor goes back to the controller on the
 //! same connection (`relay.rs`).
+//!
+//! Hostile clients: connections are capped in total and per peer address (`door.rs`, from
+//! the descriptor limit), and at most half of the places may be held by connections still
+//! in their handshake; a failed accept (out of descriptors) is logged and retried, never
+//! the end of the worker. The [`Hello`] is capped at 4 KiB and must arrive within
+//! [`HELLO_TIMEOUT`]; after it, a message that stops arriving midway is cut after
+//! [`STALL_TIMEOUT`], and a message's buffer grows with the bytes that arrive, not with the
+//! lengths announced (`frame.rs`).
 
 use super::call::{decode_request, encode_response};
+use super::door::{Door, DoorCaps};
 use super::error::{ConnectionError, DecodeError, WorkerError};
 use super::frame::{read_message, write_message, Limits};
 use super::host::HostedRole;
@@ -25,10 +34,12 @@ use std::task::Poll;
 use std::time::Duration;
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 /// How long a new connection may take to send its [`Hello`].
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a message that has begun may go without a byte.
+const STALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// The cap on a [`Hello`] (a protocol name and a cookie).
 const HELLO_MAX: usize = 4096;
 /// How long a role whose connection went away may take to stop.
@@ -72,17 +83,25 @@ pub async fn bind(listen: &str, cookie: Option<&str>) -> Result<TcpListener, Wor
         })
 }
 
-/// Accepts connections on `listener` until the process ends, each served on its own task.
-/// The connections share one register of the devices their roles hold, which an
-/// inventory request reports with this machine's devices.
-pub async fn serve(listener: TcpListener, cfg: WorkerConfig) -> std::io::Result<()> {
+/// Accepts connections on `listener` until the process ends, each served on its own task,
+/// within the caps of [`DoorCaps::from_descriptor_limit`]; never returns. The connections
+/// share one register of the devices their roles hold, which an inventory request reports
+/// with this machine's devices.
+pub async fn serve(listener: TcpListener, cfg: WorkerConfig) -> std::convert::Infallible {
+    let door = Door::new(listener, DoorCaps::from_descriptor_limit());
+    let handshakes = Arc::new(Semaphore::new((door.caps().total / 2).max(1)));
     let cfg = Arc::new(cfg);
     let holdings = Holdings::new(local_devices());
     loop {
-        let (stream, peer) = listener.accept().await?;
+        let (stream, peer, admission) = door.accept().await;
+        let Ok(handshake) = handshakes.clone().try_acquire_owned() else {
+            tracing::debug!("{peer}: closed at once, too many connections in their handshake");
+            continue;
+        };
         let (cfg, holdings) = (cfg.clone(), holdings.clone());
         tokio::spawn(async move {
-            if let Err(reason) = connection(stream, peer, &cfg, &holdings).await {
+            let _admission = admission;
+            if let Err(reason) = connection(stream, peer, handshake, &cfg, &holdings).await {
                 tracing::warn!("connection from {peer} closed: {reason}");
             }
         });
@@ -110,10 +129,11 @@ fn judge(hello: &Hello, cfg: &WorkerConfig) -> HelloReply {
     }
 }
 
-/// Serves one connection: handshake, spawn, calls.
+/// Serves one connection: handshake (holding `handshake` until it is done), spawn, calls.
 async fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
+    handshake: OwnedSemaphorePermit,
     cfg: &WorkerConfig,
     holdings: &Holdings,
 ) -> Result<(), ConnectionError> {
@@ -121,6 +141,7 @@ async fn connection(
     let hello_limits = Limits {
         max_frame: HELLO_MAX,
         max_message: HELLO_MAX,
+        stall: None,
     };
     let hello = tokio::time::timeout(HELLO_TIMEOUT, read_message(&mut stream, hello_limits))
         .await
@@ -145,6 +166,7 @@ async fn connection(
     if let HelloReply::Refused { reason } = verdict {
         return Err(ConnectionError::Refused { peer, reason });
     }
+    drop(handshake);
     let (rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Envelope<Response>>();
     let max_frame = cfg.max_frame;
@@ -161,7 +183,7 @@ async fn connection(
     let (relay, monitor) = RelayHandle::start(tx.clone()).await;
     let r = calls(
         rd,
-        Limits::with_frame(cfg.max_frame),
+        Limits::with_frame(cfg.max_frame).stalling_after(STALL_TIMEOUT),
         &tx,
         monitor,
         relay.flusher(),

@@ -2,6 +2,7 @@
 //! "node1:cpu"`), where the cookie comes from, and how long to wait for a node; with its
 //! checks. The transport itself is `crate::cluster`.
 
+use super::host_name::valid_host;
 use super::slurm::SlurmError;
 use super::{Recipe, RecipeError, RunKind};
 use crate::placement::RolePlacement;
@@ -142,6 +143,17 @@ pub enum AddressError {
         /// Its port part.
         port: String,
     },
+    /// The host is neither an RFC 1123 host name nor an IP address.
+    #[error(
+        "{addr:?}: the host {host:?} is not a host name (letters, digits, '-' and '.', as in \
+         RFC 1123) nor an IP address"
+    )]
+    BadHost {
+        /// The address given.
+        addr: String,
+        /// Its host part.
+        host: String,
+    },
     /// An empty host or port 0.
     #[error("{addr:?}: expected a host and a non-zero port, e.g. \"127.0.0.1:7101\"")]
     Incomplete {
@@ -150,7 +162,8 @@ pub enum AddressError {
     },
 }
 
-/// Splits `host:port` (`[::1]:7101` for IPv6) into host and port, or says what is wrong.
+/// Splits `host:port` (`[::1]:7101` for IPv6) into host and port, or says what is wrong;
+/// the host must be an RFC 1123 host name or an IP literal ([`valid_host`]).
 pub fn split_addr(addr: &str) -> Result<(&str, u16), AddressError> {
     let (host, port) = addr.rsplit_once(':').ok_or_else(|| AddressError::NoPort {
         addr: addr.to_string(),
@@ -163,6 +176,12 @@ pub fn split_addr(addr: &str) -> Result<(&str, u16), AddressError> {
     if host.is_empty() || port == 0 {
         return Err(AddressError::Incomplete {
             addr: addr.to_string(),
+        });
+    }
+    if !valid_host(host) {
+        return Err(AddressError::BadHost {
+            addr: addr.to_string(),
+            host: host.to_string(),
         });
     }
     Ok((host, port))

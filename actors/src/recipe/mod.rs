@@ -9,6 +9,7 @@ mod cluster;
 mod engine_placement_check;
 mod expert_parallel_check;
 mod head_check;
+mod host_name;
 mod moe_switches;
 mod offline;
 mod overrides;
@@ -26,6 +27,7 @@ pub use cluster::{
     is_loopback, is_loopback_host, role_placements, split_addr, AddressError, ClusterSection,
     DEFAULT_COOKIE_ENV,
 };
+pub use host_name::valid_host;
 pub use offline::{DpoLossName, DpoSection, RmSection, RunKind};
 pub use overrides::apply_override;
 pub use resume_check::{changed_keys, check_resume, RESUMABLE_KEYS};

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use oxalign_actors::cluster::{ClusterError, Connection, Endpoint};
 use oxalign_actors::recipe::{is_loopback, split_addr, Recipe, DEFAULT_COOKIE_ENV};
 
+use super::quote::{command_line, quote};
 use crate::user_error::{user_error, UserError};
 
 /// The environment variable naming the ssh program.
@@ -37,11 +38,6 @@ impl Drop for Started {
     }
 }
 
-/// `s` quoted for a POSIX shell.
-fn quoted(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
 /// Starts node `name`'s worker at `addr`.
 fn spawn_worker(recipe: &Recipe, name: &str, addr: &str, dir: &Path) -> anyhow::Result<Started> {
     let exe = std::env::current_exe()?;
@@ -56,16 +52,21 @@ fn spawn_worker(recipe: &Recipe, name: &str, addr: &str, dir: &Path) -> anyhow::
             return user_error(format!("${SSH_ENV} is empty: expected an ssh program"));
         };
         let host = split_addr(addr).map(|(h, _)| h).unwrap_or(addr);
+        // ssh hands its command to the remote shell: every word is quoted.
         let remote = format!(
-            "cd {} && exec oxalign worker --listen {addr}",
-            quoted(&dir.display().to_string())
+            "cd {} && exec {}",
+            quote(&dir.display().to_string()),
+            command_line(["oxalign", "worker", "--listen", addr])
         );
         let send_env = format!("SendEnv={}", recipe.cluster.cookie_env);
         let mut c = Command::new(program);
         c.args(words).args(["-tt", "-o", &send_env, host, &remote]);
         (
             c,
-            format!("{ssh} -tt -o {send_env} {host} {}", quoted(&remote)),
+            format!(
+                "{ssh} {}",
+                command_line(["-tt", "-o", &send_env, host, &remote])
+            ),
         )
     };
     // The worker reads its cookie from OXALIGN_COOKIE, whatever the recipe's cookie_env.

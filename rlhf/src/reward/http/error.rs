@@ -39,11 +39,47 @@ pub enum HttpRewardError {
         /// What is wrong with the body.
         message: super::schema::ResponseError,
     },
+    /// The service answered with a redirect, which is never followed: the rows go to the
+    /// configured URL only.
+    #[error(
+        "reward service {url}: a request of {rows} rows was answered with HTTP {status}, a \
+         redirect to {location}; redirects are not followed: set reward.http.url to the \
+         service's own URL"
+    )]
+    Redirected {
+        /// The URL posted to.
+        url: String,
+        /// Rows in the request.
+        rows: usize,
+        /// The 3xx status.
+        status: u16,
+        /// The `Location` header, or `(none)`.
+        location: String,
+    },
+    /// The answer is longer than the limit; it was not read.
+    #[error(
+        "reward service {url}: the answer (HTTP {status}) to a request of {rows} rows is over \
+         the limit of {limit} bytes"
+    )]
+    TooLarge {
+        /// The URL posted to.
+        url: String,
+        /// Rows in the request.
+        rows: usize,
+        /// Its status.
+        status: u16,
+        /// The limit, bytes.
+        limit: usize,
+    },
 }
 
 impl HttpRewardError {
-    /// True for a configuration error (the user's input), false for a failure of the run.
+    /// True for a configuration error (the user's input: a bad setting, or a URL that
+    /// redirects), false for a failure of the run.
     pub fn is_config(&self) -> bool {
-        matches!(self, HttpRewardError::Config { .. })
+        matches!(
+            self,
+            HttpRewardError::Config { .. } | HttpRewardError::Redirected { .. }
+        )
     }
 }

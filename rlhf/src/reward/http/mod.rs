@@ -8,13 +8,20 @@
 //! [`HttpRewardError`] naming the URL, the attempts and the last failure; the other chunks
 //! are cancelled and no reward of the batch is returned, so nothing is half applied.
 //! Proxies from the environment are not used; TLS is rustls with the ring provider.
+//!
+//! Redirects are not followed: the rows go to the configured URL only, and a 3xx answer is
+//! an [`HttpRewardError::Redirected`] naming the URL and the `Location`. An answer longer
+//! than [`MAX_RESPONSE_BYTES`] is refused unread (`body.rs`).
 
+mod body;
 mod breaker;
 mod error;
 pub mod schema;
 
+pub use body::MAX_RESPONSE_BYTES;
 pub use error::HttpRewardError;
 
+use body::{read_limited, BodyError};
 use breaker::{error_chain, AttemptLog, Attempts, Breaker, Guard};
 use futures::{StreamExt, TryStreamExt};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
@@ -96,6 +103,7 @@ impl HttpReward {
             .timeout(cfg.timeout)
             .connect_timeout(cfg.timeout)
             .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| bad(format!("cannot build the HTTP client: {}", error_chain(&e))))?;
         let policy = ExponentialBackoff::builder()
@@ -178,18 +186,45 @@ impl HttpReward {
             }
         };
         let status = response.status();
-        let bytes = response.bytes().await;
-        if !status.is_success() {
-            let text = bytes.map(|b| snippet(&b)).unwrap_or_default();
-            return Err(failed(format!("HTTP {status}{text}")));
+        if status.is_redirection() {
+            return Err(self.redirected(&response, rows));
         }
-        let bytes = bytes.map_err(|e| failed(format!("reading the body: {}", error_chain(&e))))?;
+        let bytes = match read_limited(response, MAX_RESPONSE_BYTES).await {
+            Ok(b) => b,
+            Err(BodyError::TooLarge { limit }) => {
+                return Err(HttpRewardError::TooLarge {
+                    url: self.cfg.url.clone(),
+                    rows,
+                    status: status.as_u16(),
+                    limit,
+                })
+            }
+            Err(e) if status.is_success() => return Err(failed(e.to_string())),
+            Err(_) => Vec::new(),
+        };
+        if !status.is_success() {
+            return Err(failed(format!("HTTP {status}{}", snippet(&bytes))));
+        }
         parse_rewards(&bytes, rows).map_err(|message| HttpRewardError::BadResponse {
             url: self.cfg.url.clone(),
             rows,
             attempts: log.attempts().max(1),
             message,
         })
+    }
+
+    /// The error for a 3xx answer: redirects are never followed.
+    fn redirected(&self, response: &reqwest::Response, rows: usize) -> HttpRewardError {
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .map(|l| String::from_utf8_lossy(l.as_bytes()).into_owned());
+        HttpRewardError::Redirected {
+            url: self.cfg.url.clone(),
+            rows,
+            status: response.status().as_u16(),
+            location: location.unwrap_or_else(|| "(none)".into()),
+        }
     }
 }
 
