@@ -173,11 +173,18 @@ impl ParamStore {
 pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()> {
     let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
     let data: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    safetensors::serialize_to_file(data, Some(metadata), path).map_err(|e| {
-        ModelError::Safetensors {
+    safetensors::serialize_to_file(data, Some(metadata), path).map_err(|e| match e {
+        // A full disk or a lost mount is a failure of the run, not a bad file: keep it an
+        // I/O error so callers (and exit codes) can tell.
+        safetensors::SafeTensorError::IoError(source) => ModelError::Io {
+            action: "write",
+            path: path.to_path_buf(),
+            source,
+        },
+        e => ModelError::Safetensors {
             path: path.to_path_buf(),
             message: e.to_string(),
-        }
+        },
     })
 }
 
@@ -201,4 +208,25 @@ fn checked<'a>(
         });
     }
     Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A full disk while saving is an I/O error (a failed run), not a bad safetensors file
+    /// (bad input). `/dev/full` fails every write with ENOSPC.
+    #[test]
+    fn a_full_disk_while_saving_is_an_io_error() {
+        let full = Path::new("/dev/full");
+        if !full.exists() {
+            return;
+        }
+        let t = Tensor::new(&[1.0f32; 64], &Device::Cpu).unwrap();
+        let e = write_safetensors(full, &[("w".into(), t)]).unwrap_err();
+        match e {
+            ModelError::Io { source, .. } => assert_eq!(source.raw_os_error(), Some(28), "ENOSPC"),
+            other => panic!("expected an I/O error, got {other}"),
+        }
+    }
 }

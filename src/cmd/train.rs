@@ -139,6 +139,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for w in warnings(&recipe) {
         eprintln!("warning: {}: {w}", args.recipe.display());
     }
+    if let Some(addr) = args.dashboard {
+        // Before the run folder exists: a refused dashboard leaves nothing behind.
+        oxalign::dashboard::check_access(addr, args.token.as_deref()).user_err("--dashboard")?;
+    }
     if args.check {
         if recipe.run.kind != oxalign_actors::recipe::RunKind::Rl {
             println!(

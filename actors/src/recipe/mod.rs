@@ -10,6 +10,7 @@ mod engine_placement_check;
 mod expert_parallel_check;
 mod head_check;
 mod moe_switches;
+mod numbers;
 mod offline;
 mod overrides;
 mod resume_check;
@@ -26,6 +27,7 @@ pub use cluster::{
     is_loopback, is_loopback_host, role_placements, split_addr, AddressError, ClusterSection,
     DEFAULT_COOKIE_ENV,
 };
+pub use numbers::{MAX_EVAL_SIZE, MAX_SEQUENCES_PER_STEP, MAX_TOKENS};
 pub use offline::{DpoLossName, DpoSection, RmSection, RunKind};
 pub use overrides::apply_override;
 pub use resume_check::{changed_keys, check_resume, RESUMABLE_KEYS};
@@ -35,7 +37,7 @@ pub use reward::{
 };
 pub use sections::*;
 pub use slurm::{expand_hostlist, HostListError, SlurmError, NODELIST_ENV};
-pub use supervision::{FaultKind, FaultSpec, SupervisionSection, FAULT_PHASES};
+pub use supervision::{FaultKind, FaultSpec, SupervisionSection, FAULT_PHASES, MAX_CALL_TIMEOUT_S};
 pub use teacher_check::{same_vocabulary, TeacherError};
 pub use validate::validate;
 pub use validate_rl::warnings;
