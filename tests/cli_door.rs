@@ -205,3 +205,21 @@ fn a_refused_dashboard_leaves_no_run_folder() {
         runs.display()
     );
 }
+
+#[test]
+fn a_max_new_tokens_past_the_models_context_is_refused_by_check_and_leaves_no_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    set_config(&model, "max_position_embeddings", serde_json::json!(16));
+    let recipe = dir.path().join("r.toml");
+    let runs = dir.path().join("runs");
+    let text = format!(
+        "[run]\nout_dir = {:?}\nsteps = 1\n[model]\npath = {:?}\n[rl]\nmax_new_tokens = 100\n",
+        s(&runs),
+        s(&model)
+    );
+    std::fs::write(&recipe, text).unwrap();
+    fails(&["train", s(&recipe), "--check"], &["rl.max_new_tokens = 100", "16"]);
+    fails(&["train", s(&recipe)], &["rl.max_new_tokens"]);
+    assert!(!runs.join("run").exists(), "a refused start left {}", runs.display());
+}

@@ -173,9 +173,14 @@ impl ParamStore {
 pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()> {
     let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
     let data: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    safetensors::serialize_to_file(data, Some(metadata), path).map_err(|e| match e {
-        // A full disk or a lost mount is a failure of the run, not a bad file: keep it an
-        // I/O error so callers (and exit codes) can tell.
+    safetensors::serialize_to_file(data, Some(metadata), path).map_err(|e| write_error(e, path))
+}
+
+/// A failed safetensors write as a [`ModelError`]: an OS error (a full disk, a lost mount)
+/// stays an I/O error, a failure of the run, so callers (and exit codes) can tell it from a
+/// bad file.
+fn write_error(e: safetensors::SafeTensorError, path: &Path) -> ModelError {
+    match e {
         safetensors::SafeTensorError::IoError(source) => ModelError::Io {
             action: "write",
             path: path.to_path_buf(),
@@ -185,7 +190,7 @@ pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()
             path: path.to_path_buf(),
             message: e.to_string(),
         },
-    })
+    }
 }
 
 /// `tensors[name]`, which must exist and have `shape`; errors name the tensor and `source`.
@@ -215,18 +220,16 @@ mod tests {
     use super::*;
 
     /// A full disk while saving is an I/O error (a failed run), not a bad safetensors file
-    /// (bad input). `/dev/full` fails every write with ENOSPC.
+    /// (bad input).
     #[test]
     fn a_full_disk_while_saving_is_an_io_error() {
-        let full = Path::new("/dev/full");
-        if !full.exists() {
-            return;
-        }
-        let t = Tensor::new(&[1.0f32; 64], &Device::Cpu).unwrap();
-        let e = write_safetensors(full, &[("w".into(), t)]).unwrap_err();
+        let enospc = std::io::Error::from_raw_os_error(28);
+        let e = write_error(safetensors::SafeTensorError::IoError(enospc), Path::new("m"));
         match e {
-            ModelError::Io { source, .. } => assert_eq!(source.raw_os_error(), Some(28), "ENOSPC"),
+            ModelError::Io { source, .. } => assert_eq!(source.raw_os_error(), Some(28)),
             other => panic!("expected an I/O error, got {other}"),
         }
+        let e = write_error(safetensors::SafeTensorError::HeaderTooLarge, Path::new("m"));
+        assert!(matches!(e, ModelError::Safetensors { .. }), "{e}");
     }
 }

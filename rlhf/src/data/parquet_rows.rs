@@ -175,6 +175,39 @@ mod tests {
         }
     }
 
+    #[test]
+    fn integer_columns_are_not_text() {
+        use parquet::data_type::Int64Type;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ints.parquet");
+        let schema = parse_message_type(
+            "message rows { REQUIRED BYTE_ARRAY prompt (UTF8); REQUIRED INT64 response; }",
+        )
+        .unwrap();
+        let file = std::fs::File::create(&p).unwrap();
+        let props = Arc::new(WriterProperties::builder().build());
+        let mut w = SerializedFileWriter::new(file, Arc::new(schema), props).unwrap();
+        let mut rg = w.next_row_group().unwrap();
+        let mut col = rg.next_column().unwrap().unwrap();
+        col.typed::<ByteArrayType>()
+            .write_batch(&["1+1=".into()], None, None)
+            .unwrap();
+        col.close().unwrap();
+        let mut col = rg.next_column().unwrap().unwrap();
+        col.typed::<Int64Type>().write_batch(&[2], None, None).unwrap();
+        col.close().unwrap();
+        rg.close().unwrap();
+        w.close().unwrap();
+        let e = Dataset::<SftRow>::load(&spec(&p, OnBadRow::Fail), None)
+            .err()
+            .expect("an integer response is refused")
+            .to_string();
+        assert!(
+            e.contains("row group 0, row 0") && e.contains("`response` is a number"),
+            "{e}"
+        );
+    }
+
     /// Every single-byte flip in the data pages of a Parquet file is refused with an error
     /// naming the file (or read, when the flip lands in a value's text), never a panic.
     #[test]
