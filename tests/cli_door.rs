@@ -219,7 +219,14 @@ fn a_max_new_tokens_past_the_models_context_is_refused_by_check_and_leaves_no_fo
         s(&model)
     );
     std::fs::write(&recipe, text).unwrap();
-    fails(&["train", s(&recipe), "--check"], &["rl.max_new_tokens = 100", "16"]);
+    fails(
+        &["train", s(&recipe), "--check"],
+        &["rl.max_new_tokens = 100", "16"],
+    );
     fails(&["train", s(&recipe)], &["rl.max_new_tokens"]);
-    assert!(!runs.join("run").exists(), "a refused start left {}", runs.display());
+    assert!(
+        !runs.join("run").exists(),
+        "a refused start left {}",
+        runs.display()
+    );
 }

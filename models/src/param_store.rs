@@ -224,7 +224,10 @@ mod tests {
     #[test]
     fn a_full_disk_while_saving_is_an_io_error() {
         let enospc = std::io::Error::from_raw_os_error(28);
-        let e = write_error(safetensors::SafeTensorError::IoError(enospc), Path::new("m"));
+        let e = write_error(
+            safetensors::SafeTensorError::IoError(enospc),
+            Path::new("m"),
+        );
         match e {
             ModelError::Io { source, .. } => assert_eq!(source.raw_os_error(), Some(28)),
             other => panic!("expected an I/O error, got {other}"),

@@ -181,9 +181,15 @@ mod tests {
             message: "I/O error: No space left on device (os error 28)".into(),
         };
         let read = RunError::role(At::Setup, RoleError::new("policy", "load", full()));
-        assert!(read.is_bad_input(), "a bad safetensors file read is the user's");
+        assert!(
+            read.is_bad_input(),
+            "a bad safetensors file read is the user's"
+        );
         let e = RunError::role(
-            At::Checkpoint { sft: false, step: 3 },
+            At::Checkpoint {
+                sft: false,
+                step: 3,
+            },
             RoleError::new("policy", "save", full()),
         );
         assert!(!e.is_bad_input(), "{e}");

@@ -194,7 +194,9 @@ mod tests {
             .unwrap();
         col.close().unwrap();
         let mut col = rg.next_column().unwrap().unwrap();
-        col.typed::<Int64Type>().write_batch(&[2], None, None).unwrap();
+        col.typed::<Int64Type>()
+            .write_batch(&[2], None, None)
+            .unwrap();
         col.close().unwrap();
         rg.close().unwrap();
         w.close().unwrap();
