@@ -35,7 +35,9 @@ pub fn fit_generation(
     ctx: usize,
     truncate: bool,
 ) -> anyhow::Result<usize> {
-    if prompt.len() + max_new_tokens <= ctx {
+    // Checked: `--max-new-tokens 18446744073709551615` must be refused, not wrap around.
+    let total = prompt.len().checked_add(max_new_tokens);
+    if total.is_some_and(|t| t <= ctx) {
         return Ok(max_new_tokens);
     }
     if !truncate {
@@ -73,5 +75,17 @@ mod tests {
         assert_eq!(long, (25..40).collect::<Vec<u32>>());
         assert!(check_fits(p, 1, 16, 16).is_ok());
         assert!(check_fits(p, 1, 17, 16).is_err());
+    }
+
+    #[test]
+    fn an_absurd_max_new_tokens_is_refused_or_capped_not_wrapped() {
+        let p = Path::new("in.jsonl");
+        let mut prompt = vec![1u32; 10];
+        let err = fit_generation(p, 1, &mut prompt, usize::MAX, 16, false).unwrap_err();
+        assert!(err.to_string().contains(&usize::MAX.to_string()), "{err}");
+        assert_eq!(
+            fit_generation(p, 1, &mut prompt, usize::MAX, 16, true).unwrap(),
+            6
+        );
     }
 }

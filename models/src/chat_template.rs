@@ -59,6 +59,40 @@ pub enum ChatTemplateError {
     /// Any other failure while rendering (unknown filter, bad operation, ...).
     #[error("chat template failed to render: {0}")]
     Render(String),
+    /// The rendering took more than [`MAX_RENDER_STEPS`] template steps (a runaway loop).
+    #[error("chat template ran past its limit of {MAX_RENDER_STEPS} steps (nested loops?)")]
+    TooManySteps,
+    /// The rendered text grew past [`MAX_RENDER_BYTES`].
+    #[error("chat template output passed its limit of {MAX_RENDER_BYTES} bytes")]
+    TooLong,
+}
+
+/// Most template steps (minijinja fuel) one rendering may take; a chat of thousands of turns
+/// takes well under a million.
+pub const MAX_RENDER_STEPS: u64 = 20_000_000;
+/// Most bytes one rendering may produce.
+pub const MAX_RENDER_BYTES: usize = 32 << 20;
+
+/// Collects rendered text, refusing to grow past [`MAX_RENDER_BYTES`].
+#[derive(Default)]
+struct CappedOutput {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > MAX_RENDER_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other("chat template output too long"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Special-token strings a template may refer to (`bos_token`, `eos_token`, ...).
@@ -99,6 +133,7 @@ impl ChatTemplate {
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
         env.set_unknown_method_callback(python_method);
+        env.set_fuel(Some(MAX_RENDER_STEPS));
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(|e| ChatTemplateError::Syntax(describe(&e)))?;
         Ok(Self {
@@ -137,15 +172,28 @@ impl ChatTemplate {
                 ctx.insert(name, Value::from(t.as_str()));
             }
         }
-        template.render(ctx).map_err(|e| {
-            if e.kind() == ErrorKind::InvalidOperation {
-                if let Some(msg) = e.detail().and_then(|d| d.strip_prefix(RAISED_PREFIX)) {
-                    return ChatTemplateError::Raised(msg.to_string());
-                }
-            }
-            ChatTemplateError::Render(describe(&e))
-        })
+        let mut out = CappedOutput::default();
+        match template.render_captured_to(ctx, &mut out) {
+            Ok(_) => String::from_utf8(out.bytes)
+                .map_err(|e| ChatTemplateError::Render(format!("output is not UTF-8: {e}"))),
+            Err(_) if out.overflowed => Err(ChatTemplateError::TooLong),
+            Err(e) => Err(render_error(&e)),
+        }
     }
+}
+
+/// A rendering error as a [`ChatTemplateError`]: the template's own `raise_exception`, the
+/// step limit, or any other failure.
+fn render_error(e: &Error) -> ChatTemplateError {
+    if e.kind() == ErrorKind::OutOfFuel {
+        return ChatTemplateError::TooManySteps;
+    }
+    if e.kind() == ErrorKind::InvalidOperation {
+        if let Some(msg) = e.detail().and_then(|d| d.strip_prefix(RAISED_PREFIX)) {
+            return ChatTemplateError::Raised(msg.to_string());
+        }
+    }
+    ChatTemplateError::Render(describe(e))
 }
 
 /// Marks errors raised by the template itself, so `render` can tell them apart.
@@ -625,6 +673,19 @@ mod tests {
             ChatTemplateError::Raised(msg) => assert_eq!(msg, "first must be user"),
             other => panic!("expected Raised, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn runaway_templates_are_stopped_by_steps_and_by_output_size() {
+        let nested =
+            "{% for a in range(10000) %}{% for b in range(10000) %}{% endfor %}{% endfor %}";
+        let err = render(nested, &[]).unwrap_err();
+        assert!(matches!(err, ChatTemplateError::TooManySteps), "{err:?}");
+        let wide = "{% for a in range(10000) %}{% for b in range(10) %}{{ messages[0].content }}{% endfor %}{% endfor %}";
+        let big = ChatMessage::user("x".repeat(1000));
+        let err = render(wide, &[big]).unwrap_err();
+        assert!(matches!(err, ChatTemplateError::TooLong), "{err:?}");
+        assert!(err.to_string().contains(&MAX_RENDER_BYTES.to_string()));
     }
 
     #[test]

@@ -96,10 +96,33 @@ pub fn read_safetensors(path: &Path, device: &Device) -> Result<HashMap<String, 
         path: path.to_path_buf(),
         source,
     })?;
-    candle_core::safetensors::load_buffer(&bytes, device).map_err(|e| ModelError::Safetensors {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })
+    let tensors = candle_core::safetensors::load_buffer(&bytes, device).map_err(|e| {
+        ModelError::Safetensors {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        }
+    })?;
+    let mut names: Vec<&String> = tensors.keys().collect();
+    names.sort();
+    for name in names {
+        if !all_finite(&tensors[name])? {
+            return Err(ModelError::NonFinite {
+                name: name.clone(),
+                path: path.to_path_buf(),
+            });
+        }
+    }
+    Ok(tensors)
+}
+
+/// True when every value of a float tensor is finite (`t − t` is 0 for a finite value and
+/// NaN for NaN or ±inf, so its sum is 0 exactly when all are finite); integer tensors are.
+fn all_finite(t: &Tensor) -> Result<bool> {
+    if !t.dtype().is_float() {
+        return Ok(true);
+    }
+    let diff = (t - t)?.to_dtype(candle_core::DType::F32)?;
+    Ok(diff.sum_all()?.to_scalar::<f32>()? == 0.0)
 }
 
 /// Creates `dir` (and parents) if needed.
@@ -162,4 +185,34 @@ pub fn write_checkpoint(
         })?;
     }
     write_generation_config(dir, config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_finite_weights_are_refused_at_load_with_the_tensor_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(WEIGHTS_FILE);
+        let good = Tensor::new(&[1.0f32, -2.0, 3.0], &Device::Cpu).unwrap();
+        let nan = Tensor::new(&[1.0f32, f32::NAN, 3.0], &Device::Cpu).unwrap();
+        let inf = Tensor::new(&[f32::INFINITY], &Device::Cpu).unwrap();
+        let tensors = vec![
+            ("model.norm.weight".to_string(), good.clone()),
+            ("model.layers.0.mlp.up_proj.weight".to_string(), nan),
+        ];
+        crate::param_store::write_safetensors(&path, &tensors).unwrap();
+        let e = read_safetensors(&path, &Device::Cpu)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`model.layers.0.mlp.up_proj.weight`") && e.contains("NaN"),
+            "{e}"
+        );
+        crate::param_store::write_safetensors(&path, &[("lm_head.weight".into(), inf)]).unwrap();
+        assert!(read_safetensors(&path, &Device::Cpu).is_err());
+        crate::param_store::write_safetensors(&path, &[("w".into(), good)]).unwrap();
+        assert_eq!(read_safetensors(&path, &Device::Cpu).unwrap().len(), 1);
+    }
 }

@@ -132,6 +132,8 @@ impl ModelConfig {
         if self.sliding_window == Some(0) {
             return Err(err("sliding_window", "must be greater than 0".into()));
         }
+        let memory = crate::machine_memory::total_memory_bytes();
+        crate::config_bounds::check(self, path, memory)?;
         if let Some(moe) = &self.moe {
             moe.validate_at(path, self.num_hidden_layers)?;
         }

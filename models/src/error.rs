@@ -74,6 +74,14 @@ pub enum ModelError {
         /// The folder or file it came from.
         path: PathBuf,
     },
+    /// A weight holds NaN or infinite values (a damaged or diverged checkpoint).
+    #[error("tensor `{name}` in {} holds NaN or infinite values; expected finite weights (a damaged or diverged checkpoint)", path.display())]
+    NonFinite {
+        /// HF tensor name.
+        name: String,
+        /// The file it came from.
+        path: PathBuf,
+    },
     /// A safetensors file could not be read or written.
     #[error("safetensors file {}: {message}", path.display())]
     Safetensors {

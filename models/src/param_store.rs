@@ -173,12 +173,24 @@ impl ParamStore {
 pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()> {
     let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
     let data: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    safetensors::serialize_to_file(data, Some(metadata), path).map_err(|e| {
-        ModelError::Safetensors {
+    safetensors::serialize_to_file(data, Some(metadata), path).map_err(|e| write_error(e, path))
+}
+
+/// A failed safetensors write as a [`ModelError`]: an OS error (a full disk, a lost mount)
+/// stays an I/O error, a failure of the run, so callers (and exit codes) can tell it from a
+/// bad file.
+fn write_error(e: safetensors::SafeTensorError, path: &Path) -> ModelError {
+    match e {
+        safetensors::SafeTensorError::IoError(source) => ModelError::Io {
+            action: "write",
+            path: path.to_path_buf(),
+            source,
+        },
+        e => ModelError::Safetensors {
             path: path.to_path_buf(),
             message: e.to_string(),
-        }
-    })
+        },
+    }
 }
 
 /// `tensors[name]`, which must exist and have `shape`; errors name the tensor and `source`.
@@ -201,4 +213,26 @@ fn checked<'a>(
         });
     }
     Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A full disk while saving is an I/O error (a failed run), not a bad safetensors file
+    /// (bad input).
+    #[test]
+    fn a_full_disk_while_saving_is_an_io_error() {
+        let enospc = std::io::Error::from_raw_os_error(28);
+        let e = write_error(
+            safetensors::SafeTensorError::IoError(enospc),
+            Path::new("m"),
+        );
+        match e {
+            ModelError::Io { source, .. } => assert_eq!(source.raw_os_error(), Some(28)),
+            other => panic!("expected an I/O error, got {other}"),
+        }
+        let e = write_error(safetensors::SafeTensorError::HeaderTooLarge, Path::new("m"));
+        assert!(matches!(e, ModelError::Safetensors { .. }), "{e}");
+    }
 }

@@ -2,12 +2,12 @@
 //! the three schemas the recipes read (prompts, SFT, preferences with near-miss rejected
 //! answers), each with a training and a held-out split. Seeded; it trains nothing.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 use oxalign_rlhf::data::write_arithmetic_files;
 
-use crate::user_error::IntoUserError;
+use crate::user_error::{user_error, IntoUserError};
 
 /// Arguments of `oxalign data`.
 #[derive(Debug, Parser)]
@@ -50,14 +50,36 @@ pub struct ArithmeticArgs {
     /// Most training sums (distinct; fewer when the operand range has fewer).
     #[arg(long, default_value_t = 10_000)]
     pub train_size: usize,
+    /// Write into --out even when it already holds files (they are overwritten).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Refuses an `out` folder that already holds something, unless `force`.
+fn check_out(out: &Path, force: bool) -> anyhow::Result<()> {
+    if force || !out.exists() {
+        return Ok(());
+    }
+    let empty = std::fs::read_dir(out)
+        .map(|mut entries| entries.next().is_none())
+        .unwrap_or(false);
+    if empty {
+        return Ok(());
+    }
+    user_error(format!(
+        "--out {}: already exists and is not an empty folder; choose another folder, or pass \
+         --force to overwrite its files",
+        out.display()
+    ))
 }
 
 /// Runs `oxalign data`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let Task::Arithmetic(a) = args.task;
     if a.max_operand == 0 {
-        return crate::user_error::user_error("--max-operand must be at least 1");
+        return user_error("--max-operand must be at least 1");
     }
+    check_out(&a.out, a.force)?;
     let written = write_arithmetic_files(&a.out, a.seed, a.max_operand, a.eval_size, a.train_size)
         .user_err(format!("writing into {}", a.out.display()))?;
     for (path, rows) in written {

@@ -139,6 +139,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for w in warnings(&recipe) {
         eprintln!("warning: {}: {w}", args.recipe.display());
     }
+    // A model folder's context is known now: refuse before --check returns and before the
+    // run folder exists. A fresh model's config is written into the run folder, checked below.
+    if recipe.model.path.is_some() {
+        check_generation_fits(&recipe, &recipe.run_dir())?;
+    }
+    if let Some(addr) = args.dashboard {
+        // Before the run folder exists: a refused dashboard leaves nothing behind.
+        oxalign::dashboard::check_access(addr, args.token.as_deref()).user_err("--dashboard")?;
+    }
     if args.check {
         if recipe.run.kind != oxalign_actors::recipe::RunKind::Rl {
             println!(
@@ -172,7 +181,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             None
         }
     };
-    check_generation_fits(&recipe, &run_dir)?;
+    if recipe.model.path.is_none() {
+        check_generation_fits(&recipe, &run_dir)?;
+    }
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async move {
         let mut cfg = MonitorConfig::with_run_dir(&run_dir);

@@ -24,5 +24,5 @@ mod source;
 pub use error::DashboardError;
 pub use page::html as page_html;
 pub use prometheus::render as render_prometheus;
-pub use server::{serve, serve_live, spawn, DashboardServer, DEFAULT_ADDR};
+pub use server::{check_access, serve, serve_live, spawn, DashboardServer, DEFAULT_ADDR};
 pub use source::{DashboardSource, StateView};

@@ -103,6 +103,17 @@ async fn common_headers(req: Request, next: Next) -> Response {
     resp
 }
 
+/// Refuses what [`spawn`] would refuse before binding: an invalid `token`, or a
+/// non-loopback `addr` without one. `oxalign train` calls it before it creates the run
+/// folder, so a refused dashboard leaves nothing behind.
+pub fn check_access(addr: SocketAddr, token: Option<&str>) -> Result<(), DashboardError> {
+    match token {
+        Some(t) if !auth::valid_token(t) => Err(DashboardError::BadToken),
+        None if !addr.ip().is_loopback() => Err(DashboardError::TokenRequired { addr }),
+        _ => Ok(()),
+    }
+}
+
 /// Binds `addr` and serves `source` in the background.
 ///
 /// * `addr`: use `127.0.0.1:0` for a free port. A non-loopback address (e.g. `0.0.0.0`)
@@ -120,14 +131,7 @@ pub async fn spawn(
     token: Option<String>,
     source: DashboardSource,
 ) -> Result<DashboardServer, DashboardError> {
-    if let Some(t) = &token {
-        if !auth::valid_token(t) {
-            return Err(DashboardError::BadToken);
-        }
-    }
-    if token.is_none() && !addr.ip().is_loopback() {
-        return Err(DashboardError::TokenRequired { addr });
-    }
+    check_access(addr, token.as_deref())?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| DashboardError::Bind { addr, source })?;

@@ -2,27 +2,39 @@
 //! step, what diverged (a [`Divergence`] found by the role or by the controller's own checks
 //! on the rollout) and which recipe key to lower. It does not detect anything itself.
 
+use crate::recipe::RunKind;
 use crate::roles::Divergence;
 
 /// Training diverged; nothing of the failing step was applied or saved.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
     "training diverged: {role}, {phase} of {} step {step}: {cause}. No checkpoint was written for this step. Lower {lower}, or raise the matching [guard] limit if the value is expected",
-    if *.sft { "SFT" } else { "RL" }
+    step_label(*.kind)
 )]
 pub struct DivergenceError {
     /// The role (`policy`, `critic`).
     pub role: &'static str,
     /// The phase (`sft`, `policy_train`, `critic_train`, `experience`).
     pub phase: &'static str,
-    /// True for an SFT step, false for an RL step.
-    pub sft: bool,
+    /// The kind of step: an SFT step (of an `sft` run or the warm-up of an `rl` run), an RM
+    /// step, a DPO step or an RL step.
+    pub kind: RunKind,
     /// 1-based step number within its phase.
     pub step: u64,
     /// What diverged.
     pub cause: Divergence,
     /// The recipe key(s) to lower.
     pub lower: &'static str,
+}
+
+/// How a step of `kind` is named in messages: `SFT`, `RM`, `DPO` or `RL`.
+pub fn step_label(kind: RunKind) -> &'static str {
+    match kind {
+        RunKind::Sft => "SFT",
+        RunKind::Rm => "RM",
+        RunKind::Dpo => "DPO",
+        RunKind::Rl => "RL",
+    }
 }
 
 /// Fails on a rollout statistic that is not finite or above `limit` (before any update).
@@ -38,7 +50,7 @@ pub(crate) fn check_rollout(
     Err(DivergenceError {
         role: "policy",
         phase: "experience",
-        sft: false,
+        kind: RunKind::Rl,
         step,
         cause: Divergence::Rollout {
             what: what.to_string(),
@@ -58,7 +70,7 @@ mod tests {
         let e = DivergenceError {
             role: "critic",
             phase: "critic_train",
-            sft: false,
+            kind: RunKind::Rl,
             step: 3,
             cause: Divergence::Loss {
                 what: "value loss".into(),
@@ -78,5 +90,26 @@ mod tests {
             err.contains("kl is 2.5e1") && err.contains("RL step 4"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn rm_and_dpo_divergence_names_its_run_kind_not_rl() {
+        for (kind, want) in [(RunKind::Rm, "RM step 7"), (RunKind::Dpo, "DPO step 7")] {
+            let e = DivergenceError {
+                role: "policy",
+                phase: "dpo",
+                kind,
+                step: 7,
+                cause: Divergence::Loss {
+                    what: "loss".into(),
+                    value: f64::NAN,
+                    limit: 100.0,
+                    update: 1,
+                },
+                lower: "dpo.lr",
+            };
+            let msg = e.to_string();
+            assert!(msg.contains(want) && !msg.contains("RL step"), "{msg}");
+        }
     }
 }

@@ -147,7 +147,7 @@ async fn train_step(
         let e = DivergenceError {
             role: "policy",
             phase: "dpo",
-            sft: false,
+            kind: crate::recipe::RunKind::Dpo,
             step,
             cause,
             lower: "dpo.lr",

@@ -12,6 +12,7 @@
 
 pub mod checkpoint;
 mod checkpoint_error;
+mod checkpoint_retry;
 mod checksums;
 mod divergence;
 mod dpo;

@@ -4,11 +4,12 @@
 //! (`supervisor.rs`), within the restart budget.
 
 use super::checkpoint::LoopState;
+use super::checkpoint_retry::save_checkpoint_retried;
 use super::run_error::{At, RunError};
 use super::setup::Roles;
 use super::start::WallClock;
 use super::supervisor::{self, Budget};
-use super::{progress, rl_step, saving, Ctx};
+use super::{progress, rl_step, Ctx};
 use crate::executor::ExecutorPool;
 use crate::monitor::ActorUpdate;
 use crate::recipe::Algorithm;
@@ -97,7 +98,7 @@ pub(crate) async fn rl_loop(
         if (every > 0 && step.is_multiple_of(every)) || step == recipe.run.steps {
             state.wall_seconds = clock.now();
             let saved =
-                saving::save_checkpoint(ctx, roles.policy.as_ref(), roles.critic.as_deref(), state)
+                save_checkpoint_retried(ctx, roles.policy.as_ref(), roles.critic.as_deref(), state)
                     .await;
             match saved {
                 Ok(dir) => {

@@ -163,7 +163,7 @@ async fn update(
     let diverged = |role, phase, cause, lower| DivergenceError {
         role,
         phase,
-        sft: false,
+        kind: crate::recipe::RunKind::Rl,
         step,
         cause,
         lower,

@@ -128,7 +128,7 @@ async fn train_step(
         let e = DivergenceError {
             role: ROLE,
             phase: "rm_train",
-            sft: false,
+            kind: crate::recipe::RunKind::Rm,
             step,
             cause,
             lower: "rm.lr",

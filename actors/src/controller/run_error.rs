@@ -133,6 +133,12 @@ impl RunError {
     /// (divergence, a tensor error, a panic, a timeout, a write that failed): exit code 1.
     pub fn is_bad_input(&self) -> bool {
         match self {
+            // Writing a checkpoint reads no input: whatever fails there (a full disk, a lost
+            // mount) is a failure of the run, whatever the writer called it.
+            RunError::Role {
+                at: At::Checkpoint { .. },
+                ..
+            } => false,
             RunError::Role { source, .. } => source.is_bad_input(),
             RunError::Checkpoint(_) | RunError::Context(_) => true,
             RunError::Diverged(_)
@@ -175,5 +181,27 @@ mod tests {
             e.to_string().starts_with("SFT step 2: controller, sft: "),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_failed_checkpoint_write_is_a_run_failure_not_bad_input() {
+        // What a full disk looked like from the safetensors writer before it kept I/O errors.
+        let full = || oxalign_models::ModelError::Safetensors {
+            path: "step_000003/policy/model.safetensors".into(),
+            message: "I/O error: No space left on device (os error 28)".into(),
+        };
+        let read = RunError::role(At::Setup, RoleError::new("policy", "load", full()));
+        assert!(
+            read.is_bad_input(),
+            "a bad safetensors file read is the user's"
+        );
+        let e = RunError::role(
+            At::Checkpoint {
+                sft: false,
+                step: 3,
+            },
+            RoleError::new("policy", "save", full()),
+        );
+        assert!(!e.is_bad_input(), "{e}");
     }
 }

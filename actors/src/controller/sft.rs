@@ -3,10 +3,10 @@
 //! checkpoint every `sft.checkpoint_every` steps and stops on a divergence.
 
 use super::checkpoint::Phase;
+use super::checkpoint_retry::save_checkpoint_retried as save_checkpoint;
 use super::divergence::DivergenceError;
 use super::lengths::{check_context, quoted};
 use super::run_error::{At, RunError};
-use super::saving::save_checkpoint;
 use super::start::WallClock;
 use super::{Ctx, LoopState};
 use crate::error::Cause;
@@ -87,7 +87,7 @@ pub(crate) async fn run_sft(
             let e = DivergenceError {
                 role: "policy",
                 phase: "sft",
-                sft: true,
+                kind: crate::recipe::RunKind::Sft,
                 step: step + 1,
                 cause,
                 lower: "sft.lr",

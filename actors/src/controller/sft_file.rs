@@ -37,7 +37,7 @@ async fn train_step(
         let e = DivergenceError {
             role: "policy",
             phase: "sft",
-            sft: true,
+            kind: crate::recipe::RunKind::Sft,
             step,
             cause,
             lower: "sft.lr",

@@ -3,12 +3,11 @@
 //! evaluation and the RL-start checkpoint `step_000000`; or straight from an RL checkpoint.
 
 use super::checkpoint::{LoopState, Phase};
+use super::checkpoint_retry::save_checkpoint_retried as save_checkpoint;
 use super::generator::Generator;
 use super::run_copies;
 use super::run_error::{At, RunError};
-use super::saving::{
-    copy_tokenizer, load_critic_optimizer, load_policy_optimizer, save_checkpoint,
-};
+use super::saving::{copy_tokenizer, load_critic_optimizer, load_policy_optimizer};
 use super::setup::{self, RoleSources, Roles};
 use super::{evaluate, sft, Ctx};
 use crate::executor::ExecutorPool;

@@ -11,6 +11,7 @@ mod expert_parallel_check;
 mod head_check;
 mod host_name;
 mod moe_switches;
+mod numbers;
 mod offline;
 mod overrides;
 mod resume_check;
@@ -28,6 +29,7 @@ pub use cluster::{
     DEFAULT_COOKIE_ENV,
 };
 pub use host_name::valid_host;
+pub use numbers::{MAX_EVAL_SIZE, MAX_SEQUENCES_PER_STEP, MAX_TOKENS};
 pub use offline::{DpoLossName, DpoSection, RmSection, RunKind};
 pub use overrides::apply_override;
 pub use resume_check::{changed_keys, check_resume, RESUMABLE_KEYS};
@@ -37,7 +39,7 @@ pub use reward::{
 };
 pub use sections::*;
 pub use slurm::{expand_hostlist, HostListError, SlurmError, NODELIST_ENV};
-pub use supervision::{FaultKind, FaultSpec, SupervisionSection, FAULT_PHASES};
+pub use supervision::{FaultKind, FaultSpec, SupervisionSection, FAULT_PHASES, MAX_CALL_TIMEOUT_S};
 pub use teacher_check::{same_vocabulary, TeacherError};
 pub use validate::validate;
 pub use validate_rl::warnings;

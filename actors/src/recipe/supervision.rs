@@ -29,10 +29,17 @@ impl Default for SupervisionSection {
     }
 }
 
+/// Largest `supervision.call_timeout_s`: about 31.7 years, far above any real call and far
+/// below what a `Duration` or a timer deadline can hold.
+pub const MAX_CALL_TIMEOUT_S: f64 = 1e9;
+
 impl SupervisionSection {
-    /// The call timeout as a duration.
+    /// The call timeout as a duration (a value past [`MAX_CALL_TIMEOUT_S`], or not a positive
+    /// number, which `validate` refuses, saturates instead of panicking).
     pub fn call_timeout(&self) -> std::time::Duration {
-        std::time::Duration::from_secs_f64(self.call_timeout_s)
+        let s = self.call_timeout_s;
+        let s = if s.is_nan() { MAX_CALL_TIMEOUT_S } else { s };
+        std::time::Duration::from_secs_f64(s.clamp(0.0, MAX_CALL_TIMEOUT_S))
     }
 }
 
@@ -80,11 +87,11 @@ pub(super) fn validate(
     bad: &impl Fn(&str, String) -> RecipeError,
 ) -> Result<(), RecipeError> {
     let s = &r.supervision;
-    if !(s.call_timeout_s.is_finite() && s.call_timeout_s > 0.0) {
+    if !(s.call_timeout_s > 0.0 && s.call_timeout_s <= MAX_CALL_TIMEOUT_S) {
         return Err(bad(
             "supervision.call_timeout_s",
             format!(
-                "{}: expected a positive number of seconds",
+                "{}: expected a positive number of seconds, at most {MAX_CALL_TIMEOUT_S:e}",
                 s.call_timeout_s
             ),
         ));

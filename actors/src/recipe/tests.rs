@@ -485,3 +485,17 @@ fn an_engine_placement_is_checked() {
         assert!(e.contains(says), "{text}: {e}");
     }
 }
+
+#[test]
+fn a_call_timeout_beyond_a_duration_is_refused_not_a_panic() {
+    let r = parse("", &["supervision.call_timeout_s=1e300"]).unwrap();
+    let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();
+    assert!(
+        e.contains("supervision.call_timeout_s") && e.contains("1e9"),
+        "{e}"
+    );
+    assert_eq!(
+        r.supervision.call_timeout(),
+        std::time::Duration::from_secs_f64(MAX_CALL_TIMEOUT_S)
+    );
+}

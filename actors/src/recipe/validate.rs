@@ -101,7 +101,12 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
         positive("sft.batch_size", r.sft.batch_size as f64, &bad)?;
         positive("sft.lr", r.sft.lr, &bad)?;
     }
-    let batch = r.rl.prompts_per_step * r.rl.samples_per_prompt;
+    let memory = oxalign_models::machine_memory::total_memory_bytes();
+    super::numbers::validate(r, memory, &bad)?;
+    // Fits: `numbers::validate` bounds the product.
+    let batch =
+        r.rl.prompts_per_step
+            .saturating_mul(r.rl.samples_per_prompt);
     if !batch.is_multiple_of(r.rl.minibatch_size) {
         return Err(bad(
             "rl.minibatch_size",

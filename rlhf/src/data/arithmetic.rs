@@ -20,7 +20,9 @@ impl ArithmeticTask {
     /// `eval_size` is capped at half of all pairs so training keeps most of them.
     pub fn new(seed: u64, max_operand: u32, eval_size: usize) -> Self {
         let n = max_operand as u64 + 1;
-        let eval_size = eval_size.min((n * n / 2) as usize);
+        // In u128: with max_operand = u32::MAX, n² is 2^64.
+        let pairs = (n as u128) * (n as u128) / 2;
+        let eval_size = eval_size.min(pairs.min(usize::MAX as u128) as usize);
         let mut held_out = HashSet::new();
         let mut eval = Vec::with_capacity(eval_size);
         let mut i = 0u64;
@@ -50,10 +52,11 @@ fn pair_at(seed: u64, index: u64, n: u64) -> (u32, u32) {
     ((h % n) as u32, ((h >> 32) % n) as u32)
 }
 
+/// The prompt `a+b=` and its exact sum (in u64: two u32 operands can pass `u32::MAX`).
 fn item((a, b): (u32, u32)) -> PromptItem {
     PromptItem {
         prompt: format!("{a}+{b}="),
-        answer: Some((a + b).to_string()),
+        answer: Some((a as u64 + b as u64).to_string()),
     }
 }
 
@@ -108,6 +111,22 @@ mod tests {
             ArithmeticTask::new(8, 99, 200).train_pair(0),
             t.train_pair(0)
         );
+    }
+
+    #[test]
+    fn sums_past_u32_are_exact() {
+        assert_eq!(
+            item((3_000_000_000, 3_000_000_000)).answer.as_deref(),
+            Some("6000000000")
+        );
+        let t = ArithmeticTask::new(1, u32::MAX, 10);
+        assert_eq!(t.eval_items().len(), 10);
+        for i in 0..200 {
+            let it = t.train_pair(i);
+            let (a, b) = it.prompt.trim_end_matches('=').split_once('+').unwrap();
+            let sum = a.parse::<u64>().unwrap() + b.parse::<u64>().unwrap();
+            assert_eq!(it.answer, Some(sum.to_string()), "{}", it.prompt);
+        }
     }
 
     #[test]

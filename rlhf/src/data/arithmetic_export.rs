@@ -11,7 +11,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Wrong answers close to `answer`: `answer ± 1` and its digits reversed (when different).
-pub fn near_misses(answer: u32) -> Vec<String> {
+pub fn near_misses(answer: u64) -> Vec<String> {
     let mut out = vec![(answer + 1).to_string()];
     if answer > 0 {
         out.push((answer - 1).to_string());
@@ -59,7 +59,7 @@ fn preference_rows(items: &[PromptItem], seed: u64) -> Vec<serde_json::Value> {
         let Some(answer) = it.answer.as_deref() else {
             continue;
         };
-        let Ok(n) = answer.parse::<u32>() else {
+        let Ok(n) = answer.parse::<u64>() else {
             continue;
         };
         let mut misses = near_misses(n);
@@ -115,6 +115,7 @@ mod tests {
         assert_eq!(near_misses(0), ["1"]);
         assert_eq!(near_misses(11), ["12", "10"]);
         assert_eq!(near_misses(10), ["11", "9", "1"]);
+        assert_eq!(near_misses(6_000_000_000)[0], "6000000001");
     }
 
     #[test]

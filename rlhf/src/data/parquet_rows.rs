@@ -25,9 +25,11 @@ impl ParquetRows {
             path: path.to_path_buf(),
             source,
         })?;
-        let reader = SerializedFileReader::new(file).map_err(|e| DataError::Parquet {
-            path: path.to_path_buf(),
-            message: e.to_string(),
+        let reader = unpanicked(path, "footer", || {
+            SerializedFileReader::new(file).map_err(|e| DataError::Parquet {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })
         })?;
         let mut starts = vec![0u64];
         for g in reader.metadata().row_groups() {
@@ -79,7 +81,15 @@ impl ParquetRows {
             .ok_or(RowError::NoSuchRow { group, row }))
     }
 
+    /// Decodes row group `group`. The parquet crate can panic on a damaged page (a flipped
+    /// byte in its data), so the decoder runs under `catch_unwind` and a panic becomes a
+    /// [`DataError::Parquet`] naming the file and the row group, like any decoding error.
     fn decode(&self, group: usize) -> Result<Vec<serde_json::Value>, DataError> {
+        let at = format!("row group {group}");
+        unpanicked(&self.path, &at, || self.decode_unguarded(group))
+    }
+
+    fn decode_unguarded(&self, group: usize) -> Result<Vec<serde_json::Value>, DataError> {
         let bad = |e: parquet::errors::ParquetError| DataError::Parquet {
             path: self.path.clone(),
             message: format!("row group {group}: {e}"),
@@ -91,6 +101,26 @@ impl ParquetRows {
         }
         Ok(out)
     }
+}
+
+/// Runs `f`, a call into the parquet crate, turning a panic (the crate can panic on damaged
+/// bytes) into a [`DataError::Parquet`] naming `path` and `at` (the footer or a row group).
+fn unpanicked<T>(
+    path: &Path,
+    at: &str,
+    f: impl FnOnce() -> Result<T, DataError>,
+) -> Result<T, DataError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("the decoder failed");
+        Err(DataError::Parquet {
+            path: path.to_path_buf(),
+            message: format!("{at}: damaged data: {what}"),
+        })
+    })
 }
 
 #[cfg(test)]
@@ -143,6 +173,79 @@ mod tests {
             seed: 1,
             on_bad_row,
         }
+    }
+
+    #[test]
+    fn integer_columns_are_not_text() {
+        use parquet::data_type::Int64Type;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ints.parquet");
+        let schema = parse_message_type(
+            "message rows { REQUIRED BYTE_ARRAY prompt (UTF8); REQUIRED INT64 response; }",
+        )
+        .unwrap();
+        let file = std::fs::File::create(&p).unwrap();
+        let props = Arc::new(WriterProperties::builder().build());
+        let mut w = SerializedFileWriter::new(file, Arc::new(schema), props).unwrap();
+        let mut rg = w.next_row_group().unwrap();
+        let mut col = rg.next_column().unwrap().unwrap();
+        col.typed::<ByteArrayType>()
+            .write_batch(&["1+1=".into()], None, None)
+            .unwrap();
+        col.close().unwrap();
+        let mut col = rg.next_column().unwrap().unwrap();
+        col.typed::<Int64Type>()
+            .write_batch(&[2], None, None)
+            .unwrap();
+        col.close().unwrap();
+        rg.close().unwrap();
+        w.close().unwrap();
+        let e = Dataset::<SftRow>::load(&spec(&p, OnBadRow::Fail), None)
+            .err()
+            .expect("an integer response is refused")
+            .to_string();
+        assert!(
+            e.contains("row group 0, row 0") && e.contains("`response` is a number"),
+            "{e}"
+        );
+    }
+
+    /// Every single-byte flip in the data pages of a Parquet file is refused with an error
+    /// naming the file (or read, when the flip lands in a value's text), never a panic.
+    #[test]
+    fn a_flipped_byte_in_a_data_page_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sft.parquet");
+        let rows: Vec<(String, Option<String>)> = (0..200)
+            .map(|i| (format!("{i}+{i}="), Some((2 * i).to_string())))
+            .collect();
+        let rows: Vec<(&str, Option<&str>)> = rows
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_deref()))
+            .collect();
+        write(&p, &[&rows]);
+        let good = std::fs::read(&p).unwrap();
+        let damaged = dir.path().join("damaged.parquet");
+        // The data pages sit after the 4-byte magic and before the footer.
+        let (mut refused, mut panicked) = (0, Vec::new());
+        for at in 4..good.len().min(1200) {
+            let mut bytes = good.clone();
+            bytes[at] ^= 0xFF;
+            std::fs::write(&damaged, &bytes).unwrap();
+            let load = std::panic::catch_unwind(|| {
+                Dataset::<SftRow>::load(&spec(&damaged, OnBadRow::Fail), None).map(|_| ())
+            });
+            match load {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    assert!(e.to_string().contains("damaged.parquet"), "{e}");
+                    refused += 1;
+                }
+                Err(_) => panicked.push(at),
+            }
+        }
+        assert!(panicked.is_empty(), "flips at {panicked:?} panicked");
+        assert!(refused > 0, "no flip was refused");
     }
 
     #[test]

@@ -46,6 +46,12 @@ pub enum RowError {
         /// Why it does not deserialize.
         source: serde_json::Error,
     },
+    /// A message list with no messages.
+    #[error("`{key}` is an empty list: expected at least one {{\"role\", \"content\"}} message")]
+    NoMessages {
+        /// The field.
+        key: String,
+    },
     /// A required field is absent (the text names it, e.g. "`response`").
     #[error("no {0}")]
     Missing(&'static str),

@@ -69,6 +69,7 @@ fn text_or_chat(row: &Value, key: &str) -> Result<Option<TextOrChat>, RowError> 
     match field(row, key) {
         None => Ok(None),
         Some(Value::String(s)) => Ok(Some(TextOrChat::Text(s.clone()))),
+        Some(Value::Array(a)) if a.is_empty() => Err(RowError::NoMessages { key: key.into() }),
         Some(v @ Value::Array(_)) => serde_json::from_value(v.clone())
             .map(|m| Some(TextOrChat::Chat(m)))
             .map_err(|source| RowError::NotMessages {
@@ -94,7 +95,22 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
+/// A text field (`prompt`, `response`): a string, nothing else (a number or an integer
+/// Parquet column is refused, not turned into text).
 fn string(row: &Value, key: &str) -> Result<Option<String>, RowError> {
+    match field(row, key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(RowError::WrongType {
+            key: key.into(),
+            found: kind(other),
+            expected: "a string",
+        }),
+    }
+}
+
+/// A reference answer: a string, or a number written as text (`"answer": 15`).
+fn answer(row: &Value, key: &str) -> Result<Option<String>, RowError> {
     match field(row, key) {
         None => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
@@ -102,7 +118,7 @@ fn string(row: &Value, key: &str) -> Result<Option<String>, RowError> {
         Some(other) => Err(RowError::WrongType {
             key: key.into(),
             found: kind(other),
-            expected: "a string",
+            expected: "a string or a number",
         }),
     }
 }
@@ -143,7 +159,7 @@ impl RowSchema for PromptItem {
 
     fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, RowError> {
         need_object(row)?;
-        let answer = string(row, "answer")?;
+        let answer = answer(row, "answer")?;
         let prompt = match (text_or_chat(row, "prompt")?, text_or_chat(row, "messages")?) {
             (Some(TextOrChat::Text(p)), None) => p,
             (Some(TextOrChat::Chat(m)), None) | (None, Some(TextOrChat::Chat(m))) => {
@@ -292,5 +308,18 @@ mod tests {
         let p = |v: Value| PreferencePair::from_row(&v, None).unwrap_err().to_string();
         assert!(p(json!({"prompt": "a", "chosen": "b"})).contains("no `rejected`"));
         assert!(p(json!({"prompt": "a", "chosen": true, "rejected": "c"})).contains("a boolean"));
+    }
+
+    #[test]
+    fn numbers_and_empty_message_lists_are_not_sft_rows() {
+        let e = |v: Value| SftRow::from_row(&v, None).unwrap_err().to_string();
+        let m = e(json!({"prompt": "1+1=", "response": 2}));
+        assert!(m.contains("`response` is a number, not a string"), "{m}");
+        let m = e(json!({"prompt": 7, "response": "2"}));
+        assert!(m.contains("`prompt` is a number"), "{m}");
+        let m = e(json!({"messages": []}));
+        assert!(m.contains("`messages`") && m.contains("empty"), "{m}");
+        let p = PromptItem::from_row(&json!({"messages": []}), None).unwrap_err();
+        assert!(p.to_string().contains("empty"), "{p}");
     }
 }
