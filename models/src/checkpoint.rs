@@ -115,13 +115,13 @@ pub fn read_safetensors(path: &Path, device: &Device) -> Result<HashMap<String, 
     Ok(tensors)
 }
 
-/// True when every value of a float tensor is finite (`t − t` is 0 for a finite value and
-/// NaN for NaN or ±inf, so its sum is 0 exactly when all are finite); integer tensors are.
+/// True when every value of a float tensor is finite (`0·x` is 0 for a finite value and
+/// NaN for NaN or ±inf, so their sum is 0 exactly when all are finite); integer tensors are.
 fn all_finite(t: &Tensor) -> Result<bool> {
     if !t.dtype().is_float() {
         return Ok(true);
     }
-    let diff = (t - t)?.to_dtype(candle_core::DType::F32)?;
+    let diff = (t * 0.0)?.to_dtype(candle_core::DType::F32)?;
     Ok(diff.sum_all()?.to_scalar::<f32>()? == 0.0)
 }
 

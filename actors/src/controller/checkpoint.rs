@@ -80,6 +80,26 @@ pub struct LoopState {
 }
 
 impl LoopState {
+    /// The state of a run before its first step: SFT phase, nothing measured, KL controller
+    /// `kl`.
+    pub fn start(kl: KlController) -> LoopState {
+        LoopState {
+            phase: Phase::Sft,
+            sft_step: 0,
+            step: 0,
+            data_position: 0,
+            policy_version: 0,
+            kl,
+            accuracy_sft: None,
+            sampled_accuracy_sft: None,
+            accuracy_init: None,
+            wall_seconds: 0.0,
+            reward_first: None,
+            reward_last: None,
+            ahead: Vec::new(),
+        }
+    }
+
     /// The folder a checkpoint of this state goes to.
     pub fn checkpoint_dir(&self, run_dir: &Path) -> PathBuf {
         match self.phase {

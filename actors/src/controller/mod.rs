@@ -181,21 +181,7 @@ pub async fn train(
 
 /// The loop state of a run that starts from nothing.
 fn fresh_state(recipe: &Recipe) -> Result<LoopState, RunError> {
-    Ok(LoopState {
-        phase: Phase::Sft,
-        sft_step: 0,
-        step: 0,
-        data_position: 0,
-        policy_version: 0,
-        kl: kl_controller(recipe)?,
-        accuracy_sft: None,
-        sampled_accuracy_sft: None,
-        accuracy_init: None,
-        wall_seconds: 0.0,
-        reward_first: None,
-        reward_last: None,
-        ahead: Vec::new(),
-    })
+    Ok(LoopState::start(kl_controller(recipe)?))
 }
 
 async fn run(

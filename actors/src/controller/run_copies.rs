@@ -180,20 +180,13 @@ mod tests {
     use super::*;
 
     fn state(phase: Phase, step: u64) -> LoopState {
+        let kl = oxalign_rlhf::KlController::Fixed(oxalign_rlhf::FixedKl { beta: 0.1 });
         LoopState {
             phase,
             sft_step: 4,
             step,
-            data_position: 0,
             policy_version: step,
-            kl: oxalign_rlhf::KlController::Fixed(oxalign_rlhf::FixedKl { beta: 0.1 }),
-            accuracy_sft: None,
-            sampled_accuracy_sft: None,
-            accuracy_init: None,
-            wall_seconds: 0.0,
-            reward_first: None,
-            reward_last: None,
-            ahead: Vec::new(),
+            ..LoopState::start(kl)
         }
     }
 

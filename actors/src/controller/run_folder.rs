@@ -239,20 +239,13 @@ mod tests {
     use super::*;
 
     fn rl_state(step: u64) -> LoopState {
+        let kl = oxalign_rlhf::KlController::Fixed(oxalign_rlhf::FixedKl { beta: 0.1 });
         LoopState {
             phase: Phase::Rl,
             sft_step: 10,
             step,
-            data_position: 0,
             policy_version: step,
-            kl: oxalign_rlhf::KlController::Fixed(oxalign_rlhf::FixedKl { beta: 0.1 }),
-            accuracy_sft: None,
-            sampled_accuracy_sft: None,
-            accuracy_init: None,
-            wall_seconds: 0.0,
-            reward_first: None,
-            reward_last: None,
-            ahead: Vec::new(),
+            ..LoopState::start(kl)
         }
     }
 
