@@ -274,6 +274,32 @@ fn rollout_correction(
             format!("{high}: expected a finite ratio >= 1 (and > rl.rollout_mask_low)"),
         ));
     }
+    stale_batches_weigh_tokens(rl, mode, bad)?;
+    if mode != RolloutCorrectionName::None
+        && r.engine.quant == EngineQuant::None
+        && rl.max_staleness == 0
+    {
+        return Err(bad(
+            "rl.rollout_correction",
+            format!(
+                "{mode:?} corrects the gap between the engine's and the trainer's log-probs, \
+                 but with engine.quant = \"none\" and rl.max_staleness = 0 π_old is the \
+                 engine's own log-prob, so every weight is 1 and nothing would be corrected; \
+                 use a quantized engine (engine.quant = \"int8\" or \"q4\"), stale batches \
+                 (rl.max_staleness >= 1) or remove the correction"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A stale batch (`rl.max_staleness ≥ 1`) needs a per-token π_old/π_behav weight: `none`
+/// and `seq_mask` (which weighs kept rows 1) would train it as on-policy.
+fn stale_batches_weigh_tokens(
+    rl: &super::RlSection,
+    mode: RolloutCorrectionName,
+    bad: &impl Fn(&str, String) -> RecipeError,
+) -> Result<(), RecipeError> {
     if rl.max_staleness > 0
         && matches!(
             mode,
@@ -289,21 +315,6 @@ fn rollout_correction(
                  1); use \"token_tis\" (the default for stale batches) or \"icepop\", or \
                  set rl.max_staleness = 0",
                 rl.max_staleness
-            ),
-        ));
-    }
-    if mode != RolloutCorrectionName::None
-        && r.engine.quant == EngineQuant::None
-        && rl.max_staleness == 0
-    {
-        return Err(bad(
-            "rl.rollout_correction",
-            format!(
-                "{mode:?} corrects the gap between the engine's and the trainer's log-probs, \
-                 but with engine.quant = \"none\" and rl.max_staleness = 0 π_old is the \
-                 engine's own log-prob, so every weight is 1 and nothing would be corrected; \
-                 use a quantized engine (engine.quant = \"int8\" or \"q4\"), stale batches \
-                 (rl.max_staleness >= 1) or remove the correction"
             ),
         ));
     }
