@@ -263,3 +263,34 @@ fn the_critics_value_loss_follows_the_recipes_loss_aggregation() {
         "value loss {seq_sum} (sequence sums) vs {token_mean} (token mean): ratio {ratio}, responses of {len} tokens"
     );
 }
+
+/// A bf16 engine (`engine.quant = "bf16"`) in the RL loop: its rollouts are rescored by the
+/// f32 trainer, the measured mismatch is positive and below the int8 engine's order (bf16
+/// keeps 8 mantissa bits against int8's 7 plus activation rounding), and token TIS with a cap
+/// of 1 truncates some weights.
+#[test]
+fn a_bf16_engines_rollouts_are_rescored_and_corrected() {
+    let recipe = std::fs::read_to_string(config("rollout-correction")).unwrap();
+    assert!(
+        recipe.contains("quant = \"int8\""),
+        "the recipe's engine changed"
+    );
+    let recipe = recipe
+        .replace("quant = \"int8\"", "quant = \"bf16\"")
+        .replace("\"icepop\"", "\"token_tis\"")
+        .replace(
+            "rollout_mask_low = 0.99\nrollout_mask_high = 1.01",
+            "tis_cap = 1.0",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.toml"), recipe).unwrap();
+    train(dir.path(), &["r.toml", "--set", "run.steps=3"]);
+    let m = metrics(dir.path(), "rollout-correction");
+    assert_eq!(m.len(), 3);
+    for r in &m {
+        let mismatch = num(r, "logprob_mismatch_mean");
+        assert!(mismatch > 0.0 && mismatch < 0.01, "{r}");
+        assert!(num(r, "policy_loss").is_finite(), "{r}");
+        assert!(num(r, "rollout_truncated_frac") > 0.0, "{r}");
+    }
+}

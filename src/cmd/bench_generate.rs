@@ -58,7 +58,7 @@ pub struct Args {
     /// Generation path.
     #[arg(long, value_enum, default_value_t = EngineKind::Paged)]
     pub engine: EngineKind,
-    /// Rollout weight precision of the paged engine: none, int8, q4.
+    /// Rollout weight precision of the paged engine: none, bf16, int8, q4.
     #[arg(long, default_value = "none")]
     pub quant: String,
     /// Timed runs.

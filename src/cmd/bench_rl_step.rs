@@ -51,7 +51,7 @@ pub struct Args {
     /// KL coefficient (k3 estimator, loss term).
     #[arg(long, default_value_t = 0.04)]
     pub beta: f64,
-    /// Rollout weight precision: none, int8, q4.
+    /// Rollout weight precision: none, bf16, int8, q4.
     #[arg(long, default_value = "none")]
     pub quant: String,
     /// Timed steps.

@@ -206,6 +206,7 @@ pub fn engine_config(recipe: &Recipe) -> EngineConfig {
         prefix_sharing: true,
         quant: match e.quant {
             EngineQuant::None => QuantMode::None,
+            EngineQuant::Bf16 => QuantMode::Bf16,
             EngineQuant::Int8 => QuantMode::Int8,
             EngineQuant::Q4 => QuantMode::Q4,
         },

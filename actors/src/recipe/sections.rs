@@ -630,6 +630,9 @@ impl Default for PlacementSection {
 pub enum EngineQuant {
     /// The trainer's f32 weights (log-probs match the trainer's).
     None,
+    /// bf16 weights, f32 activations and sums: half the weight bytes; the mismatch is
+    /// reported and corrected with `rl.rollout_correction`.
+    Bf16,
     /// 8-bit blocks (Q8_0); the mismatch is reported and corrected with `rl.rollout_correction`.
     Int8,
     /// 4-bit blocks (Q4_0); coarse, use with `rl.rollout_correction`.
@@ -648,7 +651,7 @@ pub struct EngineSection {
     pub max_batched_tokens: usize,
     /// Most sequences running at once. Default `256`.
     pub max_running: usize,
-    /// Weight precision for rollouts: `none`, `int8` or `q4`. Default `"none"`.
+    /// Weight precision for rollouts: `none`, `bf16`, `int8` or `q4`. Default `"none"`.
     pub quant: EngineQuant,
     /// Largest allowed |Δ log-prob| between engine and trainer on the refit probe, per nat
     /// of the log-prob's magnitude: `|Δ| ≤ refit_tolerance · max(1, |log-prob|)`. Default

@@ -114,10 +114,11 @@ fn zero_rows_and_zero_weight() {
     w.matmul(&[], 0, None, &mut []);
 }
 
-mod f32_packed {
-    use super::super::f32_packed::F32Kernel;
-    use super::super::PackedF32Weight;
+mod packed {
+    use super::super::packed::PanelKernel;
+    use super::super::{PackedBf16Weight, PackedF32Weight};
     use super::lcg;
+    use half::bf16;
 
     fn exact(w: &[f32], x: &[f32], rows: usize, k: usize, n: usize) -> Vec<f64> {
         let mut out = vec![0f64; rows * n];
@@ -131,29 +132,36 @@ mod f32_packed {
         out
     }
 
-    #[test]
-    fn every_kernel_matches_the_f64_product() {
-        let mut kernels = vec![F32Kernel::Portable];
+    fn kernels() -> Vec<PanelKernel> {
+        let mut kernels = vec![PanelKernel::Portable];
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx512f") {
-                kernels.push(F32Kernel::Avx512);
+                kernels.push(PanelKernel::Avx512);
             }
             if std::arch::is_x86_feature_detected!("avx2")
                 && std::arch::is_x86_feature_detected!("fma")
             {
-                kernels.push(F32Kernel::Avx2);
+                kernels.push(PanelKernel::Avx2);
             }
         }
         eprintln!("kernels tested: {kernels:?}");
-        // Rows beyond one 64-row block, channels not a multiple of 32, odd inner sizes.
-        for &(rows, k, n) in &[(1, 7, 3), (9, 64, 40), (70, 33, 65), (13, 512, 96)] {
+        kernels
+    }
+
+    /// Rows beyond one 64-row block, channels not a multiple of 32, odd inner sizes.
+    const SHAPES: [(usize, usize, usize); 4] =
+        [(1, 7, 3), (9, 64, 40), (70, 33, 65), (13, 512, 96)];
+
+    #[test]
+    fn every_kernel_matches_the_f64_product() {
+        for &(rows, k, n) in &SHAPES {
             let w = lcg(n * k, 11);
             let x = lcg(rows * k, 12);
             let bias = lcg(n, 13);
             let packed = PackedF32Weight::pack(&w, n, k);
             let want = exact(&w, &x, rows, k, n);
-            for &kernel in &kernels {
+            for kernel in kernels() {
                 let mut out = vec![f32::NAN; rows * n];
                 packed.matmul_with(kernel, &x, rows, Some(&bias), &mut out);
                 for i in 0..rows * n {
@@ -165,6 +173,61 @@ mod f32_packed {
                         out[i]
                     );
                 }
+            }
+        }
+    }
+
+    /// A bf16 weight is the f32 kernel on the bf16-rounded weight, bit for bit on every
+    /// register kernel, and takes half the bytes.
+    #[test]
+    fn a_bf16_weight_equals_the_f32_kernel_on_its_rounded_values() {
+        for &(rows, k, n) in &SHAPES {
+            let w = lcg(n * k, 21);
+            let rounded: Vec<f32> = w.iter().map(|&v| bf16::from_f32(v).to_f32()).collect();
+            assert!(w.iter().zip(&rounded).any(|(a, b)| a != b));
+            let x = lcg(rows * k, 22);
+            let bias = lcg(n, 23);
+            let b16 = PackedBf16Weight::pack(&w, n, k);
+            let f32w = PackedF32Weight::pack(&rounded, n, k);
+            assert_eq!(2 * b16.bytes(), f32w.bytes());
+            for kernel in kernels() {
+                let mut got = vec![f32::NAN; rows * n];
+                let mut want = vec![f32::NAN; rows * n];
+                b16.matmul_with(kernel, &x, rows, Some(&bias), &mut got);
+                f32w.matmul_with(kernel, &x, rows, Some(&bias), &mut want);
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{kernel:?} ({rows},{k},{n}) differs from f32 on rounded weights"
+                );
+            }
+        }
+    }
+
+    /// bf16 keeps 8 bits of mantissa: the product of the unrounded weight is within the
+    /// rounding bound `2^-9 · Σ|x·w|` (plus f32 sums) of the exact one.
+    #[test]
+    fn a_bf16_product_is_within_its_rounding_bound() {
+        let (rows, k, n) = (5, 256, 48);
+        let w = lcg(n * k, 31);
+        let x = lcg(rows * k, 32);
+        let mut got = vec![0f32; rows * n];
+        PackedBf16Weight::pack(&w, n, k).matmul(&x, rows, None, &mut got);
+        let want = exact(&w, &x, rows, k, n);
+        for m in 0..rows {
+            for j in 0..n {
+                let abs: f64 = (0..k)
+                    .map(|i| (x[m * k + i] as f64 * w[j * k + i] as f64).abs())
+                    .sum();
+                let err = (got[m * n + j] as f64 - want[m * n + j]).abs();
+                assert!(
+                    err <= abs / 512.0 + 1e-5,
+                    "({m},{j}): err {err}, bound {}",
+                    abs / 512.0
+                );
             }
         }
     }

@@ -11,6 +11,9 @@ pub enum QuantMode {
     /// f32, the trainer's precision: log-probs match the trainer's within 1e-5.
     #[default]
     None,
+    /// bf16 weights (round to nearest even), f32 activations and sums on the CPU (half the
+    /// weight bytes of f32); bf16 matmuls on other devices.
+    Bf16,
     /// W8A8 int8: per-output-channel int8 weights, per-row int8 activations, exact integer
     /// products (AVX-512 VNNI where the CPU has it) on the CPU; ggml `Q8_0` on other devices.
     Int8,
@@ -23,12 +26,13 @@ impl std::str::FromStr for QuantMode {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "none" | "f32" => Ok(QuantMode::None),
+            "bf16" => Ok(QuantMode::Bf16),
             "int8" | "q8" | "q8_0" => Ok(QuantMode::Int8),
             "q4" | "int4" | "q4_0" => Ok(QuantMode::Q4),
             _ => Err(crate::error::UnknownName {
                 what: "quant mode",
                 got: s.to_string(),
-                expected: "none, int8 or q4".into(),
+                expected: "none, bf16, int8 or q4".into(),
             }),
         }
     }

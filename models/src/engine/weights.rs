@@ -1,5 +1,5 @@
-//! The engine's own copy of the rollout weights: f32 or quantized (ggml Q8_0 / Q4_0 through
-//! candle's `QMatMul`) linear layers with q/k/v and gate/up fused, plus embedding and norms.
+//! The engine's own copy of the rollout weights: f32, bf16 or quantized (W8A8 int8 on the
+//! host, ggml Q8_0 / Q4_0 through candle's `QMatMul`) linear layers with q/k/v and gate/up fused, plus embedding and norms.
 //! Inference only (no gradients); it never aliases the trainer's `Var` storage.
 
 use crate::config::ModelConfig;
@@ -12,7 +12,7 @@ use crate::layout::{causal_lm_specs, lm_head_param, FeedForwardParams, LinearPar
 use crate::param_spec::{DtypePolicy, ParamSpec};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
-use oxalign_kernels::linear::{Int8Weight, PackedF32Weight};
+use oxalign_kernels::linear::{Int8Weight, PackedBf16Weight, PackedF32Weight};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,10 +20,13 @@ use std::sync::Arc;
 /// One linear layer `x [T, in] -> [T, out]` in the engine's precision.
 #[derive(Clone, Debug)]
 pub(crate) enum Linear {
-    /// f32 weight `[out, in]` (candle matmul; devices other than the CPU).
+    /// f32 or bf16 weight `[out, in]` (candle matmul; devices other than the CPU).
     Dense(Tensor, Option<Tensor>),
     /// f32 weight packed for decode batches (host kernel), with an f32 bias `[out]`.
     Packed(Arc<PackedF32Weight>, Option<Vec<f32>>),
+    /// bf16 weight packed for decode batches (host kernel: widened to f32 in registers, f32
+    /// activations and sums), with an f32 bias `[out]`.
+    PackedBf16(Arc<PackedBf16Weight>, Option<Vec<f32>>),
     /// Quantized weight `[out, in]` (candle's ggml kernels: Q4_0, and Q8_0 off the CPU).
     Quant(QMatMul, Option<Tensor>),
     /// W8A8 int8 weight `[out, in]` with per-channel scales (host integer kernel), and an
@@ -40,6 +43,12 @@ impl Linear {
                 return Ok(Linear::Packed(Arc::new(p), bias));
             }
             QuantMode::None => return Ok(Linear::Dense(w, b)),
+            QuantMode::Bf16 if w.device().is_cpu() => {
+                let (host, out_dim, in_dim, bias) = host_linear(&w, b.as_ref())?;
+                let p = PackedBf16Weight::pack(&host, out_dim, in_dim);
+                return Ok(Linear::PackedBf16(Arc::new(p), bias));
+            }
+            QuantMode::Bf16 => return Ok(Linear::Dense(w.to_dtype(DType::BF16)?, b)),
             QuantMode::Int8 if w.device().is_cpu() => {
                 let (host, out_dim, in_dim, bias) = host_linear(&w, b.as_ref())?;
                 let q = Int8Weight::quantize(&host, out_dim, in_dim);
@@ -72,14 +81,21 @@ impl Linear {
                 p.matmul(x, rows, b.as_deref(), &mut out);
                 Ok(out)
             }
+            Linear::PackedBf16(p, b) => {
+                let mut out = vec![0f32; rows * p.out_dim()];
+                p.matmul(x, rows, b.as_deref(), &mut out);
+                Ok(out)
+            }
             Linear::Int8(q, b) => {
                 let mut out = vec![0f32; rows * q.out_dim()];
                 q.matmul(x, rows, b.as_deref(), &mut out);
                 Ok(out)
             }
             Linear::Dense(w, b) => {
-                let xt = Tensor::from_slice(x, (rows, in_dim), w.device())?;
-                host(&crate::layers::linear(&xt, w, b.as_ref())?)
+                // A bf16 weight multiplies bf16 activations (the device's bf16 matmul).
+                let xt = Tensor::from_slice(x, (rows, in_dim), w.device())?.to_dtype(w.dtype())?;
+                let b = b.as_ref().map(|b| b.to_dtype(w.dtype())).transpose()?;
+                host(&crate::layers::linear(&xt, w, b.as_ref())?.to_dtype(DType::F32)?)
             }
             Linear::Quant(q, b) => {
                 let device = match q {
@@ -98,12 +114,13 @@ impl Linear {
     pub(crate) fn bytes(&self) -> usize {
         let t = |t: &Option<Tensor>| t.as_ref().map_or(0, |t| t.elem_count() * 4);
         match self {
-            Linear::Dense(w, b) => w.elem_count() * 4 + t(b),
+            Linear::Dense(w, b) => w.elem_count() * w.dtype().size_in_bytes() + t(b),
             Linear::Quant(QMatMul::QTensor(q), b) => q.storage_size_in_bytes() + t(b),
             Linear::Quant(QMatMul::Tensor(w), b) | Linear::Quant(QMatMul::TensorF16(w), b) => {
                 w.elem_count() * w.dtype().size_in_bytes() + t(b)
             }
             Linear::Packed(p, b) => p.bytes() + b.as_ref().map_or(0, |b| b.len() * 4),
+            Linear::PackedBf16(p, b) => p.bytes() + b.as_ref().map_or(0, |b| b.len() * 4),
             Linear::Int8(q, b) => q.bytes() + b.as_ref().map_or(0, |b| b.len() * 4),
         }
     }

@@ -1,13 +1,19 @@
-//! f32 inference linear layer `y = x · Wᵀ (+ b)` with the weight packed once for the
-//! engine's decode shapes (few rows, many output channels).
+//! Inference linear layer `y = x · Wᵀ (+ b)` with the weight packed once for the engine's
+//! decode shapes (few rows, many output channels), stored as f32 or as bf16.
 //!
 //! A general GEMM re-packs a transposed weight on every call; at decode batch sizes that
 //! packing costs more than the arithmetic. Here the weight is packed once (at load or refit)
 //! into panels of 32 output channels × all inputs (`[out/32][in][32]`), and each call streams
 //! every panel once per block of 64 input rows while the block stays in L2. The register
 //! kernels are AVX-512F (8 rows × 32 channels) and AVX2+FMA (4 rows × 16 channels); other
-//! CPUs run a portable loop. Inference only: no gradients, no tensors.
+//! CPUs run a portable loop.
+//!
+//! A bf16 weight ([`PackedBf16Weight`]) halves the bytes streamed per call: each panel row is
+//! widened to f32 in registers (a 16-bit shift, exact) and multiplied with f32 activations
+//! into f32 sums, so its product equals the f32 kernel's on the bf16-rounded weight, bit for
+//! bit, on the same register kernel. Inference only: no gradients, no tensors.
 
+use half::bf16;
 use rayon::prelude::*;
 
 /// Output channels per packed panel.
@@ -15,48 +21,84 @@ pub(crate) const PANEL: usize = 32;
 /// Input rows per cache block (the block of `x` that every panel is multiplied with).
 const ROW_BLOCK: usize = 64;
 
-/// An f32 weight `[out, in]` packed as `[out/32][in][32]` (output channels zero-padded).
+/// A weight `[out, in]` packed as `[out/32][in][32]` elements of `E` (output channels
+/// zero-padded).
 #[derive(Clone, Debug)]
-pub struct PackedF32Weight {
+pub struct PackedWeight<E> {
     out_dim: usize,
     in_dim: usize,
-    packed: Vec<f32>,
+    packed: Vec<E>,
 }
+
+/// An f32 packed weight: the trainer's numbers exactly.
+pub type PackedF32Weight = PackedWeight<f32>;
+/// A bf16 packed weight (round to nearest even from f32): half the bytes of f32.
+pub type PackedBf16Weight = PackedWeight<bf16>;
 
 /// Which register kernel runs on this CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum F32Kernel {
+pub(crate) enum PanelKernel {
     Avx512,
     Avx2,
     Portable,
 }
 
-impl F32Kernel {
-    pub(crate) fn detect() -> F32Kernel {
+impl PanelKernel {
+    pub(crate) fn detect() -> PanelKernel {
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx512f") {
-                return F32Kernel::Avx512;
+                return PanelKernel::Avx512;
             }
             if std::arch::is_x86_feature_detected!("avx2")
                 && std::arch::is_x86_feature_detected!("fma")
             {
-                return F32Kernel::Avx2;
+                return PanelKernel::Avx2;
             }
         }
-        F32Kernel::Portable
+        PanelKernel::Portable
     }
 }
 
-impl PackedF32Weight {
-    /// Packs a row-major f32 weight `[out_dim, in_dim]`.
+/// An element type a panel can store: how it is made from f32 and widened back.
+pub trait PanelElement: Copy + Default + Send + Sync + 'static {
+    /// The stored value of an f32 weight.
+    fn from_f32(v: f32) -> Self;
+    /// The f32 the kernels multiply with.
+    fn to_f32(self) -> f32;
+    /// Whether the register kernels widen 16-bit bf16 (`true`) or load f32 (`false`).
+    const BF16: bool;
+}
+
+impl PanelElement for f32 {
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+    fn to_f32(self) -> f32 {
+        self
+    }
+    const BF16: bool = false;
+}
+
+impl PanelElement for bf16 {
+    fn from_f32(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    const BF16: bool = true;
+}
+
+impl<E: PanelElement> PackedWeight<E> {
+    /// Packs a row-major f32 weight `[out_dim, in_dim]` (rounding to `E`).
     ///
     /// # Panics
     /// When `w.len() != out_dim * in_dim`.
-    pub fn pack(w: &[f32], out_dim: usize, in_dim: usize) -> PackedF32Weight {
+    pub fn pack(w: &[f32], out_dim: usize, in_dim: usize) -> PackedWeight<E> {
         assert_eq!(w.len(), out_dim * in_dim, "weight length must be out * in");
         let panels = out_dim.div_ceil(PANEL);
-        let mut packed = vec![0f32; panels * in_dim * PANEL];
+        let mut packed = vec![E::default(); panels * in_dim * PANEL];
         packed
             .par_chunks_mut(in_dim * PANEL)
             .enumerate()
@@ -64,11 +106,11 @@ impl PackedF32Weight {
                 for lane in 0..PANEL.min(out_dim - p * PANEL) {
                     let row = &w[(p * PANEL + lane) * in_dim..(p * PANEL + lane + 1) * in_dim];
                     for (k, &v) in row.iter().enumerate() {
-                        panel[k * PANEL + lane] = v;
+                        panel[k * PANEL + lane] = E::from_f32(v);
                     }
                 }
             });
-        PackedF32Weight {
+        PackedWeight {
             out_dim,
             in_dim,
             packed,
@@ -87,7 +129,7 @@ impl PackedF32Weight {
 
     /// Bytes held by the packed weight.
     pub fn bytes(&self) -> usize {
-        self.packed.len() * 4
+        self.packed.len() * std::mem::size_of::<E>()
     }
 
     /// `out[m, n] = Σ_k x[m, k] · w[n, k] (+ bias[n])` for row-major `x: [rows, in]` into
@@ -96,12 +138,12 @@ impl PackedF32Weight {
     /// # Panics
     /// When the slice lengths do not match `rows` and the weight's shape.
     pub fn matmul(&self, x: &[f32], rows: usize, bias: Option<&[f32]>, out: &mut [f32]) {
-        self.matmul_with(F32Kernel::detect(), x, rows, bias, out);
+        self.matmul_with(PanelKernel::detect(), x, rows, bias, out);
     }
 
     pub(crate) fn matmul_with(
         &self,
-        kernel: F32Kernel,
+        kernel: PanelKernel,
         x: &[f32],
         rows: usize,
         bias: Option<&[f32]>,
@@ -161,32 +203,38 @@ impl SendPtr {
 }
 
 /// `tile[r][c] = Σ_k x[r, k] · panel[k][c]` for `rows ≤ 64` rows of `x` (`[rows, k]`).
-fn panel_product(
-    kernel: F32Kernel,
+fn panel_product<E: PanelElement>(
+    kernel: PanelKernel,
     x: &[f32],
     rows: usize,
     k: usize,
-    panel: &[f32],
+    panel: &[E],
     tile: &mut [f32],
 ) {
     match kernel {
         #[cfg(target_arch = "x86_64")]
-        F32Kernel::Avx512 => super::f32_x86::panel_avx512(x, rows, k, panel, tile),
+        PanelKernel::Avx512 => super::packed_x86::panel_avx512(x, rows, k, panel, tile),
         #[cfg(target_arch = "x86_64")]
-        F32Kernel::Avx2 => super::f32_x86::panel_avx2(x, rows, k, panel, tile),
+        PanelKernel::Avx2 => super::packed_x86::panel_avx2(x, rows, k, panel, tile),
         _ => panel_portable(x, rows, k, panel, tile),
     }
 }
 
 /// The portable kernel (sequential sum over `k`, no fused multiply-add).
-pub(crate) fn panel_portable(x: &[f32], rows: usize, k: usize, panel: &[f32], tile: &mut [f32]) {
+pub(crate) fn panel_portable<E: PanelElement>(
+    x: &[f32],
+    rows: usize,
+    k: usize,
+    panel: &[E],
+    tile: &mut [f32],
+) {
     for r in 0..rows {
         let mut acc = [0f32; PANEL];
         for kk in 0..k {
             let xv = x[r * k + kk];
             let w = &panel[kk * PANEL..(kk + 1) * PANEL];
             for c in 0..PANEL {
-                acc[c] += xv * w[c];
+                acc[c] += xv * w[c].to_f32();
             }
         }
         tile[r * PANEL..(r + 1) * PANEL].copy_from_slice(&acc);
