@@ -146,6 +146,7 @@ pub fn data_spec(recipe: &Recipe) -> Result<DataSpec, RunError> {
         eval_fraction: recipe.data.eval_fraction,
         seed: recipe.run.seed,
         on_bad_row: recipe.data.on_bad_row,
+        answer_field: recipe.data.answer_field.clone(),
     })
 }
 
@@ -159,7 +160,8 @@ pub fn prompt_source(recipe: &Recipe, tok: &Tokenizer) -> Result<Arc<dyn PromptS
             recipe.data.eval_size,
         )),
         TaskKind::Jsonl | TaskKind::File => {
-            let file = PromptFile::load(&data_spec(recipe)?, Some(tok))
+            let spec = data_spec(recipe)?;
+            let file = PromptFile::load(&spec, Some(tok))
                 .map_err(|e| fail(oxalign_rlhf::RlhfError::from(e).into()))?;
             super::offline_report::print_data_report(recipe, file.report());
             Arc::new(file)

@@ -59,23 +59,7 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
         _ => {}
     }
     super::head_check::offline_kind(r, &bad)?;
-    if r.data.task != TaskKind::Arithmetic || r.run.kind != RunKind::Rl {
-        let p = r.data.path.as_deref().ok_or_else(|| {
-            bad(
-                "data.path",
-                "data.task = \"jsonl\" needs a prompts file".into(),
-            )
-        })?;
-        if !Path::new(p).is_file() {
-            return Err(bad(
-                "data.path",
-                format!("{p}: no such file (expected a JSONL or Parquet file in the {:?} schema, see docs/RECIPES.md)", r.run.kind),
-            ));
-        }
-    }
-    if r.data.task == TaskKind::Arithmetic && r.data.max_operand == 0 {
-        return Err(bad("data.max_operand", "must be at least 1".into()));
-    }
+    data_keys(r, &bad)?;
     positive("run.steps", r.run.steps as f64, &bad)?;
     positive("rl.prompts_per_step", r.rl.prompts_per_step as f64, &bad)?;
     positive(
@@ -182,6 +166,35 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
     super::validate_rl::validate_rl(r, &bad)?;
     super::reward::validate(r, &bad)?;
     super::supervision::validate(r, &bad)
+}
+
+/// The `[data]` keys: the file a run reads exists; the answer column is a column name.
+fn data_keys(r: &Recipe, bad: &impl Fn(&str, String) -> RecipeError) -> Result<(), RecipeError> {
+    if r.data.task != TaskKind::Arithmetic || r.run.kind != RunKind::Rl {
+        let p = r.data.path.as_deref().ok_or_else(|| {
+            bad(
+                "data.path",
+                "data.task = \"jsonl\" needs a prompts file".into(),
+            )
+        })?;
+        if !Path::new(p).is_file() {
+            return Err(bad(
+            "data.path",
+            format!("{p}: no such file (expected a JSONL or Parquet file in the {:?} schema, see docs/RECIPES.md)", r.run.kind),
+        ));
+        }
+    }
+    let field = r.data.answer_field.as_str();
+    if field.is_empty() || ["prompt", "messages"].contains(&field) {
+        return Err(bad(
+            "data.answer_field",
+            format!("{field:?}: expected the name of the column holding the reference answer"),
+        ));
+    }
+    if r.data.task == TaskKind::Arithmetic && r.data.max_operand == 0 {
+        return Err(bad("data.max_operand", "must be at least 1".into()));
+    }
+    Ok(())
 }
 
 fn positive(
