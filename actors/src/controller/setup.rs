@@ -150,7 +150,8 @@ pub fn data_spec(recipe: &Recipe) -> Result<DataSpec, RunError> {
     })
 }
 
-/// The prompt source of the recipe; `tok` renders chat-message prompts.
+/// The prompt source of the recipe; `tok` renders chat-message prompts. A prompts file must
+/// carry the reference answers the recipe needs (`data_check.rs`).
 pub fn prompt_source(recipe: &Recipe, tok: &Tokenizer) -> Result<Arc<dyn PromptSource>, RunError> {
     let fail = |cause: Cause| RunError::controller(At::Setup, "data", cause);
     Ok(match recipe.data.task {
@@ -164,6 +165,7 @@ pub fn prompt_source(recipe: &Recipe, tok: &Tokenizer) -> Result<Arc<dyn PromptS
             let file = PromptFile::load(&spec, Some(tok))
                 .map_err(|e| fail(oxalign_rlhf::RlhfError::from(e).into()))?;
             super::offline_report::print_data_report(recipe, file.report());
+            super::data_check::require_answers(recipe, &spec.path, file.answers())?;
             Arc::new(file)
         }
     })
