@@ -1,7 +1,8 @@
 //! Checks a typed recipe against the machine and the filesystem before anything runs.
 //!
-//! `oxalign train --check` stops after this. It does not load models or data; it only
-//! makes sure they are there and that the numbers make sense together.
+//! `oxalign train --check` stops after this and the first rows of the data files
+//! (`controller/data_check.rs`). It does not load models or data; it only makes sure they
+//! are there and that the numbers make sense together.
 
 use super::{Algorithm, Recipe, RecipeError, RewardKind, RunKind, TaskKind, MAX_STALENESS};
 use std::path::Path;
