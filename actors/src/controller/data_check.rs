@@ -117,3 +117,57 @@ fn first_rows<T: RowSchema>(
 ) -> Result<AnswerCoverage, RunError> {
     check_first_rows::<T>(path, cx, recipe.data.on_bad_row).map_err(data_error)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recipe::RewardSection;
+
+    fn prompts_recipe(reward: RewardKind, sft_steps: u64) -> Recipe {
+        let mut r = Recipe::default();
+        r.data.task = TaskKind::File;
+        r.data.path = Some("p.jsonl".into());
+        r.reward = RewardSection {
+            kind: reward,
+            ..RewardSection::default()
+        };
+        r.sft.steps = sft_steps;
+        r
+    }
+
+    #[test]
+    fn answers_are_needed_by_an_exact_match_reward_or_an_sft_warm_up_only() {
+        let needed = |k, s| answers_needed_by(&prompts_recipe(k, s));
+        assert!(needed(RewardKind::ExactMatch, 0)
+            .unwrap()
+            .contains("exact_match"));
+        assert_eq!(needed(RewardKind::Http, 0), None);
+        assert!(needed(RewardKind::Http, 5).unwrap().contains("SFT warm-up"));
+        let mut arithmetic = prompts_recipe(RewardKind::ExactMatch, 0);
+        arithmetic.data.task = TaskKind::Arithmetic;
+        assert_eq!(
+            answers_needed_by(&arithmetic),
+            None,
+            "the task has its answers"
+        );
+    }
+
+    #[test]
+    fn a_file_without_answers_is_bad_input_and_a_partial_one_is_not() {
+        let r = prompts_recipe(RewardKind::ExactMatch, 0);
+        let mut cov = AnswerCoverage {
+            rows: 4,
+            lacking: 4,
+            whole_file: true,
+            first_columns: vec!["prompt".into(), "solution".into()],
+        };
+        let e = require_answers(&r, Path::new("p.jsonl"), &cov).unwrap_err();
+        assert!(e.is_bad_input(), "{e}");
+        assert!(
+            e.to_string().contains("data.answer_field = \"solution\""),
+            "{e}"
+        );
+        cov.lacking = 1;
+        require_answers(&r, Path::new("p.jsonl"), &cov).unwrap();
+    }
+}
