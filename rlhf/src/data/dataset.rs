@@ -9,23 +9,12 @@
 use super::answer_coverage::{first_columns, AnswerCoverage};
 use super::error::DataError;
 use super::row_file::RowFile;
-use super::row_scan::{read_all, read_one, scan};
+use super::row_scan::{read_all, read_one, scan, DataReport, OnBadRow};
 use super::schema::{RowContext, RowSchema, DEFAULT_ANSWER_FIELD};
 use super::splitmix64;
 use oxalign_models::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-
-/// What to do with a malformed row (`data.on_bad_row`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnBadRow {
-    /// Stop with an error naming the file, the row and what was expected (the default).
-    #[default]
-    Fail,
-    /// Skip the row, count it and report it.
-    Skip,
-}
 
 /// Where a dataset comes from and how it is split.
 #[derive(Debug, Clone)]
@@ -64,17 +53,6 @@ impl DataSpec {
             answer_field: &self.answer_field,
         }
     }
-}
-
-/// Rows seen and skipped while loading (training and held-out files together).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct DataReport {
-    /// Rows read.
-    pub rows: u64,
-    /// Rows skipped as malformed.
-    pub skipped: u64,
-    /// The first few skipped rows, `file: where: what`.
-    pub first_skipped: Vec<String>,
 }
 
 /// A streamed dataset of rows of type `T`.

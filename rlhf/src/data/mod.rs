@@ -22,12 +22,12 @@ mod sft_schema;
 pub use answer_coverage::AnswerCoverage;
 pub use arithmetic::ArithmeticTask;
 pub use arithmetic_export::{distinct_train_items, near_misses, write_arithmetic_files};
-pub use dataset::{DataReport, DataSpec, Dataset, OnBadRow};
+pub use dataset::{DataSpec, Dataset};
 pub use error::{DataError, NoAnswer, RowAt};
 pub use prompt_file::PromptFile;
 pub use row_error::RowError;
 pub use row_file::{is_parquet, RowFile};
-pub use row_scan::{check_first_rows, PROBE_ROWS};
+pub use row_scan::{check_first_rows, DataReport, OnBadRow, PROBE_ROWS};
 pub use schema::{PreferencePair, RowContext, RowSchema, DEFAULT_ANSWER_FIELD};
 pub use sft_schema::{SftPair, SftRow};
 

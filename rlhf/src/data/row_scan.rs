@@ -1,17 +1,39 @@
 //! Checking the rows of a file against a schema: [`scan`] parses rows in order, keeps the
 //! numbers of the good ones and counts those without a reference answer; a bad row fails
-//! the scan or, with [`OnBadRow::Skip`], is counted in the [`DataReport`].
+//! the scan or, with [`OnBadRow::Skip`] (the `data.on_bad_row` policy, defined here), is
+//! counted in the [`DataReport`].
 //!
 //! A file whose first rows all fail is not "a file with a bad row" but a file in another
 //! schema: skipping would skip all of it, so the error says the schema does not match and
 //! lists the accepted ones instead of suggesting `data.on_bad_row = "skip"`.
 
 use super::answer_coverage::{first_columns, AnswerCoverage};
-use super::dataset::{DataReport, OnBadRow};
 use super::error::DataError;
 use super::row_file::RowFile;
 use super::schema::{RowContext, RowSchema};
 use std::path::Path;
+
+/// What to do with a malformed row (`data.on_bad_row`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnBadRow {
+    /// Stop with an error naming the file, the row and what was expected (the default).
+    #[default]
+    Fail,
+    /// Skip the row, count it and report it.
+    Skip,
+}
+
+/// Rows seen and skipped while loading (training and held-out files together).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DataReport {
+    /// Rows read.
+    pub rows: u64,
+    /// Rows skipped as malformed.
+    pub skipped: u64,
+    /// The first few skipped rows, `file: where: what`.
+    pub first_skipped: Vec<String>,
+}
 
 /// How many skipped rows the report spells out.
 const REPORTED_SKIPS: usize = 5;

@@ -14,7 +14,6 @@ use oxalign_models::chat_template::ChatMessage;
 use oxalign_models::tokenizer::Tokenizer;
 use serde_json::Value;
 
-use super::sft_schema::SftPair;
 use super::RowError;
 
 /// The reference-answer column of prompt rows unless the recipe names another
@@ -193,23 +192,6 @@ impl RowSchema for PromptItem {
     fn lacks_answer(&self) -> bool {
         self.answer.is_none()
     }
-}
-
-/// One example per assistant turn of `msgs[from..]`, which ends with one; each example's
-/// prompt is every turn before its assistant turn.
-pub(super) fn assistant_turns(
-    tok: Option<&Tokenizer>,
-    msgs: &[ChatMessage],
-    from: usize,
-) -> Result<Vec<SftPair>, RowError> {
-    let mut out = Vec::new();
-    for k in from..msgs.len() {
-        if msgs[k].role == "assistant" || k + 1 == msgs.len() {
-            let (prompt, response) = split_last_turn(tok, &msgs[..=k])?;
-            out.push(SftPair { prompt, response });
-        }
-    }
-    Ok(out)
 }
 
 /// `(prompt, response)` of one side of a preference pair.

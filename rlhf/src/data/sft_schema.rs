@@ -15,10 +15,12 @@
 //!   datasets carry `messages` beside a `prompt` column.
 
 use super::schema::{
-    assistant_turns, field, need_object, render, string, text_or_chat, RowContext, RowSchema,
+    field, need_object, render, split_last_turn, string, text_or_chat, RowContext, RowSchema,
     TextOrChat,
 };
 use super::RowError;
+use oxalign_models::chat_template::ChatMessage;
+use oxalign_models::tokenizer::Tokenizer;
 use serde_json::Value;
 
 /// One SFT example as text: the loss is on `response` only.
@@ -43,6 +45,23 @@ impl SftRow {
             examples: vec![SftPair { prompt, response }],
         }
     }
+}
+
+/// One example per assistant turn of `msgs[from..]`, which ends with one; each example's
+/// prompt is every turn before its assistant turn.
+fn assistant_turns(
+    tok: Option<&Tokenizer>,
+    msgs: &[ChatMessage],
+    from: usize,
+) -> Result<Vec<SftPair>, RowError> {
+    let mut out = Vec::new();
+    for k in from..msgs.len() {
+        if msgs[k].role == "assistant" || k + 1 == msgs.len() {
+            let (prompt, response) = split_last_turn(tok, &msgs[..=k])?;
+            out.push(SftPair { prompt, response });
+        }
+    }
+    Ok(out)
 }
 
 /// The completion: `completion` or its alias `response`, never both.
@@ -107,8 +126,6 @@ impl RowSchema for SftRow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oxalign_models::chat_template::ChatMessage;
-    use oxalign_models::tokenizer::Tokenizer;
     use serde_json::json;
 
     fn tokenizer_with(template: Option<&str>) -> (tempfile::TempDir, Tokenizer) {
