@@ -1,5 +1,6 @@
 //! `oxalign train RECIPE`: validates a recipe, then runs it (SFT warm-up, RL, checkpoints),
-//! optionally with the live dashboard. `--check` stops after validation; `--resume RUN_DIR`
+//! optionally with the live dashboard. `--check` stops after validation and reading the first
+//! rows of the data files; `--resume RUN_DIR`
 //! continues from the run's newest valid checkpoint (see `resume.rs` for the checks).
 
 use std::net::SocketAddr;
@@ -36,7 +37,8 @@ pub struct Args {
     /// Override a recipe key, e.g. `--set rl.lr=1e-5` (repeatable; value in TOML syntax).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
-    /// Validate the recipe (keys, types, paths, devices) and exit.
+    /// Validate the recipe (keys, types, paths, devices) and the first 16 rows of each data
+    /// file (schema, reference answers), then exit.
     #[arg(long)]
     pub check: bool,
     /// Continue the run in this folder from its newest valid checkpoint. The recipe must be
@@ -120,6 +122,38 @@ fn print_offline(summary: &controller::RunSummary) {
     );
 }
 
+/// `--check` after the recipe passed: reads the first rows of each data file (schema and
+/// reference answers, as the run would), then says what the run would do.
+fn check_only(args: &Args, recipe: &Recipe) -> anyhow::Result<()> {
+    // The first rows of every data file, in the run's schema, with its answer checks.
+    let rows = controller::check_data(recipe).map_err(classify)?;
+    let checked = match rows {
+        0 => String::new(),
+        n => format!(", {n} data rows checked"),
+    };
+    if recipe.run.kind != oxalign_actors::recipe::RunKind::Rl {
+        println!(
+            "{}: ok ({:?} run on {} ({rows} rows checked), outputs in {})",
+            args.recipe.display(),
+            recipe.run.kind,
+            recipe.data.path.as_deref().unwrap_or("-"),
+            recipe.run_dir().display()
+        );
+        return Ok(());
+    }
+    println!(
+        "{}: ok ({:?}, {} RL steps of {} prompts × {} samples{checked}, policy on {}, outputs in {})",
+        args.recipe.display(),
+        recipe.rl.algorithm,
+        recipe.run.steps,
+        recipe.rl.prompts_per_step,
+        recipe.rl.samples_per_prompt,
+        recipe.placement.policy,
+        recipe.run_dir().display()
+    );
+    Ok(())
+}
+
 /// Runs `oxalign train`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let mut recipe = Recipe::load(&args.recipe, &args.overrides).user_err("")?;
@@ -149,27 +183,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         oxalign::dashboard::check_access(addr, args.token.as_deref()).user_err("--dashboard")?;
     }
     if args.check {
-        if recipe.run.kind != oxalign_actors::recipe::RunKind::Rl {
-            println!(
-                "{}: ok ({:?} run on {}, outputs in {})",
-                args.recipe.display(),
-                recipe.run.kind,
-                recipe.data.path.as_deref().unwrap_or("-"),
-                recipe.run_dir().display()
-            );
-            return Ok(());
-        }
-        println!(
-            "{}: ok ({:?}, {} RL steps of {} prompts × {} samples, policy on {}, outputs in {})",
-            args.recipe.display(),
-            recipe.rl.algorithm,
-            recipe.run.steps,
-            recipe.rl.prompts_per_step,
-            recipe.rl.samples_per_prompt,
-            recipe.placement.policy,
-            recipe.run_dir().display()
-        );
-        return Ok(());
+        return check_only(&args, &recipe);
     }
     let run_dir = recipe.run_dir();
     // Held until the run ends: a second `train` of this folder is refused, never mixed in.

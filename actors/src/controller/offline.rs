@@ -63,6 +63,8 @@ pub(crate) async fn run(
 }
 
 /// `(prompt ids, response ids + eos)` of one text pair, refused when longer than the context.
+/// An empty prompt that encodes to nothing takes the response's first token (the trainer
+/// needs one token of context).
 pub(crate) fn encode_pair(
     ctx: &Ctx<'_>,
     at: At,
@@ -70,9 +72,14 @@ pub(crate) fn encode_pair(
     response: &str,
 ) -> Result<TokenPair, RunError> {
     let failed = |e| RunError::controller(at, "encode", e);
-    let p = ctx.tok.encode(prompt, true).map_err(failed)?;
+    let mut p = ctx.tok.encode(prompt, true).map_err(failed)?;
     let mut r = ctx.tok.encode(response, false).map_err(failed)?;
     r.extend(ctx.tok.eos_token_id());
+    if p.is_empty() && r.len() > 1 {
+        // An empty prompt (a `text` row) with a tokenizer that adds no BOS: the first token
+        // is the context, as in a causal LM's loss, which never predicts the first token.
+        p.push(r.remove(0));
+    }
     let what = format!("{at}: prompt {}", quoted(prompt));
     check_context(ctx, &what, p.len(), r.len(), "its response")?;
     Ok((p, r))

@@ -146,10 +146,12 @@ pub fn data_spec(recipe: &Recipe) -> Result<DataSpec, RunError> {
         eval_fraction: recipe.data.eval_fraction,
         seed: recipe.run.seed,
         on_bad_row: recipe.data.on_bad_row,
+        answer_field: recipe.data.answer_field.clone(),
     })
 }
 
-/// The prompt source of the recipe; `tok` renders chat-message prompts.
+/// The prompt source of the recipe; `tok` renders chat-message prompts. A prompts file must
+/// carry the reference answers the recipe needs (`data_check.rs`).
 pub fn prompt_source(recipe: &Recipe, tok: &Tokenizer) -> Result<Arc<dyn PromptSource>, RunError> {
     let fail = |cause: Cause| RunError::controller(At::Setup, "data", cause);
     Ok(match recipe.data.task {
@@ -159,9 +161,11 @@ pub fn prompt_source(recipe: &Recipe, tok: &Tokenizer) -> Result<Arc<dyn PromptS
             recipe.data.eval_size,
         )),
         TaskKind::Jsonl | TaskKind::File => {
-            let file = PromptFile::load(&data_spec(recipe)?, Some(tok))
+            let spec = data_spec(recipe)?;
+            let file = PromptFile::load(&spec, Some(tok))
                 .map_err(|e| fail(oxalign_rlhf::RlhfError::from(e).into()))?;
             super::offline_report::print_data_report(recipe, file.report());
+            super::data_check::require_answers(recipe, &spec.path, file.answers())?;
             Arc::new(file)
         }
     })

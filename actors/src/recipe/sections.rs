@@ -210,6 +210,10 @@ pub struct DataSection {
     /// A malformed row: `fail` (stop, naming the file and row) or `skip` (skip it; the count
     /// is printed and written to summary.json). Default `"fail"`.
     pub on_bad_row: oxalign_rlhf::data::OnBadRow,
+    /// The column of a prompts file holding the reference answer (TRL datasets use
+    /// `solution`, `ground_truth`, ...). A reward that compares with it refuses a file where
+    /// no row has it. Default `"answer"`.
+    pub answer_field: String,
     /// Largest operand of the arithmetic task (operands are drawn from `0..=max_operand`).
     /// Default `99`.
     pub max_operand: u32,
@@ -225,6 +229,7 @@ impl Default for DataSection {
             eval_path: None,
             eval_fraction: 0.0,
             on_bad_row: oxalign_rlhf::data::OnBadRow::Fail,
+            answer_field: oxalign_rlhf::data::DEFAULT_ANSWER_FIELD.into(),
             max_operand: 99,
             eval_size: 200,
         }

@@ -500,3 +500,22 @@ fn a_call_timeout_beyond_a_duration_is_refused_not_a_panic() {
         std::time::Duration::from_secs_f64(MAX_CALL_TIMEOUT_S)
     );
 }
+
+/// `data.answer_field` names a column; it is neither empty nor the prompt's own column.
+#[test]
+fn the_answer_field_must_name_a_column_other_than_the_prompt() {
+    let r = parse("[data]\nanswer_field = \"solution\"\n", &[]).unwrap();
+    assert_eq!(r.data.answer_field, "solution");
+    assert_eq!(Recipe::default().data.answer_field, "answer");
+    validate(&r, Path::new("r.toml")).unwrap();
+    for bad in ["\"\"", "\"prompt\"", "\"messages\""] {
+        let r = parse("", &[&format!("data.answer_field={bad}")]).unwrap();
+        let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();
+        assert!(
+            e.contains("data.answer_field") && e.contains("reference answer"),
+            "{e}"
+        );
+    }
+    let e = parse("[data]\nanswer_column = \"solution\"\n", &[]).unwrap_err();
+    assert!(e.to_string().contains("answer_column"), "{e}");
+}

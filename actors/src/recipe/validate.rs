@@ -1,7 +1,8 @@
 //! Checks a typed recipe against the machine and the filesystem before anything runs.
 //!
-//! `oxalign train --check` stops after this. It does not load models or data; it only
-//! makes sure they are there and that the numbers make sense together.
+//! `oxalign train --check` stops after this and the first rows of the data files
+//! (`controller/data_check.rs`). It does not load models or data; it only makes sure they
+//! are there and that the numbers make sense together.
 
 use super::{Algorithm, Recipe, RecipeError, RewardKind, RunKind, TaskKind, MAX_STALENESS};
 use std::path::Path;
@@ -59,23 +60,7 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
         _ => {}
     }
     super::head_check::offline_kind(r, &bad)?;
-    if r.data.task != TaskKind::Arithmetic || r.run.kind != RunKind::Rl {
-        let p = r.data.path.as_deref().ok_or_else(|| {
-            bad(
-                "data.path",
-                "data.task = \"jsonl\" needs a prompts file".into(),
-            )
-        })?;
-        if !Path::new(p).is_file() {
-            return Err(bad(
-                "data.path",
-                format!("{p}: no such file (expected a JSONL or Parquet file in the {:?} schema, see docs/RECIPES.md)", r.run.kind),
-            ));
-        }
-    }
-    if r.data.task == TaskKind::Arithmetic && r.data.max_operand == 0 {
-        return Err(bad("data.max_operand", "must be at least 1".into()));
-    }
+    data_keys(r, &bad)?;
     positive("run.steps", r.run.steps as f64, &bad)?;
     positive("rl.prompts_per_step", r.rl.prompts_per_step as f64, &bad)?;
     positive(
@@ -182,6 +167,35 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
     super::validate_rl::validate_rl(r, &bad)?;
     super::reward::validate(r, &bad)?;
     super::supervision::validate(r, &bad)
+}
+
+/// The `[data]` keys: the file a run reads exists; the answer column is a column name.
+fn data_keys(r: &Recipe, bad: &impl Fn(&str, String) -> RecipeError) -> Result<(), RecipeError> {
+    if r.data.task != TaskKind::Arithmetic || r.run.kind != RunKind::Rl {
+        let p = r.data.path.as_deref().ok_or_else(|| {
+            bad(
+                "data.path",
+                "data.task = \"jsonl\" needs a prompts file".into(),
+            )
+        })?;
+        if !Path::new(p).is_file() {
+            return Err(bad(
+            "data.path",
+            format!("{p}: no such file (expected a JSONL or Parquet file in the {:?} schema, see docs/RECIPES.md)", r.run.kind),
+        ));
+        }
+    }
+    let field = r.data.answer_field.as_str();
+    if field.is_empty() || ["prompt", "messages"].contains(&field) {
+        return Err(bad(
+            "data.answer_field",
+            format!("{field:?}: expected the name of the column holding the reference answer"),
+        ));
+    }
+    if r.data.task == TaskKind::Arithmetic && r.data.max_operand == 0 {
+        return Err(bad("data.max_operand", "must be at least 1".into()));
+    }
+    Ok(())
 }
 
 fn positive(

@@ -1,28 +1,20 @@
 //! [`Dataset`]: the rows of a JSONL or Parquet file in one of the schemas of `schema.rs`,
-//! streamed. Loading makes one pass that checks every row (a malformed row fails the load
-//! or, with [`OnBadRow::Skip`], is skipped and counted in the [`DataReport`]) and keeps only
-//! the row numbers of the good ones; a training item is read from disk when asked for. The
+//! streamed. Loading makes one pass that checks every row (`row_scan.rs`: a malformed row
+//! fails the load or, with [`OnBadRow::Skip`], is skipped and counted in the [`DataReport`])
+//! and keeps only the row numbers of the good ones and how many lack a reference answer
+//! ([`AnswerCoverage`]); a training item is read from disk when asked for. The
 //! training order is a seeded permutation per epoch, computed once per epoch. The held-out
 //! rows (a second file, or a seeded fraction of the first) are kept in memory.
 
+use super::answer_coverage::{first_columns, AnswerCoverage};
 use super::error::DataError;
 use super::row_file::RowFile;
-use super::schema::RowSchema;
+use super::row_scan::{read_all, read_one, scan, DataReport, OnBadRow};
+use super::schema::{RowContext, RowSchema, DEFAULT_ANSWER_FIELD};
 use super::splitmix64;
 use oxalign_models::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-
-/// What to do with a malformed row (`data.on_bad_row`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnBadRow {
-    /// Stop with an error naming the file, the row and what was expected (the default).
-    #[default]
-    Fail,
-    /// Skip the row, count it and report it.
-    Skip,
-}
 
 /// Where a dataset comes from and how it is split.
 #[derive(Debug, Clone)]
@@ -37,50 +29,78 @@ pub struct DataSpec {
     pub seed: u64,
     /// Malformed rows: fail or skip.
     pub on_bad_row: OnBadRow,
+    /// The reference-answer column of prompt rows (`data.answer_field`).
+    pub answer_field: String,
 }
 
-/// Rows seen and skipped while loading (training and held-out files together).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct DataReport {
-    /// Rows read.
-    pub rows: u64,
-    /// Rows skipped as malformed.
-    pub skipped: u64,
-    /// The first few skipped rows, `file: where: what`.
-    pub first_skipped: Vec<String>,
-}
+impl DataSpec {
+    /// `path` alone: no held-out rows, seed 0, failing on a bad row, answers in `answer`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            eval_path: None,
+            eval_fraction: 0.0,
+            seed: 0,
+            on_bad_row: OnBadRow::Fail,
+            answer_field: DEFAULT_ANSWER_FIELD.into(),
+        }
+    }
 
-/// How many skipped rows the report spells out.
-const REPORTED_SKIPS: usize = 5;
+    /// What rows are parsed with: `tok` and this spec's answer column.
+    pub fn row_context<'a>(&'a self, tok: Option<&'a Tokenizer>) -> RowContext<'a> {
+        RowContext {
+            tok,
+            answer_field: &self.answer_field,
+        }
+    }
+}
 
 /// A streamed dataset of rows of type `T`.
 pub struct Dataset<T> {
     path: PathBuf,
     file: Mutex<RowFile>,
     tok: Option<Tokenizer>,
+    answer_field: String,
     train: Vec<u32>,
     eval: Vec<T>,
     seed: u64,
     order: Mutex<Option<(u64, Arc<Vec<u32>>)>>,
     report: DataReport,
+    answers: AnswerCoverage,
 }
 
 impl<T: RowSchema> Dataset<T> {
     /// Opens and checks `spec`'s files. `tok` renders chat messages (rows with message lists
     /// are malformed without one).
     pub fn load(spec: &DataSpec, tok: Option<&Tokenizer>) -> Result<Self, DataError> {
+        let cx = spec.row_context(tok);
         let mut report = DataReport::default();
         let mut file = RowFile::open(&spec.path)?;
-        let good = scan::<T>(&mut file, &spec.path, tok, spec.on_bad_row, &mut report)?;
+        let all = usize::MAX;
+        let scanned = scan::<T>(
+            &mut file,
+            &spec.path,
+            &cx,
+            spec.on_bad_row,
+            all,
+            &mut report,
+        )?;
+        let answers = AnswerCoverage {
+            rows: scanned.good.len() as u64,
+            lacking: scanned.lacking_answer,
+            whole_file: true,
+            first_columns: first_columns(&mut file)?,
+        };
         let (train, eval) = match &spec.eval_path {
             Some(p) => {
                 let mut ef = RowFile::open(p)?;
-                let rows = scan::<T>(&mut ef, p, tok, spec.on_bad_row, &mut report)?;
-                (good, read_all::<T>(&mut ef, p, tok, &rows)?)
+                let rows = scan::<T>(&mut ef, p, &cx, spec.on_bad_row, all, &mut report)?.good;
+                (scanned.good, read_all::<T>(&mut ef, p, &cx, &rows)?)
             }
             None => {
-                let (train, held) = split(&good, spec.eval_fraction, spec.seed, &spec.path)?;
-                let eval = read_all::<T>(&mut file, &spec.path, tok, &held)?;
+                let (train, held) =
+                    split(&scanned.good, spec.eval_fraction, spec.seed, &spec.path)?;
+                let eval = read_all::<T>(&mut file, &spec.path, &cx, &held)?;
                 (train, eval)
             }
         };
@@ -95,11 +115,13 @@ impl<T: RowSchema> Dataset<T> {
             path: spec.path.clone(),
             file: Mutex::new(file),
             tok: tok.cloned(),
+            answer_field: spec.answer_field.clone(),
             train,
             eval,
             seed: spec.seed,
             order: Mutex::new(None),
             report,
+            answers,
         })
     }
 
@@ -118,6 +140,11 @@ impl<T: RowSchema> Dataset<T> {
         &self.report
     }
 
+    /// The reference answers in the training file's good rows.
+    pub fn answers(&self) -> &AnswerCoverage {
+        &self.answers
+    }
+
     /// Training item `index` (any `u64`): epoch `index / n` visits every row once, in a
     /// seeded order of its own.
     pub fn train_item(&self, index: u64) -> Result<T, DataError> {
@@ -126,7 +153,11 @@ impl<T: RowSchema> Dataset<T> {
         let order = self.epoch_order(epoch);
         let row = self.train[order[pos as usize] as usize] as usize;
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        read_one::<T>(&mut file, &self.path, self.tok.as_ref(), row)
+        let cx = RowContext {
+            tok: self.tok.as_ref(),
+            answer_field: &self.answer_field,
+        };
+        read_one::<T>(&mut file, &self.path, &cx, row)
     }
 
     /// The permutation of epoch `epoch` (positions sorted by a per-epoch hash), cached.
@@ -146,77 +177,6 @@ impl<T: RowSchema> Dataset<T> {
         *cached = Some((epoch, order.clone()));
         order
     }
-}
-
-/// Checks every row of `file`; returns the good rows' numbers.
-fn scan<T: RowSchema>(
-    file: &mut RowFile,
-    path: &Path,
-    tok: Option<&Tokenizer>,
-    policy: OnBadRow,
-    report: &mut DataReport,
-) -> Result<Vec<u32>, DataError> {
-    let mut good = Vec::with_capacity(file.len());
-    for i in 0..file.len() {
-        report.rows += 1;
-        match parse::<T>(file, path, tok, i)? {
-            Ok(_) => good.push(i as u32),
-            Err(e) if policy == OnBadRow::Skip => {
-                report.skipped += 1;
-                if report.first_skipped.len() < REPORTED_SKIPS {
-                    report.first_skipped.push(short(&e));
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(good)
-}
-
-/// `file: where: what` of a row error, without the hint about skipping.
-fn short(e: &DataError) -> String {
-    match e {
-        DataError::Row {
-            path, at, message, ..
-        } => format!("{}: {at}: {message}", path.display()),
-        other => other.to_string(),
-    }
-}
-
-/// Row `i`, parsed: the outer error is I/O, the inner one a malformed row.
-fn parse<T: RowSchema>(
-    file: &mut RowFile,
-    path: &Path,
-    tok: Option<&Tokenizer>,
-    i: usize,
-) -> Result<Result<T, DataError>, DataError> {
-    let parsed = file.read(i)?.and_then(|v| T::from_row(&v, tok));
-    Ok(parsed.map_err(|message| DataError::Row {
-        path: path.to_path_buf(),
-        at: file.at(i),
-        message: Box::new(message),
-        expected: T::EXPECTED,
-    }))
-}
-
-fn read_one<T: RowSchema>(
-    file: &mut RowFile,
-    path: &Path,
-    tok: Option<&Tokenizer>,
-    i: usize,
-) -> Result<T, DataError> {
-    parse::<T>(file, path, tok, i)?
-}
-
-fn read_all<T: RowSchema>(
-    file: &mut RowFile,
-    path: &Path,
-    tok: Option<&Tokenizer>,
-    rows: &[u32],
-) -> Result<Vec<T>, DataError> {
-    rows.iter()
-        .map(|&i| read_one::<T>(file, path, tok, i as usize))
-        .collect()
 }
 
 /// Splits the good rows into (train, held out): the `fraction` of rows with the smallest

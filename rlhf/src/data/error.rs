@@ -27,6 +27,36 @@ impl fmt::Display for RowAt {
     }
 }
 
+/// A prompts file without the reference answers the recipe needs ([`DataError::NoAnswer`]).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{}: {rows} `{field}` (the first row has {columns}); {needed_by} needs the reference \
+     answer: {hint}",
+    path.display()
+)]
+pub struct NoAnswer {
+    /// The file.
+    pub path: PathBuf,
+    /// "no row has" or "none of the first N rows has".
+    pub rows: String,
+    /// The answer column looked for (`data.answer_field`).
+    pub field: String,
+    /// What needs the answer.
+    pub needed_by: String,
+    /// The first row's columns, quoted.
+    pub columns: String,
+    /// How to fix it.
+    pub hint: String,
+}
+
+/// "none of the first N rows matches," (or the only row's wording).
+fn checked_rows(n: usize) -> String {
+    match n {
+        1 => "it is the file's only row,".into(),
+        n => format!("none of the first {n} rows matches,"),
+    }
+}
+
 /// A dataset file that cannot be read, or a row that does not match its schema.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
@@ -58,6 +88,28 @@ pub enum DataError {
         /// The schema the row should follow.
         expected: &'static str,
     },
+    /// The first rows all fail: the file is in another schema (skipping would skip it all).
+    #[error(
+        "{}: {at}: {message}; {} so the file's schema does not match (data.on_bad_row = \
+         \"skip\" would skip every row); accepted schemas: {expected}",
+        path.display(),
+        checked_rows(*checked)
+    )]
+    Schema {
+        /// The file.
+        path: PathBuf,
+        /// Where the first row is.
+        at: RowAt,
+        /// What is wrong with it.
+        message: Box<super::RowError>,
+        /// Rows checked, none good.
+        checked: usize,
+        /// The accepted schemas.
+        expected: &'static str,
+    },
+    /// No row looked at has the reference answer the reward needs.
+    #[error("{0}")]
+    NoAnswer(Box<NoAnswer>),
     /// The file has no usable rows.
     #[error("{}: no usable rows ({skipped} skipped; expected {expected})", path.display())]
     Empty {

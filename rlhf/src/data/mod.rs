@@ -1,10 +1,11 @@
-//! Datasets: a generated arithmetic task, and JSONL or Parquet files of prompts, SFT pairs or
-//! preference pairs (schemas in `schema.rs`), streamed from disk.
+//! Datasets: a generated arithmetic task, and JSONL or Parquet files of prompts, SFT rows or
+//! preference pairs (schemas in `schema.rs` and `sft_schema.rs`), streamed from disk.
 //!
 //! A dataset is addressed by position: item `i` of the training stream is a pure function
 //! of the seed and `i`, so the data position saved in a checkpoint is one integer and a
 //! resumed run neither replays nor skips data. Tokenization happens elsewhere.
 
+mod answer_coverage;
 mod arithmetic;
 mod arithmetic_export;
 mod dataset;
@@ -14,16 +15,21 @@ mod parquet_rows;
 mod prompt_file;
 mod row_error;
 mod row_file;
+mod row_scan;
 mod schema;
+mod sft_schema;
 
+pub use answer_coverage::AnswerCoverage;
 pub use arithmetic::ArithmeticTask;
 pub use arithmetic_export::{distinct_train_items, near_misses, write_arithmetic_files};
-pub use dataset::{DataReport, DataSpec, Dataset, OnBadRow};
-pub use error::{DataError, RowAt};
+pub use dataset::{DataSpec, Dataset};
+pub use error::{DataError, NoAnswer, RowAt};
 pub use prompt_file::PromptFile;
 pub use row_error::RowError;
 pub use row_file::{is_parquet, RowFile};
-pub use schema::{PreferencePair, RowSchema, SftPair, SftRow};
+pub use row_scan::{check_first_rows, DataReport, OnBadRow, PROBE_ROWS};
+pub use schema::{PreferencePair, RowContext, RowSchema, DEFAULT_ANSWER_FIELD};
+pub use sft_schema::{SftPair, SftRow};
 
 /// One prompt and, where the task has one, its reference answer.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

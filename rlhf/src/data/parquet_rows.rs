@@ -172,6 +172,7 @@ mod tests {
             eval_fraction: 0.0,
             seed: 1,
             on_bad_row,
+            answer_field: "answer".into(),
         }
     }
 

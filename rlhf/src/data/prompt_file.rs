@@ -31,6 +31,7 @@ mod tests {
             eval_fraction: 0.0,
             seed: 3,
             on_bad_row,
+            answer_field: "answer".into(),
         }
     }
 

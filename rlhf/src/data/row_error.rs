@@ -68,8 +68,24 @@ pub enum RowError {
     #[error("the message list must end with an assistant turn")]
     NoFinalAssistantTurn,
     /// The rendered conversation does not start with its rendered prompt.
-    #[error("the chat template renders the conversation without its prompt as a prefix")]
+    #[error(
+        "the chat template's rendering of the turns before an assistant turn (with the \
+         generation prompt) is not a prefix of its rendering of the conversation, so the loss \
+         cannot be put on that assistant turn alone"
+    )]
     PromptNotPrefix,
+    /// An SFT row with both `completion` and its alias `response`.
+    #[error("give `completion` or its alias `response`, not both")]
+    CompletionAndResponse,
+    /// A language-modeling `text` row with a prompt or completion column too.
+    #[error(
+        "`text` (language modeling: the loss covers all of it) and `{other}` in one row: give \
+         `text` alone, or `prompt` and `completion`"
+    )]
+    TextAndPrompt {
+        /// The other column.
+        other: &'static str,
+    },
     /// A text prompt with message-list answers.
     #[error("a text `prompt` with message-list answers: give the prompt as messages too")]
     TextPromptChatAnswers,

@@ -1,10 +1,9 @@
 //! The row schemas of the dataset files and how a row becomes text.
 //!
-//! * prompts: `{"prompt": str, "answer": str?}` or `{"messages": [{"role", "content"}...], "answer": str?}`
-//!   (rendered with the tokenizer's chat template and its generation prompt);
-//! * SFT: `{"prompt": str, "response": str}` or `{"messages": [...]}` ending with an assistant
-//!   turn: each assistant turn is one example, its prompt everything before it, its loss on
-//!   that turn only (so the loss covers every assistant turn and nothing else);
+//! * prompts: `{"prompt": str|messages, "answer": str?}` or `{"messages": [{"role", "content"}...],
+//!   "answer": str?}` (messages rendered with the tokenizer's chat template and its generation
+//!   prompt; the answer column is [`RowContext::answer_field`]);
+//! * SFT: TRL's formats, in `sft_schema.rs`;
 //! * preferences: `{"prompt": str|messages?, "chosen": str|messages, "rejected": str|messages}`;
 //!   message lists end with the assistant turn, and the prompt may instead be their shared
 //!   leading turns.
@@ -17,32 +16,44 @@ use serde_json::Value;
 
 use super::RowError;
 
+/// The reference-answer column of prompt rows unless the recipe names another
+/// (`data.answer_field`).
+pub const DEFAULT_ANSWER_FIELD: &str = "answer";
+
+/// What a row is parsed with.
+#[derive(Clone, Copy)]
+pub struct RowContext<'a> {
+    /// Renders chat messages (rows with message lists are malformed without one).
+    pub tok: Option<&'a Tokenizer>,
+    /// The reference-answer column of prompt rows (`data.answer_field`).
+    pub answer_field: &'a str,
+}
+
+impl<'a> RowContext<'a> {
+    /// `tok` and the default answer column.
+    pub fn new(tok: Option<&'a Tokenizer>) -> Self {
+        Self {
+            tok,
+            answer_field: DEFAULT_ANSWER_FIELD,
+        }
+    }
+}
+
 /// A row type of a dataset file.
 pub trait RowSchema: Sized + Clone + Send + Sync + 'static {
-    /// The schema, as named in error messages.
+    /// The accepted schemas, as named in error messages.
     const EXPECTED: &'static str;
     /// Parses (and renders) one row; `Err` says what is wrong with it.
-    fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, RowError>;
+    fn from_row(row: &Value, cx: &RowContext<'_>) -> Result<Self, RowError>;
+    /// True for a row without the reference answer a rule-based reward needs (only prompt
+    /// rows have one).
+    fn lacks_answer(&self) -> bool {
+        false
+    }
 }
 
 /// A prompt and, where the row has one, its reference answer.
 pub use super::PromptItem;
-
-/// One SFT example as text: the loss is on `response` only.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SftPair {
-    /// The context (rendered with the chat template for message rows).
-    pub prompt: String,
-    /// The target.
-    pub response: String,
-}
-
-/// One SFT row: one example per assistant turn (one for a prompt/response row).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SftRow {
-    /// The row's examples, in conversation order.
-    pub examples: Vec<SftPair>,
-}
 
 /// One preference pair as text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,16 +67,18 @@ pub struct PreferencePair {
 }
 
 /// A field that is plain text or a list of chat messages.
-enum TextOrChat {
+pub(super) enum TextOrChat {
+    /// Plain text.
     Text(String),
+    /// Chat messages.
     Chat(Vec<ChatMessage>),
 }
 
-fn field<'a>(row: &'a Value, key: &str) -> Option<&'a Value> {
+pub(super) fn field<'a>(row: &'a Value, key: &str) -> Option<&'a Value> {
     row.get(key).filter(|v| !v.is_null())
 }
 
-fn text_or_chat(row: &Value, key: &str) -> Result<Option<TextOrChat>, RowError> {
+pub(super) fn text_or_chat(row: &Value, key: &str) -> Result<Option<TextOrChat>, RowError> {
     match field(row, key) {
         None => Ok(None),
         Some(Value::String(s)) => Ok(Some(TextOrChat::Text(s.clone()))),
@@ -97,7 +110,7 @@ fn kind(v: &Value) -> &'static str {
 
 /// A text field (`prompt`, `response`): a string, nothing else (a number or an integer
 /// Parquet column is refused, not turned into text).
-fn string(row: &Value, key: &str) -> Result<Option<String>, RowError> {
+pub(super) fn string(row: &Value, key: &str) -> Result<Option<String>, RowError> {
     match field(row, key) {
         None => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
@@ -123,21 +136,25 @@ fn answer(row: &Value, key: &str) -> Result<Option<String>, RowError> {
     }
 }
 
-fn need_object(row: &Value) -> Result<(), RowError> {
+pub(super) fn need_object(row: &Value) -> Result<(), RowError> {
     match row {
         Value::Object(_) => Ok(()),
         other => Err(RowError::NotObject(kind(other))),
     }
 }
 
-fn render(tok: Option<&Tokenizer>, msgs: &[ChatMessage], gen: bool) -> Result<String, RowError> {
+pub(super) fn render(
+    tok: Option<&Tokenizer>,
+    msgs: &[ChatMessage],
+    gen: bool,
+) -> Result<String, RowError> {
     let tok = tok.ok_or(RowError::NoTokenizer)?;
     Ok(tok.apply_chat_template(msgs, gen)?)
 }
 
 /// `(prompt, response)` of a conversation that ends with an assistant turn: the prompt is
 /// the rendering of the turns before it with the generation prompt, the response the rest.
-fn split_last_turn(
+pub(super) fn split_last_turn(
     tok: Option<&Tokenizer>,
     msgs: &[ChatMessage],
 ) -> Result<(String, String), RowError> {
@@ -154,55 +171,26 @@ fn split_last_turn(
 }
 
 impl RowSchema for PromptItem {
-    const EXPECTED: &'static str =
-        "{\"prompt\": string, \"answer\": string?} or {\"messages\": [{\"role\", \"content\"}, ...], \"answer\": string?}";
+    const EXPECTED: &'static str = "{\"prompt\": string or messages, \"answer\": string?} or \
+         {\"messages\": [{\"role\", \"content\"}, ...], \"answer\": string?} (the answer column \
+         is data.answer_field)";
 
-    fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, RowError> {
+    fn from_row(row: &Value, cx: &RowContext<'_>) -> Result<Self, RowError> {
         need_object(row)?;
-        let answer = answer(row, "answer")?;
+        let answer = answer(row, cx.answer_field)?;
         let prompt = match (text_or_chat(row, "prompt")?, text_or_chat(row, "messages")?) {
             (Some(TextOrChat::Text(p)), None) => p,
             (Some(TextOrChat::Chat(m)), None) | (None, Some(TextOrChat::Chat(m))) => {
-                render(tok, &m, true)?
+                render(cx.tok, &m, true)?
             }
             (None, None) => return Err(RowError::Missing("`prompt` or `messages`")),
             _ => return Err(RowError::PromptAndMessages),
         };
         Ok(PromptItem { prompt, answer })
     }
-}
 
-/// One example per assistant turn of a conversation that ends with one.
-fn assistant_turns(
-    tok: Option<&Tokenizer>,
-    msgs: &[ChatMessage],
-) -> Result<Vec<SftPair>, RowError> {
-    let mut out = Vec::new();
-    for k in 0..msgs.len() {
-        if msgs[k].role == "assistant" || k + 1 == msgs.len() {
-            let (prompt, response) = split_last_turn(tok, &msgs[..=k])?;
-            out.push(SftPair { prompt, response });
-        }
-    }
-    Ok(out)
-}
-
-impl RowSchema for SftRow {
-    const EXPECTED: &'static str =
-        "{\"prompt\": string, \"response\": string} or {\"messages\": [..., {\"role\": \"assistant\", \"content\"}]}";
-
-    fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, RowError> {
-        need_object(row)?;
-        if let Some(TextOrChat::Chat(m)) = text_or_chat(row, "messages")? {
-            return Ok(SftRow {
-                examples: assistant_turns(tok, &m)?,
-            });
-        }
-        let prompt = string(row, "prompt")?.ok_or(RowError::Missing("`prompt` (or `messages`)"))?;
-        let response = string(row, "response")?.ok_or(RowError::Missing("`response`"))?;
-        Ok(SftRow {
-            examples: vec![SftPair { prompt, response }],
-        })
+    fn lacks_answer(&self) -> bool {
+        self.answer.is_none()
     }
 }
 
@@ -229,7 +217,8 @@ impl RowSchema for PreferencePair {
     const EXPECTED: &'static str =
         "{\"prompt\": string or messages, \"chosen\": string or messages, \"rejected\": string or messages}";
 
-    fn from_row(row: &Value, tok: Option<&Tokenizer>) -> Result<Self, RowError> {
+    fn from_row(row: &Value, cx: &RowContext<'_>) -> Result<Self, RowError> {
+        let tok = cx.tok;
         need_object(row)?;
         let prompt = text_or_chat(row, "prompt")?;
         let chosen = text_or_chat(row, "chosen")?.ok_or(RowError::Missing("`chosen`"))?;
@@ -260,66 +249,60 @@ mod tests {
     }
 
     #[test]
-    fn messages_are_rendered_and_split_at_the_last_assistant_turn() {
+    fn prompt_messages_are_rendered_with_the_generation_prompt() {
         let (_d, tok) = chat_tokenizer();
-        let msgs = json!([
-            {"role": "user", "content": "1+1="},
-            {"role": "assistant", "content": "2"},
-            {"role": "user", "content": "2+2="},
-            {"role": "assistant", "content": "4"}
-        ]);
-        let row = SftRow::from_row(&json!({ "messages": msgs }), Some(&tok)).unwrap();
-        assert_eq!(row.examples.len(), 2, "one example per assistant turn");
-        let (first, sft) = (&row.examples[0], &row.examples[1]);
-        assert!(first.response.starts_with('2') && !first.response.contains("2+2="));
-        let head = msgs.as_array().unwrap()[..3].to_vec();
-        let head: Vec<ChatMessage> = serde_json::from_value(json!(head)).unwrap();
-        assert_eq!(sft.prompt, tok.apply_chat_template(&head, true).unwrap());
-        assert!(sft.response.starts_with('4'), "{:?}", sft.response);
-        assert!(!sft.response.contains("2+2="));
+        let cx = RowContext::new(Some(&tok));
+        let msgs = json!([{"role": "user", "content": "3+3="}]);
+        let want = tok
+            .apply_chat_template(
+                &serde_json::from_value::<Vec<ChatMessage>>(msgs.clone()).unwrap(),
+                true,
+            )
+            .unwrap();
+        for key in ["messages", "prompt"] {
+            let p = PromptItem::from_row(&json!({ key: msgs, "answer": 6 }), &cx).unwrap();
+            assert_eq!(p.prompt, want, "`{key}` as a message list");
+            assert_eq!(p.answer.as_deref(), Some("6"));
+        }
+    }
 
-        let p = PromptItem::from_row(
-            &json!({"messages": [{"role": "user", "content": "3+3="}], "answer": 6}),
-            Some(&tok),
-        )
-        .unwrap();
-        assert!(p.prompt.contains("3+3=") && p.prompt.len() > 4);
-        assert_eq!(p.answer.as_deref(), Some("6"));
+    #[test]
+    fn the_answer_is_read_from_the_named_column() {
+        let row = json!({"prompt": "2+2=", "solution": "4", "answer": "x"});
+        let default = PromptItem::from_row(&row, &RowContext::new(None)).unwrap();
+        assert_eq!(default.answer.as_deref(), Some("x"));
+        let cx = RowContext {
+            tok: None,
+            answer_field: "solution",
+        };
+        let named = PromptItem::from_row(&row, &cx).unwrap();
+        assert_eq!(named.answer.as_deref(), Some("4"));
+        assert!(!named.lacks_answer());
+        let none = PromptItem::from_row(&json!({"prompt": "2+2="}), &cx).unwrap();
+        assert!(none.lacks_answer());
+        let e = PromptItem::from_row(&json!({"prompt": "a", "solution": [1]}), &cx).unwrap_err();
+        assert!(e.to_string().contains("`solution` is a list"), "{e}");
+    }
 
+    #[test]
+    fn preference_message_lists_share_their_prompt_turns() {
+        let (_d, tok) = chat_tokenizer();
         let pref = json!({
             "chosen": [{"role": "user", "content": "2+2="}, {"role": "assistant", "content": "4"}],
             "rejected": [{"role": "user", "content": "2+2="}, {"role": "assistant", "content": "5"}]
         });
-        let pair = PreferencePair::from_row(&pref, Some(&tok)).unwrap();
+        let pair = PreferencePair::from_row(&pref, &RowContext::new(Some(&tok))).unwrap();
         assert!(pair.chosen.starts_with('4') && pair.rejected.starts_with('5'));
         assert!(pair.prompt.contains("2+2="));
     }
 
     #[test]
-    fn malformed_rows_say_what_is_wrong() {
-        let e = |v: Value| SftRow::from_row(&v, None).unwrap_err().to_string();
-        assert!(e(json!({"prompt": "a"})).contains("no `response`"));
-        assert!(e(json!([1])).contains("not an object"));
-        assert!(
-            e(json!({"messages": [{"role": "user", "content": "a"}]})).contains("assistant turn")
-        );
-        let chat = json!({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]});
-        assert!(e(chat).contains("tokenizer"));
-        let p = |v: Value| PreferencePair::from_row(&v, None).unwrap_err().to_string();
+    fn malformed_preference_and_prompt_rows_say_what_is_wrong() {
+        let cx = RowContext::new(None);
+        let p = |v: Value| PreferencePair::from_row(&v, &cx).unwrap_err().to_string();
         assert!(p(json!({"prompt": "a", "chosen": "b"})).contains("no `rejected`"));
         assert!(p(json!({"prompt": "a", "chosen": true, "rejected": "c"})).contains("a boolean"));
-    }
-
-    #[test]
-    fn numbers_and_empty_message_lists_are_not_sft_rows() {
-        let e = |v: Value| SftRow::from_row(&v, None).unwrap_err().to_string();
-        let m = e(json!({"prompt": "1+1=", "response": 2}));
-        assert!(m.contains("`response` is a number, not a string"), "{m}");
-        let m = e(json!({"prompt": 7, "response": "2"}));
-        assert!(m.contains("`prompt` is a number"), "{m}");
-        let m = e(json!({"messages": []}));
-        assert!(m.contains("`messages`") && m.contains("empty"), "{m}");
-        let p = PromptItem::from_row(&json!({"messages": []}), None).unwrap_err();
-        assert!(p.to_string().contains("empty"), "{p}");
+        let e = PromptItem::from_row(&json!({"messages": []}), &cx).unwrap_err();
+        assert!(e.to_string().contains("empty"), "{e}");
     }
 }

@@ -1,0 +1,173 @@
+//! The data checks a run and `oxalign train --check` share: every data file the recipe names
+//! is read in the schema of its run kind, and a prompts file must carry the reference
+//! answer when something in the recipe compares with it (an exact-match reward or
+//! verifier, or the SFT warm-up that trains on it). A run checks every row; `--check`
+//! checks the first [`oxalign_rlhf::data::PROBE_ROWS`], so a file in the wrong schema exits 2 before a model is
+//! loaded.
+
+use super::run_error::{At, RunError};
+use crate::error::Cause;
+use crate::recipe::{Recipe, RewardKind, RunKind, TaskKind};
+use oxalign_models::tokenizer::Tokenizer;
+use oxalign_rlhf::data::{
+    check_first_rows, AnswerCoverage, DataError, PreferencePair, PromptItem, RowContext, RowSchema,
+    SftRow,
+};
+use oxalign_rlhf::RlhfError;
+use std::path::{Path, PathBuf};
+
+/// What compares responses with (or trains on) the prompts' reference answers; `None` when
+/// nothing in the recipe needs them.
+pub fn answers_needed_by(recipe: &Recipe) -> Option<&'static str> {
+    if recipe.run.kind != RunKind::Rl || recipe.data.task == TaskKind::Arithmetic {
+        return None;
+    }
+    match (recipe.reward.answer_check(), recipe.reward.kind) {
+        (Ok(Some(_)), RewardKind::ExactMatch) => Some("reward.kind = \"exact_match\""),
+        (Ok(Some(_)), _) => Some("the exact_match verifier in reward.verifiers"),
+        _ if recipe.sft.steps > 0 => Some("the SFT warm-up (sft.steps > 0)"),
+        _ => None,
+    }
+}
+
+/// A bad-input error of the `data` setup phase.
+fn data_error(e: DataError) -> RunError {
+    RunError::controller(At::Setup, "data", Cause::from(RlhfError::from(e)))
+}
+
+/// Refuses a prompts file where no row has the reference answer the recipe needs; warns
+/// once on stderr when only some rows lack it.
+pub(crate) fn require_answers(
+    recipe: &Recipe,
+    path: &Path,
+    answers: &AnswerCoverage,
+) -> Result<(), RunError> {
+    let Some(needed_by) = answers_needed_by(recipe) else {
+        return Ok(());
+    };
+    let field = &recipe.data.answer_field;
+    if let Some(w) = answers
+        .require(path, field, needed_by)
+        .map_err(data_error)?
+    {
+        eprintln!("warning: {w}");
+    }
+    Ok(())
+}
+
+/// The tokenizer a run would render chat messages with, without writing anything: the
+/// model folder's, the run's existing `init/` folder's, or the byte tokenizer that
+/// `policy_dir` writes into a fresh run's `init/`.
+fn check_tokenizer(recipe: &Recipe) -> Result<Tokenizer, RunError> {
+    let init = recipe.run_dir().join("init");
+    let dir = match &recipe.model.path {
+        Some(p) => PathBuf::from(p),
+        None if init.join("tokenizer.json").is_file() => init,
+        None => return Ok(oxalign_models::byte_tokenizer::build_plain_text()),
+    };
+    Tokenizer::from_dir(&dir)
+        .map_err(|e| RunError::controller(At::Setup, "tokenizer", Cause::from(e)))
+}
+
+/// The data files the recipe reads: `data.path` and `data.eval_path` (none for the
+/// arithmetic task of an RL run).
+fn data_files(recipe: &Recipe) -> Vec<PathBuf> {
+    if recipe.run.kind == RunKind::Rl && recipe.data.task == TaskKind::Arithmetic {
+        return Vec::new();
+    }
+    let d = &recipe.data;
+    d.path
+        .iter()
+        .chain(&d.eval_path)
+        .map(PathBuf::from)
+        .collect()
+}
+
+/// Checks the first `PROBE_ROWS` (16) rows of each data file as the run would (`oxalign train
+/// --check`); returns the number of rows read. Only `data.path` must carry answers.
+pub fn check_data(recipe: &Recipe) -> Result<u64, RunError> {
+    let files = data_files(recipe);
+    if files.is_empty() {
+        return Ok(0);
+    }
+    let tok = check_tokenizer(recipe)?;
+    let cx = RowContext {
+        tok: Some(&tok),
+        answer_field: &recipe.data.answer_field,
+    };
+    let mut rows = 0;
+    for (i, path) in files.iter().enumerate() {
+        let answers = match recipe.run.kind {
+            RunKind::Rl => first_rows::<PromptItem>(recipe, path, &cx)?,
+            RunKind::Sft => first_rows::<SftRow>(recipe, path, &cx)?,
+            RunKind::Rm | RunKind::Dpo => first_rows::<PreferencePair>(recipe, path, &cx)?,
+        };
+        if i == 0 {
+            require_answers(recipe, path, &answers)?;
+        }
+        rows += answers.rows;
+    }
+    Ok(rows)
+}
+
+fn first_rows<T: RowSchema>(
+    recipe: &Recipe,
+    path: &Path,
+    cx: &RowContext<'_>,
+) -> Result<AnswerCoverage, RunError> {
+    check_first_rows::<T>(path, cx, recipe.data.on_bad_row).map_err(data_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recipe::RewardSection;
+
+    fn prompts_recipe(reward: RewardKind, sft_steps: u64) -> Recipe {
+        let mut r = Recipe::default();
+        r.data.task = TaskKind::File;
+        r.data.path = Some("p.jsonl".into());
+        r.reward = RewardSection {
+            kind: reward,
+            ..RewardSection::default()
+        };
+        r.sft.steps = sft_steps;
+        r
+    }
+
+    #[test]
+    fn answers_are_needed_by_an_exact_match_reward_or_an_sft_warm_up_only() {
+        let needed = |k, s| answers_needed_by(&prompts_recipe(k, s));
+        assert!(needed(RewardKind::ExactMatch, 0)
+            .unwrap()
+            .contains("exact_match"));
+        assert_eq!(needed(RewardKind::Http, 0), None);
+        assert!(needed(RewardKind::Http, 5).unwrap().contains("SFT warm-up"));
+        let mut arithmetic = prompts_recipe(RewardKind::ExactMatch, 0);
+        arithmetic.data.task = TaskKind::Arithmetic;
+        assert_eq!(
+            answers_needed_by(&arithmetic),
+            None,
+            "the task has its answers"
+        );
+    }
+
+    #[test]
+    fn a_file_without_answers_is_bad_input_and_a_partial_one_is_not() {
+        let r = prompts_recipe(RewardKind::ExactMatch, 0);
+        let mut cov = AnswerCoverage {
+            rows: 4,
+            lacking: 4,
+            whole_file: true,
+            first_columns: vec!["prompt".into(), "solution".into()],
+        };
+        let e = require_answers(&r, Path::new("p.jsonl"), &cov).unwrap_err();
+        assert!(e.is_bad_input(), "{e}");
+        assert!(
+            e.to_string().contains("data.answer_field = \"solution\""),
+            "{e}"
+        );
+        cov.lacking = 1;
+        require_answers(&r, Path::new("p.jsonl"), &cov).unwrap();
+    }
+}

@@ -1,0 +1,187 @@
+//! A TRL user's data files work unchanged (issue 29): SFT from `{"prompt", "completion"}`,
+//! conversational prompt-completion and `{"text"}` files; a GRPO prompts file whose answers
+//! are in `solution` is refused at `--check` and at startup (not trained at reward 0) until
+//! `data.answer_field` names the column; `--check` reads the data and says when a file is
+//! in another schema. Tiny models, a few steps each.
+
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn oxalign(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_oxalign"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run oxalign")
+}
+
+/// Runs `oxalign`, asserts success; stdout and stderr together.
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let out = oxalign(dir, args);
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "oxalign {args:?} failed:\n{text}");
+    text
+}
+
+/// Runs `oxalign`, asserts exit code 2 and no panic; stderr.
+fn refused(dir: &Path, args: &[&str]) -> String {
+    let out = oxalign(dir, args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "oxalign {args:?}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+/// Writes `rows` as JSONL to `dir/name`.
+fn jsonl(dir: &Path, name: &str, rows: &[Value]) {
+    let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(dir.join(name), text).unwrap();
+}
+
+/// An SFT recipe `name.toml` on `data`: a fresh tiny model, 2 steps of 2 rows.
+fn sft_recipe(dir: &Path, name: &str, data: &str) -> String {
+    let recipe = format!(
+        "[run]\nname = \"{name}\"\nkind = \"sft\"\n[data]\ntask = \"file\"\npath = \"{data}\"\n\
+         [sft]\nsteps = 2\nbatch_size = 2\nlr = 1e-3\n"
+    );
+    let file = format!("{name}.toml");
+    std::fs::write(dir.join(&file), recipe).unwrap();
+    file
+}
+
+/// The held-out-free SFT run's loss of each step, from metrics.jsonl.
+fn losses(dir: &Path, run: &str) -> Vec<f64> {
+    let text = std::fs::read_to_string(dir.join("runs").join(run).join("metrics.jsonl")).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter_map(|m| m["loss"].as_f64())
+        .collect()
+}
+
+#[test]
+fn sft_trains_from_trl_prompt_completion_conversational_and_text_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let sums: Vec<(String, String)> = (1..=4)
+        .map(|i| (format!("{i}+{i}="), (2 * i).to_string()))
+        .collect();
+    let standard: Vec<Value> = sums
+        .iter()
+        .map(|(p, c)| json!({"prompt": p, "completion": c}))
+        .collect();
+    let chat: Vec<Value> = sums
+        .iter()
+        .map(|(p, c)| {
+            json!({"prompt": [{"role": "user", "content": p}],
+                   "completion": [{"role": "assistant", "content": c}]})
+        })
+        .collect();
+    let text: Vec<Value> = sums
+        .iter()
+        .map(|(p, c)| json!({"text": format!("{p}{c}")}))
+        .collect();
+    for (name, rows) in [("standard", standard), ("chat", chat), ("text", text)] {
+        let data = format!("{name}.jsonl");
+        jsonl(dir, &data, &rows);
+        let recipe = sft_recipe(dir, name, &data);
+        let check = ok(dir, &["train", &recipe, "--check"]);
+        assert!(check.contains("(4 rows checked)"), "{name}: {check}");
+        ok(dir, &["train", &recipe, "--quiet"]);
+        let l = losses(dir, name);
+        assert_eq!(l.len(), 2, "{name}: two SFT steps, got {l:?}");
+        assert!(l.iter().all(|x| x.is_finite() && *x > 0.0), "{name}: {l:?}");
+        assert!(dir
+            .join("runs")
+            .join(name)
+            .join("final/config.json")
+            .is_file());
+    }
+}
+
+#[test]
+fn a_grpo_file_with_its_answers_in_solution_is_refused_until_answer_field_names_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let rows: Vec<Value> = (1..=4)
+        .map(|i| json!({"prompt": [{"role": "user", "content": format!("{i}+{i}=")}], "solution": (2 * i).to_string()}))
+        .collect();
+    jsonl(dir, "prompts.jsonl", &rows);
+    let recipe =
+        "[run]\nname = \"grpo\"\nsteps = 2\n[data]\ntask = \"file\"\npath = \"prompts.jsonl\"\n\
+                  [rl]\nalgorithm = \"grpo\"\nprompts_per_step = 2\nsamples_per_prompt = 2\n\
+                  minibatch_size = 4\nmax_new_tokens = 3\n";
+    std::fs::write(dir.join("r.toml"), recipe).unwrap();
+    for args in [
+        &["train", "r.toml", "--check"][..],
+        &["train", "r.toml", "--quiet"],
+    ] {
+        let err = refused(dir, args);
+        for want in [
+            "prompts.jsonl: no row has `answer`",
+            "the first row has `prompt`, `solution`",
+            "data.answer_field = \"solution\"",
+        ] {
+            assert!(err.contains(want), "{args:?}: {want:?} missing in: {err}");
+        }
+    }
+    let steps = std::fs::read_to_string(dir.join("runs/grpo/metrics.jsonl")).unwrap_or_default();
+    assert_eq!(
+        steps.lines().count(),
+        0,
+        "no step ran on a file without answers"
+    );
+
+    let named = ["--set", "data.answer_field=\"solution\""];
+    let check = ok(dir, &["train", "r.toml", "--check", named[0], named[1]]);
+    assert!(check.contains("4 data rows checked"), "{check}");
+    ok(dir, &["train", "r.toml", "--quiet", named[0], named[1]]);
+    let metrics = std::fs::read_to_string(dir.join("runs/grpo/metrics.jsonl")).unwrap();
+    assert_eq!(metrics.lines().count(), 2);
+
+    // Only some rows without the answer: the run goes on, with one warning giving the count.
+    let mut partial = rows.clone();
+    partial[0].as_object_mut().unwrap().remove("solution");
+    jsonl(dir, "prompts.jsonl", &partial);
+    let text = ok(dir, &["train", "r.toml", "--check", named[0], named[1]]);
+    assert!(text.contains("1 of 4 rows have no `solution`"), "{text}");
+}
+
+#[test]
+fn check_reads_the_data_and_names_a_file_in_another_schema() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let rows: Vec<Value> = (0..20)
+        .map(|i| json!({"question": format!("{i}+1="), "answer": (i + 1).to_string()}))
+        .collect();
+    jsonl(dir, "qa.jsonl", &rows);
+    let recipe = sft_recipe(dir, "qa", "qa.jsonl");
+    let err = refused(dir, &["train", &recipe, "--check"]);
+    for want in [
+        "qa.jsonl: line 1",
+        "none of the first 16 rows matches",
+        "schema does not match",
+        "\"completion\"",
+    ] {
+        assert!(err.contains(want), "{want:?} missing in: {err}");
+    }
+    assert!(!err.contains("to skip and count"), "no skip hint: {err}");
+
+    // One bad row among good ones: the skip hint stays.
+    let mut mixed: Vec<Value> = (0..3)
+        .map(|i| json!({"prompt": format!("{i}+1="), "completion": (i + 1).to_string()}))
+        .collect();
+    mixed[1] = json!({"prompt": "x", "completion": "y", "response": "z"});
+    jsonl(dir, "qa.jsonl", &mixed);
+    let err = refused(dir, &["train", &recipe, "--check"]);
+    assert!(
+        err.contains("qa.jsonl: line 2") && err.contains("not both"),
+        "{err}"
+    );
+    assert!(err.contains("data.on_bad_row = \"skip\""), "{err}");
+    assert!(!dir.join("runs/qa").exists(), "--check made a run folder");
+}
