@@ -3,8 +3,9 @@
 //! exact 32-bit integer arithmetic and rescaled to f32 once per output element.
 //!
 //! The weight is packed for AVX-512 VNNI (`vpdpbusd`: 64 u8·i8 products per instruction) in
-//! panels of 16 output channels × 4 inputs. Where VNNI is missing, a portable kernel runs the
-//! same integer math, so results are bit-identical on every CPU. Inference only: no
+//! panels of 16 output channels × 4 inputs. Where VNNI is missing, an AVX2 kernel
+//! (`vpmaddubsw`/`vpmaddwd` on centred activations) or a portable one runs the same integer
+//! math, so results are bit-identical on every CPU. Inference only: no
 //! gradients, no tensors.
 
 use rayon::prelude::*;
@@ -131,7 +132,7 @@ impl Int8Weight {
         }
         let xq = quantize_rows(x, rows, self.in_dim, self.in_pad);
         let panel_len = (self.in_pad / GROUP) * PANEL * GROUP;
-        let use_vnni = super::int8_vnni::available();
+        let kernel = Int8Kernel::detect();
         let out_ptr = SendPtr(out.as_mut_ptr());
         for m0 in (0..rows).step_by(ROW_BLOCK) {
             let mr = ROW_BLOCK.min(rows - m0);
@@ -141,24 +142,33 @@ impl Int8Weight {
                 .enumerate()
                 .for_each(|(p, w)| {
                     let mut tile = [0i32; ROW_BLOCK * PANEL];
-                    if use_vnni {
-                        super::int8_vnni::panel(xb, mr, self.in_pad, w, &mut tile);
-                    } else {
-                        panel_portable(xb, mr, self.in_pad, w, &mut tile);
-                    }
-                    self.rescale_tile(&tile, p, m0, mr, &xq.scales, bias, &out_ptr);
+                    let centred = match kernel {
+                        Int8Kernel::Vnni => {
+                            super::int8_vnni::panel(xb, mr, self.in_pad, w, &mut tile);
+                            false
+                        }
+                        Int8Kernel::Avx2 => {
+                            super::int8_avx2::panel_centred(xb, mr, self.in_pad, w, &mut tile);
+                            true
+                        }
+                        Int8Kernel::Portable => {
+                            panel_portable(xb, mr, self.in_pad, w, &mut tile);
+                            false
+                        }
+                    };
+                    let rows = TileRows { m0, mr, centred };
+                    self.rescale_tile(&tile, p, rows, &xq.scales, bias, &out_ptr);
                 });
         }
     }
 
-    /// Writes one panel's columns of rows `m0..m0 + mr`: `(acc − offset) · s_x · s_w + b`.
-    #[allow(clippy::too_many_arguments)]
+    /// Writes one panel's columns of rows `m0..m0 + mr`: `(acc − offset) · s_x · s_w + b`
+    /// (a centred tile already holds `acc − offset`).
     fn rescale_tile(
         &self,
         tile: &[i32],
         p: usize,
-        m0: usize,
-        mr: usize,
+        TileRows { m0, mr, centred }: TileRows,
         x_scales: &[f32],
         bias: Option<&[f32]>,
         out: &SendPtr,
@@ -174,11 +184,40 @@ impl Int8Weight {
             };
             let sx = x_scales[m0 + r];
             for c in 0..cols {
-                let a = (tile[r * PANEL + c] - offsets[c]) as f32;
+                let offset = if centred { 0 } else { offsets[c] };
+                let a = (tile[r * PANEL + c] - offset) as f32;
                 dst[c] = a * (sx * scales[c]) + bias.map_or(0.0, |b| b[p * PANEL + c]);
             }
         }
     }
+}
+
+/// Which integer micro-kernel runs on this CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Int8Kernel {
+    Vnni,
+    Avx2,
+    Portable,
+}
+
+impl Int8Kernel {
+    fn detect() -> Int8Kernel {
+        if super::int8_vnni::available() {
+            Int8Kernel::Vnni
+        } else if super::int8_avx2::available() {
+            Int8Kernel::Avx2
+        } else {
+            Int8Kernel::Portable
+        }
+    }
+}
+
+/// The rows of one tile: `m0..m0 + mr`, and whether its sums are centred (`Σ (u − 128)·w`).
+#[derive(Clone, Copy)]
+struct TileRows {
+    m0: usize,
+    mr: usize,
+    centred: bool,
 }
 
 /// A raw output pointer shared by the panel tasks (each writes disjoint columns).

@@ -4,6 +4,7 @@
 //! They have no backward pass: training never runs through them ([`fake_quantize_rows`]
 //! gives a trainer the int8 layer's numbers instead).
 
+mod int8_avx2;
 mod int8_linear;
 mod int8_vnni;
 mod packed;

@@ -82,6 +82,51 @@ fn vnni_and_portable_kernels_agree_bit_for_bit() {
     assert_eq!(a, b);
 }
 
+/// The AVX2 kernel's centred sums plus the weight's offset term are the portable kernel's
+/// sums, bit for bit, including the extreme products (|w| = 127 against u = 1 and 255) that
+/// would saturate `vpmaddubsw` on uncentred bytes.
+#[test]
+fn avx2_and_portable_kernels_agree_bit_for_bit() {
+    if !super::int8_avx2::available() {
+        eprintln!("skipped: this CPU has no AVX2");
+        return;
+    }
+    let (rows, k, n) = (13, 260, 16);
+    let mut wf = lcg(n * k, 4);
+    wf[..k].iter_mut().for_each(|v| *v = 1.0); // a row quantized to all +127
+    let w = Int8Weight::quantize(&wf, n, k);
+    let pad = k.div_ceil(GROUP) * GROUP;
+    let mut x = lcg(rows * k, 5);
+    x[..k]
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v = if i % 2 == 0 { 1.0 } else { -1.0 });
+    let xq = quantize_rows(&x, rows, k, pad);
+    let panel_len = pad / GROUP * PANEL * GROUP;
+    let wp = w.packed_for_tests()[..panel_len].to_vec();
+    let mut a = vec![0i32; rows * PANEL];
+    let mut b = vec![0i32; rows * PANEL];
+    panel_portable(&xq.bytes, rows, pad, &wp, &mut a);
+    super::int8_avx2::panel_centred(&xq.bytes, rows, pad, &wp, &mut b);
+    for lane in 0..PANEL {
+        let offset: i32 = (0..pad / GROUP)
+            .map(|g| {
+                (0..GROUP)
+                    .map(|j| wp[g * PANEL * GROUP + lane * GROUP + j] as i32)
+                    .sum::<i32>()
+            })
+            .sum::<i32>()
+            * 128;
+        for r in 0..rows {
+            assert_eq!(
+                a[r * PANEL + lane],
+                b[r * PANEL + lane] + offset,
+                "row {r} lane {lane}"
+            );
+        }
+    }
+}
+
 #[test]
 fn quantization_error_is_small_against_f32() {
     let (rows, k, n) = (8, 512, 64);
