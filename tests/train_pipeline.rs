@@ -101,9 +101,27 @@ fn sft_then_reward_model_then_dpo_and_ppo_against_the_reward_model() {
     ] {
         let mut args = vec!["train", &dpo, "--quiet", "--set", "dpo.steps=3"];
         args.extend_from_slice(loss);
-        args.extend_from_slice(&["--set", "run.name=\"dpo-variant\""]);
+        args.extend_from_slice(&["--set", "run.name=\"dpo-variant\"", "--overwrite"]);
         ok(dir, &args);
     }
+    // Without --overwrite the finished variant (whose final/ a next stage may read) stays.
+    let rerun = [
+        "train",
+        &dpo,
+        "--quiet",
+        "--set",
+        "run.name=\"dpo-variant\"",
+    ];
+    let out = oxalign(dir, &rerun);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("finished run") && err.contains("--overwrite"),
+        "{err}"
+    );
+    assert!(dir
+        .join("runs/dpo-variant/final/model.safetensors")
+        .is_file());
 
     // DPO scores policy and reference under the model's own distribution whatever the
     // recipe's rollout sampling says: at the first step they are the same model, so the

@@ -4,7 +4,10 @@ seeded random prompts (same LCG as src/cmd/bench_generate.rs), eos ignored, prin
 (tokens/s median/min/max over --runs, time to first token, peak RSS).
 
 Usage: python3 tools/bench_hf_generate.py --model DIR --batch 32 --prompt-len 32 \
-           --new-tokens 128 --runs 3 --threads 2
+           --new-tokens 128 --runs 3 --threads 2 [--bf16]
+
+--bf16 loads the model in bfloat16 (`torch_dtype=torch.bfloat16`), HF's fast setting on CPUs
+with AVX512-BF16/AMX; compare it with `oxalign bench generate --quant bf16` and `--quant int8`.
 """
 import argparse
 import json
@@ -44,10 +47,12 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bf16", action="store_true", help="load the model in bfloat16")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
-    model = AutoModelForCausalLM.from_pretrained(a.model, torch_dtype=torch.float32)
+    dtype = torch.bfloat16 if a.bf16 else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(a.model, torch_dtype=dtype)
     model.eval()
     model.generation_config.eos_token_id = None
     vocab = model.config.vocab_size

@@ -51,6 +51,10 @@ pub struct Args {
     /// cluster.connect_timeout_s, cluster.max_frame_mb and cluster.cookie_env may.
     #[arg(long = "allow-change", value_name = "KEY", requires = "resume")]
     pub allow_change: Vec<String>,
+    /// Start over in a run folder that holds a finished run or checkpoints, replacing its
+    /// outputs (final/, summary.json, logs, checkpoints). Without it such a folder is refused.
+    #[arg(long, conflicts_with = "resume")]
+    pub overwrite: bool,
     /// Serve the live dashboard on this address, e.g. 127.0.0.1:8265.
     #[arg(long, value_name = "ADDR")]
     pub dashboard: Option<SocketAddr>,
@@ -191,7 +195,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let resume_from = match &args.resume {
         Some(dir) => Some(claim_resume(dir, &recipe, &args.allow_change, args.quiet)?),
         None => {
-            claim_fresh(&run_dir)?;
+            claim_fresh(&run_dir, args.overwrite)?;
             None
         }
     };

@@ -11,7 +11,7 @@ use oxalign_actors::controller::resume_point::set_aside;
 use oxalign_actors::controller::run_copies::{
     check_metrics, stored_recipe, verify_reference, MetricsCheck,
 };
-use oxalign_actors::controller::run_folder::{prepare_fresh, rewind_logs, RunLock};
+use oxalign_actors::controller::run_folder::{prepare_fresh, rewind_logs, Overwrite, RunLock};
 use oxalign_actors::monitor::files;
 use oxalign_actors::recipe::{check_resume, Algorithm, Recipe};
 
@@ -22,13 +22,23 @@ pub fn lock(run_dir: &Path) -> anyhow::Result<RunLock> {
     RunLock::acquire(run_dir).user_err("")
 }
 
-/// Prepares `run_dir` for a fresh start: refused over checkpoints; an earlier run that never
-/// reached a checkpoint is cleared (and said so on stderr).
-pub fn claim_fresh(run_dir: &Path) -> anyhow::Result<()> {
-    let removed = prepare_fresh(run_dir).user_err("")?;
+/// Prepares `run_dir` for a fresh start: refused over checkpoints or a finished run unless
+/// `--overwrite` replaces them; an earlier run that never reached a checkpoint is cleared
+/// (and said so on stderr).
+pub fn claim_fresh(run_dir: &Path, overwrite: bool) -> anyhow::Result<()> {
+    let overwrite = if overwrite {
+        Overwrite::Replace
+    } else {
+        Overwrite::Refuse
+    };
+    let removed = prepare_fresh(run_dir, overwrite).user_err("")?;
     if !removed.is_empty() {
+        let what = match overwrite {
+            Overwrite::Replace => "an earlier run (--overwrite)",
+            Overwrite::Refuse => "an earlier run without checkpoints (nothing to resume)",
+        };
         eprintln!(
-            "note: {} held an earlier run without checkpoints (nothing to resume); starting it over (removed {})",
+            "note: {} held {what}; starting it over (removed {})",
             run_dir.display(),
             removed
                 .iter()

@@ -1,6 +1,7 @@
 //! Claiming a run folder for a new process, so the folder never mixes two runs or repeats a
-//! step. A fresh start is refused over an old run's checkpoints and otherwise clears the old
-//! run's files; a resume rewinds `metrics.jsonl` and `timeline.jsonl` to the checkpoint's
+//! step. A fresh start is refused over an old run's checkpoints or a finished run's outputs
+//! (`summary.json`, `final/`, which later stages may read) unless the user asks to
+//! overwrite, and otherwise clears the old run's files; a resume rewinds `metrics.jsonl` and `timeline.jsonl` to the checkpoint's
 //! step (dropping a partly written last line) and removes the stale `summary.json`.
 //! Checkpoints themselves are chosen in `resume_point.rs`. While a process uses the folder
 //! it holds [`RunLock`], so a second writer is refused instead of interleaving its logs.
@@ -19,6 +20,16 @@ pub enum RunFolderError {
     HasCheckpoints {
         /// The run folder.
         run_dir: PathBuf,
+    },
+    /// A fresh start over a folder that holds a finished run's outputs.
+    #[error(
+        "{run_dir} holds a finished run ({found}), which later stages may read; pick another run.name (--set run.name=...), or pass --overwrite to replace it"
+    )]
+    Finished {
+        /// The run folder.
+        run_dir: PathBuf,
+        /// The finished run's outputs found (`summary.json`, `final/`).
+        found: String,
     },
     /// Another process holds the run folder's lock.
     #[error(
@@ -128,6 +139,26 @@ const RUN_OUTPUTS: &[&str] = &[
     "reference",
 ];
 
+/// Refuses a folder whose checkpoints or finished outputs a fresh start would delete.
+fn refuse_earlier_results(run_dir: &Path) -> Result<(), RunFolderError> {
+    if has_checkpoints(run_dir) {
+        return Err(RunFolderError::HasCheckpoints {
+            run_dir: run_dir.to_path_buf(),
+        });
+    }
+    let found: Vec<&str> = ["summary.json", "final/"]
+        .into_iter()
+        .filter(|name| run_dir.join(name.trim_end_matches('/')).exists())
+        .collect();
+    if found.is_empty() {
+        return Ok(());
+    }
+    Err(RunFolderError::Finished {
+        run_dir: run_dir.to_path_buf(),
+        found: found.join(", "),
+    })
+}
+
 /// True when `run_dir/checkpoints` holds anything but interrupted staging folders.
 fn has_checkpoints(run_dir: &Path) -> bool {
     std::fs::read_dir(run_dir.join(files::CHECKPOINTS))
@@ -139,14 +170,22 @@ fn has_checkpoints(run_dir: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Prepares `run_dir` for a fresh start. Refused when it holds checkpoints; otherwise the
-/// files of an earlier run that never reached a checkpoint are removed (it cannot be
-/// resumed, and its logs would mix with the new run's). Returns what was removed.
-pub fn prepare_fresh(run_dir: &Path) -> Result<Vec<PathBuf>, RunFolderError> {
-    if has_checkpoints(run_dir) {
-        return Err(RunFolderError::HasCheckpoints {
-            run_dir: run_dir.to_path_buf(),
-        });
+/// Whether a fresh start may replace a finished run's outputs and checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overwrite {
+    /// Refuse a folder holding checkpoints or a finished run.
+    Refuse,
+    /// Replace them (the user passed `--overwrite`).
+    Replace,
+}
+
+/// Prepares `run_dir` for a fresh start. Refused when it holds checkpoints or a finished
+/// run's outputs, unless `overwrite` replaces them; otherwise the files of an earlier run
+/// that never reached a checkpoint are removed (it cannot be resumed, and its logs would mix
+/// with the new run's). Returns what was removed.
+pub fn prepare_fresh(run_dir: &Path, overwrite: Overwrite) -> Result<Vec<PathBuf>, RunFolderError> {
+    if overwrite == Overwrite::Refuse {
+        refuse_earlier_results(run_dir)?;
     }
     let mut removed = Vec::new();
     for name in RUN_OUTPUTS
@@ -297,11 +336,35 @@ mod tests {
         std::fs::write(d.join(files::METRICS), "{\"step\":1}\n").unwrap();
         std::fs::create_dir_all(d.join("init")).unwrap();
         std::fs::write(d.join("notes.txt"), "mine").unwrap();
-        let removed = prepare_fresh(d).unwrap();
+        let removed = prepare_fresh(d, Overwrite::Refuse).unwrap();
         assert_eq!(removed.len(), 2);
         assert!(!d.join(files::METRICS).exists() && d.join("notes.txt").exists());
         std::fs::create_dir_all(d.join("checkpoints/step_000002")).unwrap();
-        let err = prepare_fresh(d).unwrap_err();
+        let err = prepare_fresh(d, Overwrite::Refuse).unwrap_err();
         assert!(err.to_string().contains("--resume"), "{err}");
+    }
+
+    /// A finished offline run (no checkpoints, but `final/` and `summary.json`, which the
+    /// next stage reads) is not silently replaced; `--overwrite` replaces it and its
+    /// checkpoints, and keeps the user's own files.
+    #[test]
+    fn a_finished_run_is_replaced_only_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("final")).unwrap();
+        std::fs::write(d.join("final/model.safetensors"), "weights").unwrap();
+        std::fs::write(d.join("summary.json"), "{}").unwrap();
+        std::fs::write(d.join("notes.txt"), "mine").unwrap();
+        let err = prepare_fresh(d, Overwrite::Refuse).unwrap_err().to_string();
+        assert!(
+            err.contains("summary.json, final/") && err.contains("--overwrite"),
+            "{err}"
+        );
+        assert!(d.join("final/model.safetensors").exists());
+        std::fs::create_dir_all(d.join("checkpoints/step_000002")).unwrap();
+        let removed = prepare_fresh(d, Overwrite::Replace).unwrap();
+        assert_eq!(removed.len(), 3, "{removed:?}");
+        assert!(!d.join("final").exists() && !d.join("checkpoints").exists());
+        assert!(d.join("notes.txt").exists());
     }
 }

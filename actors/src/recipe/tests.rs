@@ -310,7 +310,7 @@ fn check_refuses_inconsistent_sampling_correction_and_distillation_options() {
         format!("{grpo}dynamic_sampling = true\n"),
         format!("{grpo}tis_cap = 2.0\n{int8}"),
         format!("{grpo}rollout_correction = \"seq_mask\"\n{int8}"),
-        format!("{grpo}rollout_correction = \"token_tis\"\n[engine]\nquant = \"bf16\"\n"),
+        format!("{grpo}tis_cap = 2.0\n[engine]\nquant = \"bf16\"\n"),
     ] {
         let r = parse(&ok, &[]).unwrap();
         validate(&r, Path::new("r.toml")).unwrap();
