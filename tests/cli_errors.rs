@@ -108,7 +108,7 @@ fn unknown_model_type() {
             &[
                 "config.json",
                 "unsupported model_type \"gpt9\"",
-                "llama, qwen2, mistral",
+                "llama, qwen2, qwen3, mistral",
             ],
         );
     }
@@ -281,7 +281,10 @@ fn init_model_errors() {
             "--out",
             s(&out),
         ],
-        &["unknown model family \"gpt\"", "llama, qwen2, mistral"],
+        &[
+            "unknown model family \"gpt\"",
+            "llama, qwen2, qwen3, mistral",
+        ],
     );
     fails(
         &[

@@ -3,10 +3,11 @@
 
 Two modes:
 
-  python3 tools/hf_parity.py [--out models/tests/fixtures]
+  python3 tools/hf_parity.py [--out models/tests/fixtures] [--only NAME ...]
       Builds tiny random HF models (LlamaForCausalLM with llama3 rope scaling and attention
-      bias, Qwen2ForCausalLM with tied embeddings, MistralForCausalLM with a sliding window,
-      LlamaForSequenceClassification with pad_token_id), saves each in float32 safetensors to
+      bias, Qwen2ForCausalLM with tied embeddings, Qwen3ForCausalLM with q/k norms and a
+      head_dim of twice hidden/heads, MistralForCausalLM with a sliding window,
+      LlamaForSequenceClassification with pad_token_id; --only builds the named ones), saves each in float32 safetensors to
       <out>/<name>/ and writes <out>/<name>/golden.json with per-token log-probs of fixed
       sequences (alone and as a left-padded batch), a 16-token greedy continuation and, for the
       reward model, sequence scores. The Rust test models/tests/hf_parity.rs checks against them.
@@ -135,18 +136,24 @@ def fixture_models():
     mistral = transformers.MistralConfig(
         **base_kwargs(), head_dim=16, rope_theta=10000.0, sliding_window=5, tie_word_embeddings=False
     )
+    qwen3 = transformers.Qwen3Config(
+        **base_kwargs(), head_dim=32, rope_theta=1000000.0, attention_bias=False, tie_word_embeddings=True
+    )
     rm = transformers.LlamaConfig(**base_kwargs(), num_labels=1, rope_theta=10000.0)
     return [
         ("llama_tiny", transformers.LlamaForCausalLM, llama, 1),
         ("qwen2_tiny", transformers.Qwen2ForCausalLM, qwen2, 2),
+        ("qwen3_tiny", transformers.Qwen3ForCausalLM, qwen3, 5),
         ("mistral_tiny", transformers.MistralForCausalLM, mistral, 3),
         ("llama_rm_tiny", transformers.LlamaForSequenceClassification, rm, 4),
     ]
 
 
-def build_fixtures(out):
+def build_fixtures(out, only=None):
     rows = token_rows(1234, [12, 7, 16], VOCAB, avoid={PAD})
     for name, cls, cfg, seed in fixture_models():
+        if only and name not in only:
+            continue
         cfg._attn_implementation = "eager"
         torch.manual_seed(seed)
         model = cls(cfg).float().eval()
@@ -227,6 +234,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "models", "tests", "fixtures"))
     ap.add_argument("--check-oxalign-dir", help="folder written by oxalign to load with transformers")
     ap.add_argument("--golden", help="where --check-oxalign-dir writes its JSON")
+    ap.add_argument("--only", nargs="+", help="build only these fixtures (e.g. qwen3_tiny)")
     args = ap.parse_args()
     torch.set_grad_enabled(False)
     if args.check_oxalign_dir:
@@ -234,7 +242,7 @@ def main():
             ap.error("--check-oxalign-dir needs --golden OUT.json")
         check_dir(args.check_oxalign_dir, args.golden)
     else:
-        build_fixtures(os.path.normpath(args.out))
+        build_fixtures(os.path.normpath(args.out), args.only)
 
 
 if __name__ == "__main__":

@@ -259,6 +259,15 @@ pub fn dense_backbone(cfg: &ModelConfig, biases: Biases) -> BackboneParams {
     }
 }
 
+/// Gives every layer's attention Qwen3's per-head `q_norm` / `k_norm` (`[head_dim]` each).
+pub fn add_qk_norms(backbone: &mut BackboneParams, head_dim: usize) {
+    for (i, layer) in backbone.layers.iter_mut().enumerate() {
+        let a = format!("model.layers.{i}.self_attn");
+        layer.attn.q_norm = Some(norm_param(format!("{a}.q_norm.weight"), head_dim));
+        layer.attn.k_norm = Some(norm_param(format!("{a}.k_norm.weight"), head_dim));
+    }
+}
+
 /// A SiLU-gated MLP `{prefix}.{gate,up,down}` (the three names in that order) of width
 /// `i_dim` over `h`.
 pub fn mlp_params(prefix: &str, names: [&str; 3], i_dim: usize, h: usize, bias: bool) -> MlpParams {

@@ -5,7 +5,7 @@
 
 use crate::config::ModelConfig;
 use crate::layout::{
-    dense_backbone, mlp_params, norm_param, BackboneParams, Biases, FeedForwardParams,
+    add_qk_norms, dense_backbone, mlp_params, BackboneParams, Biases, FeedForwardParams,
     LinearParams, MoeParams, PackedExpertNames, SharedExpertParams,
 };
 use crate::param_spec::ParamKind;
@@ -26,13 +26,10 @@ pub struct MoeNames {
 /// `biases` on the attention projections and the names of `names`.
 pub fn moe_backbone(cfg: &ModelConfig, biases: Biases, names: &MoeNames) -> BackboneParams {
     let mut backbone = dense_backbone(cfg, biases);
-    let hd = cfg.head_dim;
+    if names.qk_norm {
+        add_qk_norms(&mut backbone, cfg.head_dim);
+    }
     for (i, layer) in backbone.layers.iter_mut().enumerate() {
-        let a = format!("model.layers.{i}.self_attn");
-        if names.qk_norm {
-            layer.attn.q_norm = Some(norm_param(format!("{a}.q_norm.weight"), hd));
-            layer.attn.k_norm = Some(norm_param(format!("{a}.k_norm.weight"), hd));
-        }
         if cfg.is_sparse_layer(i) {
             if let Some(moe) = moe_params(cfg, i, names) {
                 layer.ffn = FeedForwardParams::Sparse(moe);

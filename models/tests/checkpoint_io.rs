@@ -246,7 +246,7 @@ fn load_errors_name_what_is_wrong() {
     );
     let msg = e.to_string();
     assert!(
-        msg.contains("gpt/config.json") && msg.contains("llama, qwen2, mistral"),
+        msg.contains("gpt/config.json") && msg.contains("llama, qwen2, qwen3, mistral"),
         "{msg}"
     );
 

@@ -139,6 +139,13 @@ fn qwen2_with_tied_embeddings_matches_transformers() {
     check_causal_fixture("qwen2_tiny");
 }
 
+/// Dense Qwen3: per-head q/k RMSNorm before RoPE and a `head_dim` (32) that is not
+/// `hidden_size / num_attention_heads` (16), tied embeddings, rope_parameters of transformers 5.
+#[test]
+fn qwen3_with_qk_norm_and_its_own_head_dim_matches_transformers() {
+    check_causal_fixture("qwen3_tiny");
+}
+
 #[test]
 fn mistral_with_sliding_window_matches_transformers() {
     check_causal_fixture("mistral_tiny");

@@ -159,7 +159,7 @@ pub struct ModelSection {
     /// HF model folder (config.json, model.safetensors, tokenizer.json). Default: none.
     pub path: Option<String>,
     /// Family of a freshly initialised model when `path` is not set: an HF `model_type` of
-    /// `oxalign-models` (`llama`, `qwen2`, `mistral`, or the mixture-of-experts `qwen3_moe`,
+    /// `oxalign-models` (`llama`, `qwen2`, `qwen3`, `mistral`, or the mixture-of-experts `qwen3_moe`,
     /// `qwen2_moe`, `mixtral`). Default `"llama"`.
     pub init_family: String,
     /// Preset of a freshly initialised model: `tiny` or `small`. Default `"tiny"`.

@@ -1,5 +1,5 @@
 //! The supported decoder families and their registry. Each family declares itself once, in
-//! its own file (`llama.rs`, `qwen2.rs`, `mistral.rs`, and the mixture-of-experts
+//! its own file (`llama.rs`, `qwen2.rs`, `qwen3.rs`, `mistral.rs`, and the mixture-of-experts
 //! `qwen3_moe.rs`, `qwen2_moe.rs`, `mixtral.rs` with their shared keys in `moe_keys.rs`): its
 //! HF `model_type` and class prefix, the config.json keys only it reads and writes, which
 //! projections carry biases, and its parameter layout (`layout.rs`, `layout_moe.rs`). Everything else (config parsing, the training modules,
@@ -12,6 +12,7 @@ mod mixtral;
 mod moe_keys;
 mod qwen2;
 mod qwen2_moe;
+mod qwen3;
 mod qwen3_moe;
 
 use crate::config::ModelConfig;
@@ -28,6 +29,9 @@ pub enum Family {
     Llama,
     /// `model_type: "qwen2"` (q/k/v projections always carry a bias).
     Qwen2,
+    /// `model_type: "qwen3"` (q/k RMSNorm per head, explicit `head_dim`, optional
+    /// `attention_bias`).
+    Qwen3,
     /// `model_type: "mistral"` (optional sliding-window attention).
     Mistral,
     /// `model_type: "qwen3_moe"` (routed experts, q/k RMSNorm per head, optional
@@ -85,9 +89,10 @@ pub(crate) trait FamilyDecl: Sync {
 
 impl Family {
     /// All supported families.
-    pub const ALL: [Family; 6] = [
+    pub const ALL: [Family; 7] = [
         Family::Llama,
         Family::Qwen2,
+        Family::Qwen3,
         Family::Mistral,
         Family::Qwen3Moe,
         Family::Qwen2Moe,
@@ -99,6 +104,7 @@ impl Family {
         match self {
             Family::Llama => &llama::Llama,
             Family::Qwen2 => &qwen2::Qwen2,
+            Family::Qwen3 => &qwen3::Qwen3,
             Family::Mistral => &mistral::Mistral,
             Family::Qwen3Moe => &qwen3_moe::Qwen3Moe,
             Family::Qwen2Moe => &qwen2_moe::Qwen2Moe,
@@ -113,7 +119,10 @@ impl Family {
 
     /// Whether the family is one of Qwen's (their presets use `rms_norm_eps` 1e-6).
     pub fn is_qwen(self) -> bool {
-        matches!(self, Family::Qwen2 | Family::Qwen3Moe | Family::Qwen2Moe)
+        matches!(
+            self,
+            Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe | Family::Qwen2Moe
+        )
     }
 
     /// The HF `model_type` string.
