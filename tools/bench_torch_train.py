@@ -2,7 +2,7 @@
 """PyTorch eager baseline for `oxalign bench train` (run by hand; needs torch + transformers).
 
     python3 tools/bench_torch_train.py --model DIR --batch 8 --seq 256 --steps 5 --warmup 1 \
-        [--threads 2] [--peak-gflops G] [--attn sdpa|eager]
+        [--threads 2] [--peak-gflops G] [--attn sdpa|eager] [--bf16]
 
 Loads the same HF folder with AutoModelForCausalLM in float32 and runs, on a seeded random
 [batch, seq] token batch, --warmup untimed then --steps timed steps of: forward, next-token
@@ -13,7 +13,10 @@ distribution). The FLOPs formula is the same: 6 * matmul_params * batch * seq
 + 12 * layers * heads * head_dim * seq^2 * batch, matmul_params = all parameters but the input
 embedding table (unless tied). MFU is against --peak-gflops (pass `oxalign bench matmul`'s
 median to compare both with one peak) or, when omitted, torch's own 2048^3 f32 GEMM median.
-It measures; it does not check numerics against oxalign.
+--bf16 runs the forward and the loss under `torch.autocast("cpu", dtype=torch.bfloat16)`
+(f32 master weights and AdamW state, bf16 matmuls): PyTorch's mixed precision, its best
+setting on CPUs with AVX512-BF16 or AMX. It measures; it does not check numerics against
+oxalign.
 """
 
 import argparse
@@ -72,6 +75,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--peak-gflops", type=float, default=None)
     ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
+    ap.add_argument("--bf16", action="store_true", help="torch.autocast('cpu', bfloat16)")
     args = ap.parse_args()
     if args.seq < 2 or args.batch < 1 or args.steps < 1 or args.warmup < 0:
         ap.error("need --seq >= 2, --batch >= 1, --steps >= 1, --warmup >= 0")
@@ -107,9 +111,10 @@ def main():
     for i in range(args.warmup + args.steps):
         c0 = time.process_time()
         t0 = time.perf_counter()
-        hidden = model.model(input_ids=ids).last_hidden_state[:, :-1]
-        logits = model.lm_head(hidden)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            hidden = model.model(input_ids=ids).last_hidden_state[:, :-1]
+            logits = model.lm_head(hidden)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets)
         loss_value = loss.item()
         t1 = time.perf_counter()
         loss.backward()
@@ -141,6 +146,7 @@ def main():
                 "model": args.model,
                 "torch": torch.__version__,
                 "attn_implementation": args.attn,
+                "precision": "bf16-autocast" if args.bf16 else "f32",
                 "params": params,
                 "matmul_params": matmul_params,
                 "layers": layers,

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""The table of tools/bench_peers.sh: reads its labelled JSON lines and prints Markdown.
+
+    python3 tools/bench_peers_table.py RESULTS.jsonl "CPU model" "flags" "load average"
+
+Each line is {"row", "label", "side": "ours"|"peer", "result": <one benchmark's JSON line>}.
+Throughput rows (generate, train) use tokens/s, higher is better; the GRPO step uses seconds
+per step, lower is better. A cell is the median over rounds of each run's median, with the
+min-max of those medians; each oxalign cell is divided by each peer of its row (so > 1 means
+oxalign is faster) using the medians.
+"""
+import json
+import statistics
+import sys
+
+
+def metric(result):
+    """(value, higher_is_better) of one benchmark line."""
+    if "tokens_per_sec" in result:
+        v = result["tokens_per_sec"]
+        return (v["median"] if isinstance(v, dict) else v), True
+    return result["step_seconds"]["median"], False
+
+
+def main():
+    path, model, flags, load = sys.argv[1:5]
+    cells = {}
+    for line in open(path):
+        r = json.loads(line)
+        value, higher = metric(r["result"])
+        cell = cells.setdefault((r["row"], r["label"]), {"side": r["side"], "higher": higher, "v": []})
+        cell["v"].append(value)
+    print(f"CPU: {model}; flags: {flags}; load average at the end: {load}\n")
+    print("| workload | side | median | min-max over rounds | against each peer |")
+    print("|---|---|---|---|---|")
+    rows = []
+    for (row, _label) in cells:
+        if row not in rows:
+            rows.append(row)
+    for row in rows:
+        here = [(label, c) for (r, label), c in cells.items() if r == row]
+        peers = [(label, statistics.median(c["v"])) for label, c in here if c["side"] == "peer"]
+        for label, c in here:
+            med = statistics.median(c["v"])
+            unit = "tok/s" if c["higher"] else "s/step"
+            spread = f"{min(c['v']):.4g}-{max(c['v']):.4g}"
+            ratios = ""
+            if c["side"] == "ours":
+                ratios = ", ".join(
+                    f"{(med / p if c['higher'] else p / med):.2f}x {name}" for name, p in peers
+                )
+            print(f"| {row} | {label} | {med:.4g} {unit} | {spread} | {ratios} |")
+
+
+if __name__ == "__main__":
+    main()
