@@ -12,7 +12,9 @@
 # With no row named, all three run. Environment: OX (oxalign binary, default
 # target/release/oxalign), PYTHON (with torch + transformers; trl for rl-step), ROUNDS
 # (default 2), WORK (folder for the models and raw JSON lines, default a fresh temp folder),
-# THREADS (default 2). Rows:
+# THREADS (default 2), TORCH_BF16 (default 1; 0 skips PyTorch's bf16 autocast training,
+# which has no hardware path on CPUs without AVX512-BF16/AMX and takes minutes per step
+# there). Rows:
 #   generate  56.4M Llama (`init-model --preset small`), 32 prompts of 32 tokens + 128 greedy
 #             tokens, and batch 1: oxalign f32 / bf16 / int8 against HF f32 and bf16
 #   train     the same model, batch 8 x 256, AdamW: oxalign f32 against PyTorch eager f32
@@ -68,7 +70,9 @@ train_round() {
   local args=(--model "$small" --batch 8 --seq 256 --steps 3 --warmup 1)
   record "train 8x256" "oxalign f32" ours "$OX" bench train "${args[@]}"
   record "train 8x256" "PyTorch f32" peer "$PYTHON" "$HERE/bench_torch_train.py" "${args[@]}" --threads "$THREADS"
-  record "train 8x256" "PyTorch bf16 autocast" peer "$PYTHON" "$HERE/bench_torch_train.py" "${args[@]}" --threads "$THREADS" --bf16
+  if [ "${TORCH_BF16:-1}" != 0 ]; then
+    record "train 8x256" "PyTorch bf16 autocast" peer "$PYTHON" "$HERE/bench_torch_train.py" "${args[@]}" --threads "$THREADS" --bf16
+  fi
 }
 
 rl_step_round() {
