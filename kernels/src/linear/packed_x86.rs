@@ -1,7 +1,7 @@
 //! x86 register kernels of [`super::PackedWeight`]: one packed panel (`[k][32]`, f32 or
 //! bf16) times up to 64 rows of `x`. AVX-512F: 8 rows × 32 channels in 16 zmm accumulators,
-//! each `k` step two weight loads, 8 broadcasts and 16 FMAs. AVX2+FMA: 4 rows × 16 channels
-//! in 8 ymm accumulators, run twice per panel. A bf16 panel row is widened to f32 on load
+//! each `k` step two weight loads, 8 broadcasts and 16 FMAs. AVX2+FMA: up to 6 rows × 16
+//! channels in 12 ymm accumulators, run twice per panel. A bf16 panel row is widened to f32 on load
 //! (zero-extend to 32 bits, shift left 16: exact). Sums run over `k` in order, one FMA per
 //! term, so the two element types give the same sums for the same f32 weight values.
 
@@ -114,15 +114,23 @@ pub(crate) fn panel_avx2<E: PanelElement>(
 unsafe fn rows256<const BF16: bool>(x: &[f32], rows: usize, k: usize, w: *const u8, t: &mut [f32]) {
     for half in [0, 16] {
         let mut r = 0;
-        while r + 4 <= rows {
-            let (xr, tr) = (x.as_ptr().add(r * k), t.as_mut_ptr().add(r * PANEL + half));
-            block256::<4, BF16>(xr, k, w, half, tr);
-            r += 4;
-        }
         while r < rows {
             let (xr, tr) = (x.as_ptr().add(r * k), t.as_mut_ptr().add(r * PANEL + half));
-            block256::<1, BF16>(xr, k, w, half, tr);
-            r += 1;
+            // Blocks of 6 rows (12 accumulators, 15 of the 16 ymm registers), the rest in 4,
+            // 2 and 1.
+            let step = match rows - r {
+                6.. => block256::<6, BF16> as unsafe fn(_, _, _, _, _),
+                4 | 5 => block256::<4, BF16>,
+                2 | 3 => block256::<2, BF16>,
+                _ => block256::<1, BF16>,
+            };
+            step(xr, k, w, half, tr);
+            r += match rows - r {
+                6.. => 6,
+                4 | 5 => 4,
+                2 | 3 => 2,
+                _ => 1,
+            };
         }
     }
 }
