@@ -7,11 +7,11 @@
 use std::path::{Path, PathBuf};
 
 use oxalign_actors::controller::find_resume_point;
-use oxalign_actors::controller::resume_point::set_aside;
-use oxalign_actors::controller::run_copies::{
+use oxalign_actors::controller::run::copies::{
     check_metrics, stored_recipe, verify_reference, MetricsCheck,
 };
-use oxalign_actors::controller::run_folder::{prepare_fresh, rewind_logs, Overwrite, RunLock};
+use oxalign_actors::controller::run::folder::{prepare_fresh, rewind_logs, Overwrite, RunLock};
+use oxalign_actors::controller::run::resume_point::set_aside;
 use oxalign_actors::monitor::files;
 use oxalign_actors::recipe::{check_resume, Algorithm, Recipe};
 

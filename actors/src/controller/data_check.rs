@@ -5,7 +5,7 @@
 //! checks the first [`oxalign_rlhf::data::PROBE_ROWS`], so a file in the wrong schema exits 2 before a model is
 //! loaded.
 
-use super::run_error::{At, RunError};
+use crate::controller::error::{At, RunError};
 use crate::error::Cause;
 use crate::recipe::{Recipe, RewardKind, RunKind, TaskKind};
 use oxalign_models::tokenizer::Tokenizer;

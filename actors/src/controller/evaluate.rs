@@ -4,10 +4,10 @@
 //! quantity RL optimises). A reward without an exact-match check defines no accuracy, and
 //! nothing is evaluated.
 
-use super::lengths::{encode_rollout_prompt, quoted};
-use super::run_error::{At, RunError};
-use super::Ctx;
 use crate::batch::{RolloutRequest, SampleRequest, Sampling};
+use crate::controller::context::Ctx;
+use crate::controller::error::{At, RunError};
+use crate::controller::lengths::{encode_rollout_prompt, quoted};
 use crate::roles::Generate;
 use oxalign_rlhf::data::PromptItem;
 

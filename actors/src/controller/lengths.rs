@@ -2,26 +2,8 @@
 //! prompt whose tokens plus the tokens to generate (or its SFT answer) would not fit is an
 //! error naming the prompt and the keys to change, before anything is generated or trained.
 
-use super::run_error::{At, RunError};
-use super::Ctx;
-
-/// A prompt plus what follows it exceeds the policy's context.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error(
-    "{what}: the prompt ({prompt_len} tokens) plus {extra_key} ({extra_len} tokens) exceeds the policy's context of {context} tokens (max_position_embeddings); lower {extra_key} or shorten the prompts"
-)]
-pub struct ContextError {
-    /// The prompt, e.g. `RL step 3, prompt "7+8="`.
-    pub what: String,
-    /// Its length in tokens.
-    pub prompt_len: usize,
-    /// The recipe key or data that the extra tokens come from.
-    pub extra_key: &'static str,
-    /// The extra tokens.
-    pub extra_len: usize,
-    /// The policy's context in tokens.
-    pub context: usize,
-}
+use crate::controller::context::Ctx;
+use crate::controller::error::{At, ContextError, RunError};
 
 /// `text` quoted for an error message, cut to its first 80 characters (a prompt too long for
 /// the context is usually far too long to print).

@@ -7,56 +7,37 @@
 //! checkpointed as it goes) or from a checkpoint chosen by [`find_resume_point`]; a
 //! diverging step stops it with a [`DivergenceError`] before anything of that step is saved.
 //! Every role call has the recipe's time limit; an RL step whose role panicked, failed or
-//! timed out is replayed from the newest checkpoint once the role is rebuilt (`rl_loop.rs`,
+//! timed out is replayed from the newest checkpoint once the role is rebuilt (`rl/run_loop.rs`,
 //! `supervisor.rs`), within the restart budget.
 
-pub mod checkpoint;
-mod checkpoint_error;
-mod checkpoint_retry;
-mod checksums;
+mod clock;
+mod context;
 mod data_check;
-mod divergence;
-mod dpo;
+mod error;
 mod evaluate;
 mod expert_setup;
 pub(crate) mod generator;
 mod lengths;
 mod offline;
-mod offline_eval;
-mod offline_report;
 mod progress;
-pub mod resume_point;
-mod rl_ahead;
-mod rl_experience;
-mod rl_loop;
-mod rl_refit;
-mod rl_report;
-mod rl_rollout;
-mod rl_step;
-mod rm;
-pub mod run_copies;
-mod run_error;
-pub mod run_folder;
-mod saving;
+mod rl;
+pub mod run;
 pub(crate) mod setup;
-mod sft;
-mod sft_file;
 mod start;
+mod summary;
 mod supervisor;
+mod warmup;
 
-pub use checkpoint::{latest_checkpoint, LoopState, Phase};
-pub use checkpoint_error::CheckpointError;
-pub use checksums::CHECKSUMS_FILE;
 pub use data_check::{answers_needed_by, check_data};
-pub use divergence::DivergenceError;
-pub use lengths::ContextError;
-pub use offline_report::OfflineSummary;
-pub use resume_point::{find_resume_point, ResumePoint};
-pub use rl_ahead::StalenessError;
-pub use rl_loop::RESTARTS;
-pub use run_error::{At, RunError};
-pub use run_folder::RunFolderError;
+pub use error::{At, CheckpointError, ContextError, DivergenceError, RunError, StalenessError};
+pub use offline::OfflineSummary;
+pub use rl::run_loop::RESTARTS;
+pub use run::checkpoint::{latest_checkpoint, LoopState, Phase};
+pub use run::checksums::CHECKSUMS_FILE;
+pub use run::folder::RunFolderError;
+pub use run::resume_point::{find_resume_point, ResumePoint};
 pub use setup::{data_spec, policy_dir, prompt_source};
+pub use summary::RunSummary;
 
 use crate::collective_groups::GroupSettings;
 use crate::error::Cause;
@@ -66,11 +47,12 @@ use crate::monitor::{
     unix_ms_now, ActorInfo, ActorUpdate, MonitorHandle, RunFinished, RunInfo, RunOutcome,
 };
 use crate::recipe::{Recipe, RunKind};
+use clock::WallClock;
+use context::Ctx;
 use oxalign_models::tokenizer::Tokenizer;
-use oxalign_rlhf::reward::AnswerMatch;
 use oxalign_rlhf::{AdaptiveKl, FixedKl, KlController};
-use serde::Serialize;
-use start::WallClock;
+use run::checkpoint;
+use run::saving;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -81,58 +63,6 @@ pub struct TrainOptions {
     pub resume_from: Option<PathBuf>,
     /// No per-step table on stdout.
     pub quiet: bool,
-}
-
-/// What a finished run reports (`summary.json`).
-#[derive(Debug, Clone, Serialize)]
-pub struct RunSummary {
-    /// Run name.
-    pub name: String,
-    /// Run folder.
-    pub run_dir: PathBuf,
-    /// RL steps completed.
-    pub steps: u64,
-    /// Held-out accuracy of the initial model.
-    pub accuracy_init: Option<f64>,
-    /// Held-out accuracy after SFT (before RL).
-    pub accuracy_sft: Option<f64>,
-    /// Held-out accuracy after RL.
-    pub accuracy_final: Option<f64>,
-    /// Held-out sampled accuracy (8 samples per prompt at the rollout temperature) after SFT.
-    pub sampled_accuracy_sft: Option<f64>,
-    /// Held-out sampled accuracy after RL.
-    pub sampled_accuracy_final: Option<f64>,
-    /// Mean reward of the run's first RL step (across resumes).
-    pub reward_first: Option<f64>,
-    /// Mean reward of the last RL step.
-    pub reward_last: Option<f64>,
-    /// Wall seconds, across resumes.
-    pub wall_seconds: f64,
-    /// The newest checkpoint.
-    pub last_checkpoint: Option<PathBuf>,
-    /// What an `sft`, `rm` or `dpo` run measured and where its model is.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub offline: Option<OfflineSummary>,
-}
-
-/// The pieces every phase needs.
-pub(crate) struct Ctx<'a> {
-    pub recipe: &'a Recipe,
-    /// The run folder.
-    pub run_dir: &'a Path,
-    /// The policy's initial model folder (its tokenizer files go into every checkpoint).
-    pub policy_dir: &'a Path,
-    /// The policy's context in tokens (`max_position_embeddings`).
-    pub context: usize,
-    pub tok: &'a Tokenizer,
-    pub monitor: &'a MonitorHandle,
-    pub pad_id: u32,
-    pub quiet: bool,
-    /// How long one role call may take (`supervision.call_timeout_s`).
-    pub timeout: std::time::Duration,
-    /// The exact-match check that defines accuracy, when the reward has one (per-step
-    /// `accuracy` and the held-out evaluations are reported only then).
-    pub answer_check: Option<AnswerMatch>,
 }
 
 fn kl_controller(recipe: &Recipe) -> Result<KlController, RunError> {
@@ -262,7 +192,7 @@ async fn run(
         }
     }
     let last_checkpoint =
-        rl_loop::rl_loop(&ctx, &pool, &mut roles, data.as_ref(), &mut state, clock).await?;
+        rl::run_loop::rl_loop(&ctx, &pool, &mut roles, data.as_ref(), &mut state, clock).await?;
     if let Some(ckpt) = &last_checkpoint {
         saving::write_final_policy(&ctx, ckpt)?;
     }

@@ -3,8 +3,8 @@
 //! device groups. A role whose placement names a node (`"node1:cpu"`) is built by that
 //! node's worker instead and reached through [`Remote`].
 
-use super::run_error::{At, RunError};
 use crate::cluster::{Remote, RemoteSources, RoleKind};
+use crate::controller::error::{At, RunError};
 use crate::error::{Cause, RoleError};
 use crate::executor::ExecutorPool;
 use crate::monitor::{ActorInfo, MonitorHandle};
@@ -53,8 +53,8 @@ pub struct Roles {
 
 impl Roles {
     /// Who generates rollouts: the engine role, or the policy.
-    pub fn generator(&self) -> super::generator::Generator<'_> {
-        super::generator::Generator::new(&*self.policy, self.engine.as_deref())
+    pub fn generator(&self) -> crate::controller::generator::Generator<'_> {
+        crate::controller::generator::Generator::new(&*self.policy, self.engine.as_deref())
     }
 
     /// Stops every role.
@@ -164,8 +164,8 @@ pub fn prompt_source(recipe: &Recipe, tok: &Tokenizer) -> Result<Arc<dyn PromptS
             let spec = data_spec(recipe)?;
             let file = PromptFile::load(&spec, Some(tok))
                 .map_err(|e| fail(oxalign_rlhf::RlhfError::from(e).into()))?;
-            super::offline_report::print_data_report(recipe, file.report());
-            super::data_check::require_answers(recipe, &spec.path, file.answers())?;
+            crate::controller::offline::report::print_data_report(recipe, file.report());
+            crate::controller::data_check::require_answers(recipe, &spec.path, file.answers())?;
             Arc::new(file)
         }
     })
@@ -292,7 +292,8 @@ pub async fn spawn_policy(
     let (mut trainers, mut engines) = (Vec::new(), Vec::new());
     let world = devices.len();
     let experts =
-        super::expert_setup::ExpertGroups::for_recipe(recipe, &pg.specs, pool).map_err(&fail)?;
+        crate::controller::expert_setup::ExpertGroups::for_recipe(recipe, &pg.specs, pool)
+            .map_err(&fail)?;
     // The trainers' group exists before the trainers: a sharded trainer streams its layers
     // over it.
     let dp_group = match &experts {

@@ -2,14 +2,18 @@
 //! resumed from an SFT checkpoint), ending with the frozen reference, the held-out
 //! evaluation and the RL-start checkpoint `step_000000`; or straight from an RL checkpoint.
 
-use super::checkpoint::{LoopState, Phase};
-use super::checkpoint_retry::save_checkpoint_retried as save_checkpoint;
-use super::generator::Generator;
-use super::run_copies;
-use super::run_error::{At, RunError};
-use super::saving::{copy_tokenizer, load_critic_optimizer, load_policy_optimizer};
-use super::setup::{self, RoleSources, Roles};
-use super::{evaluate, sft, Ctx};
+use crate::controller::clock::WallClock;
+use crate::controller::context::Ctx;
+use crate::controller::error::{At, RunError};
+use crate::controller::generator::Generator;
+use crate::controller::run::checkpoint::{LoopState, Phase};
+use crate::controller::run::copies as run_copies;
+use crate::controller::run::retry::save_checkpoint_retried as save_checkpoint;
+use crate::controller::run::saving::{
+    copy_tokenizer, load_critic_optimizer, load_policy_optimizer,
+};
+use crate::controller::setup::{self, RoleSources, Roles};
+use crate::controller::{evaluate, warmup};
 use crate::executor::ExecutorPool;
 use crate::recipe::Algorithm;
 use oxalign_rlhf::data::PromptSource;
@@ -18,22 +22,6 @@ use std::time::Duration;
 
 /// How long the SFT policy may take to stop before RL's policy starts.
 const POLICY_STOP_WAIT: Duration = Duration::from_secs(30);
-
-/// Seconds of wall time of this run before the current process, and when it started.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct WallClock {
-    /// Seconds spent before this process (from the checkpoint resumed).
-    pub prior: f64,
-    /// When this process started.
-    pub started: std::time::Instant,
-}
-
-impl WallClock {
-    /// Wall seconds of the run so far, across resumes.
-    pub fn now(&self) -> f64 {
-        self.prior + self.started.elapsed().as_secs_f64()
-    }
-}
 
 /// Runs (the rest of) SFT from `state`, freezes the reference, evaluates, spawns the other
 /// roles and writes the RL-start checkpoint. `from`: the SFT checkpoint resumed, if any.
@@ -61,7 +49,7 @@ pub(crate) async fn through_sft(
         state.accuracy_init = a.map(|a| a.greedy);
     }
     if r.sft.steps > 0 {
-        sft::run_sft(ctx, policy.as_ref(), data, state, clock).await?;
+        warmup::run_sft(ctx, policy.as_ref(), data, state, clock).await?;
     }
     // The frozen reference is the policy as RL starts.
     policy

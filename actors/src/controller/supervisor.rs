@@ -8,12 +8,12 @@
 //! seeds (a pure function of run seed, step and index), so no rollout is applied twice and
 //! none is lost. Divergence, bad input and the controller's own failures are not retried.
 
-use super::checkpoint::{self, LoopState};
-use super::run_error::{At, RunError};
-use super::saving::{load_critic_optimizer, load_policy_optimizer};
-use super::setup::{self, RoleSources, Roles};
-use super::Ctx;
 use crate::cluster::ClusterError;
+use crate::controller::context::Ctx;
+use crate::controller::error::{At, RunError};
+use crate::controller::run::checkpoint::{self, LoopState};
+use crate::controller::run::saving::{load_critic_optimizer, load_policy_optimizer};
+use crate::controller::setup::{self, RoleSources, Roles};
 use crate::error::{Cause, RoleError};
 use crate::executor::ExecutorPool;
 use crate::monitor::ActorUpdate;

@@ -6,7 +6,7 @@
 //! ([`EngineMsg::Apply`]) with `Engine::refit`, verified again by the engine's checksums of
 //! its own copy and by the trainer's log-prob probe. A damaged or incomplete update is
 //! refused and the engine keeps its weights and version. Not here: exporting the weights
-//! (`policy.rs`) and sending them (`controller/rl_refit.rs`).
+//! (`policy.rs`) and sending them (`controller/rl/refit.rs`).
 
 use super::policy::generate;
 use super::policy_engine::EngineReplica;

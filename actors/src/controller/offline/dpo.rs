@@ -5,13 +5,17 @@
 //! Held-out preference accuracy and implicit-reward margin are measured at the start, every
 //! `dpo.eval_every` steps and the end. The policy is saved as `<run>/final/`.
 
-use super::divergence::DivergenceError;
-use super::offline::{self, evaluates, schedule, EvalLog};
-use super::offline_eval::{pairwise, response_logprobs, Scorer};
-use super::offline_report::OfflineSummary;
-use super::rm::{encode_prefs, load_prefs, EncodedPairs};
-use super::run_error::{At, RunError};
-use super::{setup, Ctx};
+use super::cadence::{eval_progress, evaluates, schedule};
+use super::eval::{pairwise, response_logprobs, Scorer};
+use super::eval_log::EvalLog;
+use super::pairs::{encode_prefs, load_prefs, EncodedPairs};
+use super::pairs::{sequences, step_rows};
+use super::report::OfflineSummary;
+use crate::controller::context::Ctx;
+use crate::controller::error::DivergenceError;
+use crate::controller::error::{At, RunError};
+use crate::controller::run::saving::save_final_policy;
+use crate::controller::setup;
 use crate::error::Cause;
 use crate::executor::ExecutorPool;
 use crate::monitor::StepMetrics;
@@ -121,8 +125,8 @@ fn work(
             RunError::controller(at, "reference_logprobs", e)
         })?;
     Ok(Box::new(DpoWork {
-        chosen: offline::sequences(ctx, c),
-        rejected: offline::sequences(ctx, rj),
+        chosen: sequences(ctx, c),
+        rejected: sequences(ctx, rj),
         ref_chosen: refs.iter().map(|x| x.0 as f32).collect(),
         ref_rejected: refs.iter().map(|x| x.1 as f32).collect(),
         cfg: DpoConfig {
@@ -182,14 +186,14 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
         let mut m = StepMetrics::new(step);
         if step > 0 {
             let at = At::Train { kind: KIND, step };
-            let rows = offline::step_rows(&data, step, s.batch_size, at)?;
+            let rows = step_rows(&data, step, s.batch_size, at)?;
             let w = work(ctx, &rows, &ref_train, at, lr_at.lr_at(step - 1))?;
             m = train_step(&*policy, w, step).await?;
         }
         if !eval.0.is_empty() && (step == 0 || evaluates(step, s.steps, s.eval_every)) {
             let (acc, margin) = evaluate(ctx, &*policy, &eval, &ref_eval).await?;
             m = log.record(step, &[("eval_accuracy", acc), ("eval_margin", margin)], m);
-            offline::eval_progress(
+            eval_progress(
                 ctx,
                 "dpo",
                 (step, s.steps),
@@ -201,7 +205,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
             ctx.monitor.report(m);
         }
     }
-    let dir = offline::save_final_policy(ctx, &*policy).await?;
+    let dir = save_final_policy(ctx, &*policy).await?;
     policy.shutdown();
     Ok(OfflineSummary {
         kind: "dpo".into(),

@@ -3,25 +3,19 @@
 //! the reward or in the loss — with the batch statistics and the engine/trainer log-prob
 //! mismatch. The arithmetic is `oxalign-rlhf`'s, on CPU tensors, off the async runtime.
 
-use super::run_error::{At, RunError};
+use super::loss_config::{estimator, rollout_correction};
+use super::shaping::RewardShaping;
 use crate::batch::{ExperienceBatch, ScoredBatch, TokenArray};
-use crate::batch::{Finish, Sample};
+use crate::controller::error::{At, RunError};
 use crate::error::Cause;
 use crate::executor::ExecutorError;
-use crate::recipe::{
-    Algorithm, KlEstimatorName, KlModeName, LossAggName, PolicyLossName, RlSection,
-    RolloutCorrectionName, TruncatedName,
-};
+use crate::recipe::{Algorithm, KlModeName, RlSection};
 use candle_core::Device;
 use oxalign_rlhf::advantages::{GaeBootstrap, GaeConfig};
-use oxalign_rlhf::losses::{
-    CorrectionStats, KlEstimator, LossAgg, PolicyObjective, PpoConfig, RolloutCorrection,
-};
+use oxalign_rlhf::losses::{CorrectionStats, RolloutCorrection};
 use oxalign_rlhf::masked_abs_diff;
-use oxalign_rlhf::reward::OverlongShaping;
 use oxalign_rlhf::trainer::{
     build_experience, AdvantageKind, CriticInputs, ExperienceConfig, ExperienceStats,
-    PolicyLossConfig,
 };
 
 /// The experience stage's output.
@@ -35,69 +29,6 @@ pub(crate) struct Experience {
     pub mismatch: Option<(f64, f64)>,
     /// What the rollout correction did over the whole batch, when one is on.
     pub correction: Option<CorrectionStats>,
-}
-
-/// The recipe's rollout correction with its bounds.
-pub(crate) fn rollout_correction(rl: &RlSection) -> RolloutCorrection {
-    let (lower, upper) = rl.rollout_mask_band();
-    match rl.rollout_correction() {
-        RolloutCorrectionName::None => RolloutCorrection::None,
-        // Validation refuses `token_tis` without a cap in force.
-        RolloutCorrectionName::TokenTis => RolloutCorrection::TokenTis {
-            cap: rl.tis_cap_in_force().unwrap_or(f64::INFINITY),
-        },
-        RolloutCorrectionName::SeqMask => RolloutCorrection::SeqMask { lower, upper },
-        RolloutCorrectionName::Icepop => RolloutCorrection::Icepop { lower, upper },
-    }
-}
-
-/// The recipe's KL estimator.
-pub(crate) fn estimator(e: KlEstimatorName) -> KlEstimator {
-    match e {
-        KlEstimatorName::K1 => KlEstimator::K1,
-        KlEstimatorName::K2 => KlEstimator::K2,
-        KlEstimatorName::K3 => KlEstimator::K3,
-    }
-}
-
-/// The recipe's loss aggregation (Dr. GRPO's horizon is `rl.max_new_tokens`).
-pub(crate) fn agg(rl: &RlSection) -> LossAgg {
-    match rl.loss_agg() {
-        LossAggName::TokenMean => LossAgg::TokenMean,
-        LossAggName::SeqMeanTokenSum => LossAgg::SeqMeanTokenSum,
-        LossAggName::SeqMeanTokenMean => LossAgg::SeqMeanTokenMean,
-        LossAggName::SeqMeanTokenSumNorm => LossAgg::SeqMeanTokenSumNorm {
-            horizon: rl.max_new_tokens,
-        },
-    }
-}
-
-/// The experience settings of `rl` with KL coefficient `beta`.
-/// The policy's loss settings for a step with KL coefficient `beta`: the clip range is
-/// `[1 − clip_eps, 1 + clip_eps_high]` (DAPO's clip-higher when `clip_eps_high` is set).
-pub(crate) fn policy_loss_config(rl: &RlSection, beta: f64) -> PolicyLossConfig {
-    PolicyLossConfig {
-        objective: match rl.policy_loss {
-            PolicyLossName::Ppo => PolicyObjective::Ppo,
-            PolicyLossName::Gspo => PolicyObjective::Gspo,
-            PolicyLossName::Cispo => PolicyObjective::Cispo,
-        },
-        ppo: PpoConfig {
-            clip_low: rl.clip_eps,
-            clip_high: rl.clip_eps_high.unwrap_or(rl.clip_eps),
-            dual_clip: rl.dual_clip,
-            agg: agg(rl),
-        },
-        kl_loss_coef: if rl.kl_mode == KlModeName::Loss {
-            beta
-        } else {
-            0.0
-        },
-        kl_estimator: estimator(rl.kl_estimator),
-        entropy_coef: rl.entropy_coef,
-        rollout_correction: rollout_correction(rl),
-        max_grad_norm: rl.max_grad_norm,
-    }
 }
 
 fn config(rl: &RlSection, beta: f64) -> ExperienceConfig {
@@ -143,51 +74,6 @@ pub(crate) async fn experience(
         .map_err(blocking_panic)
         .and_then(|r| r)
         .map_err(|e| RunError::controller(at, "experience", e))
-}
-
-/// How the rollout's length limit changes the scores the advantages are built from.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RewardShaping {
-    /// DAPO's soft overlong punishment, when set.
-    overlong: Option<OverlongShaping>,
-    /// Rows cut off by the length limit bootstrap from the critic instead of ending.
-    bootstrap_truncated: bool,
-}
-
-impl RewardShaping {
-    pub(crate) fn of(rl: &RlSection) -> Self {
-        Self {
-            overlong: rl.overlong_buffer.map(|buffer| OverlongShaping {
-                max_len: rl.max_new_tokens,
-                buffer,
-                penalty: rl.overlong_penalty,
-            }),
-            bootstrap_truncated: rl.truncated == TruncatedName::Bootstrap,
-        }
-    }
-
-    /// The score of `sample` with reward `reward` after shaping, and whether it bootstraps
-    /// (1; its score is then 0) or not (0).
-    pub(crate) fn shaped(&self, reward: f32, sample: &Sample) -> (f32, f32) {
-        let mut score = reward;
-        if let Some(o) = &self.overlong {
-            score += o.shaping(sample.response.len()) as f32;
-        }
-        if self.bootstrap_truncated && sample.finish == Finish::Length {
-            return (0.0, 1.0);
-        }
-        (score, 0.0)
-    }
-
-    /// The scores after shaping, and per row whether it bootstraps (score then 0).
-    fn apply(&self, scored: &ScoredBatch) -> (Vec<f32>, Vec<f32>) {
-        scored
-            .rewards
-            .iter()
-            .zip(&scored.rollout.samples)
-            .map(|(&r, sample)| self.shaped(r, sample))
-            .unzip()
-    }
 }
 
 fn build(
@@ -268,6 +154,9 @@ fn blocking_panic(e: tokio::task::JoinError) -> Cause {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::Finish;
+    use crate::controller::rl::loss_config::policy_loss_config;
+    use crate::recipe::TruncatedName;
 
     #[test]
     fn clip_high_defaults_to_clip_eps_and_follows_clip_eps_high() {

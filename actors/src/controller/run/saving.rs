@@ -1,13 +1,13 @@
 //! Writing a checkpoint of the running roles: the policy (weights, optimizer state and
 //! tokenizer files), the critic when there is one, copies of the run files a resume checks
-//! (`run_copies.rs`, after the run's logs are synced), then the loop state, sealed with
+//! (`copies.rs`, after the run's logs are synced), then the loop state, sealed with
 //! checksums and published atomically (see `checkpoint.rs`). Older checkpoints are pruned.
 
-use super::checkpoint::{self, LoopState, Phase};
-use super::checksums::write_manifest;
-use super::run_copies;
-use super::run_error::{At, RunError};
-use super::Ctx;
+use crate::controller::context::Ctx;
+use crate::controller::error::{At, RunError};
+use crate::controller::run::checkpoint::{self, LoopState, Phase};
+use crate::controller::run::checksums::write_manifest;
+use crate::controller::run::copies as run_copies;
 use crate::monitor::{unix_ms_now, CheckpointInfo};
 use crate::roles::{CriticRole, PolicyRole};
 use std::path::{Path, PathBuf};
@@ -174,6 +174,20 @@ pub(crate) async fn load_critic_optimizer(
         .load_optimizer(dir)
         .await
         .map_err(RunError::at(At::Setup))
+}
+
+/// Saves the policy's weights (no optimizer) as `<run>/final/`, sealed; returns the folder.
+pub(crate) async fn save_final_policy(
+    ctx: &Ctx<'_>,
+    policy: &dyn PolicyRole,
+) -> Result<PathBuf, RunError> {
+    let dir = final_dir(ctx.run_dir)?;
+    policy
+        .save("save", dir.clone(), false)
+        .await
+        .map_err(RunError::at(At::Setup))?;
+    seal_model(ctx, &dir)?;
+    Ok(dir)
 }
 
 #[cfg(test)]

@@ -3,13 +3,15 @@
 //! role failed is replayed from the newest checkpoint after the roles are rebuilt
 //! (`supervisor.rs`), within the restart budget.
 
-use super::checkpoint::LoopState;
-use super::checkpoint_retry::save_checkpoint_retried;
-use super::run_error::{At, RunError};
-use super::setup::Roles;
-use super::start::WallClock;
-use super::supervisor::{self, Budget};
-use super::{progress, rl_step, Ctx};
+use super::step as rl_step;
+use crate::controller::clock::WallClock;
+use crate::controller::context::Ctx;
+use crate::controller::error::{At, RunError};
+use crate::controller::progress;
+use crate::controller::run::checkpoint::LoopState;
+use crate::controller::run::retry::save_checkpoint_retried;
+use crate::controller::setup::Roles;
+use crate::controller::supervisor::{self, Budget};
 use crate::executor::ExecutorPool;
 use crate::monitor::ActorUpdate;
 use crate::recipe::Algorithm;
@@ -32,7 +34,7 @@ async fn label_engine_weights(
     if version == 0 {
         return Ok(());
     }
-    super::rl_refit::refit(ctx.recipe, roles, version)
+    super::refit::refit(ctx.recipe, roles, version)
         .await
         .map(|_| ())
         .map_err(RunError::at(At::Rl(state.step + 1)))

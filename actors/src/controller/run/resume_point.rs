@@ -3,9 +3,11 @@
 //! checkpoints that fail are reported (to be warned about) and set aside. It loads nothing
 //! into a model.
 
-use super::checkpoint::{checkpoint_folders, checkpoint_order, LoopState, Phase, STATE_FILE};
-use super::checkpoint_error::CheckpointError;
-use super::checksums::{self, CHECKSUMS_FILE};
+use crate::controller::error::CheckpointError;
+use crate::controller::run::checkpoint::{
+    checkpoint_folders, checkpoint_order, LoopState, Phase, STATE_FILE,
+};
+use crate::controller::run::checksums::{self, CHECKSUMS_FILE};
 use std::path::{Path, PathBuf};
 
 /// Sub-folder of `checkpoints/` where rejected checkpoints are moved.

@@ -5,51 +5,28 @@
 //! `rm.eval_every` steps and the end, and is saved as an HF `*ForSequenceClassification`
 //! folder `<run>/final/` that `[reward] kind = "model"` loads.
 
-use super::divergence::DivergenceError;
-use super::offline::{self, encode_pair, evaluates, schedule, EvalLog};
-use super::offline_eval::pairwise;
-use super::offline_report::{print_data_report, OfflineSummary};
-use super::run_error::{At, RunError};
-use super::sft::TokenPair;
-use super::{saving, setup, Ctx};
+use super::cadence::{eval_progress, evaluates, schedule};
+use super::eval::pairwise;
+use super::eval_log::EvalLog;
+use super::pairs::{encode_prefs, load_prefs, EncodedPairs};
+use super::pairs::{sequences, step_rows};
+use super::report::OfflineSummary;
+use crate::controller::context::Ctx;
+use crate::controller::error::DivergenceError;
+use crate::controller::error::{At, RunError};
+use crate::controller::run::saving;
 use crate::error::{Cause, RoleError};
 use crate::executor::ExecutorPool;
 use crate::monitor::{ActorInfo, StepMetrics};
 use crate::replicas::Replicas;
 use crate::roles::{ask, RmTrainer, RmTrainerMsg, RmTrainerState};
 use oxalign_models::RewardModel;
-use oxalign_rlhf::data::{Dataset, PreferencePair};
+use oxalign_rlhf::data::PreferencePair;
 use oxalign_rlhf::trainer::RewardTrainer;
-use oxalign_rlhf::RlhfError;
 use ractor::{Actor, ActorRef};
 
 const KIND: &str = "RM";
 const ROLE: &str = "reward_model";
-
-/// Token ids of preference pairs: chosen rows and rejected rows.
-pub(crate) type EncodedPairs = (Vec<TokenPair>, Vec<TokenPair>);
-
-/// Encodes each pair's two sides.
-pub(crate) fn encode_prefs(
-    ctx: &Ctx<'_>,
-    at: At,
-    rows: &[PreferencePair],
-) -> Result<EncodedPairs, RunError> {
-    let mut out: EncodedPairs = (Vec::new(), Vec::new());
-    for p in rows {
-        out.0.push(encode_pair(ctx, at, &p.prompt, &p.chosen)?);
-        out.1.push(encode_pair(ctx, at, &p.prompt, &p.rejected)?);
-    }
-    Ok(out)
-}
-
-/// Loads the preference rows of the recipe.
-pub(crate) fn load_prefs(ctx: &Ctx<'_>) -> Result<Dataset<PreferencePair>, RunError> {
-    let data = Dataset::<PreferencePair>::load(&setup::data_spec(ctx.recipe)?, Some(ctx.tok))
-        .map_err(|e| RunError::controller(At::Setup, "data", Cause::from(RlhfError::from(e))))?;
-    print_data_report(ctx.recipe, data.report());
-    Ok(data)
-}
 
 /// Spawns the trainer: one replica per device of `placement.policy`.
 async fn spawn(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<ActorRef<RmTrainerMsg>, RunError> {
@@ -89,7 +66,7 @@ async fn evaluate(
     for side in [&eval.0, &eval.1] {
         let mut all = Vec::new();
         for chunk in side.chunks(64) {
-            let seqs = offline::sequences(ctx, chunk.to_vec());
+            let seqs = sequences(ctx, chunk.to_vec());
             let s = ask(ROLE, "rm_score", rm, ctx.timeout, |reply| {
                 RmTrainerMsg::Score { seqs, reply }
             })
@@ -112,7 +89,7 @@ async fn train_step(
 ) -> Result<StepMetrics, RunError> {
     let at = At::Train { kind: KIND, step };
     let (c, rj) = encode_prefs(ctx, at, rows)?;
-    let (chosen, rejected) = (offline::sequences(ctx, c), offline::sequences(ctx, rj));
+    let (chosen, rejected) = (sequences(ctx, c), sequences(ctx, rj));
     let done = ask(ROLE, "rm_train", rm, ctx.timeout, |reply| {
         RmTrainerMsg::Train {
             chosen,
@@ -156,13 +133,13 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
         let mut m = StepMetrics::new(step);
         if step > 0 {
             let at = At::Train { kind: KIND, step };
-            let rows = offline::step_rows(&data, step, s.batch_size, at)?;
+            let rows = step_rows(&data, step, s.batch_size, at)?;
             m = train_step(ctx, &rm, &rows, step, lr_at.lr_at(step - 1)).await?;
         }
         if !eval.0.is_empty() && (step == 0 || evaluates(step, s.steps, s.eval_every)) {
             let (acc, margin) = evaluate(ctx, &rm, &eval).await?;
             m = log.record(step, &[("eval_accuracy", acc), ("eval_margin", margin)], m);
-            offline::eval_progress(
+            eval_progress(
                 ctx,
                 "rm",
                 (step, s.steps),

@@ -2,7 +2,7 @@
 //! checkpoint is sealed, verified before a run resumes from it. It does not decide which
 //! checkpoint to resume from (`resume_point.rs` does).
 
-use super::checkpoint_error::CheckpointError;
+use crate::controller::error::CheckpointError;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;

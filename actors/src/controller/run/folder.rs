@@ -6,7 +6,7 @@
 //! Checkpoints themselves are chosen in `resume_point.rs`. While a process uses the folder
 //! it holds [`RunLock`], so a second writer is refused instead of interleaving its logs.
 
-use super::checkpoint::{LoopState, Phase};
+use crate::controller::run::checkpoint::{LoopState, Phase};
 use crate::monitor::files;
 use std::path::{Path, PathBuf};
 

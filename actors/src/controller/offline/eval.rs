@@ -3,10 +3,11 @@
 //! accuracy and margin of two score lists. Scoring goes out in chunks; the arithmetic here
 //! is a few sums on the host.
 
-use super::run_error::{At, RunError};
-use super::sft::TokenPair;
-use super::{offline, Ctx};
+use super::pairs::sequences;
+use super::pairs::TokenPair;
 use crate::batch::{Sequences, TokenArray};
+use crate::controller::context::Ctx;
+use crate::controller::error::{At, RunError};
 use crate::roles::{PolicyRole, ReferenceRole};
 
 /// Rows per scoring call.
@@ -29,7 +30,7 @@ pub(crate) async fn response_logprobs(
 ) -> Result<Vec<(f64, usize)>, RunError> {
     let mut out = Vec::with_capacity(pairs.len());
     for chunk in pairs.chunks(CHUNK) {
-        let seqs = offline::sequences(ctx, chunk.to_vec());
+        let seqs = sequences(ctx, chunk.to_vec());
         let lp = match scorer {
             Scorer::Policy(p) => p.logprobs("logprobs", seqs.clone()).await,
             Scorer::Reference(r) => r.logprobs("reference_logprobs", seqs.clone()).await,

@@ -8,13 +8,13 @@
 //! indices `r·batch + i`: pure functions of (run seed, step, index), so a resumed or replayed
 //! step draws exactly the same samples.
 
-use super::lengths::{encode_rollout_prompt, quoted};
-use super::rl_experience::RewardShaping;
-use super::rl_step::sample_seed;
-use super::run_error::{At, RunError};
-use super::setup::Roles;
-use super::Ctx;
+use super::seeds::sample_seed;
+use super::shaping::RewardShaping;
 use crate::batch::{RolloutBatch, RolloutRequest, SampleRequest, Sampling};
+use crate::controller::context::Ctx;
+use crate::controller::error::{At, RunError};
+use crate::controller::lengths::{encode_rollout_prompt, quoted};
+use crate::controller::setup::Roles;
 use crate::roles::{Generate, RewardRequest};
 use oxalign_rlhf::advantages::{informative_count, informative_groups, select_groups};
 use oxalign_rlhf::data::PromptSource;

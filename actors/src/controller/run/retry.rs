@@ -3,10 +3,10 @@
 //! error is tried [`SAVE_ATTEMPTS`] times, with a backoff growing from [`SAVE_BACKOFF`],
 //! before the run stops (exit code 1). The save itself is `saving.rs`'s.
 
-use super::checkpoint::LoopState;
-use super::run_error::RunError;
-use super::saving::save_checkpoint;
-use super::Ctx;
+use crate::controller::context::Ctx;
+use crate::controller::error::RunError;
+use crate::controller::run::checkpoint::LoopState;
+use crate::controller::run::saving::save_checkpoint;
 use crate::error::Cause;
 use crate::roles::{CriticRole, PolicyRole};
 use oxalign_models::ModelError;
@@ -74,7 +74,7 @@ pub(crate) fn is_write_failure(e: &RunError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::run_error::At;
+    use crate::controller::error::At;
     use crate::error::RoleError;
     use std::cell::Cell;
 

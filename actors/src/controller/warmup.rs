@@ -2,21 +2,20 @@
 //! then cosine decay of the learning rate. It resumes from `state.sft_step`, saves an SFT
 //! checkpoint every `sft.checkpoint_every` steps and stops on a divergence.
 
-use super::checkpoint::Phase;
-use super::checkpoint_retry::save_checkpoint_retried as save_checkpoint;
-use super::divergence::DivergenceError;
-use super::lengths::{check_context, quoted};
-use super::run_error::{At, RunError};
-use super::start::WallClock;
-use super::{Ctx, LoopState};
+use crate::controller::clock::WallClock;
+use crate::controller::context::Ctx;
+use crate::controller::error::DivergenceError;
+use crate::controller::error::{At, RunError};
+use crate::controller::lengths::{check_context, quoted};
+use crate::controller::offline::pairs::TokenPair;
+use crate::controller::run::checkpoint::LoopState;
+use crate::controller::run::checkpoint::Phase;
+use crate::controller::run::retry::save_checkpoint_retried as save_checkpoint;
 use crate::error::Cause;
 use crate::roles::{PolicyRole, Sequences};
 use oxalign_rlhf::data::PromptSource;
 use oxalign_rlhf::optim::LrSchedule;
 use std::time::Instant;
-
-/// Prompt ids and target ids of one SFT example.
-pub(crate) type TokenPair = (Vec<u32>, Vec<u32>);
 
 /// `prompt ids, answer ids + eos` for each item (items without an answer are skipped).
 /// `step` is the 1-based SFT step, for errors.

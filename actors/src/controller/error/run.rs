@@ -3,10 +3,7 @@
 //! cause, and says whether the user's input is at fault ([`RunError::is_bad_input`]: exit
 //! code 2 at the CLI) or the run failed (exit code 1). It detects nothing itself.
 
-use super::checkpoint_error::CheckpointError;
-use super::divergence::DivergenceError;
-use super::lengths::ContextError;
-use super::rl_ahead::StalenessError;
+use super::{CheckpointError, ContextError, DivergenceError, StalenessError};
 use crate::error::{Cause, RoleError};
 use std::path::PathBuf;
 

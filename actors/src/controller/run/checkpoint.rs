@@ -7,9 +7,9 @@
 //! fsynced, then renamed into place, so a crash mid-save leaves the previous checkpoint
 //! intact; a folder without `state.json` (written last) is never taken as a checkpoint.
 
-use super::checkpoint_error::CheckpointError;
-use super::checksums;
-use super::rl_rollout::Rollout;
+use crate::controller::error::CheckpointError;
+use crate::controller::rl::rollout::Rollout;
+use crate::controller::run::checksums;
 use oxalign_rlhf::KlController;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

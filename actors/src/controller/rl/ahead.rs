@@ -7,10 +7,10 @@
 //! At most `k` batches wait at any time (the credits that bound the memory in flight), and
 //! the controller refuses to train on a batch more than `k` versions older than the policy.
 
-use super::rl_rollout::{rollout, Rollout};
-use super::run_error::RunError;
-use super::setup::Roles;
-use super::Ctx;
+use super::rollout::{rollout, Rollout};
+use crate::controller::context::Ctx;
+use crate::controller::error::{RunError, StalenessError};
+use crate::controller::setup::Roles;
 use oxalign_rlhf::data::PromptSource;
 use std::time::Instant;
 
@@ -37,26 +37,6 @@ pub(super) async fn take_or_generate(
             Ok((ro, t.elapsed().as_secs_f64()))
         }
     }
-}
-
-/// A batch generated ahead that the controller will not train on.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StalenessError {
-    /// The batch lags the trainer by more than `rl.max_staleness` versions.
-    #[error(
-        "RL step {step}: its batch comes from policy version {batch_version}, {lag} versions \
-         behind the trainer's {policy_version}: more than rl.max_staleness = {max_staleness}"
-    )]
-    TooStale {
-        step: u64,
-        batch_version: u64,
-        policy_version: u64,
-        lag: u64,
-        max_staleness: u64,
-    },
-    /// The oldest batch waiting belongs to another step (the loop state is inconsistent).
-    #[error("RL step {step}: the oldest batch generated ahead is step {waiting}'s")]
-    OutOfOrder { step: u64, waiting: u64 },
 }
 
 /// Refuses a batch from a policy more than `max_staleness` versions behind `policy_version`.

@@ -6,9 +6,11 @@
 //! repeated a step from the copy, checks the recipe against the copy, and refuses a
 //! reference whose files changed since RL started. It writes no weights.
 
-use super::checkpoint::{LoopState, Phase, METRICS_COPY, RECIPE_COPY, REFERENCE_SUMS};
-use super::checkpoint_error::CheckpointError;
-use super::checksums::{self, CHECKSUMS_FILE};
+use crate::controller::error::CheckpointError;
+use crate::controller::run::checkpoint::{
+    LoopState, Phase, METRICS_COPY, RECIPE_COPY, REFERENCE_SUMS,
+};
+use crate::controller::run::checksums::{self, CHECKSUMS_FILE};
 use crate::monitor::files;
 use std::path::{Path, PathBuf};
 

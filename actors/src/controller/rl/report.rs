@@ -2,9 +2,9 @@
 //! the dashboard and Prometheus) and its row of the live table. It computes nothing that
 //! feeds back into training.
 
-use super::rl_experience::Experience;
-use super::rl_refit::Moved;
-use super::rl_rollout::DynamicReport;
+use super::experience::Experience;
+use super::refit::Moved;
+use super::rollout::DynamicReport;
 use crate::monitor::{metric, StepMetrics};
 use crate::roles::PolicyTrainSummary;
 use oxalign_models::engine::RefitReport;

@@ -5,7 +5,7 @@
 //! (`TakeWeights::take_bucket`, checked on arrival) and has it apply them, verified by the
 //! probe (`TakeWeights::apply_weights`); the bytes and seconds moved are measured here.
 
-use super::setup::Roles;
+use crate::controller::setup::Roles;
 use crate::error::RoleError;
 use crate::recipe::Recipe;
 use oxalign_models::engine::RefitReport;

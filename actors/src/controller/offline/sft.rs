@@ -3,13 +3,17 @@
 //! the start, every `sft.eval_every` steps and at the end (no mid-run checkpoints).
 //! The model is saved as `<run>/final/`.
 
-use super::divergence::DivergenceError;
-use super::offline::{self, encode_pair, evaluates, schedule, EvalLog};
-use super::offline_eval::mean_nll;
-use super::offline_report::{print_data_report, OfflineSummary};
-use super::run_error::{At, RunError};
-use super::sft::TokenPair;
-use super::{setup, Ctx};
+use super::cadence::{eval_progress, evaluates, schedule};
+use super::eval::mean_nll;
+use super::eval_log::EvalLog;
+use super::pairs::TokenPair;
+use super::pairs::{encode_pair, sequences, step_rows};
+use super::report::{print_data_report, OfflineSummary};
+use crate::controller::context::Ctx;
+use crate::controller::error::DivergenceError;
+use crate::controller::error::{At, RunError};
+use crate::controller::run::saving::save_final_policy;
+use crate::controller::setup;
 use crate::error::Cause;
 use crate::executor::ExecutorPool;
 use crate::monitor::StepMetrics;
@@ -28,7 +32,7 @@ async fn train_step(
     lr: f64,
 ) -> Result<StepMetrics, RunError> {
     let at = At::Train { kind: KIND, step };
-    let seqs = offline::sequences(ctx, encode_all(ctx, at, rows)?);
+    let seqs = sequences(ctx, encode_all(ctx, at, rows)?);
     let done = policy
         .sft(seqs, lr, ctx.recipe.rl.max_grad_norm)
         .await
@@ -65,13 +69,13 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
         let mut m = StepMetrics::new(step);
         if step > 0 {
             let at = At::Train { kind: KIND, step };
-            let rows = offline::step_rows(&data, step, s.batch_size, at)?;
+            let rows = step_rows(&data, step, s.batch_size, at)?;
             m = train_step(ctx, &*policy, &rows, step, lr_at.lr_at(step - 1)).await?;
         }
         if !eval.is_empty() && (step == 0 || evaluates(step, s.steps, s.eval_every)) {
             let nll = mean_nll(ctx, &*policy, At::Eval("eval"), &eval).await?;
             m = log.record(step, &[("eval_loss", nll)], m);
-            offline::eval_progress(
+            eval_progress(
                 ctx,
                 "sft",
                 (step, s.steps),
@@ -83,7 +87,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
             ctx.monitor.report(m);
         }
     }
-    let dir = offline::save_final_policy(ctx, &*policy).await?;
+    let dir = save_final_policy(ctx, &*policy).await?;
     policy.shutdown();
     Ok(OfflineSummary {
         kind: "sft".into(),

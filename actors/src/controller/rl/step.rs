@@ -1,0 +1,186 @@
+//! One RL step as a short pipeline over host data: rollout (the policy generates a
+//! [`crate::batch::RolloutBatch`], or one generated ahead is taken), score (reference log-probs, rewards, values and old log-probs,
+//! concurrently, into a [`ScoredBatch`]), experience (`experience.rs`), update (policy and
+//! critic concurrently), refit, report (`report.rs`). No tensor crosses a message.
+
+use super::ahead::{check_staleness, take_or_generate, AheadPlan};
+use super::experience::{experience, Experience};
+use super::refit::{self as rl_refit, RefitDone};
+use super::report::{self as rl_report, StepOutcome, StepRow};
+use super::rollout::Rollout;
+use super::score::score;
+use super::update::update;
+use crate::controller::context::Ctx;
+use crate::controller::error::{check_rollout, At, RunError};
+use crate::controller::run::checkpoint::LoopState;
+use crate::controller::setup::Roles;
+use crate::roles::PolicyTrainSummary;
+use oxalign_rlhf::data::PromptSource;
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+pub(crate) use rl_report::header;
+
+/// What the score, experience and update stages of a step produced.
+struct Trained {
+    exp: Experience,
+    policy: PolicyTrainSummary,
+    value_loss: Option<f64>,
+    score_secs: f64,
+    train_secs: f64,
+    /// When the update finished.
+    done: Instant,
+}
+
+/// Stages 2-4 of step `step` on rollout `ro`: score, experience (a divergence of the
+/// rollout itself stops the step here), update. `updating` is told when the update starts.
+async fn score_and_update(
+    ctx: &Ctx<'_>,
+    roles: &Roles,
+    step: u64,
+    ro: Rollout,
+    stale: bool,
+    beta: f64,
+    updating: oneshot::Sender<()>,
+) -> Result<Trained, RunError> {
+    let t_score = Instant::now();
+    let scored = score(ctx, roles, ro, stale).await?;
+    let score_secs = t_score.elapsed().as_secs_f64();
+    let exp = experience(At::Rl(step), &ctx.recipe.rl, beta, scored, ctx.pad_id).await?;
+    let guard = &ctx.recipe.guard;
+    check_rollout(step, "kl", exp.stats.kl, guard.max_kl)?;
+    check_rollout(step, "reward_mean", exp.stats.score_mean, f64::INFINITY)?;
+    check_rollout(step, "adv_std", exp.stats.adv_std, f64::INFINITY)?;
+    let t_train = Instant::now();
+    let _ = updating.send(());
+    let (policy, value_loss) = update(ctx, roles, step, &exp, beta).await?;
+    Ok(Trained {
+        exp,
+        policy,
+        value_loss,
+        score_secs,
+        train_secs: t_train.elapsed().as_secs_f64(),
+        done: Instant::now(),
+    })
+}
+
+/// The refit stage: the engine takes the updated weights as the next policy version,
+/// verified before its next rollout (`refit.rs`: inside the policy, or as buckets sent to
+/// the engine role).
+async fn refit(
+    ctx: &Ctx<'_>,
+    roles: &Roles,
+    state: &mut LoopState,
+    step: u64,
+) -> Result<RefitDone, RunError> {
+    state.policy_version += 1;
+    let timer = ctx.monitor.time("policy", "refit", step);
+    let done = rl_refit::refit(ctx.recipe, roles, state.policy_version)
+        .await
+        .map_err(RunError::at(At::Rl(step)))?;
+    timer.finish();
+    Ok(done)
+}
+
+/// Runs RL step `step` (1-based) from `state`, which it advances (policy version, data
+/// position, KL controller, the batches generated ahead) once the step's updates and refit
+/// succeeded. With `rl.max_staleness = k ≥ 1` the engine generates the next steps' batches
+/// (`ahead.rs`) while this one scores and trains. Returns what the step reports; the loop
+/// sends it to the monitor (a replayed step is not reported again).
+pub(crate) async fn run_step(
+    ctx: &Ctx<'_>,
+    roles: &Roles,
+    data: &dyn PromptSource,
+    state: &mut LoopState,
+    step: u64,
+) -> Result<StepRow, RunError> {
+    let at = At::Rl(step);
+    let rl = &ctx.recipe.rl;
+    let t0 = Instant::now();
+
+    // 1. Rollout: generated ahead during an earlier step, or now.
+    let mut ahead = std::mem::take(&mut state.ahead);
+    let (ro, gen_now_secs) =
+        take_or_generate(ctx, roles, data, &mut ahead, state.data_position, step).await?;
+    let staleness = check_staleness(&ro, state.policy_version, rl.max_staleness)?;
+    let n = ro.batch.len();
+    let (generated, gen_secs, correct) = (ro.generated, ro.gen_secs, ro.correct);
+    let (gen_tokens, all_tokens) = (ro.gen_tokens, ro.all_tokens);
+    let (prompts_drawn, dynamic) = (ro.prompts_drawn, ro.dynamic);
+    let waiting: u64 = ahead.iter().map(|r| r.prompts_drawn).sum();
+    let plan = AheadPlan::of(
+        step,
+        &ahead,
+        state.data_position + prompts_drawn + waiting,
+        rl.max_staleness,
+        ctx.recipe.run.steps,
+    );
+
+    // 2-4. Score, experience, update. While the trainers update, the engine generates the
+    // batches ahead: not during scoring, whose reference and trainer forwards it would only
+    // slow down where they share cores.
+    let beta = state.kl.beta();
+    let stale = staleness > 0;
+    let (updating, update_started) = oneshot::channel();
+    let generate_ahead = async {
+        // The update never started: the step fails, and nothing is generated ahead.
+        let out = match update_started.await {
+            Ok(()) => plan.generate(ctx, roles, data).await,
+            Err(_) => Ok(Vec::new()),
+        };
+        (out, Instant::now())
+    };
+    let train = score_and_update(ctx, roles, step, ro, stale, beta, updating);
+    let ((generated_ahead, ahead_done), trained) = tokio::join!(generate_ahead, train);
+    let trained = trained?;
+    let generated_ahead = match generated_ahead {
+        Ok(batches) => batches,
+        Err(e) => {
+            // The update went through but the generation ahead failed: the trainers hold an
+            // update that neither the engine nor the newest checkpoint has, so a replay must
+            // rewind them (the loop sees the version move).
+            state.policy_version += 1;
+            return Err(e);
+        }
+    };
+    let gen_wait_secs = gen_now_secs
+        + ahead_done
+            .saturating_duration_since(trained.done)
+            .as_secs_f64();
+    ahead.extend(generated_ahead);
+
+    // 5. Refit, and the loop state moves on.
+    let refit = refit(ctx, roles, state, step).await?;
+    state.data_position += prompts_drawn;
+    state.ahead = ahead;
+    state
+        .kl
+        .update(trained.exp.stats.kl_seq, n as u64)
+        .map_err(|e| RunError::controller(at, "kl_controller", e))?;
+
+    // 6. Report.
+    let outcome = StepOutcome {
+        step,
+        samples: n,
+        generated,
+        dynamic,
+        correct,
+        gen_tokens,
+        all_tokens,
+        beta,
+        exp: &trained.exp,
+        policy: &trained.policy,
+        value_loss: trained.value_loss,
+        refit: &refit.report,
+        refit_moved: refit.moved,
+        policy_version: state.policy_version,
+        data_position: state.data_position,
+        staleness,
+        step_secs: t0.elapsed().as_secs_f64(),
+        gen_secs,
+        gen_wait_secs,
+        score_secs: trained.score_secs,
+        train_secs: trained.train_secs,
+    };
+    Ok(rl_report::row(&outcome))
+}
