@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use candle_core::Device;
-use oxalign_models::tokenizer::{Tokenizer, TOKENIZER_FILE};
+use oxalign_models::text::tokenizer::{Tokenizer, TOKENIZER_FILE};
 use oxalign_models::ModelError;
 
 use crate::user_error::{user_error, IntoUserError, UserError};

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use oxalign_models::chat_template::ChatMessage;
-use oxalign_models::tokenizer::Tokenizer;
+use oxalign_models::text::chat_template::ChatMessage;
+use oxalign_models::text::tokenizer::Tokenizer;
 use serde_json::Value;
 
 use crate::jsonl::{line_error, read_jsonl};
@@ -282,7 +282,7 @@ mod tests {
 
     #[test]
     fn chat_mode_renders_the_template() {
-        let tok = oxalign_models::byte_tokenizer::build();
+        let tok = oxalign_models::text::byte_tokenizer::build();
         let rec = InputRecord {
             line: 1,
             prompt: Prompt::Text("hi".into()),

@@ -1,8 +1,9 @@
-//! oxalign-models: HF-compatible decoder models (dense Llama, Qwen2, Mistral; mixture-of-experts
-//! Qwen3-MoE, Qwen2-MoE, Mixtral), each family declaring
-//! its parameters once (`family/`, `layout.rs`); one backbone with LM, value and reward heads
-//! (`model.rs`, `head.rs`); safetensors + `config.json` load/save; model-folder init;
-//! tokenizers and chat templates.
+//! oxalign-models: HF-compatible decoder models (dense Llama, Qwen2, Qwen3, Mistral;
+//! mixture-of-experts Qwen3-MoE, Qwen2-MoE, Mixtral). The folders are the parts: `config/`
+//! (`config.json`, the families that declare their parameters once, the layout), `nn/` (layers,
+//! the decoder, one backbone wearing an LM, value or reward head), `moe/` (router, sparse
+//! block, expert parallelism), `io/` (safetensors folders, init, the parameter store),
+//! `text/` (tokenizers, chat templates) and `engine/` (the paged inference engine).
 //! It knows nothing about PPO or other training algorithms (see docs/ARCHITECTURE.md).
 //!
 //! ```
@@ -20,66 +21,27 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod byte_tokenizer;
-pub mod chat_template;
-mod engine_f32_linear;
-pub mod tokenizer;
-
-pub mod attention;
-pub mod aux_loss;
-pub mod causal_lm;
-pub mod checkpoint;
 pub mod config;
-pub mod config_bounds;
-mod config_json;
-pub mod decoder;
-pub mod decoder_layer;
 pub mod engine;
 pub mod error;
-pub mod expert_exchange;
-pub mod expert_layout;
-pub mod expert_parallel;
-pub mod fake_quant;
-pub mod family;
-pub mod generate;
-pub mod head;
-pub mod init_dir;
-pub mod kv_cache;
-pub mod layer_residency;
-pub mod layers;
-pub mod layout;
-pub mod layout_moe;
-pub mod machine_memory;
-pub mod mask;
-pub mod mlp;
-pub mod model;
+pub mod io;
 pub mod moe;
-pub mod moe_config;
-mod moe_parallel;
-pub mod param_spec;
-pub mod param_store;
-pub mod preset;
-pub mod reward_model;
-pub mod rope;
-pub mod router;
-pub mod routing;
-pub mod sampler;
-mod streamed_layer;
-pub mod value_model;
+pub mod nn;
+pub mod text;
 
-pub use causal_lm::CausalLm;
-pub use config::{Family, ModelConfig, MoeConfig, RopeScaling};
+pub use config::model_config::{Family, ModelConfig, MoeConfig, RopeScaling};
+pub use config::preset::Preset;
+pub use engine::sampler::{Sampler, SamplingParams};
 pub use error::ModelError;
-pub use expert_parallel::{ExpertNames, ExpertParallel};
-pub use fake_quant::Precision;
-pub use generate::{Completion, FinishReason, GenerationRequest};
-pub use head::{Head, LmHead, RewardHead, ValueHead};
-pub use init_dir::{init_model_dir, InitError, InitHead, InitSpec, InitTokenizer};
-pub use kv_cache::KvCache;
-pub use model::Model;
+pub use io::init_dir::{init_model_dir, InitError, InitHead, InitSpec, InitTokenizer};
+pub use io::param_store::ParamStore;
+pub use moe::expert_parallel::{ExpertNames, ExpertParallel};
+pub use nn::causal_lm::CausalLm;
+pub use nn::fake_quant::Precision;
+pub use nn::generate::{Completion, FinishReason, GenerationRequest};
+pub use nn::head::{Head, LmHead, RewardHead, ValueHead};
+pub use nn::kv_cache::KvCache;
+pub use nn::model::Model;
+pub use nn::reward_model::RewardModel;
+pub use nn::value_model::ValueModel;
 pub use oxalign_kernels::ops::{TokenDistribution, Truncation};
-pub use param_store::ParamStore;
-pub use preset::Preset;
-pub use reward_model::RewardModel;
-pub use sampler::{Sampler, SamplingParams};
-pub use value_model::ValueModel;

@@ -5,8 +5,8 @@ mod common;
 
 use candle_core::{DType, Device, Tensor};
 use common::{batch, ids, tiny};
-use oxalign_models::checkpoint::{CONFIG_FILE, INDEX_FILE, WEIGHTS_FILE};
-use oxalign_models::param_store::write_safetensors;
+use oxalign_models::io::checkpoint::{CONFIG_FILE, INDEX_FILE, WEIGHTS_FILE};
+use oxalign_models::io::param_store::write_safetensors;
 use oxalign_models::{
     CausalLm, Family, ModelConfig, ModelError, Preset, RewardModel, RopeScaling, ValueModel,
 };

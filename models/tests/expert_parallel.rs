@@ -13,7 +13,7 @@ use candle_core::{DType, Device, Tensor};
 use common::{batch, ids, tiny};
 use oxalign_kernels::collective::{Collective, ThreadCollective};
 use oxalign_models::engine::{Engine, EngineConfig, Probe, WeightUpdate};
-use oxalign_models::routing::{ExpertChoices, RouterTrace};
+use oxalign_models::moe::routing::{ExpertChoices, RouterTrace};
 use oxalign_models::{
     CausalLm, ExpertNames, ExpertParallel, Family, GenerationRequest, TokenDistribution,
 };

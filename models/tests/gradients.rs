@@ -69,7 +69,7 @@ fn every_causal_lm_parameter_gets_a_gradient() {
             .sum_all()
             .unwrap();
         let vars = m.vars();
-        let n_expected = oxalign_models::layout::causal_lm_specs(&cfg).len();
+        let n_expected = oxalign_models::config::layout::causal_lm_specs(&cfg).len();
         assert_eq!(vars.len(), n_expected, "{family}");
         assert_all_grads_nonzero(&vars, &loss);
     }
@@ -193,7 +193,7 @@ fn finite_difference_check(family: Family) {
 /// The MoE tensors a finite-difference check probes: the first sparse layer's router, two
 /// experts, the shared expert and its gate, and the q/k norms.
 fn moe_picks(cfg: &oxalign_models::ModelConfig) -> Vec<String> {
-    use oxalign_models::layout::FeedForwardParams;
+    use oxalign_models::config::layout::FeedForwardParams;
     let decl = cfg.backbone_params();
     let mut out: Vec<String> = decl.layers[0]
         .attn

@@ -136,7 +136,7 @@ fn greedy_reference(m: &CausalLm, prompt: &[u32], n: usize) -> Vec<u32> {
             .squeeze(0)
             .unwrap();
         let v = last.to_vec1::<f32>().unwrap();
-        seq.push(oxalign_models::sampler::argmax(&v) as u32);
+        seq.push(oxalign_models::engine::sampler::argmax(&v) as u32);
     }
     seq[prompt.len()..].to_vec()
 }

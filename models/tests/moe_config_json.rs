@@ -2,7 +2,7 @@
 //! expert count, which layers are sparse, errors that name the key, and the round trip
 //! through `to_hf_json`.
 
-use oxalign_models::layout::FeedForwardParams;
+use oxalign_models::config::layout::FeedForwardParams;
 use oxalign_models::{Family, ModelConfig, ModelError};
 use std::path::Path;
 

@@ -9,9 +9,9 @@ mod common;
 
 use candle_core::{DType, Device, Tensor};
 use common::{batch, batch1};
+use oxalign_models::config::layout::FeedForwardParams;
 use oxalign_models::engine::{Engine, EngineConfig};
-use oxalign_models::layout::FeedForwardParams;
-use oxalign_models::routing::RouterTrace;
+use oxalign_models::moe::routing::RouterTrace;
 use oxalign_models::{CausalLm, GenerationRequest, SamplingParams, TokenDistribution};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -247,7 +247,7 @@ fn every_parameter_of_the_moe_fixtures_gets_a_gradient() {
         let vars = m.vars();
         assert_eq!(
             vars.len(),
-            oxalign_models::layout::causal_lm_specs(m.config()).len()
+            oxalign_models::config::layout::causal_lm_specs(m.config()).len()
         );
         for (pname, var) in &vars {
             let g = grads

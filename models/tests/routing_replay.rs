@@ -10,7 +10,7 @@ mod common;
 use candle_core::{Device, Tensor};
 use common::{batch, ids};
 use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
-use oxalign_models::routing::{ExpertChoices, RouterTrace, FREE};
+use oxalign_models::moe::routing::{ExpertChoices, RouterTrace, FREE};
 use oxalign_models::{
     CausalLm, Completion, Family, GenerationRequest, ModelConfig, Preset, SamplingParams,
     TokenDistribution,

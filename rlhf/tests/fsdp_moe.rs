@@ -13,7 +13,7 @@ use candle_core::{Device, Tensor};
 use common::tiny_moe::{ppo_loss, tiny_moe};
 use oxalign_kernels::collective::{Collective, ThreadCollective};
 use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
-use oxalign_models::routing::ExpertChoices;
+use oxalign_models::moe::routing::ExpertChoices;
 use oxalign_models::{Completion, GenerationRequest, SamplingParams};
 use oxalign_rlhf::trainer::{Packing, PolicyTrainer, Sharded, TokenBatch};
 use std::collections::HashMap;

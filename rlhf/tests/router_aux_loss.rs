@@ -8,7 +8,7 @@ mod common;
 use candle_core::{Device, Tensor};
 use common::tiny_moe::{tiny_moe, tiny_moe_with};
 use oxalign_kernels::ops::TokenDistribution;
-use oxalign_models::routing::RouterTrace;
+use oxalign_models::moe::routing::RouterTrace;
 use oxalign_rlhf::trainer::{Packing, PolicyLossConfig, PolicyTrainer, TokenBatch};
 
 /// Eight prompt/response pairs of different lengths over the tiny vocabulary.

@@ -10,7 +10,7 @@ mod common;
 use candle_core::Device;
 use oxalign_kernels::ops::TokenDistribution;
 use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
-use oxalign_models::routing::ExpertChoices;
+use oxalign_models::moe::routing::ExpertChoices;
 use oxalign_models::{CausalLm, Completion, GenerationRequest, SamplingParams};
 use oxalign_rlhf::trainer::{Packing, PolicyLossConfig, PolicyTrainer, TokenBatch};
 

@@ -4,7 +4,7 @@
 //! them. Plain data; the policy turns requests into engine requests on its own device.
 
 use super::Sequences;
-use oxalign_models::routing::ExpertChoices;
+use oxalign_models::moe::routing::ExpertChoices;
 use serde::{Deserialize, Serialize};
 
 /// How one sample is drawn.

@@ -5,7 +5,7 @@
 use super::TokenArray;
 use crate::error::Cause;
 use oxalign_models::engine::Engine;
-use oxalign_models::routing::ExpertChoices;
+use oxalign_models::moe::routing::ExpertChoices;
 use oxalign_models::TokenDistribution;
 use oxalign_rlhf::trainer::TokenBatch;
 use oxalign_rlhf::RlhfError;

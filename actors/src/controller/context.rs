@@ -3,7 +3,7 @@
 
 use crate::monitor::MonitorHandle;
 use crate::recipe::Recipe;
-use oxalign_models::tokenizer::Tokenizer;
+use oxalign_models::text::tokenizer::Tokenizer;
 use oxalign_rlhf::reward::AnswerMatch;
 use std::path::Path;
 

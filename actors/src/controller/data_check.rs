@@ -8,7 +8,7 @@
 use crate::controller::error::{At, RunError};
 use crate::error::Cause;
 use crate::recipe::{Recipe, RewardKind, RunKind, TaskKind};
-use oxalign_models::tokenizer::Tokenizer;
+use oxalign_models::text::tokenizer::Tokenizer;
 use oxalign_rlhf::data::{
     check_first_rows, AnswerCoverage, DataError, PreferencePair, PromptItem, RowContext, RowSchema,
     SftRow,
@@ -63,7 +63,7 @@ fn check_tokenizer(recipe: &Recipe) -> Result<Tokenizer, RunError> {
     let dir = match &recipe.model.path {
         Some(p) => PathBuf::from(p),
         None if init.join("tokenizer.json").is_file() => init,
-        None => return Ok(oxalign_models::byte_tokenizer::build_plain_text()),
+        None => return Ok(oxalign_models::text::byte_tokenizer::build_plain_text()),
     };
     Tokenizer::from_dir(&dir)
         .map_err(|e| RunError::controller(At::Setup, "tokenizer", Cause::from(e)))

@@ -49,7 +49,7 @@ use crate::monitor::{
 use crate::recipe::{Recipe, RunKind};
 use clock::WallClock;
 use context::Ctx;
-use oxalign_models::tokenizer::Tokenizer;
+use oxalign_models::text::tokenizer::Tokenizer;
 use oxalign_rlhf::{AdaptiveKl, FixedKl, KlController};
 use run::checkpoint;
 use run::saving;

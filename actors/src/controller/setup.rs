@@ -20,7 +20,7 @@ use candle_core::{DType, Tensor};
 use oxalign_kernels::collective::Collective;
 use oxalign_kernels::device::DeviceSpec;
 use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
-use oxalign_models::tokenizer::Tokenizer;
+use oxalign_models::text::tokenizer::Tokenizer;
 use oxalign_models::{
     init_model_dir, CausalLm, Family, InitError, InitHead, InitSpec, InitTokenizer, Preset,
     RewardModel, ValueModel,

@@ -6,7 +6,7 @@ use crate::batch::BatchError;
 use crate::executor::ExecutorError;
 use crate::roles::Divergence;
 use oxalign_models::engine::EngineError;
-use oxalign_models::tokenizer::TokenizerError;
+use oxalign_models::text::tokenizer::TokenizerError;
 use oxalign_models::ModelError;
 use oxalign_rlhf::reward::http::HttpRewardError;
 use oxalign_rlhf::RlhfError;

@@ -4,7 +4,7 @@
 //! Checked by `--check` when the policy is a folder, and at the start of every distillation
 //! run (a freshly initialised policy only has its tokenizer then).
 
-use oxalign_models::tokenizer::Tokenizer;
+use oxalign_models::text::tokenizer::Tokenizer;
 use oxalign_models::ModelConfig;
 use std::path::{Path, PathBuf};
 

@@ -86,7 +86,7 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
         positive("sft.batch_size", r.sft.batch_size as f64, &bad)?;
         positive("sft.lr", r.sft.lr, &bad)?;
     }
-    let memory = oxalign_models::machine_memory::total_memory_bytes();
+    let memory = oxalign_models::io::machine_memory::total_memory_bytes();
     super::numbers::validate(r, memory, &bad)?;
     // Fits: `numbers::validate` bounds the product.
     let batch =

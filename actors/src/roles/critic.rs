@@ -3,9 +3,9 @@
 //! each replica's device inside its job.
 
 use super::divergence::Divergence;
+use super::finite::refuse_non_finite;
 use super::minibatch::{minibatch_order, Shard};
-use super::policy::concat_rows;
-use super::policy_train::refuse_non_finite;
+use super::rows::concat_rows;
 use super::sharded::{load_optimizer, save_replica, with_gathered};
 use super::{Busy, Sequences};
 use crate::batch::{ExperienceBatch, TokenArray};

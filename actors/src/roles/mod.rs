@@ -6,16 +6,14 @@
 mod api;
 mod critic;
 mod divergence;
+mod finite;
 mod minibatch;
 mod policy;
-mod policy_dpo;
-mod policy_engine;
-mod policy_replica;
-mod policy_train;
 mod reference;
 mod reward;
 mod reward_trainer;
 mod rollout_engine;
+mod rows;
 mod sharded;
 
 pub use crate::batch::Sequences;
@@ -28,11 +26,10 @@ pub use critic::{
     split_state_values, Critic, CriticMsg, CriticState, CriticTrainSummary, CriticWork,
 };
 pub use divergence::{non_finite_weight, Divergence};
-pub use policy::{Policy, PolicyMsg, PolicyState};
-pub use policy_dpo::{DpoSummary, DpoWork};
-pub use policy_engine::{EngineReplica, ENGINE_LANE};
-pub use policy_replica::PolicyReplica;
-pub use policy_train::{PolicyTrainSummary, PolicyWork, SftStepSummary};
+pub use policy::{
+    DpoSummary, DpoWork, EngineReplica, Policy, PolicyMsg, PolicyReplica, PolicyState,
+    PolicyTrainSummary, PolicyWork, SftStepSummary, ENGINE_LANE,
+};
 pub use reference::{Reference, ReferenceMsg, ReferenceState};
 pub use reward::{Reward, RewardMsg, RewardState, Scorer, Scoring};
 pub use reward_trainer::{RmStepSummary, RmTrainer, RmTrainerMsg, RmTrainerState};

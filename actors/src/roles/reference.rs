@@ -2,7 +2,7 @@
 //! Each replica scores with its own f32 engine (batched prefill forwards, the exact f32 math
 //! of the trainer), since the reference never trains.
 
-use super::policy::concat_rows;
+use super::rows::concat_rows;
 use super::{Busy, Sequences};
 use crate::batch::TokenArray;
 use crate::error::RoleError;

@@ -3,7 +3,7 @@
 //! replica trains on its share of the pairs; gradients are averaged. Messages carry host data.
 
 use super::divergence::{after_one_update, Divergence};
-use super::policy_train::refuse_non_finite;
+use super::finite::refuse_non_finite;
 use super::{Busy, Sequences};
 use crate::error::{Cause, RoleError};
 use crate::monitor::MonitorHandle;

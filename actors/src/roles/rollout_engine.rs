@@ -9,7 +9,7 @@
 //! (`policy.rs`) and sending them (`controller/rl/refit.rs`).
 
 use super::policy::generate;
-use super::policy_engine::EngineReplica;
+use super::policy::EngineReplica;
 use super::Busy;
 use crate::batch::{Assembly, RolloutBatch, RolloutRequest, WeightBucket};
 use crate::error::{Cause, RoleError};

@@ -3,7 +3,7 @@
 //! writes the gathered HF weights; every rank writes its optimizer shard with its layout).
 //! Replicated trainers pass straight through. Every rank of the group runs these jobs.
 
-use super::policy_replica::PolicyReplica;
+use super::policy::PolicyReplica;
 use crate::error::Cause;
 use crate::replicas::ReplicaCtx;
 use oxalign_rlhf::trainer::Sharded;

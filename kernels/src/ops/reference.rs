@@ -54,7 +54,7 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
 
 /// Score given to a hidden key by [`causal_attention`] (replaces the score): large and finite
 /// so a query row with no visible key gets a uniform softmax, not NaN. Mirrors
-/// `oxalign_models::mask::MASKED_SCORE`.
+/// `oxalign_models::nn::mask::MASKED_SCORE`.
 pub const MASKED_SCORE: f32 = -1e9;
 
 /// Causal self-attention composed as `oxalign-models` does it: `q` `[B, nh, T, hd]`, `k`/`v`

@@ -2,7 +2,7 @@
 //! batching limits and the rollout weight precision. Plain data with defaults and validation;
 //! the pool itself lives in `block_pool.rs`.
 
-use crate::config::ModelConfig;
+use crate::config::model_config::ModelConfig;
 use crate::engine::error::{EngineError, EngineResult};
 
 /// Precision of the engine's linear-layer weights (embedding and norms stay f32).

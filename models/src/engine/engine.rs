@@ -2,8 +2,7 @@
 //! paged KV pool, generates with continuous batching, scores token sequences, and takes
 //! verified, versioned refits. It does not train and never shares storage with the trainer.
 
-use crate::causal_lm::CausalLm;
-use crate::config::ModelConfig;
+use crate::config::model_config::ModelConfig;
 use crate::engine::block_pool::BlockPool;
 use crate::engine::config::EngineConfig;
 use crate::engine::error::{EngineError, EngineResult};
@@ -11,15 +10,16 @@ use crate::engine::forward::{paged_forward, AttnDims, Head, StepItem, StepRoutin
 use crate::engine::refit::{Probe, RefitReport, WeightUpdate};
 use crate::engine::request::{hits_stop_string, Detokenize, EngineRequest};
 use crate::engine::route_log::RouteLog;
+use crate::engine::sampler::Sampler;
 use crate::engine::scheduler::{Planned, Scheduler, SeqState, Sequence};
 use crate::engine::score::Scorer;
 use crate::engine::stats::EngineStats;
 use crate::engine::weights::EngineWeights;
-use crate::expert_parallel::ExpertParallel;
-use crate::generate::{Completion, FinishReason, GenerationRequest};
-use crate::rope::RotaryEmbedding;
-use crate::routing::ExpertChoices;
-use crate::sampler::Sampler;
+use crate::moe::expert_parallel::ExpertParallel;
+use crate::moe::routing::ExpertChoices;
+use crate::nn::causal_lm::CausalLm;
+use crate::nn::generate::{Completion, FinishReason, GenerationRequest};
+use crate::nn::rope::RotaryEmbedding;
 use candle_core::{Device, Tensor};
 use oxalign_kernels::ops::TokenDistribution;
 use rayon::prelude::*;

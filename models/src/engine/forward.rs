@@ -36,7 +36,7 @@ pub(crate) struct StepItem<'a> {
 
 /// What the sparse layers of one step do with routing: append each layer's choices for the
 /// step's tokens (`tokens * k`, item order) to `record`, and/or send the tokens to
-/// `replay[l]` (same layout, [`crate::routing::FREE`] = the router chooses) instead of
+/// `replay[l]` (same layout, [`crate::moe::routing::FREE`] = the router chooses) instead of
 /// their own top-k. Default: neither.
 #[derive(Default)]
 pub(crate) struct StepRouting<'a> {

@@ -36,6 +36,7 @@ mod paged_attention;
 mod refit;
 mod request;
 mod route_log;
+pub mod sampler;
 mod scheduler;
 mod score;
 mod stats;

@@ -10,7 +10,7 @@
 //! the others). The engine's generation loop keeps the ranks in step (`engine.rs`).
 
 use super::moe_forward::ExpertWeights;
-use crate::expert_parallel::ExpertParallel;
+use crate::moe::expert_parallel::ExpertParallel;
 use candle_core::Result;
 
 /// What one rank sends an owner: for each of its rows, the expert it is for, and the rows.

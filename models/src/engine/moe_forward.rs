@@ -11,8 +11,8 @@
 
 use super::moe_dispatch::dispatch_experts;
 use crate::engine::weights::Linear;
-use crate::expert_parallel::ExpertParallel;
-use crate::router::choose;
+use crate::moe::expert_parallel::ExpertParallel;
+use crate::moe::router::choose;
 use candle_core::Result;
 use oxalign_kernels::ops::rows;
 use rayon::prelude::*;

@@ -2,10 +2,10 @@
 //! sender's per-tensor checksums, a fixed probe with the trainer's expected log-probs, and the
 //! report the engine returns. Applying a refit is `Engine::refit`; nothing here touches disk.
 
-use crate::causal_lm::CausalLm;
 use crate::engine::error::EngineResult;
 use crate::engine::weights::tensor_checksum;
-use crate::routing::{ExpertChoices, RouterTrace};
+use crate::moe::routing::{ExpertChoices, RouterTrace};
+use crate::nn::causal_lm::CausalLm;
 use candle_core::Tensor;
 use oxalign_kernels::ops::TokenDistribution;
 use std::collections::HashMap;

@@ -2,7 +2,7 @@
 //! ends a completion when its decoded text contains one. Decoding is the caller's function
 //! (e.g. a closure over `Tokenizer::decode`); no tokenizer is owned here.
 
-use crate::generate::GenerationRequest;
+use crate::nn::generate::GenerationRequest;
 
 /// Turns completion token ids into text (used only for stop strings).
 pub type Detokenize<'a> = &'a dyn Fn(&[u32]) -> String;

@@ -5,7 +5,7 @@
 //! non-recording runs pay nothing. The trainer replays it through `routing::RouterTrace`.
 
 use crate::engine::scheduler::Planned;
-use crate::routing::{ExpertChoices, FREE};
+use crate::moe::routing::{ExpertChoices, FREE};
 
 /// Per sequence, per position, the `layers * k` experts chosen (layer-major).
 pub(crate) struct RouteLog {

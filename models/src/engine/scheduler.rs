@@ -5,7 +5,7 @@
 
 use crate::engine::block_pool::BlockPool;
 use crate::engine::error::{EngineError, EngineResult};
-use crate::sampler::Sampler;
+use crate::engine::sampler::Sampler;
 use std::collections::VecDeque;
 
 /// Where a sequence is in its life.

@@ -8,7 +8,7 @@ use crate::engine::block_pool::BlockPool;
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::forward::{paged_forward, AttnDims, Head, StepItem, StepRouting, WantLogits};
 use crate::engine::weights::EngineWeights;
-use crate::routing::{ExpertChoices, FREE};
+use crate::moe::routing::{ExpertChoices, FREE};
 use oxalign_kernels::ops::TokenDistribution;
 
 /// What scoring needs from the engine.

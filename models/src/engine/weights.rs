@@ -2,14 +2,16 @@
 //! host, ggml Q8_0 / Q4_0 through candle's `QMatMul`) linear layers with q/k/v and gate/up fused, plus embedding and norms.
 //! Inference only (no gradients); it never aliases the trainer's `Var` storage.
 
-use crate::config::ModelConfig;
+use crate::config::layout::{
+    causal_lm_specs, lm_head_param, FeedForwardParams, LinearParams, MlpParams,
+};
+use crate::config::model_config::ModelConfig;
+use crate::config::param_spec::{DtypePolicy, ParamSpec};
 use crate::engine::config::QuantMode;
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::moe_forward::{ExpertWeights, MoeWeights};
 use crate::error::ModelError;
-use crate::expert_parallel::{ExpertNames, ExpertParallel};
-use crate::layout::{causal_lm_specs, lm_head_param, FeedForwardParams, LinearParams, MlpParams};
-use crate::param_spec::{DtypePolicy, ParamSpec};
+use crate::moe::expert_parallel::{ExpertNames, ExpertParallel};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use oxalign_kernels::linear::{Int8Weight, PackedBf16Weight, PackedF32Weight};
@@ -95,7 +97,7 @@ impl Linear {
                 // A bf16 weight multiplies bf16 activations (the device's bf16 matmul).
                 let xt = Tensor::from_slice(x, (rows, in_dim), w.device())?.to_dtype(w.dtype())?;
                 let b = b.as_ref().map(|b| b.to_dtype(w.dtype())).transpose()?;
-                host(&crate::layers::linear(&xt, w, b.as_ref())?.to_dtype(DType::F32)?)
+                host(&crate::nn::layers::linear(&xt, w, b.as_ref())?.to_dtype(DType::F32)?)
             }
             Linear::Quant(q, b) => {
                 let device = match q {

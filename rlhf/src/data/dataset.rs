@@ -12,7 +12,7 @@ use super::row_file::RowFile;
 use super::row_scan::{read_all, read_one, scan, DataReport, OnBadRow};
 use super::schema::{RowContext, RowSchema, DEFAULT_ANSWER_FIELD};
 use super::splitmix64;
-use oxalign_models::tokenizer::Tokenizer;
+use oxalign_models::text::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 

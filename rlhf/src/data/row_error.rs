@@ -1,7 +1,7 @@
 //! [`RowError`]: why one row of a dataset file does not match its schema. The file and the
 //! row's place are added by [`super::DataError::Row`]; this says what is wrong inside it.
 
-use oxalign_models::tokenizer::TokenizerError;
+use oxalign_models::text::tokenizer::TokenizerError;
 
 /// What is wrong with one row.
 #[derive(Debug, thiserror::Error)]

@@ -10,8 +10,8 @@
 //!
 //! Other columns (an `id`, a `source`) are ignored. It does not tokenize.
 
-use oxalign_models::chat_template::ChatMessage;
-use oxalign_models::tokenizer::Tokenizer;
+use oxalign_models::text::chat_template::ChatMessage;
+use oxalign_models::text::tokenizer::Tokenizer;
 use serde_json::Value;
 
 use super::RowError;
@@ -243,7 +243,7 @@ mod tests {
 
     fn chat_tokenizer() -> (tempfile::TempDir, Tokenizer) {
         let dir = tempfile::tempdir().unwrap();
-        oxalign_models::byte_tokenizer::write(dir.path()).unwrap();
+        oxalign_models::text::byte_tokenizer::write(dir.path()).unwrap();
         let tok = Tokenizer::from_dir(dir.path()).unwrap();
         (dir, tok)
     }

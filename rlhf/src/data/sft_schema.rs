@@ -19,8 +19,8 @@ use super::schema::{
     TextOrChat,
 };
 use super::RowError;
-use oxalign_models::chat_template::ChatMessage;
-use oxalign_models::tokenizer::Tokenizer;
+use oxalign_models::text::chat_template::ChatMessage;
+use oxalign_models::text::tokenizer::Tokenizer;
 use serde_json::Value;
 
 /// One SFT example as text: the loss is on `response` only.
@@ -130,7 +130,7 @@ mod tests {
 
     fn tokenizer_with(template: Option<&str>) -> (tempfile::TempDir, Tokenizer) {
         let dir = tempfile::tempdir().unwrap();
-        oxalign_models::byte_tokenizer::write(dir.path()).unwrap();
+        oxalign_models::text::byte_tokenizer::write(dir.path()).unwrap();
         if let Some(t) = template {
             let p = dir.path().join("tokenizer_config.json");
             let mut cfg: Value =

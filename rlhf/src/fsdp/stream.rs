@@ -11,7 +11,7 @@ use super::storage::held_bytes;
 use candle_core::backprop::GradStore;
 use candle_core::Tensor;
 use oxalign_kernels::collective::Collective;
-use oxalign_models::layer_residency::LayerResidency;
+use oxalign_models::nn::layer_residency::LayerResidency;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What the backward of one step handed over so far.

@@ -38,7 +38,7 @@ impl Sharded for CriticTrainer {
 
     fn set_layer_residency(
         &mut self,
-        residency: Option<std::sync::Arc<dyn oxalign_models::layer_residency::LayerResidency>>,
+        residency: Option<std::sync::Arc<dyn oxalign_models::nn::layer_residency::LayerResidency>>,
     ) {
         self.model.set_layer_residency(residency);
     }

@@ -10,7 +10,7 @@ use candle_core::{DType, Tensor};
 
 use super::TokenBatch;
 use crate::{Result, RlhfError};
-use oxalign_models::routing::ExpertChoices;
+use oxalign_models::moe::routing::ExpertChoices;
 
 /// Which training steps run on packed rows instead of padded ones. Default: neither.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use crate::Result;
 use candle_core::Tensor;
 use oxalign_kernels::collective::Collective;
 use oxalign_kernels::ops::{HeadOutputs, TokenDistribution};
-use oxalign_models::routing::{ExpertChoices, RouterTrace};
+use oxalign_models::moe::routing::{ExpertChoices, RouterTrace};
 use oxalign_models::{CausalLm, ParamStore};
 
 /// Loss settings of a PPO policy update.
@@ -113,7 +113,7 @@ pub struct PolicyTrainer {
     /// attention and positions per sequence) instead of the padded batch. Losses and
     /// gradients are the padded path's (to f32 rounding). Default: none.
     pub packing: Packing,
-    /// Weight of the routers' load-balancing loss ([`oxalign_models::aux_loss`]) in the SFT
+    /// Weight of the routers' load-balancing loss ([`oxalign_models::moe::aux_loss`]) in the SFT
     /// and policy losses. Default HF's and TRL's rule: `router_aux_loss_coef` of the model's
     /// `config.json` when its `output_router_logits` is true, else 0 (always 0 for a dense
     /// model).
@@ -132,7 +132,7 @@ impl Sharded for PolicyTrainer {
 
     fn set_layer_residency(
         &mut self,
-        residency: Option<std::sync::Arc<dyn oxalign_models::layer_residency::LayerResidency>>,
+        residency: Option<std::sync::Arc<dyn oxalign_models::nn::layer_residency::LayerResidency>>,
     ) {
         self.model.set_layer_residency(residency);
     }

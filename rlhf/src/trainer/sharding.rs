@@ -16,7 +16,7 @@ use crate::optim::AdamW;
 use crate::{Result, RlhfError};
 use candle_core::{Tensor, Var};
 use oxalign_kernels::collective::Collective;
-use oxalign_models::layer_residency::LayerResidency;
+use oxalign_models::nn::layer_residency::LayerResidency;
 use oxalign_models::ParamStore;
 use std::path::Path;
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 
 use crate::{Result, RlhfError};
 use candle_core::{Device, Tensor};
-use oxalign_models::routing::ExpertChoices;
+use oxalign_models::moe::routing::ExpertChoices;
 
 /// A batch of `prompt ++ response` sequences.
 #[derive(Debug, Clone)]

@@ -1,0 +1,165 @@
+//! The supported decoder families and their registry. Each family declares itself once, in
+//! its own file (`llama.rs`, `qwen2.rs`, `qwen3.rs`, `mistral.rs`, and the mixture-of-experts
+//! `qwen3_moe.rs`, `qwen2_moe.rs`, `mixtral.rs` with their shared keys in `moe_keys.rs`): its
+//! HF `model_type` and class prefix, the config.json keys only it reads and writes, which
+//! projections carry biases, and its parameter layout (`layout.rs`, `layout_moe.rs`). Everything else (config parsing, the training modules,
+//! load/save, the engine) asks the declaration. Adding a family is one new file plus a
+//! variant and a match arm here.
+
+mod llama;
+mod mistral;
+mod mixtral;
+mod moe_keys;
+mod qwen2;
+mod qwen2_moe;
+mod qwen3;
+mod qwen3_moe;
+
+use crate::config::json::{At, RawConfig};
+use crate::config::layout::{dense_backbone, BackboneParams, Biases};
+use crate::config::model_config::ModelConfig;
+use crate::error::Result;
+use crate::moe::config::MoeConfig;
+use serde_json::{Map, Value};
+
+/// A supported decoder family (HF `model_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// `model_type: "llama"` (Llama 2/3, optional attention/MLP bias, llama3 RoPE scaling).
+    Llama,
+    /// `model_type: "qwen2"` (q/k/v projections always carry a bias).
+    Qwen2,
+    /// `model_type: "qwen3"` (q/k RMSNorm per head, explicit `head_dim`, optional
+    /// `attention_bias`).
+    Qwen3,
+    /// `model_type: "mistral"` (optional sliding-window attention).
+    Mistral,
+    /// `model_type: "qwen3_moe"` (routed experts, q/k RMSNorm per head, optional
+    /// `mlp_only_layers`).
+    Qwen3Moe,
+    /// `model_type: "qwen2_moe"` (routed experts plus a sigmoid-gated shared expert; q/k/v
+    /// bias by `qkv_bias`).
+    Qwen2Moe,
+    /// `model_type: "mixtral"` (routed experts `block_sparse_moe.experts.N.w1/w2/w3`,
+    /// renormalised top-k, optional sliding window).
+    Mixtral,
+}
+
+/// The config.json keys a family interprets itself (biases, sliding windows, experts).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct FamilyKeys {
+    /// `ModelConfig::attention_bias`.
+    pub attention_bias: bool,
+    /// `ModelConfig::mlp_bias`.
+    pub mlp_bias: bool,
+    /// `ModelConfig::sliding_window`.
+    pub sliding_window: Option<usize>,
+    /// `ModelConfig::max_window_layers`.
+    pub max_window_layers: usize,
+    /// `ModelConfig::moe`.
+    pub moe: Option<MoeConfig>,
+}
+
+/// What a family declares about itself. One implementation per family file.
+pub(crate) trait FamilyDecl: Sync {
+    /// The HF `model_type` string.
+    fn model_type(&self) -> &'static str;
+    /// The HF class-name prefix (`Llama` in `LlamaForCausalLM`).
+    fn class_prefix(&self) -> &'static str;
+    /// The family's own keys, read from a parsed config.json (errors name the key via `at`).
+    fn read_keys(&self, raw: &RawConfig, at: &At<'_>) -> Result<FamilyKeys>;
+    /// Writes the family's own keys back into a config.json object.
+    fn write_keys(&self, cfg: &ModelConfig, out: &mut Map<String, Value>);
+    /// Which projections carry a bias under `cfg`.
+    fn biases(&self, cfg: &ModelConfig) -> Biases;
+    /// The backbone's parameters under `cfg` (the dense Llama layout unless overridden).
+    fn backbone(&self, cfg: &ModelConfig) -> BackboneParams {
+        dense_backbone(cfg, self.biases(cfg))
+    }
+    /// Family-specific checks of a parsed or built config (errors name `path` and the key).
+    fn validate(&self, _cfg: &ModelConfig, _path: &std::path::Path) -> Result<()> {
+        Ok(())
+    }
+    /// The MoE hyper-parameters of the size presets (`hidden`, `intermediate`: the preset's
+    /// widths); `None` for the dense families.
+    fn preset_moe(&self, _hidden: usize, _intermediate: usize) -> Option<MoeConfig> {
+        None
+    }
+}
+
+impl Family {
+    /// All supported families.
+    pub const ALL: [Family; 7] = [
+        Family::Llama,
+        Family::Qwen2,
+        Family::Qwen3,
+        Family::Mistral,
+        Family::Qwen3Moe,
+        Family::Qwen2Moe,
+        Family::Mixtral,
+    ];
+
+    /// The family's declaration.
+    pub(crate) fn decl(self) -> &'static dyn FamilyDecl {
+        match self {
+            Family::Llama => &llama::Llama,
+            Family::Qwen2 => &qwen2::Qwen2,
+            Family::Qwen3 => &qwen3::Qwen3,
+            Family::Mistral => &mistral::Mistral,
+            Family::Qwen3Moe => &qwen3_moe::Qwen3Moe,
+            Family::Qwen2Moe => &qwen2_moe::Qwen2Moe,
+            Family::Mixtral => &mixtral::Mixtral,
+        }
+    }
+
+    /// Whether the family routes tokens to experts.
+    pub fn is_moe(self) -> bool {
+        matches!(self, Family::Qwen3Moe | Family::Qwen2Moe | Family::Mixtral)
+    }
+
+    /// Whether the family is one of Qwen's (their presets use `rms_norm_eps` 1e-6).
+    pub fn is_qwen(self) -> bool {
+        matches!(
+            self,
+            Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe | Family::Qwen2Moe
+        )
+    }
+
+    /// The HF `model_type` string.
+    pub fn model_type(self) -> &'static str {
+        self.decl().model_type()
+    }
+
+    /// Parses an HF `model_type` string.
+    pub fn from_model_type(s: &str) -> Option<Family> {
+        Family::ALL.into_iter().find(|f| f.model_type() == s)
+    }
+
+    /// The `model_type` strings this crate supports.
+    pub fn supported_model_types() -> Vec<&'static str> {
+        Family::ALL.iter().map(|f| f.model_type()).collect()
+    }
+
+    /// HF class name for a head on this family, e.g. `architecture("ForCausalLM")`
+    /// gives `LlamaForCausalLM`.
+    pub fn architecture(self, head: &str) -> String {
+        format!("{}{}", self.decl().class_prefix(), head)
+    }
+}
+
+impl std::fmt::Display for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.model_type())
+    }
+}
+
+impl std::str::FromStr for Family {
+    type Err = crate::error::UnknownName;
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        Family::from_model_type(s).ok_or_else(|| crate::error::UnknownName {
+            what: "model family",
+            got: s.to_string(),
+            expected: format!("one of: {}", Family::supported_model_types().join(", ")),
+        })
+    }
+}

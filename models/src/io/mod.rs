@@ -1,0 +1,7 @@
+//! Model folders on disk: reading and writing HF safetensors folders, initialising a fresh
+//! one, the trainable parameter store, and the machine memory sizes are checked against.
+
+pub mod checkpoint;
+pub mod init_dir;
+pub mod machine_memory;
+pub mod param_store;

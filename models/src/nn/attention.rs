@@ -1,0 +1,157 @@
+//! Grouped-query self-attention of one decoder layer: q/k/v/o projections (optional biases),
+//! optional per-head RMSNorm of q and k (Qwen3 `q_norm` / `k_norm`), RoPE on q and k, scaled dot-product attention under a visibility rule, optional KV cache.
+//! The training forward (no cache, f32/f64 on the CPU) runs the fused kernel
+//! `oxalign_kernels::ops::causal_attention_segmented` (packed rows included); everything else
+//! composes candle ops.
+//! Masks and position ids are built by the caller (`mask.rs`).
+
+use crate::config::layout::AttentionParams;
+use crate::config::model_config::ModelConfig;
+use crate::io::param_store::ParamStore;
+use crate::nn::fake_quant::{quantizable_linear, Precision};
+use crate::nn::kv_cache::KvCache;
+use crate::nn::layers::{apply_rope, rms_norm, softmax_last_dim};
+use crate::nn::mask::{mask_scores, Visibility};
+use candle_core::{DType, Result, Tensor};
+use oxalign_kernels::ops::{causal_attention_engine_order, causal_attention_segmented};
+
+/// Weights and shape of one attention block (the tensors of an [`AttentionParams`]).
+#[derive(Clone, Debug)]
+pub struct Attention {
+    q_w: Tensor,
+    q_b: Option<Tensor>,
+    k_w: Tensor,
+    k_b: Option<Tensor>,
+    v_w: Tensor,
+    v_b: Option<Tensor>,
+    o_w: Tensor,
+    o_b: Option<Tensor>,
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    eps: f64,
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+    precision: Precision,
+}
+
+impl Attention {
+    /// Picks up the tensors `decl` names (with a bias where it declares one) from `params`.
+    pub fn new(
+        cfg: &ModelConfig,
+        params: &ParamStore,
+        decl: &AttentionParams,
+    ) -> Result<Attention> {
+        Ok(Attention {
+            q_w: params.get(&decl.q.weight.name)?,
+            q_b: params.bias(&decl.q)?,
+            k_w: params.get(&decl.k.weight.name)?,
+            k_b: params.bias(&decl.k)?,
+            v_w: params.get(&decl.v.weight.name)?,
+            v_b: params.bias(&decl.v)?,
+            o_w: params.get(&decl.o.weight.name)?,
+            o_b: params.bias(&decl.o)?,
+            q_norm: decl
+                .q_norm
+                .as_ref()
+                .map(|n| params.get(&n.name))
+                .transpose()?,
+            k_norm: decl
+                .k_norm
+                .as_ref()
+                .map(|n| params.get(&n.name))
+                .transpose()?,
+            eps: cfg.rms_norm_eps,
+            num_heads: cfg.num_attention_heads,
+            num_kv_heads: cfg.num_key_value_heads,
+            head_dim: cfg.head_dim,
+            precision: Precision::F32,
+        })
+    }
+
+    /// Makes the q/k/v and output projections compute in `precision`.
+    pub(crate) fn set_precision(&mut self, precision: Precision) {
+        self.precision = precision;
+    }
+
+    /// `x`: `[B, T, H]`; `cos`/`sin`: `[B, T, head_dim/2]`; `visible`: which of the `S` keys
+    /// each query sees. With `cache = Some((cache, layer))` the new keys/values are appended
+    /// and attention runs over all cached positions. Returns `[B, T, H]`.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        visible: &Visibility,
+        cache: Option<(&mut KvCache, usize)>,
+    ) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        let (nh, nkv, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        let p = self.precision;
+        let heads = |w: &Tensor, bias: Option<&Tensor>, n: usize, norm: Option<&Tensor>| {
+            let y = quantizable_linear(x, w, bias, p)?.reshape((b, t, n, hd))?;
+            let y = match norm {
+                Some(g) => rms_norm(&y, g, self.eps)?,
+                None => y,
+            };
+            y.transpose(1, 2)?.contiguous()
+        };
+        let q = heads(&self.q_w, self.q_b.as_ref(), nh, self.q_norm.as_ref())?;
+        let k = heads(&self.k_w, self.k_b.as_ref(), nkv, self.k_norm.as_ref())?;
+        let v = heads(&self.v_w, self.v_b.as_ref(), nkv, None)?;
+        let q = apply_rope(&q, cos, sin)?;
+        let k = apply_rope(&k, cos, sin)?;
+        let fused = cache.is_none()
+            && visible.is_self_attention()
+            && x.device().is_cpu()
+            && matches!(x.dtype(), DType::F32 | DType::F64);
+        let out = if fused {
+            // In the int8 engine's numbers the attention must be the engine's bits too, or
+            // the int8 rounding of its output can flip on one side only.
+            let attend = match p {
+                Precision::F32 => causal_attention_segmented,
+                Precision::FakeInt8 => causal_attention_engine_order,
+            };
+            attend(
+                &q,
+                &k,
+                &v,
+                visible.key_mask(),
+                visible.segments(),
+                visible.window(),
+            )?
+        } else {
+            let (k, v) = match cache {
+                Some((cache, layer)) => cache.append(layer, &k, &v)?,
+                None => (k, v),
+            };
+            composed_attention(&q, &k, &v, visible.mask()?)?
+        };
+        let out = out.transpose(1, 2)?.reshape((b, t, nh * hd))?;
+        quantizable_linear(&out, &self.o_w, self.o_b.as_ref(), p)
+    }
+}
+
+/// Attention from candle ops: `q` `[B, nh, T, hd]`, `k`/`v` `[B, nkv, S, hd]`, `visible`
+/// `[B|1, 1, T, S]` u8 (None = all keys visible) -> `[B, nh, T, hd]`. Hidden scores are
+/// replaced by `MASKED_SCORE`, so a query with no visible key averages all `S` values.
+fn composed_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    visible: Option<&Tensor>,
+) -> Result<Tensor> {
+    let (b, nh, t, hd) = q.dims4()?;
+    let (nkv, s) = (k.dim(1)?, k.dim(2)?);
+    let n_rep = nh / nkv;
+    // GQA without copying K/V: query head h = g * n_rep + r uses kv head g, so the
+    // n_rep query heads of a group are stacked along the sequence axis.
+    let q = q.reshape((b, nkv, n_rep * t, hd))?;
+    let scores = (q.matmul(&k.t()?)? * (hd as f64).powf(-0.5))?.reshape((b, nh, t, s))?;
+    let scores = match visible {
+        Some(m) => mask_scores(&scores, m)?,
+        None => scores,
+    };
+    let probs = softmax_last_dim(&scores)?.reshape((b, nkv, n_rep * t, s))?;
+    probs.matmul(&v.contiguous()?)?.reshape((b, nh, t, hd))
+}

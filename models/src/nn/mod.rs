@@ -1,0 +1,23 @@
+//! The network: the differentiable building blocks (layers, attention, MLP, RoPE, masks),
+//! the decoder and its layers (dense or streamed layer by layer), the heads a backbone wears
+//! (LM, value, reward), the int8 engine's numbers in the trainer (`fake_quant`, `f32_linear`)
+//! and the simple KV-cached generator the tests hold the engine against.
+
+pub mod attention;
+pub mod causal_lm;
+pub mod decoder;
+pub mod decoder_layer;
+pub(crate) mod f32_linear;
+pub mod fake_quant;
+pub mod generate;
+pub mod head;
+pub mod kv_cache;
+pub mod layer_residency;
+pub mod layers;
+pub mod mask;
+pub mod mlp;
+pub mod model;
+pub mod reward_model;
+pub mod rope;
+pub(crate) mod streamed_layer;
+pub mod value_model;
