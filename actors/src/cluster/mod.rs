@@ -36,12 +36,13 @@ pub use call::{decode_request, decode_response, encode_request, encode_response}
 pub use connection::{Connection, Endpoint};
 pub use door::{Admission, Door, DoorCaps, ACCEPT_BACKOFF};
 pub use error::{
-    ClusterError, ConnectionError, DecodeError, EncodeError, FrameError, TensorError, WorkerError,
+    ClusterError, ConnectionError, DecodeError, EncodeError, FrameError, PassedOver, TensorError,
+    Unfit, WorkerError,
 };
 pub use frame::{read_message, write_message, Limits, HEADER_BYTES};
 pub use inventory::{Held, Inventory};
 pub use remote::{Remote, RemoteSources};
-pub use spare_fit::{PassedOver, Unfit};
+
 pub use traffic::{count_refit, traffic, Traffic};
 pub use wire::{
     decode, encode, Envelope, Hello, HelloReply, Request, Response, RoleKind, SpawnSpec, EVENTS_ID,

@@ -8,7 +8,8 @@
 
 use super::connection::{Connection, Endpoint};
 use super::error::ClusterError;
-use super::spare_fit::{fit, PassedOver, Unfit};
+use super::error::{PassedOver, Unfit};
+use super::spare_fit::fit;
 use super::wire::{Request, Response, RoleKind, SpawnSpec};
 use crate::batch::{
     RolloutBatch, RolloutRequest, Sequences, TokenArray, WeightBucket, WeightExport,

@@ -4,58 +4,10 @@
 //! number of roles share, so a spare with a CPU fits any CPU placement. Pure: the inventory
 //! comes from the worker (`Request::Inventory`); connecting is `remote.rs`'s.
 
-use super::error::ClusterError;
-use super::inventory::{Held, Inventory};
+use super::error::Unfit;
+use super::inventory::Inventory;
+
 use oxalign_kernels::device::{DeviceKind, DeviceSpec};
-
-/// Why a spare node was passed over for a role.
-#[derive(Debug, thiserror::Error)]
-pub enum Unfit {
-    /// It accepted no connection, or the connection failed before its inventory arrived.
-    #[error(transparent)]
-    Unreachable(Box<ClusterError>),
-    /// Its worker did not answer the inventory request within the call timeout.
-    #[error("no answer to the inventory request within {seconds} s")]
-    Silent {
-        /// The limit, seconds.
-        seconds: f64,
-    },
-    /// It lacks devices the placement names.
-    #[error("lacks {} (wants {}; has {})", list(missing), list(wanted), list(has))]
-    Lacks {
-        /// The placement's devices on the node.
-        wanted: Vec<DeviceSpec>,
-        /// Those the spare does not have.
-        missing: Vec<DeviceSpec>,
-        /// The spare's devices.
-        has: Vec<DeviceSpec>,
-    },
-    /// GPUs the placement names are held by roles the spare hosts.
-    #[error(
-        "{} already held (wants {}; holds {})",
-        list(taken),
-        list(wanted),
-        holds(held)
-    )]
-    Held {
-        /// The placement's devices on the node.
-        wanted: Vec<DeviceSpec>,
-        /// The wanted GPUs some hosted role holds.
-        taken: Vec<DeviceSpec>,
-        /// Everything the spare's roles hold.
-        held: Vec<Held>,
-    },
-}
-
-/// A spare node passed over for a role, and why.
-#[derive(Debug, thiserror::Error)]
-#[error("spare {spare}: {why}")]
-pub struct PassedOver {
-    /// The spare (`[cluster] nodes` key).
-    pub spare: String,
-    /// Why it cannot host the role.
-    pub why: Unfit,
-}
 
 /// `Ok` when a worker with `inventory` can host a role on `wanted` (the placement's devices
 /// on the node, e.g. `cuda:0,cuda:1`); else what it lacks, or which wanted GPUs are held.
@@ -91,32 +43,11 @@ pub fn fit(wanted: &[DeviceSpec], inventory: &Inventory) -> Result<(), Unfit> {
     Ok(())
 }
 
-/// `cpu:0, cuda:1` (`none` when empty).
-fn list(devices: &[DeviceSpec]) -> String {
-    match devices {
-        [] => "none".into(),
-        _ => join(devices.iter().map(ToString::to_string)),
-    }
-}
-
-/// `cuda:0 for the reference, cpu:0 for the reward` (`nothing` when empty).
-fn holds(held: &[Held]) -> String {
-    match held {
-        [] => "nothing".into(),
-        _ => join(
-            held.iter()
-                .map(|h| format!("{} for the {}", h.device, h.role)),
-        ),
-    }
-}
-
-fn join(items: impl Iterator<Item = String>) -> String {
-    items.collect::<Vec<_>>().join(", ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::error::PassedOver;
+    use crate::cluster::inventory::Held;
 
     fn cpu(i: usize) -> DeviceSpec {
         DeviceSpec::cpu(i)

@@ -4,16 +4,17 @@
 
 use std::path::PathBuf;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::broadcast;
 
 use super::clock::unix_ms_now;
 use super::error::MonitorError;
 use super::event::MonitorEvent;
 use super::handle::MonitorHandle;
+use super::msg::MonitorMsg;
 use super::replay::load_run_dir;
 use super::run_log::{files, RunLog};
-use super::state::{ActorChange, MonitorLimits, MonitorSnapshot, MonitorState};
+use super::state::{ActorChange, MonitorLimits, MonitorState};
 
 /// How to start a [`Monitor`].
 #[derive(Debug, Clone)]
@@ -57,21 +58,6 @@ impl MonitorConfig {
             ..Self::default()
         }
     }
-}
-
-/// Messages the monitor actor handles. Other actors use a [`MonitorHandle`] instead of
-/// building these by hand.
-pub enum MonitorMsg {
-    /// Apply, log and broadcast one event.
-    Event(MonitorEvent),
-    /// Reply with a copy of the current state.
-    Snapshot(RpcReplyPort<MonitorSnapshot>),
-    /// Reply with a copy of the current state and a receiver of every later event; the two
-    /// are taken atomically, so no event is lost or seen twice between them.
-    Subscribe(RpcReplyPort<(MonitorSnapshot, broadcast::Receiver<MonitorEvent>)>),
-    /// A barrier: reply once every event queued before it is written and the logs are
-    /// fsynced, with the failures since the previous sync (see [`MonitorHandle::sync`]).
-    Sync(RpcReplyPort<Result<(), MonitorError>>),
 }
 
 /// The monitor actor (stateless handler; its state is [`MonitorActorState`]).

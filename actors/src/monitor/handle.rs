@@ -5,10 +5,10 @@ use ractor::rpc::CallResult;
 use ractor::{ActorRef, RpcReplyPort};
 use tokio::sync::broadcast;
 
-use super::actor::MonitorMsg;
 use super::clock::unix_ms_now;
 use super::error::MonitorError;
 use super::event::MonitorEvent;
+use super::msg::MonitorMsg;
 use super::span::Span;
 use super::state::MonitorSnapshot;
 

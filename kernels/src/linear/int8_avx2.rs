@@ -5,7 +5,7 @@
 //! ±32 258 < 2^15, and `vpmaddwd` by ones sums each lane's 4 products into i32. The result
 //! is `Σ a·w`, the VNNI kernel's `Σ u·w` minus the weight's offset term, exactly.
 
-use super::int8_linear::{GROUP, PANEL};
+use super::int8_panel::{GROUP, PANEL};
 
 /// Rows per register block (8 accumulators of 8 lanes).
 const MR: usize = 4;

@@ -10,13 +10,7 @@
 
 use rayon::prelude::*;
 
-/// Output channels per packed panel (one 512-bit register of i32 accumulators).
-pub(crate) const PANEL: usize = 16;
-/// Inputs per packed group (`vpdpbusd` sums 4 adjacent u8·i8 products per lane).
-pub(crate) const GROUP: usize = 4;
-/// The offset that turns a signed activation in `[-127, 127]` into the unsigned byte VNNI
-/// expects; removed again with the weight's column sums.
-pub(crate) const ACT_OFFSET: i32 = 128;
+pub(crate) use super::int8_panel::{ACT_OFFSET, GROUP, PANEL};
 
 /// An int8 weight `[out, in]`, packed `[out/16][in/4][16][4]` (zero-padded), with one f32
 /// scale per output channel (`w ≈ scale · q`, `|q| ≤ 127`).

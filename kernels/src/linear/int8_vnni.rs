@@ -3,7 +3,7 @@
 //! each step one 64-byte weight load, 8 broadcasts of 4 activation bytes and 8 `vpdpbusd`.
 //! Integer arithmetic only, so it matches the portable kernel bit for bit.
 
-use super::int8_linear::{GROUP, PANEL};
+use super::int8_panel::{GROUP, PANEL};
 
 /// Rows per register block.
 const MR: usize = 8;

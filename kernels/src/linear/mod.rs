@@ -6,10 +6,12 @@
 
 mod int8_avx2;
 mod int8_linear;
+mod int8_panel;
 mod int8_vnni;
 mod packed;
 #[cfg(target_arch = "x86_64")]
 mod packed_x86;
+mod panel;
 
 pub use int8_linear::{fake_quantize_rows, Int8Operand, Int8Weight};
 pub use packed::{PackedBf16Weight, PackedF32Weight, PackedWeight, PanelElement};

@@ -13,11 +13,11 @@
 //! into f32 sums, so its product equals the f32 kernel's on the bf16-rounded weight, bit for
 //! bit, on the same register kernel. Inference only: no gradients, no tensors.
 
+pub use super::panel::PanelElement;
+use super::panel::PANEL;
 use half::bf16;
 use rayon::prelude::*;
 
-/// Output channels per packed panel.
-pub(crate) const PANEL: usize = 32;
 /// Input rows per cache block (the block of `x` that every panel is multiplied with).
 const ROW_BLOCK: usize = 64;
 
@@ -58,36 +58,6 @@ impl PanelKernel {
         }
         PanelKernel::Portable
     }
-}
-
-/// An element type a panel can store: how it is made from f32 and widened back.
-pub trait PanelElement: Copy + Default + Send + Sync + 'static {
-    /// The stored value of an f32 weight.
-    fn from_f32(v: f32) -> Self;
-    /// The f32 the kernels multiply with.
-    fn to_f32(self) -> f32;
-    /// Whether the register kernels widen 16-bit bf16 (`true`) or load f32 (`false`).
-    const BF16: bool;
-}
-
-impl PanelElement for f32 {
-    fn from_f32(v: f32) -> Self {
-        v
-    }
-    fn to_f32(self) -> f32 {
-        self
-    }
-    const BF16: bool = false;
-}
-
-impl PanelElement for bf16 {
-    fn from_f32(v: f32) -> Self {
-        bf16::from_f32(v)
-    }
-    fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
-    }
-    const BF16: bool = true;
 }
 
 impl<E: PanelElement> PackedWeight<E> {

@@ -5,7 +5,7 @@
 //! (zero-extend to 32 bits, shift left 16: exact). Sums run over `k` in order, one FMA per
 //! term, so the two element types give the same sums for the same f32 weight values.
 
-use super::packed::{PanelElement, PANEL};
+use super::panel::{PanelElement, PANEL};
 use std::arch::x86_64::*;
 
 /// AVX-512F kernel. Callers check the CPU first (`PanelKernel::detect`).

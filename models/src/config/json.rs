@@ -5,140 +5,10 @@
 
 use crate::config::family::Family;
 use crate::config::model_config::{ModelConfig, RopeScaling};
+use crate::config::raw::{At, RawConfig, RopeParams};
 use crate::error::{ModelError, Result};
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
-use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::path::Path;
-
-/// config.json as HF writes it. Every key is optional here (required ones are checked after,
-/// so a missing key gets its own message); JSON `null` reads as absent. Keys this crate does
-/// not interpret land in `extra` and are written back unchanged.
-#[derive(Debug, Deserialize)]
-pub(crate) struct RawConfig {
-    // Keys read elsewhere or rewritten on save; listed so they stay out of `extra`.
-    #[allow(dead_code)]
-    model_type: Option<Value>,
-    #[allow(dead_code)]
-    architectures: Option<Value>,
-    #[allow(dead_code)]
-    torch_dtype: Option<Value>,
-    #[allow(dead_code)]
-    dtype: Option<Value>,
-    vocab_size: Option<usize>,
-    hidden_size: Option<usize>,
-    pub(crate) intermediate_size: Option<usize>,
-    num_hidden_layers: Option<usize>,
-    num_attention_heads: Option<usize>,
-    num_key_value_heads: Option<usize>,
-    head_dim: Option<usize>,
-    hidden_act: Option<String>,
-    rms_norm_eps: Option<f64>,
-    rope_theta: Option<f64>,
-    /// HF v4 spelling of the RoPE variant (parsed as [`RopeParams`] once chosen).
-    rope_scaling: Option<Value>,
-    /// HF v5 spelling (used when `rope_scaling` is absent).
-    rope_parameters: Option<Value>,
-    max_position_embeddings: Option<usize>,
-    tie_word_embeddings: Option<bool>,
-    pub(crate) attention_bias: Option<bool>,
-    pub(crate) mlp_bias: Option<bool>,
-    pub(crate) sliding_window: Option<usize>,
-    pub(crate) use_sliding_window: Option<bool>,
-    pub(crate) max_window_layers: Option<usize>,
-    // Mixture-of-experts keys (read by the MoE families, `family/moe_keys.rs`).
-    pub(crate) qkv_bias: Option<bool>,
-    pub(crate) num_experts: Option<usize>,
-    pub(crate) num_local_experts: Option<usize>,
-    pub(crate) num_experts_per_tok: Option<usize>,
-    pub(crate) moe_intermediate_size: Option<usize>,
-    pub(crate) norm_topk_prob: Option<bool>,
-    pub(crate) decoder_sparse_step: Option<usize>,
-    pub(crate) mlp_only_layers: Option<Vec<usize>>,
-    pub(crate) shared_expert_intermediate_size: Option<usize>,
-    pub(crate) router_aux_loss_coef: Option<f64>,
-    pub(crate) output_router_logits: Option<bool>,
-    layer_types: Option<Vec<String>>,
-    bos_token_id: Option<u32>,
-    #[serde(default, deserialize_with = "token_ids")]
-    eos_token_id: Vec<u32>,
-    pad_token_id: Option<u32>,
-    #[serde(flatten)]
-    extra: Map<String, Value>,
-}
-
-/// The object under `rope_scaling` / `rope_parameters`.
-#[derive(Debug, Deserialize)]
-struct RopeParams {
-    rope_type: Option<Value>,
-    #[serde(rename = "type")]
-    legacy_type: Option<Value>,
-    rope_theta: Option<f64>,
-    factor: Option<f64>,
-    low_freq_factor: Option<f64>,
-    high_freq_factor: Option<f64>,
-    original_max_position_embeddings: Option<f64>,
-}
-
-/// `eos_token_id`: one token id or a list of them (`null` = none).
-fn token_ids<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Vec<u32>, D::Error> {
-    struct Ids;
-    impl<'de> Visitor<'de> for Ids {
-        type Value = Vec<u32>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a token id or a list of token ids")
-        }
-        fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Vec<u32>, E> {
-            u32::try_from(v)
-                .map(|id| vec![id])
-                .map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), &self))
-        }
-        fn visit_unit<E: de::Error>(self) -> std::result::Result<Vec<u32>, E> {
-            Ok(vec![])
-        }
-        fn visit_seq<A: SeqAccess<'de>>(
-            self,
-            mut seq: A,
-        ) -> std::result::Result<Vec<u32>, A::Error> {
-            let mut out = vec![];
-            while let Some(id) = seq.next_element::<u32>()? {
-                out.push(id);
-            }
-            Ok(out)
-        }
-    }
-    d.deserialize_any(Ids)
-}
-
-/// Builds `InvalidConfig` errors for one file.
-pub(crate) struct At<'a>(&'a Path);
-
-impl At<'_> {
-    pub(crate) fn err(&self, key: &str, message: impl Into<String>) -> ModelError {
-        ModelError::InvalidConfig {
-            path: self.0.to_path_buf(),
-            key: key.to_string(),
-            message: message.into(),
-        }
-    }
-
-    pub(crate) fn required(&self, key: &str, v: Option<usize>) -> Result<usize> {
-        v.ok_or_else(|| self.err(key, "required key is missing"))
-    }
-
-    /// Deserializes `value` as `T`; a type error names `key` (plus the path inside it).
-    fn parse<'de, T: Deserialize<'de>>(&self, key: &str, value: &'de Value) -> Result<T> {
-        serde_path_to_error::deserialize(value).map_err(|e| {
-            let inner = e.path().to_string();
-            let key = match (key, inner.as_str()) {
-                ("", p) => p.to_string(),
-                (k, ".") => k.to_string(),
-                (k, p) => format!("{k}.{p}"),
-            };
-            self.err(&key, e.into_inner().to_string())
-        })
-    }
-}
 
 impl ModelConfig {
     /// Reads and validates `config.json` at `path`.
@@ -330,5 +200,90 @@ impl RawConfig {
             cfg.max_window_layers = first;
         }
         Ok(())
+    }
+}
+
+impl ModelConfig {
+    /// The HF config.json object for this config with `architectures: [architecture]` and
+    /// `torch_dtype: "float32"`. Unknown keys read from the original file (`extra`) are kept.
+    pub fn to_hf_json(&self, architecture: &str) -> Value {
+        let mut o = Map::new();
+        o.insert(
+            "architectures".into(),
+            Value::from(vec![architecture.to_string()]),
+        );
+        o.insert("model_type".into(), self.family.model_type().into());
+        o.insert("vocab_size".into(), self.vocab_size.into());
+        o.insert("hidden_size".into(), self.hidden_size.into());
+        o.insert("intermediate_size".into(), self.intermediate_size.into());
+        o.insert("num_hidden_layers".into(), self.num_hidden_layers.into());
+        o.insert(
+            "num_attention_heads".into(),
+            self.num_attention_heads.into(),
+        );
+        o.insert(
+            "num_key_value_heads".into(),
+            self.num_key_value_heads.into(),
+        );
+        o.insert("head_dim".into(), self.head_dim.into());
+        o.insert("hidden_act".into(), "silu".into());
+        o.insert("rms_norm_eps".into(), self.rms_norm_eps.into());
+        o.insert("rope_theta".into(), self.rope_theta.into());
+        let scaling = match &self.rope_scaling {
+            None => Value::Null,
+            Some(RopeScaling::Linear { factor }) => serde_json::json!({
+                "rope_type": "linear", "factor": factor,
+            }),
+            Some(RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            }) => serde_json::json!({
+                "rope_type": "llama3",
+                "factor": factor,
+                "low_freq_factor": low_freq_factor,
+                "high_freq_factor": high_freq_factor,
+                "original_max_position_embeddings": original_max_position_embeddings,
+            }),
+        };
+        o.insert("rope_scaling".into(), scaling);
+        o.insert(
+            "max_position_embeddings".into(),
+            self.max_position_embeddings.into(),
+        );
+        o.insert(
+            "tie_word_embeddings".into(),
+            self.tie_word_embeddings.into(),
+        );
+        self.family.decl().write_keys(self, &mut o);
+        o.insert("bos_token_id".into(), self.bos_token_id.into());
+        let eos = match self.eos_token_id.as_slice() {
+            [] => Value::Null,
+            [one] => Value::from(*one),
+            many => Value::from(many.to_vec()),
+        };
+        o.insert("eos_token_id".into(), eos);
+        o.insert("pad_token_id".into(), self.pad_token_id.into());
+        o.insert("torch_dtype".into(), "float32".into());
+        for (k, v) in &self.extra {
+            o.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        Value::Object(o)
+    }
+
+    /// Writes [`ModelConfig::to_hf_json`] as pretty JSON to `path`.
+    pub fn save(&self, path: &Path, architecture: &str) -> Result<()> {
+        let text = serde_json::to_string_pretty(&self.to_hf_json(architecture)).map_err(|e| {
+            ModelError::Json {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            }
+        })?;
+        std::fs::write(path, text + "\n").map_err(|source| ModelError::Io {
+            action: "write",
+            path: path.to_path_buf(),
+            source,
+        })
     }
 }

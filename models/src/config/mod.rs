@@ -3,9 +3,12 @@
 //! parameter layout and named sizes.
 
 pub mod bounds;
+mod derived;
 pub mod family;
 pub(crate) mod json;
 pub mod layout;
 pub mod model_config;
 pub mod param_spec;
 pub mod preset;
+pub(crate) mod raw;
+mod validate;

@@ -2,9 +2,9 @@
 //! `attention_bias` (q/k/v/o) and `mlp_bias` (gate/up/down); no sliding window.
 
 use super::{FamilyDecl, FamilyKeys};
-use crate::config::json::{At, RawConfig};
 use crate::config::layout::Biases;
 use crate::config::model_config::ModelConfig;
+use crate::config::raw::{At, RawConfig};
 use crate::error::Result;
 use serde_json::{Map, Value};
 

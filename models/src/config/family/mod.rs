@@ -6,6 +6,7 @@
 //! load/save, the engine) asks the declaration. Adding a family is one new file plus a
 //! variant and a match arm here.
 
+pub(crate) mod kind;
 mod llama;
 mod mistral;
 mod mixtral;
@@ -15,35 +16,13 @@ mod qwen2_moe;
 mod qwen3;
 mod qwen3_moe;
 
-use crate::config::json::{At, RawConfig};
 use crate::config::layout::{dense_backbone, BackboneParams, Biases};
 use crate::config::model_config::ModelConfig;
+use crate::config::raw::{At, RawConfig};
 use crate::error::Result;
 use crate::moe::config::MoeConfig;
+pub use kind::Family;
 use serde_json::{Map, Value};
-
-/// A supported decoder family (HF `model_type`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Family {
-    /// `model_type: "llama"` (Llama 2/3, optional attention/MLP bias, llama3 RoPE scaling).
-    Llama,
-    /// `model_type: "qwen2"` (q/k/v projections always carry a bias).
-    Qwen2,
-    /// `model_type: "qwen3"` (q/k RMSNorm per head, explicit `head_dim`, optional
-    /// `attention_bias`).
-    Qwen3,
-    /// `model_type: "mistral"` (optional sliding-window attention).
-    Mistral,
-    /// `model_type: "qwen3_moe"` (routed experts, q/k RMSNorm per head, optional
-    /// `mlp_only_layers`).
-    Qwen3Moe,
-    /// `model_type: "qwen2_moe"` (routed experts plus a sigmoid-gated shared expert; q/k/v
-    /// bias by `qkv_bias`).
-    Qwen2Moe,
-    /// `model_type: "mixtral"` (routed experts `block_sparse_moe.experts.N.w1/w2/w3`,
-    /// renormalised top-k, optional sliding window).
-    Mixtral,
-}
 
 /// The config.json keys a family interprets itself (biases, sliding windows, experts).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -88,17 +67,6 @@ pub(crate) trait FamilyDecl: Sync {
 }
 
 impl Family {
-    /// All supported families.
-    pub const ALL: [Family; 7] = [
-        Family::Llama,
-        Family::Qwen2,
-        Family::Qwen3,
-        Family::Mistral,
-        Family::Qwen3Moe,
-        Family::Qwen2Moe,
-        Family::Mixtral,
-    ];
-
     /// The family's declaration.
     pub(crate) fn decl(self) -> &'static dyn FamilyDecl {
         match self {
@@ -110,19 +78,6 @@ impl Family {
             Family::Qwen2Moe => &qwen2_moe::Qwen2Moe,
             Family::Mixtral => &mixtral::Mixtral,
         }
-    }
-
-    /// Whether the family routes tokens to experts.
-    pub fn is_moe(self) -> bool {
-        matches!(self, Family::Qwen3Moe | Family::Qwen2Moe | Family::Mixtral)
-    }
-
-    /// Whether the family is one of Qwen's (their presets use `rms_norm_eps` 1e-6).
-    pub fn is_qwen(self) -> bool {
-        matches!(
-            self,
-            Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe | Family::Qwen2Moe
-        )
     }
 
     /// The HF `model_type` string.

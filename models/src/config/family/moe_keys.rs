@@ -4,8 +4,8 @@
 //! `router_aux_loss_coef`, `output_router_logits`): reading them with a family's HF
 //! defaults, and writing them back. Which keys a family has is its own file's choice.
 
-use crate::config::json::{At, RawConfig};
 use crate::config::model_config::ModelConfig;
+use crate::config::raw::{At, RawConfig};
 use crate::error::Result;
 use crate::moe::config::MoeConfig;
 use serde_json::{Map, Value};

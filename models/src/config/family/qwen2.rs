@@ -3,9 +3,9 @@
 //! `use_sliding_window` is true.
 
 use super::{FamilyDecl, FamilyKeys};
-use crate::config::json::{At, RawConfig};
 use crate::config::layout::Biases;
 use crate::config::model_config::ModelConfig;
+use crate::config::raw::{At, RawConfig};
 use crate::error::Result;
 use serde_json::{Map, Value};
 

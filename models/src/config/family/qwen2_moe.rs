@@ -6,9 +6,9 @@
 use super::moe_keys::{read_moe, write_moe, MoeDefaults, MoeKeyNames};
 use super::qwen2::{qwen2_window_keys, write_qwen2_window_keys};
 use super::{FamilyDecl, FamilyKeys};
-use crate::config::json::{At, RawConfig};
 use crate::config::layout::{BackboneParams, Biases};
 use crate::config::model_config::ModelConfig;
+use crate::config::raw::{At, RawConfig};
 use crate::error::Result;
 use crate::moe::config::MoeConfig;
 use crate::moe::layout::{moe_backbone, MoeNames};

@@ -6,9 +6,9 @@
 
 use super::qwen2::{qwen2_window_keys, write_qwen2_window_keys};
 use super::{FamilyDecl, FamilyKeys};
-use crate::config::json::{At, RawConfig};
 use crate::config::layout::{add_qk_norms, dense_backbone, BackboneParams, Biases};
 use crate::config::model_config::ModelConfig;
+use crate::config::raw::{At, RawConfig};
 use crate::error::Result;
 use serde_json::{Map, Value};
 
