@@ -62,7 +62,7 @@ pub fn measure_matmul_peak(n: usize, reps: usize) -> anyhow::Result<MatmulPeak> 
         drop(c);
         gflops.push(flops / secs / 1e9);
     }
-    let stats = super::bench_train::Spread::of(&gflops);
+    let stats = super::spread::Spread::of(&gflops);
     Ok(MatmulPeak {
         size: n,
         reps,

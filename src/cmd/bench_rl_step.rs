@@ -13,7 +13,7 @@ use oxalign_actors::monitor::{Monitor, MonitorConfig};
 use oxalign_actors::recipe::{validate, Recipe};
 use serde::Serialize;
 
-use super::bench_train::Spread;
+use super::spread::Spread;
 use crate::user_error::{user_error, IntoUserError};
 
 /// Arguments of `oxalign bench rl-step`.

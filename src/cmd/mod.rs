@@ -14,6 +14,7 @@ pub mod init_model;
 pub mod launch;
 pub mod logprobs;
 pub mod score;
+pub mod spread;
 pub mod tokenize;
 pub mod train;
 pub mod train_resume;

@@ -12,6 +12,8 @@ mod deadline;
 mod nccl;
 #[cfg(feature = "cuda")]
 mod nccl_all_to_all;
+#[cfg(feature = "cuda")]
+mod nccl_collective;
 mod nccl_id;
 #[cfg(feature = "cuda")]
 mod nccl_tensors;

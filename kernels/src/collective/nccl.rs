@@ -13,10 +13,10 @@
 //! (`ncclCommInitRank` blocks until every rank has joined; [`NcclGroup::create`] gives up
 //! waiting after the timeout, leaving the stuck threads behind).
 
-use super::{Collective, CollectiveError, Deadline, NcclUniqueId, NCCL_UNIQUE_ID_BYTES};
+use super::{CollectiveError, Deadline, NcclUniqueId, NCCL_UNIQUE_ID_BYTES};
 use candle_core::CudaDevice;
 use cudarc::driver::{CudaSlice, CudaStream};
-use cudarc::nccl::{group_end, group_start, Comm, Id, ReduceOp};
+use cudarc::nccl::{group_end, group_start, Comm, Id};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ struct SendComm(Comm);
 unsafe impl Send for SendComm {}
 
 /// The state behind a rank's lock: the communicator until the group fails.
-struct State {
+pub(super) struct State {
     comm: Option<SendComm>,
     aborted: Option<String>,
 }
@@ -36,13 +36,13 @@ struct State {
 /// One rank's handle on an NCCL group (one GPU). Create the group with
 /// [`NcclGroup::create`] and move each handle to its device's executor thread.
 pub struct NcclCollective {
-    rank: usize,
-    ordinal: usize,
-    world: usize,
-    timeout: Duration,
-    device: CudaDevice,
-    stream: Arc<CudaStream>,
-    state: Mutex<State>,
+    pub(super) rank: usize,
+    pub(super) ordinal: usize,
+    pub(super) world: usize,
+    pub(super) timeout: Duration,
+    pub(super) device: CudaDevice,
+    pub(super) stream: Arc<CudaStream>,
+    pub(super) state: Mutex<State>,
 }
 
 /// Building the communicators of one group.
@@ -56,7 +56,7 @@ impl NcclUniqueId {
         Ok(Self::from_bytes(id.internal().map(|c| c as u8)))
     }
 
-    fn to_nccl(self) -> Id {
+    pub(super) fn to_nccl(self) -> Id {
         let mut internal = [0 as std::ffi::c_char; NCCL_UNIQUE_ID_BYTES];
         for (dst, src) in internal.iter_mut().zip(self.as_bytes()) {
             *dst = *src as std::ffi::c_char;
@@ -174,7 +174,7 @@ impl NcclCollective {
         self.ordinal
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -204,7 +204,7 @@ impl NcclCollective {
         out
     }
 
-    fn bind(&self, op: &'static str) -> Result<(), CollectiveError> {
+    pub(super) fn bind(&self, op: &'static str) -> Result<(), CollectiveError> {
         self.stream
             .context()
             .bind_to_thread()
@@ -212,7 +212,7 @@ impl NcclCollective {
     }
 
     /// Waits until the work queued so far on the stream is done, at most the timeout.
-    fn wait(&self, op: &'static str) -> Result<(), CollectiveError> {
+    pub(super) fn wait(&self, op: &'static str) -> Result<(), CollectiveError> {
         let event = self
             .stream
             .record_event(None)
@@ -278,7 +278,7 @@ impl NcclCollective {
 }
 
 /// `calls` between `ncclGroupStart` and `ncclGroupEnd` (ended also when a call fails).
-fn grouped(
+pub(super) fn grouped(
     calls: impl FnOnce() -> Result<(), cudarc::nccl::result::NcclError>,
 ) -> Result<(), cudarc::nccl::result::NcclError> {
     group_start()?;
@@ -290,7 +290,7 @@ fn grouped(
 
 /// Marks the group failed and aborts the communicator (`ncclCommAbort`, which also ends
 /// kernels still waiting for peers).
-fn abort_locked(st: &mut State, reason: String) {
+pub(super) fn abort_locked(st: &mut State, reason: String) {
     if st.aborted.is_none() {
         st.aborted = Some(reason);
     }
@@ -298,209 +298,5 @@ fn abort_locked(st: &mut State, reason: String) {
         // cudarc's drop aborts the communicator and panics if NCCL reports an error; the
         // group is failed either way.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(comm)));
-    }
-}
-
-fn scale(buf: &mut [f32], by: f32) {
-    buf.iter_mut().for_each(|x| *x *= by);
-}
-
-impl Collective for NcclCollective {
-    fn rank(&self) -> usize {
-        self.rank
-    }
-
-    fn world_size(&self) -> usize {
-        self.world
-    }
-
-    fn abort(&self, reason: &str) {
-        let mut st = self.lock();
-        abort_locked(&mut st, format!("rank {} aborted: {reason}", self.rank));
-    }
-
-    fn all_reduce_mean_f32(&self, buffers: &mut [&mut [f32]]) -> Result<(), CollectiveError> {
-        let op = "all_reduce_mean";
-        let mut dev = buffers
-            .iter()
-            .map(|b| self.upload(op, b))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.run(op, |comm| {
-            self.grouped(op, || {
-                dev.iter_mut()
-                    .try_for_each(|d| comm.all_reduce_in_place(d, &ReduceOp::Sum).map(|_| ()))
-            })
-        })?;
-        for (b, d) in buffers.iter_mut().zip(&dev) {
-            b.copy_from_slice(&self.download(op, d)?);
-            scale(b, 1.0 / self.world as f32);
-        }
-        Ok(())
-    }
-
-    fn broadcast_f32(
-        &self,
-        buffers: &mut [&mut [f32]],
-        root: usize,
-    ) -> Result<(), CollectiveError> {
-        let op = "broadcast";
-        if root >= self.world {
-            return Err(self.mismatch(format!(
-                "broadcast root {root} is not a rank of {}",
-                self.world
-            )));
-        }
-        let mut dev = buffers
-            .iter()
-            .map(|b| self.upload(op, b))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.run(op, |comm| {
-            self.grouped(op, || {
-                dev.iter_mut()
-                    .try_for_each(|d| comm.broadcast_in_place(d, root as i32).map(|_| ()))
-            })
-        })?;
-        for (b, d) in buffers.iter_mut().zip(&dev) {
-            b.copy_from_slice(&self.download(op, d)?);
-        }
-        Ok(())
-    }
-
-    fn barrier(&self) -> Result<(), CollectiveError> {
-        let op = "barrier";
-        let mut token = self.zeros::<f32>(op, 1)?;
-        self.run(op, |comm| {
-            self.grouped(op, || {
-                comm.all_reduce_in_place(&mut token, &ReduceOp::Sum)
-                    .map(|_| ())
-            })
-        })
-    }
-
-    fn all_gather_f32(
-        &self,
-        shards: &[&[f32]],
-        out: &mut [&mut [f32]],
-    ) -> Result<(), CollectiveError> {
-        let op = "all_gather";
-        self.check_lengths(op, shards.iter().map(|s| s.len() * self.world), out)?;
-        let send = shards
-            .iter()
-            .map(|s| self.upload(op, s))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut recv = out
-            .iter()
-            .map(|o| self.zeros::<f32>(op, o.len()))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.run(op, |comm| {
-            self.grouped(op, || {
-                send.iter()
-                    .zip(recv.iter_mut())
-                    .try_for_each(|(s, r)| comm.all_gather(s, r).map(|_| ()))
-            })
-        })?;
-        for (o, r) in out.iter_mut().zip(&recv) {
-            o.copy_from_slice(&self.download(op, r)?);
-        }
-        Ok(())
-    }
-
-    fn reduce_scatter_mean_f32(
-        &self,
-        inputs: &[&[f32]],
-        out: &mut [&mut [f32]],
-    ) -> Result<(), CollectiveError> {
-        let op = "reduce_scatter_mean";
-        if let Some((i, x)) = inputs
-            .iter()
-            .enumerate()
-            .find(|(_, x)| x.len() % self.world != 0)
-        {
-            return Err(self.mismatch(format!(
-                "{op}: input {i} has {} elements, not a multiple of the group size {}",
-                x.len(),
-                self.world
-            )));
-        }
-        self.check_lengths(op, inputs.iter().map(|x| x.len() / self.world), out)?;
-        let send = inputs
-            .iter()
-            .map(|x| self.upload(op, x))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut recv = out
-            .iter()
-            .map(|o| self.zeros::<f32>(op, o.len()))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.run(op, |comm| {
-            self.grouped(op, || {
-                send.iter()
-                    .zip(recv.iter_mut())
-                    .try_for_each(|(s, r)| comm.reduce_scatter(s, r, &ReduceOp::Sum).map(|_| ()))
-            })
-        })?;
-        for (o, r) in out.iter_mut().zip(&recv) {
-            o.copy_from_slice(&self.download(op, r)?);
-            scale(o, 1.0 / self.world as f32);
-        }
-        Ok(())
-    }
-
-    fn all_to_all_f32(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>, CollectiveError> {
-        super::nccl_all_to_all::all_to_all(self, send)
-    }
-
-    fn all_reduce_mean(
-        &self,
-        tensors: &[candle_core::Tensor],
-    ) -> Result<Vec<candle_core::Tensor>, CollectiveError> {
-        super::nccl_tensors::all_reduce_mean(self, tensors)
-    }
-
-    fn broadcast(
-        &self,
-        tensors: &[candle_core::Tensor],
-        root: usize,
-    ) -> Result<Vec<candle_core::Tensor>, CollectiveError> {
-        super::nccl_tensors::broadcast(self, tensors, root)
-    }
-
-    fn all_gather(
-        &self,
-        shards: &[candle_core::Tensor],
-    ) -> Result<Vec<candle_core::Tensor>, CollectiveError> {
-        super::nccl_tensors::all_gather(self, shards)
-    }
-
-    fn reduce_scatter_mean(
-        &self,
-        tensors: &[candle_core::Tensor],
-    ) -> Result<Vec<candle_core::Tensor>, CollectiveError> {
-        super::nccl_tensors::reduce_scatter_mean(self, tensors)
-    }
-}
-
-impl NcclCollective {
-    fn check_lengths(
-        &self,
-        op: &'static str,
-        want: impl Iterator<Item = usize>,
-        out: &[&mut [f32]],
-    ) -> Result<(), CollectiveError> {
-        let want: Vec<usize> = want.collect();
-        if want.len() != out.len() {
-            return Err(self.mismatch(format!(
-                "{op}: {} inputs but {} outputs",
-                want.len(),
-                out.len()
-            )));
-        }
-        match want.iter().zip(out).position(|(w, o)| *w != o.len()) {
-            None => Ok(()),
-            Some(i) => Err(self.mismatch(format!(
-                "{op}: output {i} has {} elements, expected {}",
-                out[i].len(),
-                want[i]
-            ))),
-        }
     }
 }

@@ -6,14 +6,16 @@ use crate::config::model_config::ModelConfig;
 use crate::engine::block_pool::BlockPool;
 use crate::engine::config::EngineConfig;
 use crate::engine::error::{EngineError, EngineResult};
-use crate::engine::forward::{paged_forward, AttnDims, Head, StepItem, StepRouting, WantLogits};
+use crate::engine::forward::{paged_forward, Head, StepRouting};
 use crate::engine::refit::{Probe, RefitReport, WeightUpdate};
 use crate::engine::request::{hits_stop_string, Detokenize, EngineRequest};
 use crate::engine::route_log::RouteLog;
 use crate::engine::sampler::Sampler;
 use crate::engine::scheduler::{Planned, Scheduler, SeqState, Sequence};
 use crate::engine::score::Scorer;
+use crate::engine::simd::wide_simd;
 use crate::engine::stats::EngineStats;
+use crate::engine::step_item::{AttnDims, StepItem, WantLogits};
 use crate::engine::weights::EngineWeights;
 use crate::moe::expert_parallel::ExpertParallel;
 use crate::moe::routing::ExpertChoices;
@@ -632,18 +634,6 @@ fn sample_rows(
         by_seq[p.0] = Some(p);
     }
     draws.iter().filter_map(|&(seq, _)| by_seq[seq]).collect()
-}
-
-/// Whether the AVX2+FMA builds of the hot loops can run on this CPU.
-pub(crate) fn wide_simd() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
 }
 
 /// [`Sampler::sample`] compiled for AVX2+FMA (the same code, wider vectors).

@@ -6,33 +6,11 @@
 
 use crate::engine::block_pool::BlockPool;
 use crate::engine::paged_attention::paged_attention;
+use crate::engine::step_item::{AttnDims, StepItem, WantLogits};
 use crate::engine::weights::{EngineWeights, FfnWeights};
 use candle_core::Result;
 use oxalign_kernels::ops::{rows, TokenDistribution};
 use rayon::prelude::*;
-
-/// Which logits an item wants back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum WantLogits {
-    /// None (a prefill chunk that does not reach the end of the sequence).
-    None,
-    /// The last new position only (to sample the next token).
-    Last,
-    /// Every new position (scoring a sequence).
-    All,
-}
-
-/// A run of new tokens of one sequence.
-pub(crate) struct StepItem<'a> {
-    /// The sequence's block table (already covering `start + tokens.len()` positions).
-    pub table: &'a [usize],
-    /// Position of the first new token (= tokens already cached).
-    pub start: usize,
-    /// The new tokens.
-    pub tokens: &'a [u32],
-    /// Which logits to return.
-    pub want: WantLogits,
-}
 
 /// What the sparse layers of one step do with routing: append each layer's choices for the
 /// step's tokens (`tokens * k`, item order) to `record`, and/or send the tokens to
@@ -57,14 +35,6 @@ pub(crate) enum Head<'a> {
 
 /// Rows of logits alive at once when the head returns target log-probs.
 const HEAD_CHUNK: usize = 64;
-
-/// Attention shape of the model.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct AttnDims {
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
-}
 
 /// Runs all `items` through the model, writing their keys/values into `pool`, and returns
 /// the requested logits `[rows, V]` f32 row-major (rows in item order, positions

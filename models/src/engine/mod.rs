@@ -29,7 +29,9 @@ mod config;
 #[allow(clippy::module_inception)]
 mod engine;
 mod error;
+mod expert;
 mod forward;
+mod linear;
 mod moe_dispatch;
 mod moe_forward;
 mod paged_attention;
@@ -39,7 +41,9 @@ mod route_log;
 pub mod sampler;
 mod scheduler;
 mod score;
+mod simd;
 mod stats;
+mod step_item;
 mod weights;
 
 pub use block_pool::BlockPool;

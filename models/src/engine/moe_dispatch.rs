@@ -9,7 +9,7 @@
 //! no tokens left still calls with `n = 0` (it has nothing to send, but serves its experts to
 //! the others). The engine's generation loop keeps the ranks in step (`engine.rs`).
 
-use super::moe_forward::ExpertWeights;
+use super::expert::ExpertWeights;
 use crate::moe::expert_parallel::ExpertParallel;
 use candle_core::Result;
 

@@ -6,7 +6,7 @@
 //! head (GQA) are processed together. It reads the pool; it never writes it.
 
 use crate::engine::block_pool::BlockPool;
-use crate::engine::forward::{AttnDims, StepItem};
+use crate::engine::step_item::{AttnDims, StepItem};
 use oxalign_kernels::ops::rows;
 use rayon::prelude::*;
 
@@ -48,7 +48,7 @@ pub(crate) fn paged_attention(
     let row = q_dim + 2 * dims.kv_heads * dims.head_dim;
     debug_assert_eq!(qkv.len(), tokens.len() * row);
     debug_assert_eq!(out.len(), tokens.len() * q_dim);
-    let wide = crate::engine::engine::wide_simd();
+    let wide = crate::engine::simd::wide_simd();
     let widest = wide && avx512_available();
     out.par_chunks_mut(q_dim)
         .zip(qkv.par_chunks(row))

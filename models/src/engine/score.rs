@@ -6,7 +6,8 @@
 
 use crate::engine::block_pool::BlockPool;
 use crate::engine::error::{EngineError, EngineResult};
-use crate::engine::forward::{paged_forward, AttnDims, Head, StepItem, StepRouting, WantLogits};
+use crate::engine::forward::{paged_forward, Head, StepRouting};
+use crate::engine::step_item::{AttnDims, StepItem, WantLogits};
 use crate::engine::weights::EngineWeights;
 use crate::moe::routing::{ExpertChoices, FREE};
 use oxalign_kernels::ops::TokenDistribution;

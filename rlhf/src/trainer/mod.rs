@@ -13,6 +13,7 @@ mod packing;
 mod policy;
 mod reward_trainer;
 mod sharding;
+mod spread_experts;
 mod token_batch;
 
 pub use critic::CriticTrainer;
