@@ -8,15 +8,10 @@ use crate::batch::{ExperienceBatch, ScoredBatch, TokenArray};
 use crate::batch::{Finish, Sample};
 use crate::error::Cause;
 use crate::executor::ExecutorError;
-use crate::recipe::{
-    Algorithm, KlEstimatorName, KlModeName, LossAggName, PolicyLossName, RlSection,
-    RolloutCorrectionName, TruncatedName,
-};
+use crate::recipe::{Algorithm, RlSection, Truncation};
 use candle_core::Device;
 use oxalign_rlhf::advantages::{GaeBootstrap, GaeConfig};
-use oxalign_rlhf::losses::{
-    CorrectionStats, KlEstimator, LossAgg, PolicyObjective, PpoConfig, RolloutCorrection,
-};
+use oxalign_rlhf::losses::{CorrectionStats, KlMode, LossAgg, PpoConfig, RolloutCorrection};
 use oxalign_rlhf::masked_abs_diff;
 use oxalign_rlhf::reward::OverlongShaping;
 use oxalign_rlhf::trainer::{
@@ -39,37 +34,15 @@ pub(crate) struct Experience {
 
 /// The recipe's rollout correction with its bounds.
 pub(crate) fn rollout_correction(rl: &RlSection) -> RolloutCorrection {
-    let (lower, upper) = rl.rollout_mask_band();
-    match rl.rollout_correction() {
-        RolloutCorrectionName::None => RolloutCorrection::None,
-        // Validation refuses `token_tis` without a cap in force.
-        RolloutCorrectionName::TokenTis => RolloutCorrection::TokenTis {
-            cap: rl.tis_cap_in_force().unwrap_or(f64::INFINITY),
-        },
-        RolloutCorrectionName::SeqMask => RolloutCorrection::SeqMask { lower, upper },
-        RolloutCorrectionName::Icepop => RolloutCorrection::Icepop { lower, upper },
-    }
-}
-
-/// The recipe's KL estimator.
-pub(crate) fn estimator(e: KlEstimatorName) -> KlEstimator {
-    match e {
-        KlEstimatorName::K1 => KlEstimator::K1,
-        KlEstimatorName::K2 => KlEstimator::K2,
-        KlEstimatorName::K3 => KlEstimator::K3,
-    }
+    // Validation refuses `token_tis` without a cap in force.
+    let cap = rl.tis_cap_in_force().unwrap_or(f64::INFINITY);
+    rl.rollout_correction()
+        .with_bounds(cap, rl.rollout_mask_band())
 }
 
 /// The recipe's loss aggregation (Dr. GRPO's horizon is `rl.max_new_tokens`).
 pub(crate) fn agg(rl: &RlSection) -> LossAgg {
-    match rl.loss_agg() {
-        LossAggName::TokenMean => LossAgg::TokenMean,
-        LossAggName::SeqMeanTokenSum => LossAgg::SeqMeanTokenSum,
-        LossAggName::SeqMeanTokenMean => LossAgg::SeqMeanTokenMean,
-        LossAggName::SeqMeanTokenSumNorm => LossAgg::SeqMeanTokenSumNorm {
-            horizon: rl.max_new_tokens,
-        },
-    }
+    rl.loss_agg().with_horizon(rl.max_new_tokens)
 }
 
 /// The experience settings of `rl` with KL coefficient `beta`.
@@ -77,23 +50,19 @@ pub(crate) fn agg(rl: &RlSection) -> LossAgg {
 /// `[1 − clip_eps, 1 + clip_eps_high]` (DAPO's clip-higher when `clip_eps_high` is set).
 pub(crate) fn policy_loss_config(rl: &RlSection, beta: f64) -> PolicyLossConfig {
     PolicyLossConfig {
-        objective: match rl.policy_loss {
-            PolicyLossName::Ppo => PolicyObjective::Ppo,
-            PolicyLossName::Gspo => PolicyObjective::Gspo,
-            PolicyLossName::Cispo => PolicyObjective::Cispo,
-        },
+        objective: rl.policy_loss,
         ppo: PpoConfig {
             clip_low: rl.clip_eps,
             clip_high: rl.clip_eps_high.unwrap_or(rl.clip_eps),
             dual_clip: rl.dual_clip,
             agg: agg(rl),
         },
-        kl_loss_coef: if rl.kl_mode == KlModeName::Loss {
+        kl_loss_coef: if rl.kl_mode == KlMode::Loss {
             beta
         } else {
             0.0
         },
-        kl_estimator: estimator(rl.kl_estimator),
+        kl_estimator: rl.kl_estimator,
         entropy_coef: rl.entropy_coef,
         rollout_correction: rollout_correction(rl),
         max_grad_norm: rl.max_grad_norm,
@@ -117,12 +86,12 @@ fn config(rl: &RlSection, beta: f64) -> ExperienceConfig {
     ExperienceConfig {
         kind,
         group_size: rl.samples_per_prompt,
-        kl_coef: if rl.kl_mode == KlModeName::Reward {
+        kl_coef: if rl.kl_mode == KlMode::Reward {
             beta
         } else {
             0.0
         },
-        kl_estimator: estimator(rl.kl_estimator),
+        kl_estimator: rl.kl_estimator,
         whiten: rl.whiten_advantages,
     }
 }
@@ -162,7 +131,7 @@ impl RewardShaping {
                 buffer,
                 penalty: rl.overlong_penalty,
             }),
-            bootstrap_truncated: rl.truncated == TruncatedName::Bootstrap,
+            bootstrap_truncated: rl.truncated == Truncation::Bootstrap,
         }
     }
 
@@ -320,7 +289,7 @@ mod tests {
             lam: 1.0,
             whiten_advantages: false,
             max_new_tokens: 3,
-            truncated: TruncatedName::Bootstrap,
+            truncated: Truncation::Bootstrap,
             ..RlSection::default()
         };
         let cfg = config(&rl, 0.0);
@@ -342,7 +311,7 @@ mod tests {
         );
         // Terminal (the default): both rows scored, no bootstrap; a 2-token overlong buffer
         // on a 3-token budget with a penalty of 0.5 takes all 0.5 off a 3-token response.
-        rl.truncated = TruncatedName::Terminal;
+        rl.truncated = Truncation::Terminal;
         rl.overlong_buffer = Some(2);
         rl.overlong_penalty = 0.5;
         let e = build(

@@ -2,10 +2,8 @@
 //! at run time or silently do nothing are refused here, naming the keys; combinations that
 //! run but are usually a mistake give a warning.
 
-use super::{
-    Algorithm, EngineQuant, KlEstimatorName, KlModeName, PolicyLossName, Recipe, RecipeError,
-    RolloutCorrectionName, TruncatedName,
-};
+use super::{Algorithm, EngineQuant, Recipe, RecipeError, Truncation};
+use oxalign_rlhf::losses::{KlEstimator, KlMode, PolicyObjective, RolloutCorrectionKind};
 
 /// The first inconsistent combination of `[rl]` options (and the critic's model folder).
 pub(super) fn validate_rl(
@@ -14,7 +12,7 @@ pub(super) fn validate_rl(
 ) -> Result<(), RecipeError> {
     let rl = &r.rl;
     let ppo = rl.algorithm == Algorithm::Ppo;
-    if rl.truncated == TruncatedName::Bootstrap && !ppo {
+    if rl.truncated == Truncation::Bootstrap && !ppo {
         return Err(bad(
             "rl.truncated",
             format!(
@@ -34,7 +32,7 @@ pub(super) fn validate_rl(
                 ),
             ));
         }
-        if rl.truncated == TruncatedName::Bootstrap {
+        if rl.truncated == Truncation::Bootstrap {
             return Err(bad(
                 "rl.overlong_buffer",
                 "with rl.truncated = \"bootstrap\" a cut-off response is not scored, so the \
@@ -49,7 +47,7 @@ pub(super) fn validate_rl(
             format!("{}: expected a finite number >= 0", rl.overlong_penalty),
         ));
     }
-    if rl.policy_loss == PolicyLossName::Cispo && rl.dual_clip.is_some() {
+    if rl.policy_loss == PolicyObjective::Cispo && rl.dual_clip.is_some() {
         return Err(bad(
             "rl.dual_clip",
             "CISPO never drops a token's gradient (a clipped ratio only caps its weight), so a \
@@ -126,7 +124,7 @@ fn distill(r: &Recipe, bad: &impl Fn(&str, String) -> RecipeError) -> Result<(),
     if !distill {
         return Ok(());
     }
-    if rl.kl_mode == KlModeName::Reward && rl.kl_coef != 0.0 {
+    if rl.kl_mode == KlMode::Reward && rl.kl_coef != 0.0 {
         return Err(bad(
             "rl.kl_coef",
             format!(
@@ -227,10 +225,10 @@ fn rollout_correction(
     let mode = rl.rollout_correction();
     let masks = matches!(
         mode,
-        RolloutCorrectionName::SeqMask | RolloutCorrectionName::Icepop
+        RolloutCorrectionKind::SeqMask | RolloutCorrectionKind::Icepop
     );
     match (mode, rl.tis_cap_in_force()) {
-        (RolloutCorrectionName::TokenTis, None) => {
+        (RolloutCorrectionKind::TokenTis, None) => {
             return Err(bad(
                 "rl.tis_cap",
                 "rl.rollout_correction = \"token_tis\" needs the cap C of min(w, C); \
@@ -238,10 +236,10 @@ fn rollout_correction(
                     .into(),
             ))
         }
-        (RolloutCorrectionName::TokenTis, Some(c)) if !(c.is_finite() && c > 0.0) => {
+        (RolloutCorrectionKind::TokenTis, Some(c)) if !(c.is_finite() && c > 0.0) => {
             return Err(bad("rl.tis_cap", format!("{c}: expected a cap > 0")))
         }
-        (RolloutCorrectionName::TokenTis, _) | (_, None) => {}
+        (RolloutCorrectionKind::TokenTis, _) | (_, None) => {}
         (m, Some(_)) => {
             return Err(bad(
                 "rl.tis_cap",
@@ -275,7 +273,7 @@ fn rollout_correction(
         ));
     }
     stale_batches_weigh_tokens(rl, mode, bad)?;
-    if mode != RolloutCorrectionName::None
+    if mode != RolloutCorrectionKind::None
         && r.engine.quant == EngineQuant::None
         && rl.max_staleness == 0
     {
@@ -297,13 +295,13 @@ fn rollout_correction(
 /// and `seq_mask` (which weighs kept rows 1) would train it as on-policy.
 fn stale_batches_weigh_tokens(
     rl: &super::RlSection,
-    mode: RolloutCorrectionName,
+    mode: RolloutCorrectionKind,
     bad: &impl Fn(&str, String) -> RecipeError,
 ) -> Result<(), RecipeError> {
     if rl.max_staleness > 0
         && matches!(
             mode,
-            RolloutCorrectionName::None | RolloutCorrectionName::SeqMask
+            RolloutCorrectionKind::None | RolloutCorrectionKind::SeqMask
         )
     {
         return Err(bad(
@@ -353,8 +351,7 @@ fn sampling(r: &Recipe, bad: &impl Fn(&str, String) -> RecipeError) -> Result<()
 pub fn warnings(r: &Recipe) -> Vec<String> {
     let rl = &r.rl;
     let mut out = Vec::new();
-    if rl.kl_mode == KlModeName::Loss && rl.kl_coef > 0.0 && rl.kl_estimator == KlEstimatorName::K1
-    {
+    if rl.kl_mode == KlMode::Loss && rl.kl_coef > 0.0 && rl.kl_estimator == KlEstimator::K1 {
         out.push(
             "rl.kl_mode = \"loss\" with rl.kl_estimator = \"k1\": the k1 estimate log π − log \
              π_ref has zero expected gradient under samples from π, so it barely regularises; \
