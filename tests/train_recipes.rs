@@ -49,6 +49,31 @@ fn wrong_type_is_named() {
 }
 
 #[test]
+fn unknown_enum_value_is_named_with_the_choices() {
+    check_fails(
+        "[rl]\nloss_agg = \"sum\"\n",
+        &[],
+        &[
+            "r.toml",
+            "rl.loss_agg",
+            "unknown variant `sum`",
+            "`token_mean`",
+            "`seq_mean_token_sum_norm`",
+        ],
+    );
+    check_fails(
+        "",
+        &["--set", "rl.rollout_correction=\"tis\""],
+        &["rl.rollout_correction", "`tis`", "`token_tis`", "`icepop`"],
+    );
+    check_fails(
+        "[dpo]\nloss = \"hinge\"\n",
+        &[],
+        &["r.toml", "dpo.loss", "`hinge`", "`sigmoid`", "`ipo`"],
+    );
+}
+
+#[test]
 fn missing_model_folder_is_named() {
     check_fails(
         "[model]\npath = \"no/such/model\"\n",

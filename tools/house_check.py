@@ -4,12 +4,17 @@
 * no import cycle between files: a file never uses (directly or through others) a file that
   uses it back (`use` paths and inline `crate::`/`super::` paths, test modules left out;
   a `mod.rs` that only declares or re-exports its children is not an edge back);
-* no function longer than 80 lines outside test modules.
+* no function longer than 80 lines outside test modules;
+* no declared dependency that no source, test or bench of its package names (and no
+  workspace dependency that no member declares). A dependency kept for its features alone
+  is listed, with the reason, under `[package.metadata.house-check] features-only`.
 
 Prints each cycle and each long function with its file and line; exits 1 when there is one.
 Usage: python3 tools/house_check.py [--max-fn-lines N]
 """
 import argparse
+import glob
+import tomllib
 import os
 import re
 import sys
@@ -200,6 +205,37 @@ def long_functions(root, limit):
     return found
 
 
+MEMBERS = [".", "kernels", "models", "rlhf", "actors"]
+
+
+def unused_dependencies(top):
+    """`(package, section, name)` of each declared dependency nothing in its package names."""
+    found, declared = [], set()
+    for member in MEMBERS:
+        base = os.path.join(top, member)
+        manifest = tomllib.load(open(os.path.join(base, "Cargo.toml"), "rb"))
+        meta = manifest.get("package", {}).get("metadata", {}).get("house-check", {})
+        keep = set(meta.get("features-only", []))
+        files = []
+        for sub in ("src", "tests", "benches", "examples"):
+            files += glob.glob(os.path.join(base, sub, "**", "*.rs"), recursive=True)
+        if os.path.isfile(os.path.join(base, "build.rs")):
+            files.append(os.path.join(base, "build.rs"))
+        text = "\n".join(open(f, encoding="utf-8").read() for f in files)
+        for section in ("dependencies", "dev-dependencies", "build-dependencies"):
+            for name in manifest.get(section, {}):
+                declared.add(name)
+                ident = name.replace("-", "_")
+                named = re.search(rf"\b{ident}\s*::|\buse\s+{ident}\b|\bextern crate\s+{ident}\b", text)
+                if not named and name not in keep:
+                    found.append((member, section, name))
+    workspace = tomllib.load(open(os.path.join(top, "Cargo.toml"), "rb"))["workspace"]
+    for name in workspace.get("dependencies", {}):
+        if name not in declared:
+            found.append((".", "workspace.dependencies", name))
+    return found
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-fn-lines", type=int, default=80)
@@ -215,6 +251,9 @@ def main():
             bad += 1
             print(f"{os.path.relpath(path, top)}:{line}: fn {name} is {n} lines "
                   f"(over {args.max_fn_lines})")
+    for member, section, name in unused_dependencies(top):
+        bad += 1
+        print(f"{os.path.join(member, 'Cargo.toml')}: [{section}] {name} is never used")
     print(f"house check: {bad} finding(s)")
     return 1 if bad else 0
 

@@ -22,7 +22,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// The protocol a [`Hello`] must name.
-pub const PROTOCOL: &str = "oxalign-cluster/3";
+pub const PROTOCOL: &str = "oxalign-cluster/4";
 
 /// The client's first message.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -30,12 +30,11 @@ pub use cluster::{
 };
 pub use host_name::valid_host;
 pub use numbers::{MAX_EVAL_SIZE, MAX_SEQUENCES_PER_STEP, MAX_TOKENS};
-pub use offline::{DpoLossName, DpoSection, RmSection, RunKind};
+pub use offline::{DpoSection, RmSection, RunKind};
 pub use overrides::apply_override;
 pub use resume_check::{changed_keys, check_resume, RESUMABLE_KEYS};
 pub use reward::{
-    ExtractName, HttpRewardSection, RewardKeyError, RewardKind, RewardSection, VerifierKind,
-    VerifierSpec,
+    HttpRewardSection, RewardKeyError, RewardKind, RewardSection, VerifierKind, VerifierSpec,
 };
 pub use sections::*;
 pub use slurm::{expand_hostlist, HostListError, SlurmError, NODELIST_ENV};

@@ -2,6 +2,7 @@
 //! `run.kind` picks the run, `[rm]` and `[dpo]` set their optimisation (SFT from a file uses
 //! `[sft]`). Nothing here touches the disk.
 
+use oxalign_rlhf::losses::DpoLossKind;
 use serde::{Deserialize, Serialize};
 
 /// What a run trains (`run.kind`).
@@ -20,18 +21,6 @@ pub enum RunKind {
     /// Direct preference optimisation of the policy on `data.path` (preference schema),
     /// `[dpo]` settings, against the frozen initial policy.
     Dpo,
-}
-
-/// Which preference loss DPO uses (`dpo.loss`).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum DpoLossName {
-    /// `−log σ(β h)` (Rafailov et al. 2023); with `dpo.label_smoothing = ε > 0`, conservative
-    /// DPO `−(1−ε) log σ(β h) − ε log σ(−β h)`.
-    #[default]
-    Sigmoid,
-    /// IPO `(h − 1/(2β))²` (Azar et al. 2023).
-    Ipo,
 }
 
 /// `[rm]`: reward-model training (`run.kind = "rm"`).
@@ -78,8 +67,9 @@ pub struct DpoSection {
     /// β, the strength of the implicit KL penalty to the reference (per nat of summed
     /// log-ratio). Default `0.1`.
     pub beta: f64,
-    /// `sigmoid` (DPO, cDPO with `label_smoothing`) or `ipo`. Default `"sigmoid"`.
-    pub loss: DpoLossName,
+    /// `sigmoid` (DPO, `−log σ(β h)` (Rafailov et al. 2023); cDPO with `label_smoothing`) or
+    /// `ipo` (`(h − 1/(2β))²`, Azar et al. 2023). Default `"sigmoid"`.
+    pub loss: DpoLossKind,
     /// cDPO's ε, the assumed probability that a label is flipped, in `[0, 0.5)`; `sigmoid`
     /// only. Default `0.0` (plain DPO).
     pub label_smoothing: f64,
@@ -96,7 +86,7 @@ impl Default for DpoSection {
             lr: 1e-5,
             warmup_steps: 10,
             beta: 0.1,
-            loss: DpoLossName::Sigmoid,
+            loss: DpoLossKind::Sigmoid,
             label_smoothing: 0.0,
             eval_every: 50,
         }

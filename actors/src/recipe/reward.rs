@@ -7,7 +7,7 @@
 use super::{Recipe, RecipeError};
 use oxalign_rlhf::reward::http::{check_url, HttpRewardConfig};
 use oxalign_rlhf::reward::{
-    AnswerMatch, Extract, JsonValid, LengthPenalty, RegexMatch, Verifier, Verifiers,
+    AnswerMatch, Extract, ExtractKind, JsonValid, LengthPenalty, RegexMatch, Verifier, Verifiers,
 };
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -76,21 +76,6 @@ pub enum VerifierKind {
     JsonValid,
 }
 
-/// Where an exact-match verifier finds the answer.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum ExtractName {
-    /// The response up to its first newline, trimmed.
-    #[default]
-    FirstLine,
-    /// The inside of the last `\boxed{...}`.
-    Boxed,
-    /// The last number (compared by value: `2.50` equals `2.5`).
-    LastNumber,
-    /// Capture group `answer` (or group 1) of `pattern`.
-    Regex,
-}
-
 /// One `[[reward.verifiers]]` entry.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -100,10 +85,12 @@ pub struct VerifierSpec {
     /// The verifier's weight in the sum (any finite number). Default `1.0`.
     #[serde(default = "one")]
     pub weight: f64,
-    /// `exact_match` only: `first_line`, `boxed`, `last_number` or `regex`. Default
-    /// `"first_line"`.
+    /// `exact_match` only, where the answer is: `first_line` (the response up to its first
+    /// newline, trimmed), `boxed` (the inside of the last `\boxed{...}`), `last_number` (the
+    /// last number, compared by value: `2.50` equals `2.5`) or `regex` (capture group `answer`,
+    /// or group 1, of `pattern`). Default `"first_line"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extract: Option<ExtractName>,
+    pub extract: Option<ExtractKind>,
     /// The regex (Rust `regex` syntax) of `kind = "regex"`, or of `extract = "regex"`, where
     /// it needs a capture group. Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -246,16 +233,12 @@ impl VerifierSpec {
         }
         Ok(match self.kind {
             VerifierKind::ExactMatch => {
-                let extract = match self.extract.unwrap_or_default() {
-                    ExtractName::Regex => Extract::regex(pattern()?).map_err(bad_pattern)?,
-                    other => {
+                let extract = match self.extract.unwrap_or_default().without_pattern() {
+                    Some(fixed) => {
                         refuse("pattern", self.pattern.is_some())?;
-                        match other {
-                            ExtractName::Boxed => Extract::Boxed,
-                            ExtractName::LastNumber => Extract::LastNumber,
-                            _ => Extract::FirstLine,
-                        }
+                        fixed
                     }
+                    None => Extract::regex(pattern()?).map_err(bad_pattern)?,
                 };
                 Verifier::ExactMatch(AnswerMatch { extract })
             }

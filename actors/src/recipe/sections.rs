@@ -4,6 +4,9 @@
 //! (model folders, devices) live in `validate.rs`; `[reward]` lives in `reward.rs`. Nothing
 //! here touches the disk.
 
+use oxalign_rlhf::losses::{
+    KlEstimator, KlMode, LossAggKind, PolicyObjective, RolloutCorrectionKind,
+};
 use serde::{Deserialize, Serialize};
 
 /// The RL algorithm: which advantage estimator the loop uses.
@@ -25,75 +28,10 @@ pub enum Algorithm {
     Distill,
 }
 
-/// Which KL estimator between policy and reference.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum KlEstimatorName {
-    /// `log p - log q`.
-    K1,
-    /// `0.5 (log p - log q)^2`.
-    K2,
-    /// `exp(log q - log p) - (log q - log p) - 1`.
-    K3,
-}
-
-/// Where the KL enters: as a per-token reward penalty or as a loss term.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum KlModeName {
-    /// Subtract `β·kl` from each token's reward.
-    Reward,
-    /// Add `β·kl` to the policy loss.
-    Loss,
-}
-
-/// How per-token losses become one scalar.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum LossAggName {
-    /// Mean over all response tokens in the batch.
-    TokenMean,
-    /// Sum over each sequence's tokens, mean over sequences.
-    SeqMeanTokenSum,
-    /// Mean over each sequence's tokens, mean over sequences.
-    SeqMeanTokenMean,
-    /// Sum over each sequence's tokens divided by `rl.max_new_tokens`, mean over sequences:
-    /// Dr. GRPO's constant normaliser.
-    SeqMeanTokenSumNorm,
-}
-
-/// The policy-gradient surrogate of the update.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum PolicyLossName {
-    /// PPO's clipped per-token ratio.
-    Ppo,
-    /// GSPO's clipped per-sequence ratio (Zheng et al. 2025).
-    Gspo,
-    /// CISPO's clipped, stop-gradient weight on log π (MiniMax-M1, 2025).
-    Cispo,
-}
-
-/// How the update corrects the gap between the engine's sampling log-probs and π_old.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum RolloutCorrectionName {
-    /// No correction.
-    None,
-    /// Token TIS: weights `min(π_old/π_engine, rl.tis_cap)`.
-    TokenTis,
-    /// Whole sequences whose geometric-mean ratio `exp(mean_t log π_old/π_engine)` lies outside
-    /// `[rl.rollout_mask_low, rl.rollout_mask_high]` get weight 0, the rest weight 1.
-    SeqMask,
-    /// IcePop: tokens whose ratio lies outside `[rl.rollout_mask_low, rl.rollout_mask_high]` get
-    /// weight 0, the rest their ratio.
-    Icepop,
-}
-
 /// What a response cut off by `rl.max_new_tokens` is.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
-pub enum TruncatedName {
+pub enum Truncation {
     /// The episode ended there: the response is scored as it stands.
     Terminal,
     /// It has not ended (PPO only): its score is not used, and GAE bootstraps from the
@@ -338,7 +276,7 @@ pub struct RlSection {
     /// `clip_eps_high = 4e-4`, and `seq_mean_token_mean`) or `cispo` (REINFORCE with the
     /// ratio clipped to `[1 − clip_eps, 1 + clip_eps_high]` as a stop-gradient weight; e.g.
     /// `clip_eps = 1`, `clip_eps_high = 4`). Default `"ppo"`.
-    pub policy_loss: PolicyLossName,
+    pub policy_loss: PolicyObjective,
     /// Dual-clip constant c (> 1) for negative advantages; none by default.
     pub dual_clip: Option<f64>,
     /// Critic value clip range. Default `0.2`.
@@ -352,9 +290,9 @@ pub struct RlSection {
     /// Initial KL coefficient β. Default `0.05`.
     pub kl_coef: f64,
     /// KL estimator: `k1`, `k2` or `k3`. Default `"k1"`.
-    pub kl_estimator: KlEstimatorName,
+    pub kl_estimator: KlEstimator,
     /// Where the KL goes: `reward` (per-token penalty) or `loss`. Default `"reward"`.
-    pub kl_mode: KlModeName,
+    pub kl_mode: KlMode,
     /// Adaptive KL target in nats per sequence (the summed per-token KL, Ziegler et al. 2019);
     /// none = fixed β.
     pub kl_target: Option<f64>,
@@ -366,7 +304,7 @@ pub struct RlSection {
     /// normaliser, Liu et al. 2025), `seq_mean_token_mean` with `policy_loss = "gspo"`,
     /// `token_mean` otherwise (see `RlSection::loss_agg`).
     #[serde(rename = "loss_agg")]
-    pub loss_agg_choice: Option<LossAggName>,
+    pub loss_agg_choice: Option<LossAggKind>,
     /// Whiten advantages over the batch. Default `true`.
     pub whiten_advantages: bool,
     /// Global gradient-norm clip. Default `1.0`.
@@ -380,7 +318,7 @@ pub struct RlSection {
     /// leaves it). Default: `token_tis` when `tis_cap` is set, else `none` (see
     /// `RlSection::rollout_correction`).
     #[serde(rename = "rollout_correction")]
-    pub rollout_correction_choice: Option<RolloutCorrectionName>,
+    pub rollout_correction_choice: Option<RolloutCorrectionKind>,
     /// Lowest kept ratio π_old/π_engine of `seq_mask` and `icepop`, in `[0, 1]`. Default `0.5`.
     pub rollout_mask_low: Option<f64>,
     /// Highest kept ratio of `seq_mask` and `icepop`, ≥ 1. Default `2.0` for `seq_mask`,
@@ -391,7 +329,7 @@ pub struct RlSection {
     /// A response cut off by `max_new_tokens` (finish reason `length`): `terminal` (scored as
     /// it stands) or `bootstrap` (PPO only: not scored, GAE bootstraps from the critic's value
     /// after the cut). Default `"terminal"`.
-    pub truncated: TruncatedName,
+    pub truncated: Truncation,
     /// DAPO's soft overlong punishment: responses longer than `max_new_tokens −
     /// overlong_buffer` tokens lose up to `overlong_penalty` reward, linearly over the buffer
     /// (Yu et al. 2025). Tokens, `1..=max_new_tokens`; none = off.
@@ -460,12 +398,12 @@ impl RlSection {
     /// GSPO's sequence-level ratio comes with its sequence-level average
     /// (`seq_mean_token_mean`): token-mean would weight long responses more, the length
     /// bias GSPO removes.
-    pub fn loss_agg(&self) -> LossAggName {
+    pub fn loss_agg(&self) -> LossAggKind {
         match (self.loss_agg_choice, self.algorithm, self.policy_loss) {
             (Some(a), _, _) => a,
-            (None, Algorithm::DrGrpo, _) => LossAggName::SeqMeanTokenSumNorm,
-            (None, _, PolicyLossName::Gspo) => LossAggName::SeqMeanTokenMean,
-            (None, _, _) => LossAggName::TokenMean,
+            (None, Algorithm::DrGrpo, _) => LossAggKind::SeqMeanTokenSumNorm,
+            (None, _, PolicyObjective::Gspo) => LossAggKind::SeqMeanTokenMean,
+            (None, _, _) => LossAggKind::TokenMean,
         }
     }
 
@@ -476,12 +414,12 @@ impl RlSection {
 
     /// The rollout correction in force: the recipe's, or `token_tis` when only `tis_cap` is
     /// set or the batches may be stale (`max_staleness ≥ 1`).
-    pub fn rollout_correction(&self) -> RolloutCorrectionName {
+    pub fn rollout_correction(&self) -> RolloutCorrectionKind {
         match (self.rollout_correction_choice, self.tis_cap) {
             (Some(c), _) => c,
-            (None, Some(_)) => RolloutCorrectionName::TokenTis,
-            (None, None) if self.max_staleness > 0 => RolloutCorrectionName::TokenTis,
-            (None, None) => RolloutCorrectionName::None,
+            (None, Some(_)) => RolloutCorrectionKind::TokenTis,
+            (None, None) if self.max_staleness > 0 => RolloutCorrectionKind::TokenTis,
+            (None, None) => RolloutCorrectionKind::None,
         }
     }
 
@@ -489,7 +427,7 @@ impl RlSection {
     /// correction of stale batches.
     pub fn tis_cap_in_force(&self) -> Option<f64> {
         let stale_tis =
-            self.max_staleness > 0 && self.rollout_correction() == RolloutCorrectionName::TokenTis;
+            self.max_staleness > 0 && self.rollout_correction() == RolloutCorrectionKind::TokenTis;
         self.tis_cap.or(stale_tis.then_some(STALE_TIS_CAP))
     }
 
@@ -497,7 +435,7 @@ impl RlSection {
     /// `[0.5, 2]` (`seq_mask`) and `[0.5, 5]` (`icepop`).
     pub fn rollout_mask_band(&self) -> (f64, f64) {
         let high = match self.rollout_correction() {
-            RolloutCorrectionName::Icepop => 5.0,
+            RolloutCorrectionKind::Icepop => 5.0,
             _ => 2.0,
         };
         (
@@ -526,15 +464,15 @@ impl Default for RlSection {
             critic_lr: 1e-4,
             clip_eps: 0.2,
             clip_eps_high: None,
-            policy_loss: PolicyLossName::Ppo,
+            policy_loss: PolicyObjective::Ppo,
             dual_clip: None,
             value_clip: 0.2,
             gamma: 1.0,
             lam: 0.95,
             entropy_coef: 0.0,
             kl_coef: 0.05,
-            kl_estimator: KlEstimatorName::K1,
-            kl_mode: KlModeName::Reward,
+            kl_estimator: KlEstimator::K1,
+            kl_mode: KlMode::Reward,
             kl_target: None,
             kl_horizon: 10000.0,
             loss_agg_choice: None,
@@ -545,7 +483,7 @@ impl Default for RlSection {
             rollout_mask_low: None,
             rollout_mask_high: None,
             max_new_tokens: 16,
-            truncated: TruncatedName::Terminal,
+            truncated: Truncation::Terminal,
             overlong_buffer: None,
             overlong_penalty: 1.0,
             distill_reward_coef: 0.0,

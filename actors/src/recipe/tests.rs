@@ -1,6 +1,7 @@
 //! Recipe parsing: defaults, overrides, and the messages for bad keys and values.
 
 use super::*;
+use oxalign_rlhf::losses::{LossAggKind, RolloutCorrectionKind};
 use std::path::Path;
 
 fn parse(text: &str, sets: &[&str]) -> Result<Recipe, RecipeError> {
@@ -37,6 +38,69 @@ fn unknown_enum_value_lists_choices() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("rl.algorithm") && e.contains("grpo"), "{e}");
+}
+
+/// Every enum key that deserializes into a library type takes the spellings of
+/// docs/RECIPES.md, writes them back unchanged into the resolved recipe, and names the key
+/// and every choice for a value it does not know.
+#[test]
+fn library_enum_values_keep_their_spelling_and_unknown_ones_list_the_choices() {
+    let verifier = "[reward]\nkind = \"verifiers\"\n[[reward.verifiers]]\nkind = \"exact_match\"\n";
+    let cases: [(&str, &str, &[&str]); 8] = [
+        ("[rl]\n", "kl_estimator", &["k1", "k2", "k3"]),
+        ("[rl]\n", "kl_mode", &["reward", "loss"]),
+        (
+            "[rl]\n",
+            "loss_agg",
+            &[
+                "token_mean",
+                "seq_mean_token_sum",
+                "seq_mean_token_mean",
+                "seq_mean_token_sum_norm",
+            ],
+        ),
+        ("[rl]\n", "policy_loss", &["ppo", "gspo", "cispo"]),
+        (
+            "[rl]\n",
+            "rollout_correction",
+            &["none", "token_tis", "seq_mask", "icepop"],
+        ),
+        ("[rl]\n", "truncated", &["terminal", "bootstrap"]),
+        ("[dpo]\n", "loss", &["sigmoid", "ipo"]),
+        (
+            verifier,
+            "extract",
+            &["first_line", "boxed", "last_number", "regex"],
+        ),
+    ];
+    for (table, key, values) in cases {
+        for v in values {
+            let r = parse(&format!("{table}{key} = \"{v}\"\n"), &[]).unwrap();
+            let written = r.to_toml();
+            assert!(
+                written.contains(&format!("\n{key} = \"{v}\"\n")),
+                "{key} = {v:?} written as:\n{written}"
+            );
+        }
+        let e = parse(&format!("{table}{key} = \"nope\"\n"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(key) && e.contains("unknown variant `nope`"),
+            "{e}"
+        );
+        for v in values {
+            assert!(
+                e.contains(&format!("`{v}`")),
+                "{key}: {v} missing from: {e}"
+            );
+        }
+    }
+    let e = parse("", &["rl.loss_agg=\"sum\""]).unwrap_err().to_string();
+    assert!(
+        e.contains("rl.loss_agg") && e.contains("`token_mean`"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -179,29 +243,29 @@ fn supervision_and_faults_parse_validate_and_round_trip() {
 #[test]
 fn dr_grpo_defaults_to_its_constant_normaliser() {
     let r = parse("[rl]\nalgorithm = \"dr_grpo\"\n", &[]).unwrap();
-    assert_eq!(r.rl.loss_agg(), LossAggName::SeqMeanTokenSumNorm);
+    assert_eq!(r.rl.loss_agg(), LossAggKind::SeqMeanTokenSumNorm);
     let r = parse(
         "[rl]\nalgorithm = \"dr_grpo\"\nloss_agg = \"token_mean\"\n",
         &[],
     )
     .unwrap();
-    assert_eq!(r.rl.loss_agg(), LossAggName::TokenMean);
+    assert_eq!(r.rl.loss_agg(), LossAggKind::TokenMean);
     assert_eq!(
         parse("", &[]).unwrap().rl.loss_agg(),
-        LossAggName::TokenMean
+        LossAggKind::TokenMean
     );
 }
 
 #[test]
 fn gspo_defaults_to_its_sequence_level_average() {
     let r = parse("[rl]\npolicy_loss = \"gspo\"\n", &[]).unwrap();
-    assert_eq!(r.rl.loss_agg(), LossAggName::SeqMeanTokenMean);
+    assert_eq!(r.rl.loss_agg(), LossAggKind::SeqMeanTokenMean);
     let r = parse(
         "[rl]\npolicy_loss = \"gspo\"\nloss_agg = \"token_mean\"\n",
         &[],
     )
     .unwrap();
-    assert_eq!(r.rl.loss_agg(), LossAggName::TokenMean);
+    assert_eq!(r.rl.loss_agg(), LossAggKind::TokenMean);
 }
 
 /// Each combination that would fail at run time or silently do nothing is refused by
@@ -316,7 +380,7 @@ fn check_refuses_inconsistent_sampling_correction_and_distillation_options() {
         validate(&r, Path::new("r.toml")).unwrap();
     }
     let r = parse(&format!("{grpo}tis_cap = 2.0\n{int8}"), &[]).unwrap();
-    assert_eq!(r.rl.rollout_correction(), RolloutCorrectionName::TokenTis);
+    assert_eq!(r.rl.rollout_correction(), RolloutCorrectionKind::TokenTis);
     let r = parse(&format!("{grpo}rollout_correction = \"icepop\"\n"), &[]).unwrap();
     assert_eq!(r.rl.rollout_mask_band(), (0.5, 5.0));
     // A distillation run's reward-side KL penalty would never apply.
@@ -339,7 +403,7 @@ fn stale_batches_default_to_token_tis_and_the_lag_is_bounded() {
     let grpo = "[rl]\nalgorithm = \"grpo\"\nsamples_per_prompt = 4\nminibatch_size = 32\n";
     let r = parse(&format!("{grpo}max_staleness = 1\n"), &[]).unwrap();
     validate(&r, Path::new("r.toml")).unwrap();
-    assert_eq!(r.rl.rollout_correction(), RolloutCorrectionName::TokenTis);
+    assert_eq!(r.rl.rollout_correction(), RolloutCorrectionKind::TokenTis);
     assert_eq!(r.rl.tis_cap_in_force(), Some(STALE_TIS_CAP));
     for ok in [
         format!("{grpo}max_staleness = 2\nrollout_correction = \"icepop\"\n"),

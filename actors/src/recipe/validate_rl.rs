@@ -2,19 +2,34 @@
 //! at run time or silently do nothing are refused here, naming the keys; combinations that
 //! run but are usually a mistake give a warning.
 
-use super::{
-    Algorithm, EngineQuant, KlEstimatorName, KlModeName, PolicyLossName, Recipe, RecipeError,
-    RolloutCorrectionName, TruncatedName,
-};
+use super::{Algorithm, EngineQuant, Recipe, RecipeError, Truncation};
+use oxalign_rlhf::losses::{KlEstimator, KlMode, PolicyObjective, RolloutCorrectionKind};
 
 /// The first inconsistent combination of `[rl]` options (and the critic's model folder).
 pub(super) fn validate_rl(
     r: &Recipe,
     bad: &impl Fn(&str, String) -> RecipeError,
 ) -> Result<(), RecipeError> {
+    truncation_and_overlong(r, bad)?;
+    cispo_has_no_dual_clip(r, bad)?;
+    sampling(r, bad)?;
+    distill(r, bad)?;
+    dynamic_sampling(r, bad)?;
+    trainer_precision(r, bad)?;
+    rollout_correction(r, bad)?;
+    kl_target(r, bad)?;
+    critic_needs_ppo(r, bad)
+}
+
+/// Refuses `rl.truncated = "bootstrap"` without PPO's critic, an `rl.overlong_buffer`
+/// outside `1..=max_new_tokens` or beside `"bootstrap"` (a cut-off response is then not
+/// scored), and a negative or non-finite `rl.overlong_penalty`.
+fn truncation_and_overlong(
+    r: &Recipe,
+    bad: &impl Fn(&str, String) -> RecipeError,
+) -> Result<(), RecipeError> {
     let rl = &r.rl;
-    let ppo = rl.algorithm == Algorithm::Ppo;
-    if rl.truncated == TruncatedName::Bootstrap && !ppo {
+    if rl.truncated == Truncation::Bootstrap && rl.algorithm != Algorithm::Ppo {
         return Err(bad(
             "rl.truncated",
             format!(
@@ -34,7 +49,7 @@ pub(super) fn validate_rl(
                 ),
             ));
         }
-        if rl.truncated == TruncatedName::Bootstrap {
+        if rl.truncated == Truncation::Bootstrap {
             return Err(bad(
                 "rl.overlong_buffer",
                 "with rl.truncated = \"bootstrap\" a cut-off response is not scored, so the \
@@ -49,7 +64,15 @@ pub(super) fn validate_rl(
             format!("{}: expected a finite number >= 0", rl.overlong_penalty),
         ));
     }
-    if rl.policy_loss == PolicyLossName::Cispo && rl.dual_clip.is_some() {
+    Ok(())
+}
+
+/// Refuses `rl.dual_clip` with `rl.policy_loss = "cispo"`, which never drops a gradient.
+fn cispo_has_no_dual_clip(
+    r: &Recipe,
+    bad: &impl Fn(&str, String) -> RecipeError,
+) -> Result<(), RecipeError> {
+    if r.rl.policy_loss == PolicyObjective::Cispo && r.rl.dual_clip.is_some() {
         return Err(bad(
             "rl.dual_clip",
             "CISPO never drops a token's gradient (a clipped ratio only caps its weight), so a \
@@ -57,11 +80,13 @@ pub(super) fn validate_rl(
                 .into(),
         ));
     }
-    sampling(r, bad)?;
-    distill(r, bad)?;
-    dynamic_sampling(r, bad)?;
-    trainer_precision(r, bad)?;
-    rollout_correction(r, bad)?;
+    Ok(())
+}
+
+/// Refuses an `rl.kl_target` with `rl.kl_coef = 0` (the controller would never act) or
+/// that is not a positive number of nats.
+fn kl_target(r: &Recipe, bad: &impl Fn(&str, String) -> RecipeError) -> Result<(), RecipeError> {
+    let rl = &r.rl;
     if rl.kl_target.is_some() && rl.kl_coef == 0.0 {
         return Err(bad(
             "rl.kl_target",
@@ -70,20 +95,26 @@ pub(super) fn validate_rl(
                 .into(),
         ));
     }
-    if let Some(t) = rl.kl_target {
-        if !(t.is_finite() && t > 0.0) {
-            return Err(bad(
-                "rl.kl_target",
-                format!("{t}: expected nats per sequence > 0"),
-            ));
-        }
+    match rl.kl_target {
+        Some(t) if !(t.is_finite() && t > 0.0) => Err(bad(
+            "rl.kl_target",
+            format!("{t}: expected nats per sequence > 0"),
+        )),
+        _ => Ok(()),
     }
-    if r.model.critic_path.is_some() && !ppo {
+}
+
+/// Refuses a `model.critic_path` unless `rl.algorithm = "ppo"`, the only one with a critic.
+fn critic_needs_ppo(
+    r: &Recipe,
+    bad: &impl Fn(&str, String) -> RecipeError,
+) -> Result<(), RecipeError> {
+    if r.model.critic_path.is_some() && r.rl.algorithm != Algorithm::Ppo {
         return Err(bad(
             "model.critic_path",
             format!(
                 "only \"ppo\" has a critic (rl.algorithm = {:?}); the folder would be ignored",
-                rl.algorithm
+                r.rl.algorithm
             ),
         ));
     }
@@ -126,7 +157,7 @@ fn distill(r: &Recipe, bad: &impl Fn(&str, String) -> RecipeError) -> Result<(),
     if !distill {
         return Ok(());
     }
-    if rl.kl_mode == KlModeName::Reward && rl.kl_coef != 0.0 {
+    if rl.kl_mode == KlMode::Reward && rl.kl_coef != 0.0 {
         return Err(bad(
             "rl.kl_coef",
             format!(
@@ -223,61 +254,90 @@ fn rollout_correction(
     r: &Recipe,
     bad: &impl Fn(&str, String) -> RecipeError,
 ) -> Result<(), RecipeError> {
-    let rl = &r.rl;
-    let mode = rl.rollout_correction();
+    let mode = r.rl.rollout_correction();
+    tis_cap_fits(&r.rl, mode, bad)?;
+    mask_band_fits(&r.rl, mode, bad)?;
+    stale_batches_weigh_tokens(&r.rl, mode, bad)?;
+    something_to_correct(r, mode, bad)
+}
+
+/// Refuses `token_tis` without a cap in force or with one that is not above 0, and an
+/// `rl.tis_cap` beside any other correction.
+fn tis_cap_fits(
+    rl: &super::RlSection,
+    mode: RolloutCorrectionKind,
+    bad: &impl Fn(&str, String) -> RecipeError,
+) -> Result<(), RecipeError> {
+    match (mode, rl.tis_cap_in_force()) {
+        (RolloutCorrectionKind::TokenTis, None) => Err(bad(
+            "rl.tis_cap",
+            "rl.rollout_correction = \"token_tis\" needs the cap C of min(w, C); \
+             expected e.g. rl.tis_cap = 2.0"
+                .into(),
+        )),
+        (RolloutCorrectionKind::TokenTis, Some(c)) if !(c.is_finite() && c > 0.0) => {
+            Err(bad("rl.tis_cap", format!("{c}: expected a cap > 0")))
+        }
+        (RolloutCorrectionKind::TokenTis, _) | (_, None) => Ok(()),
+        (m, Some(_)) => Err(bad(
+            "rl.tis_cap",
+            format!(
+                "only rl.rollout_correction = \"token_tis\" uses it, not {m:?}; remove \
+                 rl.tis_cap (seq_mask and icepop use rl.rollout_mask_low / _high)"
+            ),
+        )),
+    }
+}
+
+/// Refuses `rl.rollout_mask_low` / `_high` beside a correction other than `seq_mask` and
+/// `icepop`, and, with those, a band that is not `0 ≤ low ≤ 1 ≤ high`, `high > low`, finite.
+fn mask_band_fits(
+    rl: &super::RlSection,
+    mode: RolloutCorrectionKind,
+    bad: &impl Fn(&str, String) -> RecipeError,
+) -> Result<(), RecipeError> {
     let masks = matches!(
         mode,
-        RolloutCorrectionName::SeqMask | RolloutCorrectionName::Icepop
+        RolloutCorrectionKind::SeqMask | RolloutCorrectionKind::Icepop
     );
-    match (mode, rl.tis_cap_in_force()) {
-        (RolloutCorrectionName::TokenTis, None) => {
+    if !masks {
+        if rl.rollout_mask_low.is_some() || rl.rollout_mask_high.is_some() {
             return Err(bad(
-                "rl.tis_cap",
-                "rl.rollout_correction = \"token_tis\" needs the cap C of min(w, C); \
-                 expected e.g. rl.tis_cap = 2.0"
-                    .into(),
-            ))
-        }
-        (RolloutCorrectionName::TokenTis, Some(c)) if !(c.is_finite() && c > 0.0) => {
-            return Err(bad("rl.tis_cap", format!("{c}: expected a cap > 0")))
-        }
-        (RolloutCorrectionName::TokenTis, _) | (_, None) => {}
-        (m, Some(_)) => {
-            return Err(bad(
-                "rl.tis_cap",
+                "rl.rollout_mask_low",
                 format!(
-                    "only rl.rollout_correction = \"token_tis\" uses it, not {m:?}; remove \
-                     rl.tis_cap (seq_mask and icepop use rl.rollout_mask_low / _high)"
+                    "rl.rollout_mask_low / _high bound the kept ratios of \"seq_mask\" and \
+                     \"icepop\", not {mode:?} (rl.rollout_correction); they would be ignored"
                 ),
-            ))
+            ));
         }
-    }
-    if !masks && (rl.rollout_mask_low.is_some() || rl.rollout_mask_high.is_some()) {
-        return Err(bad(
-            "rl.rollout_mask_low",
-            format!(
-                "rl.rollout_mask_low / _high bound the kept ratios of \"seq_mask\" and \
-                 \"icepop\", not {mode:?} (rl.rollout_correction); they would be ignored"
-            ),
-        ));
+        return Ok(());
     }
     let (low, high) = rl.rollout_mask_band();
-    if masks && !(low.is_finite() && (0.0..=1.0).contains(&low)) {
+    if !(low.is_finite() && (0.0..=1.0).contains(&low)) {
         return Err(bad(
             "rl.rollout_mask_low",
             format!("{low}: expected a ratio in [0, 1]"),
         ));
     }
-    if masks && !(high.is_finite() && high >= 1.0 && high > low) {
+    if !(high.is_finite() && high >= 1.0 && high > low) {
         return Err(bad(
             "rl.rollout_mask_high",
             format!("{high}: expected a finite ratio >= 1 (and > rl.rollout_mask_low)"),
         ));
     }
-    stale_batches_weigh_tokens(rl, mode, bad)?;
-    if mode != RolloutCorrectionName::None
+    Ok(())
+}
+
+/// Refuses a correction where every weight would be 1: an f32 engine
+/// (`engine.quant = "none"`) and on-policy batches (`rl.max_staleness = 0`).
+fn something_to_correct(
+    r: &Recipe,
+    mode: RolloutCorrectionKind,
+    bad: &impl Fn(&str, String) -> RecipeError,
+) -> Result<(), RecipeError> {
+    if mode != RolloutCorrectionKind::None
         && r.engine.quant == EngineQuant::None
-        && rl.max_staleness == 0
+        && r.rl.max_staleness == 0
     {
         return Err(bad(
             "rl.rollout_correction",
@@ -297,13 +357,13 @@ fn rollout_correction(
 /// and `seq_mask` (which weighs kept rows 1) would train it as on-policy.
 fn stale_batches_weigh_tokens(
     rl: &super::RlSection,
-    mode: RolloutCorrectionName,
+    mode: RolloutCorrectionKind,
     bad: &impl Fn(&str, String) -> RecipeError,
 ) -> Result<(), RecipeError> {
     if rl.max_staleness > 0
         && matches!(
             mode,
-            RolloutCorrectionName::None | RolloutCorrectionName::SeqMask
+            RolloutCorrectionKind::None | RolloutCorrectionKind::SeqMask
         )
     {
         return Err(bad(
@@ -353,8 +413,7 @@ fn sampling(r: &Recipe, bad: &impl Fn(&str, String) -> RecipeError) -> Result<()
 pub fn warnings(r: &Recipe) -> Vec<String> {
     let rl = &r.rl;
     let mut out = Vec::new();
-    if rl.kl_mode == KlModeName::Loss && rl.kl_coef > 0.0 && rl.kl_estimator == KlEstimatorName::K1
-    {
+    if rl.kl_mode == KlMode::Loss && rl.kl_coef > 0.0 && rl.kl_estimator == KlEstimator::K1 {
         out.push(
             "rl.kl_mode = \"loss\" with rl.kl_estimator = \"k1\": the k1 estimate log π − log \
              π_ref has zero expected gradient under samples from π, so it barely regularises; \

@@ -7,23 +7,59 @@ use crate::error::Result;
 use crate::mask::{expect_2d, expect_float, expect_shape, predicate, zero_unmasked_out};
 
 /// How a `[batch, seq]` per-token loss becomes a scalar.
+///
+/// Serialised in snake_case (`token_mean`), the spelling of [`LossAggKind`] and of recipes;
+/// the kebab-case of earlier versions (`token-mean`) still reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(rename_all = "snake_case")]
 pub enum LossAgg {
     /// Σ_{b,t} m·ℓ / Σ_{b,t} m: every response token weighs the same.
     #[default]
+    #[serde(alias = "token-mean")]
     TokenMean,
     /// mean over sequences of Σ_t m·ℓ (Dr. GRPO style: long answers weigh more).
+    #[serde(alias = "seq-mean-token-sum")]
     SeqMeanTokenSum,
     /// mean over sequences of (Σ_t m·ℓ / Σ_t m) (the original GRPO paper).
+    #[serde(alias = "seq-mean-token-mean")]
     SeqMeanTokenMean,
     /// mean over sequences of Σ_t m·ℓ / `horizon`: Dr. GRPO's constant normaliser (Liu et al.
     /// 2025; TRL's `dr_grpo`, veRL's `seq-mean-token-sum-norm`), with `horizon` the generation
     /// budget (max new tokens), so no sequence's length changes its tokens' weight.
+    #[serde(alias = "seq-mean-token-sum-norm")]
     SeqMeanTokenSumNorm {
         /// The constant divisor, in tokens (> 0).
         horizon: usize,
     },
+}
+
+/// Which [`LossAgg`], without the horizon of `SeqMeanTokenSumNorm`: the choice a recipe
+/// names (`rl.loss_agg = "token_mean"`), whose horizon comes from elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossAggKind {
+    /// [`LossAgg::TokenMean`].
+    #[default]
+    TokenMean,
+    /// [`LossAgg::SeqMeanTokenSum`].
+    SeqMeanTokenSum,
+    /// [`LossAgg::SeqMeanTokenMean`].
+    SeqMeanTokenMean,
+    /// [`LossAgg::SeqMeanTokenSumNorm`].
+    SeqMeanTokenSumNorm,
+}
+
+impl LossAggKind {
+    /// The aggregation of this kind; `horizon` (tokens) is the divisor of
+    /// `SeqMeanTokenSumNorm`, the other kinds ignore it.
+    pub fn with_horizon(self, horizon: usize) -> LossAgg {
+        match self {
+            LossAggKind::TokenMean => LossAgg::TokenMean,
+            LossAggKind::SeqMeanTokenSum => LossAgg::SeqMeanTokenSum,
+            LossAggKind::SeqMeanTokenMean => LossAgg::SeqMeanTokenMean,
+            LossAggKind::SeqMeanTokenSumNorm => LossAgg::SeqMeanTokenSumNorm { horizon },
+        }
+    }
 }
 
 /// Aggregates a per-token loss over the response tokens.
@@ -91,4 +127,49 @@ fn aggregate(loss: &Tensor, mask: &Tensor, agg: LossAgg, denom: Option<f64>) -> 
         }
     };
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kind of `agg`; exhaustive, so a new [`LossAgg`] needs its [`LossAggKind`].
+    fn kind(agg: LossAgg) -> LossAggKind {
+        match agg {
+            LossAgg::TokenMean => LossAggKind::TokenMean,
+            LossAgg::SeqMeanTokenSum => LossAggKind::SeqMeanTokenSum,
+            LossAgg::SeqMeanTokenMean => LossAggKind::SeqMeanTokenMean,
+            LossAgg::SeqMeanTokenSumNorm { .. } => LossAggKind::SeqMeanTokenSumNorm,
+        }
+    }
+
+    #[test]
+    fn kinds_build_their_aggregation_and_share_its_spelling() {
+        for k in [
+            LossAggKind::TokenMean,
+            LossAggKind::SeqMeanTokenSum,
+            LossAggKind::SeqMeanTokenMean,
+            LossAggKind::SeqMeanTokenSumNorm,
+        ] {
+            let agg = k.with_horizon(16);
+            assert_eq!(kind(agg), k);
+            let name = serde_json::to_value(k).unwrap();
+            let name = name.as_str().unwrap();
+            assert!(!name.contains('-'), "{name}");
+            if k != LossAggKind::SeqMeanTokenSumNorm {
+                assert_eq!(serde_json::to_value(agg).unwrap(), name);
+                let kebab = serde_json::Value::from(name.replace('_', "-"));
+                assert_eq!(serde_json::from_value::<LossAgg>(kebab).unwrap(), agg);
+            }
+        }
+        assert_eq!(
+            LossAggKind::SeqMeanTokenSumNorm.with_horizon(7),
+            LossAgg::SeqMeanTokenSumNorm { horizon: 7 }
+        );
+        let norm = serde_json::json!({"seq-mean-token-sum-norm": {"horizon": 7}});
+        assert_eq!(
+            serde_json::from_value::<LossAgg>(norm).unwrap(),
+            LossAgg::SeqMeanTokenSumNorm { horizon: 7 }
+        );
+    }
 }

@@ -22,6 +22,28 @@ pub enum DpoLoss {
     Ipo,
 }
 
+/// Which [`DpoLoss`], without its label smoothing: the choice a recipe names
+/// (`dpo.loss = "ipo"`), whose ε comes from another key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DpoLossKind {
+    /// [`DpoLoss::Sigmoid`].
+    #[default]
+    Sigmoid,
+    /// [`DpoLoss::Ipo`].
+    Ipo,
+}
+
+impl DpoLossKind {
+    /// The loss of this kind; `label_smoothing` is `Sigmoid`'s ε, `Ipo` ignores it.
+    pub fn with_label_smoothing(self, label_smoothing: f64) -> DpoLoss {
+        match self {
+            DpoLossKind::Sigmoid => DpoLoss::Sigmoid { label_smoothing },
+            DpoLossKind::Ipo => DpoLoss::Ipo,
+        }
+    }
+}
+
 /// Summed sequence log-probs (nats) of one batch of preference pairs, each `[batch]`, one dtype.
 #[derive(Debug, Clone, Copy)]
 pub struct PreferenceLogprobs<'a> {
@@ -127,4 +149,33 @@ pub fn dpo_loss(
         stats.reward_accuracy += if c > r { 1.0 / denom } else { 0.0 };
     }
     Ok((loss, stats))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kind of `loss`; exhaustive, so a new [`DpoLoss`] needs its kind.
+    fn kind(loss: DpoLoss) -> DpoLossKind {
+        match loss {
+            DpoLoss::Sigmoid { .. } => DpoLossKind::Sigmoid,
+            DpoLoss::Ipo => DpoLossKind::Ipo,
+        }
+    }
+
+    #[test]
+    fn kinds_build_their_loss_and_share_its_spelling() {
+        for k in [DpoLossKind::Sigmoid, DpoLossKind::Ipo] {
+            let loss = k.with_label_smoothing(0.1);
+            assert_eq!(kind(loss), k);
+            let tagged = serde_json::to_value(loss).unwrap();
+            assert_eq!(tagged["type"], serde_json::to_value(k).unwrap());
+        }
+        assert_eq!(
+            DpoLossKind::Sigmoid.with_label_smoothing(0.1),
+            DpoLoss::Sigmoid {
+                label_smoothing: 0.1
+            }
+        );
+    }
 }

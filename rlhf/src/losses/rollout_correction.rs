@@ -49,6 +49,35 @@ pub enum RolloutCorrection {
     },
 }
 
+/// Which [`RolloutCorrection`], without its bounds: the choice a recipe names
+/// (`rl.rollout_correction = "token_tis"`), whose cap and band come from other keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RolloutCorrectionKind {
+    /// [`RolloutCorrection::None`].
+    #[default]
+    None,
+    /// [`RolloutCorrection::TokenTis`].
+    TokenTis,
+    /// [`RolloutCorrection::SeqMask`].
+    SeqMask,
+    /// [`RolloutCorrection::Icepop`].
+    Icepop,
+}
+
+impl RolloutCorrectionKind {
+    /// The correction of this kind: `cap` is `TokenTis`'s, `(lower, upper)` the kept band of
+    /// `SeqMask` and `Icepop`; each kind ignores the bounds it has no use for.
+    pub fn with_bounds(self, cap: f64, (lower, upper): (f64, f64)) -> RolloutCorrection {
+        match self {
+            RolloutCorrectionKind::None => RolloutCorrection::None,
+            RolloutCorrectionKind::TokenTis => RolloutCorrection::TokenTis { cap },
+            RolloutCorrectionKind::SeqMask => RolloutCorrection::SeqMask { lower, upper },
+            RolloutCorrectionKind::Icepop => RolloutCorrection::Icepop { lower, upper },
+        }
+    }
+}
+
 /// Diagnostics of one correction over the response tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct CorrectionStats {
@@ -212,5 +241,46 @@ mod tests {
         .validate()
         .is_err());
         Ok(())
+    }
+
+    /// The kind of `c`; exhaustive, so a new [`RolloutCorrection`] needs its kind.
+    fn kind(c: RolloutCorrection) -> RolloutCorrectionKind {
+        match c {
+            RolloutCorrection::None => RolloutCorrectionKind::None,
+            RolloutCorrection::TokenTis { .. } => RolloutCorrectionKind::TokenTis,
+            RolloutCorrection::SeqMask { .. } => RolloutCorrectionKind::SeqMask,
+            RolloutCorrection::Icepop { .. } => RolloutCorrectionKind::Icepop,
+        }
+    }
+
+    #[test]
+    fn kinds_build_their_correction_with_its_bounds_and_share_its_spelling() {
+        for k in [
+            RolloutCorrectionKind::None,
+            RolloutCorrectionKind::TokenTis,
+            RolloutCorrectionKind::SeqMask,
+            RolloutCorrectionKind::Icepop,
+        ] {
+            let c = k.with_bounds(2.0, (0.5, 5.0));
+            assert_eq!(kind(c), k);
+            let name = serde_json::to_value(k).unwrap();
+            let spelled = serde_json::to_value(c).unwrap();
+            let c_name = match &spelled {
+                serde_json::Value::Object(m) => m.keys().next().unwrap().clone(),
+                v => v.as_str().unwrap().to_string(),
+            };
+            assert_eq!(name, c_name.as_str());
+        }
+        assert_eq!(
+            RolloutCorrectionKind::TokenTis.with_bounds(2.0, (0.5, 5.0)),
+            RolloutCorrection::TokenTis { cap: 2.0 }
+        );
+        assert_eq!(
+            RolloutCorrectionKind::Icepop.with_bounds(2.0, (0.5, 5.0)),
+            RolloutCorrection::Icepop {
+                lower: 0.5,
+                upper: 5.0
+            }
+        );
     }
 }

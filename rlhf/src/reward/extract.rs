@@ -19,6 +19,35 @@ pub enum Extract {
     Regex(Regex),
 }
 
+/// Which [`Extract`], without `Regex`'s compiled pattern: the choice a recipe names
+/// (`extract = "boxed"`), whose pattern comes from another key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExtractKind {
+    /// [`Extract::FirstLine`].
+    #[default]
+    FirstLine,
+    /// [`Extract::Boxed`].
+    Boxed,
+    /// [`Extract::LastNumber`].
+    LastNumber,
+    /// [`Extract::Regex`], built with [`Extract::regex`].
+    Regex,
+}
+
+impl ExtractKind {
+    /// The extraction of a kind that takes no pattern; `None` for `Regex`, which
+    /// [`Extract::regex`] builds from its pattern.
+    pub fn without_pattern(self) -> Option<Extract> {
+        match self {
+            ExtractKind::FirstLine => Some(Extract::FirstLine),
+            ExtractKind::Boxed => Some(Extract::Boxed),
+            ExtractKind::LastNumber => Some(Extract::LastNumber),
+            ExtractKind::Regex => None,
+        }
+    }
+}
+
 impl Extract {
     /// A regex extraction; the pattern must compile and have a capture group.
     pub fn regex(pattern: &str) -> Result<Self, VerifierError> {
@@ -141,5 +170,28 @@ mod tests {
         assert!(err.contains("capture group"), "{err}");
         let err = Extract::regex(r"(unclosed").unwrap_err().to_string();
         assert!(err.contains("(unclosed"), "{err}");
+    }
+
+    /// The kind of `e`; exhaustive, so a new [`Extract`] needs its kind.
+    fn kind(e: &Extract) -> ExtractKind {
+        match e {
+            Extract::FirstLine => ExtractKind::FirstLine,
+            Extract::Boxed => ExtractKind::Boxed,
+            Extract::LastNumber => ExtractKind::LastNumber,
+            Extract::Regex(_) => ExtractKind::Regex,
+        }
+    }
+
+    #[test]
+    fn kinds_without_a_pattern_build_their_extraction() {
+        for k in [
+            ExtractKind::FirstLine,
+            ExtractKind::Boxed,
+            ExtractKind::LastNumber,
+        ] {
+            assert_eq!(kind(&k.without_pattern().unwrap()), k);
+        }
+        assert!(ExtractKind::Regex.without_pattern().is_none());
+        assert_eq!(kind(&Extract::regex("(a)").unwrap()), ExtractKind::Regex);
     }
 }

@@ -20,7 +20,7 @@ mod verifiers;
 
 pub use answer_match::AnswerMatch;
 pub use exact_match::ExactMatch;
-pub use extract::Extract;
+pub use extract::{Extract, ExtractKind};
 pub use json_valid::JsonValid;
 pub use length_penalty::LengthPenalty;
 pub use overlong::OverlongShaping;

@@ -19,7 +19,6 @@ use crate::controller::setup;
 use crate::error::Cause;
 use crate::executor::ExecutorPool;
 use crate::monitor::StepMetrics;
-use crate::recipe::DpoLossName;
 use crate::roles::{DpoWork, PolicyRole, ReferenceRole};
 use oxalign_rlhf::data::{Dataset, PreferencePair};
 use oxalign_rlhf::losses::DpoLoss;
@@ -65,12 +64,8 @@ async fn evaluate(
 }
 
 fn loss(ctx: &Ctx<'_>) -> DpoLoss {
-    match ctx.recipe.dpo.loss {
-        DpoLossName::Sigmoid => DpoLoss::Sigmoid {
-            label_smoothing: ctx.recipe.dpo.label_smoothing,
-        },
-        DpoLossName::Ipo => DpoLoss::Ipo,
-    }
+    let dpo = &ctx.recipe.dpo;
+    dpo.loss.with_label_smoothing(dpo.label_smoothing)
 }
 
 /// The reference's summed log-probs of every training pair, in training-row order of epoch

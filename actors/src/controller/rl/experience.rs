@@ -3,16 +3,16 @@
 //! the reward or in the loss — with the batch statistics and the engine/trainer log-prob
 //! mismatch. The arithmetic is `oxalign-rlhf`'s, on CPU tensors, off the async runtime.
 
-use super::loss_config::{estimator, rollout_correction};
+use super::loss_config::rollout_correction;
 use super::shaping::RewardShaping;
 use crate::batch::{ExperienceBatch, ScoredBatch, TokenArray};
 use crate::controller::error::{At, RunError};
 use crate::error::Cause;
 use crate::executor::ExecutorError;
-use crate::recipe::{Algorithm, KlModeName, RlSection};
+use crate::recipe::{Algorithm, RlSection};
 use candle_core::Device;
 use oxalign_rlhf::advantages::{GaeBootstrap, GaeConfig};
-use oxalign_rlhf::losses::{CorrectionStats, RolloutCorrection};
+use oxalign_rlhf::losses::{CorrectionStats, KlMode, RolloutCorrection};
 use oxalign_rlhf::masked_abs_diff;
 use oxalign_rlhf::trainer::{
     build_experience, AdvantageKind, CriticInputs, ExperienceConfig, ExperienceStats,
@@ -48,12 +48,12 @@ fn config(rl: &RlSection, beta: f64) -> ExperienceConfig {
     ExperienceConfig {
         kind,
         group_size: rl.samples_per_prompt,
-        kl_coef: if rl.kl_mode == KlModeName::Reward {
+        kl_coef: if rl.kl_mode == KlMode::Reward {
             beta
         } else {
             0.0
         },
-        kl_estimator: estimator(rl.kl_estimator),
+        kl_estimator: rl.kl_estimator,
         whiten: rl.whiten_advantages,
     }
 }
@@ -156,7 +156,7 @@ mod tests {
     use super::*;
     use crate::batch::Finish;
     use crate::controller::rl::loss_config::policy_loss_config;
-    use crate::recipe::TruncatedName;
+    use crate::recipe::Truncation;
 
     #[test]
     fn clip_high_defaults_to_clip_eps_and_follows_clip_eps_high() {
@@ -209,7 +209,7 @@ mod tests {
             lam: 1.0,
             whiten_advantages: false,
             max_new_tokens: 3,
-            truncated: TruncatedName::Bootstrap,
+            truncated: Truncation::Bootstrap,
             ..RlSection::default()
         };
         let cfg = config(&rl, 0.0);
@@ -231,7 +231,7 @@ mod tests {
         );
         // Terminal (the default): both rows scored, no bootstrap; a 2-token overlong buffer
         // on a 3-token budget with a penalty of 0.5 takes all 0.5 off a 3-token response.
-        rl.truncated = TruncatedName::Terminal;
+        rl.truncated = Truncation::Terminal;
         rl.overlong_buffer = Some(2);
         rl.overlong_penalty = 0.5;
         let e = build(

@@ -3,7 +3,7 @@
 //! (dynamic sampling) and the experience stage read it.
 
 use crate::batch::{Finish, Sample, ScoredBatch};
-use crate::recipe::{RlSection, TruncatedName};
+use crate::recipe::{RlSection, Truncation};
 use oxalign_rlhf::reward::OverlongShaping;
 
 /// How the rollout's length limit changes the scores the advantages are built from.
@@ -23,7 +23,7 @@ impl RewardShaping {
                 buffer,
                 penalty: rl.overlong_penalty,
             }),
-            bootstrap_truncated: rl.truncated == TruncatedName::Bootstrap,
+            bootstrap_truncated: rl.truncated == Truncation::Bootstrap,
         }
     }
 
