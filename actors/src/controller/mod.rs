@@ -126,7 +126,6 @@ async fn run(
     let pdir = setup::policy_dir(recipe, run_dir)?;
     let setup = |phase, cause: Cause| RunError::controller(At::Setup, phase, cause);
     let tok = Tokenizer::from_dir(&pdir).map_err(|e| setup("tokenizer", e.into()))?;
-    let pad_id = tok.pad_token_id().or(tok.eos_token_id()).unwrap_or(0);
     let config = pdir.join("config.json");
     let context = oxalign_models::ModelConfig::from_file(&config)
         .map_err(|e| setup("model_config", e.into()))?
@@ -142,7 +141,7 @@ async fn run(
         context,
         tok: &tok,
         monitor,
-        pad_id,
+        pad_id: tok.pad_token_id().or(tok.eos_token_id()).unwrap_or(0),
         quiet: opts.quiet,
         timeout: recipe.supervision.call_timeout(),
         answer_check,
@@ -153,59 +152,71 @@ async fn run(
     if recipe.run.kind != RunKind::Rl {
         return offline::run(&ctx, &pool, started).await;
     }
-    let data = setup::prompt_source(recipe, &tok)?;
-    let mut state = match &opts.resume_from {
-        Some(ckpt) => {
-            let state = checkpoint::read_state(ckpt)?;
-            if !opts.quiet {
-                println!(
-                    "resuming {} from {} ({:?} phase, SFT step {}, RL step {})",
-                    recipe.run.name,
-                    ckpt.display(),
-                    state.phase,
-                    state.sft_step,
-                    state.step
-                );
-            }
-            state
-        }
-        None => fresh_state(recipe)?,
+    run_rl(&ctx, &pool, opts, started).await
+}
+
+/// The loop state an RL run starts from: the checkpoint's when resuming, else a fresh one.
+fn start_state(ctx: &Ctx<'_>, opts: &TrainOptions) -> Result<LoopState, RunError> {
+    let Some(ckpt) = &opts.resume_from else {
+        return fresh_state(ctx.recipe);
     };
+    let state = checkpoint::read_state(ckpt)?;
+    if !opts.quiet {
+        println!(
+            "resuming {} from {} ({:?} phase, SFT step {}, RL step {})",
+            ctx.recipe.run.name,
+            ckpt.display(),
+            state.phase,
+            state.sft_step,
+            state.step
+        );
+    }
+    Ok(state)
+}
+
+/// An RL run: SFT (unless resumed past it), the RL steps, the final policy and evaluation.
+async fn run_rl(
+    ctx: &Ctx<'_>,
+    pool: &ExecutorPool,
+    opts: &TrainOptions,
+    started: Instant,
+) -> Result<RunSummary, RunError> {
+    let data = setup::prompt_source(ctx.recipe, ctx.tok)?;
+    let mut state = start_state(ctx, opts)?;
     let clock = WallClock {
         prior: state.wall_seconds,
         started,
     };
-    monitor.report(ActorInfo::new(
+    ctx.monitor.report(ActorInfo::new(
         "controller",
         "controller",
         vec!["cpu".into()],
     ));
-    monitor.report(ActorUpdate::working("controller", "setup"));
+    ctx.monitor
+        .report(ActorUpdate::working("controller", "setup"));
     let from = opts.resume_from.as_deref();
     let mut roles = match (state.phase, from) {
-        (Phase::Rl, Some(ckpt)) => start::from_rl_checkpoint(&ctx, &pool, ckpt).await?,
-        _ => start::through_sft(&ctx, &pool, data.as_ref(), &mut state, from, clock).await?,
+        (Phase::Rl, Some(ckpt)) => start::from_rl_checkpoint(ctx, pool, ckpt).await?,
+        _ => start::through_sft(ctx, pool, data.as_ref(), &mut state, from, clock).await?,
     };
-    if !opts.quiet {
-        if let Some(a) = state.accuracy_sft {
-            println!("held-out accuracy before RL: {:.1}%", 100.0 * a);
-        }
+    if let (false, Some(a)) = (opts.quiet, state.accuracy_sft) {
+        println!("held-out accuracy before RL: {:.1}%", 100.0 * a);
     }
     let last_checkpoint =
-        rl::run_loop::rl_loop(&ctx, &pool, &mut roles, data.as_ref(), &mut state, clock).await?;
+        rl::run_loop::rl_loop(ctx, pool, &mut roles, data.as_ref(), &mut state, clock).await?;
     if let Some(ckpt) = &last_checkpoint {
-        saving::write_final_policy(&ctx, ckpt)?;
+        saving::write_final_policy(ctx, ckpt)?;
     }
     let final_acc = if data.eval_items().is_empty() {
         None
     } else {
-        evaluate::accuracy(&ctx, &roles.generator(), data.eval_items(), "eval final").await?
+        evaluate::accuracy(ctx, &roles.generator(), data.eval_items(), "eval final").await?
     };
     roles.stop();
-    monitor.report(ActorUpdate::idle("controller"));
+    ctx.monitor.report(ActorUpdate::idle("controller"));
     let summary = RunSummary {
-        name: recipe.run.name.clone(),
-        run_dir: run_dir.to_path_buf(),
+        name: ctx.recipe.run.name.clone(),
+        run_dir: ctx.run_dir.to_path_buf(),
         steps: state.step,
         accuracy_init: state.accuracy_init,
         accuracy_sft: state.accuracy_sft,
@@ -218,13 +229,18 @@ async fn run(
         last_checkpoint,
         offline: None,
     };
+    write_summary(ctx.run_dir, &summary)?;
+    Ok(summary)
+}
+
+/// Writes `summary.json` into the run folder.
+fn write_summary(run_dir: &Path, summary: &RunSummary) -> Result<(), RunError> {
     let path = run_dir.join("summary.json");
-    let text = serde_json::to_string_pretty(&summary).map_err(std::io::Error::other);
+    let text = serde_json::to_string_pretty(summary).map_err(std::io::Error::other);
     text.and_then(|t| std::fs::write(&path, t))
         .map_err(|source| RunError::Io {
             action: "write",
             path,
             source,
-        })?;
-    Ok(summary)
+        })
 }

@@ -271,6 +271,37 @@ async fn on_node(
     remote.map(Some).map_err(RunError::at(At::Setup))
 }
 
+/// The policy's trainer for one device: the model at `weights`, with the recipe's guards,
+/// packing, router loss and precision.
+fn policy_trainer(
+    recipe: &Recipe,
+    weights: &Path,
+    dev: &candle_core::Device,
+) -> Result<PolicyTrainer, Cause> {
+    let m = CausalLm::load(weights, dev)?;
+    if recipe.rl.routing_replay && m.config().moe.is_none() {
+        return Err(Cause::BadInput(format!(
+            "rl.routing_replay = true, but the policy in {} is a dense model without \
+             routers; expected a mixture-of-experts policy",
+            weights.display()
+        )));
+    }
+    let mut trainer = PolicyTrainer::new(m, recipe.rl.lr, 0.0)?;
+    trainer.max_sft_loss = recipe.guard.max_sft_loss;
+    trainer.max_policy_loss = recipe.guard.max_policy_loss;
+    trainer.max_update_kl = recipe.guard.max_update_kl;
+    trainer.rollout_distribution = recipe.scoring_distribution();
+    trainer.packing = Packing {
+        sft: recipe.sft.packing,
+        rl: recipe.rl.packing,
+    };
+    if let Some(coef) = recipe.model.router_aux_loss_coef {
+        trainer.router_aux_loss_coef = coef;
+    }
+    trainer.model.set_precision(recipe.rl.trainer_precision);
+    Ok(trainer)
+}
+
 /// Spawns the policy actor with one trainer replica per device of its group.
 pub async fn spawn_policy(
     recipe: &Recipe,
@@ -301,27 +332,7 @@ pub async fn spawn_policy(
         None => replica_group(&pg.specs, pool).map_err(&fail)?,
     };
     for (rank, dev) in devices.into_iter().enumerate() {
-        let m = CausalLm::load(weights, &dev).map_err(|e| fail(e.into()))?;
-        if recipe.rl.routing_replay && m.config().moe.is_none() {
-            return Err(fail(Cause::BadInput(format!(
-                "rl.routing_replay = true, but the policy in {} is a dense model without \
-                 routers; expected a mixture-of-experts policy",
-                weights.display()
-            ))));
-        }
-        let mut trainer = PolicyTrainer::new(m, recipe.rl.lr, 0.0).map_err(|e| fail(e.into()))?;
-        trainer.max_sft_loss = recipe.guard.max_sft_loss;
-        trainer.max_policy_loss = recipe.guard.max_policy_loss;
-        trainer.max_update_kl = recipe.guard.max_update_kl;
-        trainer.rollout_distribution = recipe.scoring_distribution();
-        trainer.packing = Packing {
-            sft: recipe.sft.packing,
-            rl: recipe.rl.packing,
-        };
-        if let Some(coef) = recipe.model.router_aux_loss_coef {
-            trainer.router_aux_loss_coef = coef;
-        }
-        trainer.model.set_precision(recipe.rl.trainer_precision);
+        let mut trainer = policy_trainer(recipe, weights, &dev).map_err(&fail)?;
         // With `placement.engine` the engine is a role of its own (`spawn_engine`).
         if recipe.placement.engine.is_none() {
             let mut engine = match &experts {

@@ -67,10 +67,36 @@ pub(crate) struct StepOutcome<'a> {
 /// The step's metrics (every key of `metrics.jsonl` but `restarts`).
 fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
     let mut m = StepMetrics::new(o.step);
+    let always = [learning(o), timing(o)].concat();
+    let optional = [refit_transfer(o), dynamic_sampling(o), correction(o)].concat();
+    for (k, v) in always.into_iter().chain(optional) {
+        m.values.insert(k.to_string(), v);
+    }
+    let extra = [
+        ("routing_overridden", o.policy.routing_overridden),
+        ("router_aux_loss", o.policy.stats.router_aux_loss),
+        (metric::VALUE_LOSS, o.value_loss),
+        // Only a reward with an exact-match check defines accuracy; otherwise there is
+        // none (not a 0).
+        (
+            metric::ACCURACY,
+            o.correct.map(|c| c as f64 / o.generated as f64),
+        ),
+    ];
+    for (k, v) in extra {
+        if let Some(v) = v {
+            m.values.insert(k.to_string(), v);
+        }
+    }
+    m
+}
+
+/// Rewards, KL, the policy update's statistics and the rollout's shape.
+fn learning(o: &StepOutcome<'_>) -> Vec<(&'static str, f64)> {
     let (s, ps, n) = (&o.exp.stats, &o.policy.stats, o.generated as f64);
     // The whole batch when the trainer scored it, else the update's first minibatch.
     let mismatch = o.exp.mismatch.unwrap_or(o.policy.rollout_mismatch);
-    for (k, v) in [
+    vec![
         (metric::REWARD_MEAN, s.score_mean),
         (metric::REWARD_STD, s.score_std),
         (metric::KL, s.kl),
@@ -88,6 +114,13 @@ fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
         ("logprob_mismatch_max", mismatch.1),
         ("policy_version", o.policy_version as f64),
         ("data_position", o.data_position as f64),
+        ("staleness", o.staleness as f64),
+    ]
+}
+
+/// Throughput, the stages' seconds and the refit's verification.
+fn timing(o: &StepOutcome<'_>) -> Vec<(&'static str, f64)> {
+    vec![
         (metric::TOKENS_PER_SEC, o.all_tokens as f64 / o.step_secs),
         (
             "gen_tokens_per_sec",
@@ -96,7 +129,6 @@ fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
         (metric::STEP_SECONDS, o.step_secs),
         ("time_generate", o.gen_secs),
         ("time_generate_exposed", o.gen_wait_secs),
-        ("staleness", o.staleness as f64),
         ("time_score", o.score_secs),
         ("time_train", o.train_secs),
         ("refit_seconds", o.refit.seconds),
@@ -106,53 +138,42 @@ fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
             "refit_probe_max_abs_diff",
             o.refit.probe_max_abs_diff.unwrap_or(f32::NAN) as f64,
         ),
-    ] {
-        m.values.insert(k.to_string(), v);
-    }
-    if let Some(moved) = &o.refit_moved {
-        for (k, v) in [
+    ]
+}
+
+/// What the refit moved to an engine role (none when the engine is inside the policy).
+fn refit_transfer(o: &StepOutcome<'_>) -> Vec<(&'static str, f64)> {
+    o.refit_moved.as_ref().map_or_else(Vec::new, |moved| {
+        vec![
             ("refit_bytes", moved.bytes as f64),
             ("refit_buckets", moved.buckets as f64),
             ("refit_transfer_seconds", moved.seconds),
-        ] {
-            m.values.insert(k.to_string(), v);
-        }
-    }
-    if let Some(f) = o.policy.routing_overridden {
-        m.values.insert("routing_overridden".to_string(), f);
-    }
-    if let Some(aux) = o.policy.stats.router_aux_loss {
-        m.values.insert("router_aux_loss".to_string(), aux);
-    }
-    if let Some(d) = &o.dynamic {
-        for (k, v) in [
-            ("dynamic_rounds", d.rounds),
-            ("dynamic_groups_dropped", d.dropped),
-            ("dynamic_groups_filled", d.filled),
-            ("samples_trained", o.samples),
-        ] {
-            m.values.insert(k.to_string(), v as f64);
-        }
-    }
-    if let Some(c) = &o.exp.correction {
-        for (k, v) in [
+        ]
+    })
+}
+
+/// DAPO's dynamic sampling rounds, when on.
+fn dynamic_sampling(o: &StepOutcome<'_>) -> Vec<(&'static str, f64)> {
+    o.dynamic.as_ref().map_or_else(Vec::new, |d| {
+        vec![
+            ("dynamic_rounds", d.rounds as f64),
+            ("dynamic_groups_dropped", d.dropped as f64),
+            ("dynamic_groups_filled", d.filled as f64),
+            ("samples_trained", o.samples as f64),
+        ]
+    })
+}
+
+/// What the rollout correction did, when one is on.
+fn correction(o: &StepOutcome<'_>) -> Vec<(&'static str, f64)> {
+    o.exp.correction.as_ref().map_or_else(Vec::new, |c| {
+        vec![
             ("rollout_is_weight_mean", c.weight_mean),
             ("rollout_masked_frac", c.masked_frac),
             ("rollout_masked_seq_frac", c.masked_seq_frac),
             ("rollout_truncated_frac", c.truncated_frac),
-        ] {
-            m.values.insert(k.to_string(), v);
-        }
-    }
-    if let Some(v) = o.value_loss {
-        m.values.insert(metric::VALUE_LOSS.to_string(), v);
-    }
-    // Only a reward with an exact-match check defines accuracy; otherwise there is none
-    // (not a 0).
-    if let Some(c) = o.correct {
-        m.values.insert(metric::ACCURACY.to_string(), c as f64 / n);
-    }
-    m
+        ]
+    })
 }
 
 /// The step's metrics, table row and progress-bar text.

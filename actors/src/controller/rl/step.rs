@@ -82,6 +82,47 @@ async fn refit(
     Ok(done)
 }
 
+/// Stages 2-4 of step `step` while, once the update starts, the engine generates the
+/// batches `plan` asks for: not during scoring, whose reference and trainer forwards it
+/// would only slow down where they share cores. Returns what the step trained, the batches
+/// generated ahead and when that generation finished. When the update went through but the
+/// generation ahead failed, the trainers hold an update that neither the engine nor the
+/// newest checkpoint has: `version` moves on, so the loop's replay rewinds them.
+#[allow(clippy::too_many_arguments)]
+async fn train_while_generating_ahead(
+    ctx: &Ctx<'_>,
+    roles: &Roles,
+    data: &dyn PromptSource,
+    (step, version): (u64, &mut u64),
+    ro: Rollout,
+    stale: bool,
+    beta: f64,
+    plan: &AheadPlan,
+) -> Result<(Trained, Vec<Rollout>, Instant), RunError> {
+    let (updating, update_started) = oneshot::channel();
+    let generate_ahead = async {
+        // The update never started: the step fails, and nothing is generated ahead.
+        let out = match update_started.await {
+            Ok(()) => plan.generate(ctx, roles, data).await,
+            Err(_) => Ok(Vec::new()),
+        };
+        (out, Instant::now())
+    };
+    let train = score_and_update(ctx, roles, step, ro, stale, beta, updating);
+    let ((generated_ahead, ahead_done), trained) = tokio::join!(generate_ahead, train);
+    let trained = trained?;
+    let batches = generated_ahead.inspect_err(|_| *version += 1)?;
+    Ok((trained, batches, ahead_done))
+}
+
+/// What to generate ahead during step `step`: the batches that `rl.max_staleness` allows,
+/// drawing prompts after `next_position` and after those the batches already waiting drew.
+fn plan_ahead(ctx: &Ctx<'_>, ahead: &[Rollout], next_position: u64, step: u64) -> AheadPlan {
+    let waiting: u64 = ahead.iter().map(|r| r.prompts_drawn).sum();
+    let (max_staleness, steps) = (ctx.recipe.rl.max_staleness, ctx.recipe.run.steps);
+    AheadPlan::of(step, ahead, next_position + waiting, max_staleness, steps)
+}
+
 /// Runs RL step `step` (1-based) from `state`, which it advances (policy version, data
 /// position, KL controller, the batches generated ahead) once the step's updates and refit
 /// succeeded. With `rl.max_staleness = k ≥ 1` the engine generates the next steps' batches
@@ -107,42 +148,22 @@ pub(crate) async fn run_step(
     let (generated, gen_secs, correct) = (ro.generated, ro.gen_secs, ro.correct);
     let (gen_tokens, all_tokens) = (ro.gen_tokens, ro.all_tokens);
     let (prompts_drawn, dynamic) = (ro.prompts_drawn, ro.dynamic);
-    let waiting: u64 = ahead.iter().map(|r| r.prompts_drawn).sum();
-    let plan = AheadPlan::of(
-        step,
-        &ahead,
-        state.data_position + prompts_drawn + waiting,
-        rl.max_staleness,
-        ctx.recipe.run.steps,
-    );
+    let plan = plan_ahead(ctx, &ahead, state.data_position + prompts_drawn, step);
 
-    // 2-4. Score, experience, update. While the trainers update, the engine generates the
-    // batches ahead: not during scoring, whose reference and trainer forwards it would only
-    // slow down where they share cores.
+    // 2-4. Score, experience, update, while the engine generates the batches ahead.
     let beta = state.kl.beta();
-    let stale = staleness > 0;
-    let (updating, update_started) = oneshot::channel();
-    let generate_ahead = async {
-        // The update never started: the step fails, and nothing is generated ahead.
-        let out = match update_started.await {
-            Ok(()) => plan.generate(ctx, roles, data).await,
-            Err(_) => Ok(Vec::new()),
-        };
-        (out, Instant::now())
-    };
-    let train = score_and_update(ctx, roles, step, ro, stale, beta, updating);
-    let ((generated_ahead, ahead_done), trained) = tokio::join!(generate_ahead, train);
-    let trained = trained?;
-    let generated_ahead = match generated_ahead {
-        Ok(batches) => batches,
-        Err(e) => {
-            // The update went through but the generation ahead failed: the trainers hold an
-            // update that neither the engine nor the newest checkpoint has, so a replay must
-            // rewind them (the loop sees the version move).
-            state.policy_version += 1;
-            return Err(e);
-        }
-    };
+    let version = &mut state.policy_version;
+    let (trained, generated_ahead, ahead_done) = train_while_generating_ahead(
+        ctx,
+        roles,
+        data,
+        (step, version),
+        ro,
+        staleness > 0,
+        beta,
+        &plan,
+    )
+    .await?;
     let gen_wait_secs = gen_now_secs
         + ahead_done
             .saturating_duration_since(trained.done)

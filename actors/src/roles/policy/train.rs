@@ -59,6 +59,29 @@ pub struct SftStepSummary {
     pub diverged: Option<Divergence>,
 }
 
+/// Adds one minibatch update's statistics to `sum`.
+fn add_stats(sum: &mut PolicyStats, s: &PolicyStats) {
+    sum.policy_loss += s.policy_loss;
+    sum.clip_frac += s.clip_frac;
+    sum.approx_kl += s.approx_kl;
+    sum.entropy += s.entropy;
+    sum.step.grad_norm += s.step.grad_norm;
+    if let Some(aux) = s.router_aux_loss {
+        sum.router_aux_loss = Some(sum.router_aux_loss.unwrap_or(0.0) + aux);
+    }
+}
+
+/// The mean over `updates` minibatch updates of the statistics summed in `sum`.
+fn mean_stats(sum: &mut PolicyStats, updates: usize) {
+    let n = updates.max(1) as f64;
+    sum.policy_loss /= n;
+    sum.clip_frac /= n;
+    sum.approx_kl /= n;
+    sum.entropy /= n;
+    sum.step.grad_norm /= n;
+    sum.router_aux_loss = sum.router_aux_loss.map(|aux| aux / n);
+}
+
 /// One PPO update of one replica over the minibatches of `w`.
 pub(crate) fn ppo_update(
     ctx: &ReplicaCtx<'_>,
@@ -113,22 +136,9 @@ pub(crate) fn ppo_update(
             };
             return Ok(stopped(updates, skipped, d));
         }
-        sum.policy_loss += s.policy_loss;
-        sum.clip_frac += s.clip_frac;
-        sum.approx_kl += s.approx_kl;
-        sum.entropy += s.entropy;
-        sum.step.grad_norm += s.step.grad_norm;
-        if let Some(aux) = s.router_aux_loss {
-            sum.router_aux_loss = Some(sum.router_aux_loss.unwrap_or(0.0) + aux);
-        }
+        add_stats(&mut sum, &s);
     }
-    let n = updates.max(1) as f64;
-    sum.policy_loss /= n;
-    sum.clip_frac /= n;
-    sum.approx_kl /= n;
-    sum.entropy /= n;
-    sum.step.grad_norm /= n;
-    sum.router_aux_loss = sum.router_aux_loss.map(|aux| aux / n);
+    mean_stats(&mut sum, updates);
     let diverged = t
         .first_non_finite_weight(ctx.collective)?
         .map(|tensor| Divergence::Weights { tensor });
