@@ -191,76 +191,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let device = open_device(&args.device)?;
     let model = CausalLm::load(&args.model, &device).map_err(|e| model_error(e, &args.model))?;
-    let cfg = model.config().clone();
-    let prompts = random_prompts(args.seed, args.batch, args.prompt_len, cfg.vocab_size);
-    let requests = |n: u64| -> Vec<GenerationRequest> {
-        prompts
-            .iter()
-            .map(|p| {
-                let mut r = GenerationRequest::new(p.clone(), n as usize);
-                r.sampling = SamplingParams::greedy();
-                r.ignore_eos = true;
-                r
-            })
-            .collect()
+    let vocab = model.config().vocab_size;
+    let prompts = random_prompts(args.seed, args.batch, args.prompt_len, vocab);
+    let mut runner = Runner {
+        kind: args.engine,
+        engine: build_engine(&args, quant, &model)?,
+        model: &model,
+        prompts: &prompts,
     };
-    let mut engine = match args.engine {
-        EngineKind::Paged => {
-            let ec = EngineConfig {
-                block_size: args.block_size as usize,
-                kv_memory_bytes: (args.kv_memory_mib as usize) << 20,
-                max_batched_tokens: args.max_batched_tokens as usize,
-                max_running: args.batch as usize,
-                quant,
-                ..EngineConfig::default()
-            };
-            match Engine::from_model(&model, ec) {
-                Ok(e) => Some(e),
-                Err(e) => return user_error(format!("cannot build the engine: {e}")),
-            }
-        }
-        _ => None,
-    };
-    // One generation of `n` tokens per prompt; returns the generated token count and the
-    // first completion.
-    let mut generate = |n: u64| -> anyhow::Result<(u64, Vec<u32>)> {
-        let reqs = requests(n);
-        let out = match args.engine {
-            EngineKind::Paged => match engine.as_mut() {
-                Some(e) => e.generate(&reqs)?,
-                None => anyhow::bail!("paged engine missing"),
-            },
-            EngineKind::Contiguous => model.generate(&reqs)?,
-            EngineKind::Naive => naive_greedy(&model, &prompts, n as usize)?,
-        };
-        let first = out.first().map(|c| c.tokens.clone()).unwrap_or_default();
-        Ok((out.iter().map(|c| c.tokens.len() as u64).sum(), first))
-    };
-    for _ in 0..args.warmup {
-        generate(1)?;
-    }
-    let mut ttft = vec![];
-    for _ in 0..args.runs {
-        let t = Instant::now();
-        generate(1)?;
-        ttft.push(t.elapsed().as_secs_f64());
-    }
-    let mut secs = vec![];
-    let mut rates = vec![];
-    let mut generated = 0;
-    let mut first = vec![];
-    for _ in 0..args.runs {
-        let t = Instant::now();
-        (generated, first) = generate(args.new_tokens)?;
-        let s = t.elapsed().as_secs_f64();
-        secs.push(s);
-        rates.push(generated as f64 / s);
-    }
-    let mismatch = match engine.as_mut() {
-        Some(e) => Some(logprob_mismatch(e, &model, &prompts[0], &first)?),
+    let m = measure(&args, &mut runner)?;
+    let mismatch = match runner.engine.as_mut() {
+        Some(e) => Some(logprob_mismatch(e, &model, &prompts[0], &m.first)?),
         None => None,
     };
-    let stats = engine.as_ref().map(|e| e.stats());
+    let stats = runner.engine.as_ref().map(|e| e.stats());
     // Last decode step: every sequence reads its whole cache (prompt + new - 1 positions).
     let kv_last = stats.as_ref().map(|s| {
         let per_token = s.block_bytes / s.block_size;
@@ -274,10 +218,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         prompt_len: args.prompt_len,
         new_tokens: args.new_tokens,
         runs: args.runs,
-        generated_tokens: generated,
-        tokens_per_sec: Spread::of(&rates),
-        run_seconds: Spread::of(&secs),
-        ttft_seconds: Spread::of(&ttft),
+        generated_tokens: m.generated,
+        tokens_per_sec: Spread::of(&m.rates),
+        run_seconds: Spread::of(&m.secs),
+        ttft_seconds: Spread::of(&m.ttft),
         peak_rss_bytes: peak_rss_bytes(Path::new("/proc/self/status")),
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         weight_bytes_per_step: stats.as_ref().map(|s| s.weight_bytes),
@@ -288,6 +232,101 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
+}
+
+/// The paged engine of `--engine paged` with the command's pool and batch settings.
+fn build_engine(args: &Args, quant: QuantMode, model: &CausalLm) -> anyhow::Result<Option<Engine>> {
+    if args.engine != EngineKind::Paged {
+        return Ok(None);
+    }
+    let ec = EngineConfig {
+        block_size: args.block_size as usize,
+        kv_memory_bytes: (args.kv_memory_mib as usize) << 20,
+        max_batched_tokens: args.max_batched_tokens as usize,
+        max_running: args.batch as usize,
+        quant,
+        ..EngineConfig::default()
+    };
+    match Engine::from_model(model, ec) {
+        Ok(e) => Ok(Some(e)),
+        Err(e) => user_error(format!("cannot build the engine: {e}")),
+    }
+}
+
+/// The generator under test and the prompts it completes greedily.
+struct Runner<'a> {
+    kind: EngineKind,
+    engine: Option<Engine>,
+    model: &'a CausalLm,
+    prompts: &'a [Vec<u32>],
+}
+
+impl Runner<'_> {
+    /// One generation of `n` tokens per prompt; returns the generated token count and the
+    /// first completion.
+    fn generate(&mut self, n: u64) -> anyhow::Result<(u64, Vec<u32>)> {
+        let reqs: Vec<GenerationRequest> = self
+            .prompts
+            .iter()
+            .map(|p| {
+                let mut r = GenerationRequest::new(p.clone(), n as usize);
+                r.sampling = SamplingParams::greedy();
+                r.ignore_eos = true;
+                r
+            })
+            .collect();
+        let out = match self.kind {
+            EngineKind::Paged => match self.engine.as_mut() {
+                Some(e) => e.generate(&reqs)?,
+                None => anyhow::bail!("paged engine missing"),
+            },
+            EngineKind::Contiguous => self.model.generate(&reqs)?,
+            EngineKind::Naive => naive_greedy(self.model, self.prompts, n as usize)?,
+        };
+        let first = out.first().map(|c| c.tokens.clone()).unwrap_or_default();
+        Ok((out.iter().map(|c| c.tokens.len() as u64).sum(), first))
+    }
+}
+
+/// What the timed runs measured.
+struct Measured {
+    /// Seconds to the first token, per run.
+    ttft: Vec<f64>,
+    /// Seconds per full run, and generated tokens per second.
+    secs: Vec<f64>,
+    rates: Vec<f64>,
+    /// Tokens generated in the last run, and its first completion.
+    generated: u64,
+    first: Vec<u32>,
+}
+
+/// `--warmup` one-token runs, `--runs` timed one-token runs (time to first token), then
+/// `--runs` timed runs of `--new-tokens`.
+fn measure(args: &Args, runner: &mut Runner<'_>) -> anyhow::Result<Measured> {
+    for _ in 0..args.warmup {
+        runner.generate(1)?;
+    }
+    let mut ttft = vec![];
+    for _ in 0..args.runs {
+        let t = Instant::now();
+        runner.generate(1)?;
+        ttft.push(t.elapsed().as_secs_f64());
+    }
+    let (mut secs, mut rates, mut generated, mut first) = (vec![], vec![], 0, vec![]);
+    for _ in 0..args.runs {
+        let t = Instant::now();
+        (generated, first) = runner.generate(args.new_tokens)?;
+        let s = t.elapsed().as_secs_f64();
+        secs.push(s);
+        rates.push(generated as f64 / s);
+    }
+    Ok(Measured {
+        ttft,
+        secs,
+        rates,
+        generated,
+        first,
+    })
 }
 
 /// `batch` prompts of `len` token ids drawn from `1..vocab` by a fixed LCG of `seed`.

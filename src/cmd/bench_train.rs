@@ -139,26 +139,10 @@ struct Report {
 
 /// Runs `oxalign bench train`.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if let Some(p) = args.peak_gflops {
-        if !(p.is_finite() && p > 0.0) {
-            return user_error(format!(
-                "--peak-gflops {p}: expected a positive number of GFLOP/s"
-            ));
-        }
-    }
-    if !(args.lr.is_finite() && args.lr >= 0.0) {
-        return user_error(format!("--lr {}: expected a number >= 0", args.lr));
-    }
-    if !(args.max_grad_norm.is_finite() && args.max_grad_norm > 0.0) {
-        return user_error(format!(
-            "--max-grad-norm {}: expected a positive number",
-            args.max_grad_norm
-        ));
-    }
+    check_numbers(&args)?;
     check_model_dir(&args.model)?;
     let device = open_device(&args.device)?;
     let (batch, seq) = (args.batch as usize, args.seq as usize);
-
     let (peak_gflops, peak_source, matmul) = match args.peak_gflops {
         Some(p) => (p, "given", None),
         None => {
@@ -166,7 +150,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             (m.gflops_median, "measured", Some(m))
         }
     };
-
     let model = CausalLm::load(&args.model, &device).map_err(|e| model_error(e, &args.model))?;
     let cfg = model.config().clone();
     if seq > cfg.max_position_embeddings {
@@ -176,66 +159,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.model.join("config.json").display()
         ));
     }
-    let named = model.vars();
-    let params: usize = named.iter().map(|(_, v)| v.elem_count()).sum();
-    let embed: usize = named
-        .iter()
-        .filter(|(n, _)| n.ends_with("embed_tokens.weight"))
-        .map(|(_, v)| v.elem_count())
-        .sum();
-    // A tied LM head multiplies by the embedding table, so it counts then.
-    let matmul_params = if cfg.tie_word_embeddings {
-        params
-    } else {
-        params - embed
-    };
-    let vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
-    let mut opt = AdamW::new(
-        named,
-        AdamWConfig {
-            lr: args.lr,
-            ..AdamWConfig::default()
-        },
-    )?;
-
+    let (params, matmul_params) = parameter_counts(&model);
     let data = BenchBatch::new(batch, seq, cfg.vocab_size, args.lengths, args.seed, &device)?;
     let rows = data.rows(args.packing)?;
-
-    let mut step_s = Vec::new();
-    let mut fwd_s = Vec::new();
-    let mut bwd_s = Vec::new();
-    let mut opt_s = Vec::new();
-    let mut cpu_s = Vec::new();
-    let mut losses = Vec::new();
-    for i in 0..args.warmup + args.steps {
-        let cpu0 = process_cpu_seconds(Path::new("/proc/self/stat"));
-        let t0 = Instant::now();
-        let loss = data.loss(&model, args.packing)?;
-        let loss_value = f64::from(loss.to_scalar::<f32>()?);
-        let t1 = Instant::now();
-        let grads = loss.backward()?;
-        let t2 = Instant::now();
-        let (_, clip_scale) = clip_coefficient(&grads, vars.iter(), args.max_grad_norm)?;
-        opt.step_scaled(&grads, clip_scale)?;
-        drop(grads);
-        let t3 = Instant::now();
-        let cpu1 = process_cpu_seconds(Path::new("/proc/self/stat"));
-        losses.push(loss_value);
-        if i >= args.warmup {
-            fwd_s.push((t1 - t0).as_secs_f64());
-            bwd_s.push((t2 - t1).as_secs_f64());
-            opt_s.push((t3 - t2).as_secs_f64());
-            step_s.push((t3 - t0).as_secs_f64());
-            if let (Some(a), Some(b)) = (cpu0, cpu1) {
-                cpu_s.push(b - a);
-            }
-        }
-    }
+    let times = time_steps(&args, &model, &data)?;
 
     let tokens: usize = data.lens.iter().sum();
-    let tps: Vec<f64> = step_s.iter().map(|s| tokens as f64 / s).collect();
+    let tps: Vec<f64> = times.step.iter().map(|s| tokens as f64 / s).collect();
     let tps = Spread::of(&tps);
-    let step = Spread::of(&step_s);
+    let step = Spread::of(&times.step);
     let attn_width = cfg.num_attention_heads * cfg.head_dim;
     let flops_per_step: f64 = data
         .lens
@@ -265,22 +197,108 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         tokens_per_sec_min: tps.min,
         tokens_per_sec_max: tps.max,
         step_seconds: step,
-        forward_seconds: Spread::of(&fwd_s),
-        backward_seconds: Spread::of(&bwd_s),
-        optimizer_seconds: Spread::of(&opt_s),
-        step_cpu_seconds: (cpu_s.len() == step_s.len()).then(|| Spread::of(&cpu_s)),
+        forward_seconds: Spread::of(&times.forward),
+        backward_seconds: Spread::of(&times.backward),
+        optimizer_seconds: Spread::of(&times.optimizer),
+        step_cpu_seconds: (times.cpu.len() == times.step.len()).then(|| Spread::of(&times.cpu)),
         flops_per_step,
         achieved_gflops,
         peak_gflops,
         peak_source,
         matmul,
         mfu: achieved_gflops / peak_gflops,
-        loss_first: losses.first().copied().unwrap_or(f64::NAN),
-        loss_last: losses.last().copied().unwrap_or(f64::NAN),
+        loss_first: times.losses.first().copied().unwrap_or(f64::NAN),
+        loss_last: times.losses.last().copied().unwrap_or(f64::NAN),
         peak_rss_bytes: peak_rss_bytes(Path::new("/proc/self/status")),
     };
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
+}
+
+/// Refuses a non-positive `--peak-gflops` or `--max-grad-norm` and a negative `--lr`.
+fn check_numbers(args: &Args) -> anyhow::Result<()> {
+    if let Some(p) = args.peak_gflops {
+        if !(p.is_finite() && p > 0.0) {
+            return user_error(format!(
+                "--peak-gflops {p}: expected a positive number of GFLOP/s"
+            ));
+        }
+    }
+    if !(args.lr.is_finite() && args.lr >= 0.0) {
+        return user_error(format!("--lr {}: expected a number >= 0", args.lr));
+    }
+    if !(args.max_grad_norm.is_finite() && args.max_grad_norm > 0.0) {
+        return user_error(format!(
+            "--max-grad-norm {}: expected a positive number",
+            args.max_grad_norm
+        ));
+    }
+    Ok(())
+}
+
+/// `(all parameters, those multiplied in a matmul)`: a tied LM head multiplies by the
+/// embedding table, so the table counts then; an untied embedding is a lookup.
+fn parameter_counts(model: &CausalLm) -> (usize, usize) {
+    let named = model.vars();
+    let params: usize = named.iter().map(|(_, v)| v.elem_count()).sum();
+    let embed: usize = named
+        .iter()
+        .filter(|(n, _)| n.ends_with("embed_tokens.weight"))
+        .map(|(_, v)| v.elem_count())
+        .sum();
+    match model.config().tie_word_embeddings {
+        true => (params, params),
+        false => (params, params - embed),
+    }
+}
+
+/// Seconds of each timed step (after `--warmup`), by phase, and every step's loss.
+#[derive(Default)]
+struct StepTimes {
+    step: Vec<f64>,
+    forward: Vec<f64>,
+    backward: Vec<f64>,
+    optimizer: Vec<f64>,
+    /// Process CPU seconds per step, where `/proc/self/stat` can be read.
+    cpu: Vec<f64>,
+    losses: Vec<f64>,
+}
+
+/// Runs `--warmup + --steps` AdamW steps (forward, backward, clip, step) on `data`.
+fn time_steps(args: &Args, model: &CausalLm, data: &BenchBatch) -> anyhow::Result<StepTimes> {
+    let named = model.vars();
+    let vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
+    let config = AdamWConfig {
+        lr: args.lr,
+        ..AdamWConfig::default()
+    };
+    let mut opt = AdamW::new(named, config)?;
+    let mut t = StepTimes::default();
+    for i in 0..args.warmup + args.steps {
+        let cpu0 = process_cpu_seconds(Path::new("/proc/self/stat"));
+        let t0 = Instant::now();
+        let loss = data.loss(model, args.packing)?;
+        let loss_value = f64::from(loss.to_scalar::<f32>()?);
+        let t1 = Instant::now();
+        let grads = loss.backward()?;
+        let t2 = Instant::now();
+        let (_, clip_scale) = clip_coefficient(&grads, vars.iter(), args.max_grad_norm)?;
+        opt.step_scaled(&grads, clip_scale)?;
+        drop(grads);
+        let t3 = Instant::now();
+        let cpu1 = process_cpu_seconds(Path::new("/proc/self/stat"));
+        t.losses.push(loss_value);
+        if i >= args.warmup {
+            t.forward.push((t1 - t0).as_secs_f64());
+            t.backward.push((t2 - t1).as_secs_f64());
+            t.optimizer.push((t3 - t2).as_secs_f64());
+            t.step.push((t3 - t0).as_secs_f64());
+            if let (Some(a), Some(b)) = (cpu0, cpu1) {
+                t.cpu.push(b - a);
+            }
+        }
+    }
+    Ok(t)
 }
 
 /// Model FLOPs of one training step (forward + backward ≈ 3× forward):

@@ -1,17 +1,20 @@
-//! `oxalign generate`: completes each input prompt with a causal LM (batched, KV-cached,
-//! seeded sampling or greedy) and writes the completion with its per-token log-probs. It is a
-//! batch tool over `CausalLm::generate`, not a server.
+//! `oxalign generate`: completes each input prompt with a causal LM on the paged engine the
+//! RL loop uses (continuous batching over a paged KV cache, seeded sampling or greedy) and
+//! writes the completion with its per-token log-probs. A batch tool, not a server.
 
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Parser;
-use oxalign_models::{CausalLm, FinishReason, GenerationRequest, SamplingParams};
+use oxalign_models::engine::{Engine, EngineConfig};
+use oxalign_models::text::tokenizer::Tokenizer;
+use oxalign_models::{CausalLm, Completion, FinishReason, GenerationRequest, SamplingParams};
 use serde::Serialize;
 
 use crate::context_len::fit_generation;
 use crate::jsonl::JsonlWriter;
 use crate::model_dir::{check_model_dir, load_tokenizer, model_error, open_device};
-use crate::prompt_input::{read_records, record_ids, EncodeMode};
+use crate::prompt_input::{read_records, record_ids, EncodeMode, InputRecord};
 use crate::user_error::{user_error, IntoUserError};
 
 /// Arguments of `oxalign generate`.
@@ -108,19 +111,39 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ));
     }
     let model = CausalLm::load(&args.model, &device).map_err(|e| model_error(e, &args.model))?;
-    let vocab = model.config().vocab_size;
-    let ctx = model.config().max_position_embeddings;
+    let requests = requests(&args, &records, tokenizer.as_ref(), &model, &sampling)?;
+    let completions = generate(&args, &model, &requests)?;
+    let mut out = JsonlWriter::create(args.output.as_deref())?;
+    for (req, c) in requests.into_iter().zip(completions) {
+        out.write(&record(tokenizer.as_ref(), req, c)?)?;
+    }
+    out.finish()
+}
+
+/// One generation request per input line: its prompt ids (fitted to the context), its
+/// seed `--seed + line index`, and the tokenizer's stop tokens unless `--ignore-eos`.
+fn requests(
+    args: &Args,
+    records: &[InputRecord],
+    tokenizer: Option<&Tokenizer>,
+    model: &CausalLm,
+    sampling: &SamplingParams,
+) -> anyhow::Result<Vec<GenerationRequest>> {
+    let (vocab, ctx) = (
+        model.config().vocab_size,
+        model.config().max_position_embeddings,
+    );
     let mode = EncodeMode {
         chat: args.chat,
         add_generation_prompt: true,
     };
-    let stop_ids: Vec<u32> = tokenizer
-        .as_ref()
-        .map(|t| t.stop_token_ids().to_vec())
-        .unwrap_or_default();
+    let stop_ids: Vec<u32> = match (args.ignore_eos, tokenizer) {
+        (false, Some(t)) => t.stop_token_ids().to_vec(),
+        _ => Vec::new(),
+    };
     let mut requests = Vec::with_capacity(records.len());
     for (i, rec) in records.iter().enumerate() {
-        let mut prompt = record_ids(&args.input, rec, tokenizer.as_ref(), vocab, mode)?;
+        let mut prompt = record_ids(&args.input, rec, tokenizer, vocab, mode)?;
         if prompt.is_empty() {
             return user_error(format!(
                 "{}:{}: the prompt has no tokens",
@@ -128,14 +151,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 rec.line
             ));
         }
-        let max_new_tokens = fit_generation(
-            &args.input,
-            rec.line,
-            &mut prompt,
-            args.max_new_tokens,
-            ctx,
-            args.truncate,
-        )?;
+        let (line, want) = (rec.line, args.max_new_tokens);
+        let max_new_tokens =
+            fit_generation(&args.input, line, &mut prompt, want, ctx, args.truncate)?;
         requests.push(GenerationRequest {
             prompt,
             max_new_tokens,
@@ -143,57 +161,56 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 seed: args.seed.wrapping_add(i as u64),
                 ..sampling.clone()
             },
-            stop_token_ids: if args.ignore_eos {
-                Vec::new()
-            } else {
-                stop_ids.clone()
-            },
+            stop_token_ids: stop_ids.clone(),
             ignore_eos: args.ignore_eos,
         });
     }
+    Ok(requests)
+}
 
-    // Batch prompts of similar length together; each request has its own RNG, so the
-    // grouping does not change what is sampled.
-    let mut order: Vec<usize> = (0..requests.len()).collect();
-    order.sort_by_key(|&i| requests[i].prompt.len());
-    let mut completions = vec![None; requests.len()];
-    for chunk in order.chunks(args.batch_size as usize) {
-        let batch: Vec<GenerationRequest> = chunk.iter().map(|&i| requests[i].clone()).collect();
-        let done = model
-            .generate(&batch)
-            .map_err(|e| model_error(e, &args.model))?;
-        for (&i, c) in chunk.iter().zip(done) {
-            completions[i] = Some(c);
-        }
-    }
+/// Completes `requests` on the paged engine, at most `--batch-size` sequences running at
+/// once. Each request has its own RNG, so the batching does not change what is sampled.
+fn generate(
+    args: &Args,
+    model: &CausalLm,
+    requests: &[GenerationRequest],
+) -> anyhow::Result<Vec<Completion>> {
+    let config = EngineConfig {
+        max_running: args.batch_size as usize,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::from_model(model, config).context("starting the generation engine")?;
+    engine.generate(requests).context("generating")
+}
 
-    let mut out = JsonlWriter::create(args.output.as_deref())?;
-    for (req, c) in requests.into_iter().zip(completions) {
-        let c = c.expect("every request was generated");
-        let (prompt, completion) = match &tokenizer {
-            Some(t) => (
-                Some(
-                    t.decode(&req.prompt, false)
-                        .user_err("cannot decode the prompt")?,
-                ),
-                Some(
-                    t.decode_generated(&c.tokens, true)
-                        .user_err("cannot decode the completion")?,
-                ),
+/// The output line of one request.
+fn record(
+    tokenizer: Option<&Tokenizer>,
+    req: GenerationRequest,
+    c: Completion,
+) -> anyhow::Result<Record> {
+    let (prompt, completion) = match tokenizer {
+        Some(t) => (
+            Some(
+                t.decode(&req.prompt, false)
+                    .user_err("cannot decode the prompt")?,
             ),
-            None => (None, None),
-        };
-        out.write(&Record {
-            prompt,
-            prompt_ids: req.prompt,
-            completion,
-            completion_ids: c.tokens,
-            logprobs: c.logprobs,
-            finish_reason: match c.finish_reason {
-                FinishReason::Stop => "stop",
-                FinishReason::Length => "length",
-            },
-        })?;
-    }
-    out.finish()
+            Some(
+                t.decode_generated(&c.tokens, true)
+                    .user_err("cannot decode the completion")?,
+            ),
+        ),
+        None => (None, None),
+    };
+    Ok(Record {
+        prompt,
+        prompt_ids: req.prompt,
+        completion,
+        completion_ids: c.tokens,
+        logprobs: c.logprobs,
+        finish_reason: match c.finish_reason {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        },
+    })
 }

@@ -4,7 +4,7 @@
 //! continues from the run's newest valid checkpoint (see `resume.rs` for the checks).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Parser;
@@ -203,83 +203,121 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         check_generation_fits(&recipe, &run_dir)?;
     }
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    rt.block_on(async move {
-        let mut cfg = MonitorConfig::with_run_dir(&run_dir);
-        cfg.resume = args.resume.is_some();
-        let (monitor, _join) = Monitor::spawn(cfg).await.context("starting the monitor")?;
-        let server = match args.dashboard {
-            Some(addr) => {
-                let s = oxalign::dashboard::serve_live(addr, args.token.clone(), monitor.clone())
-                    .await
-                    .user_err("--dashboard")?;
-                eprintln!("dashboard: {}", s.url());
-                Some(s)
-            }
-            None => None,
-        };
-        let opts = TrainOptions { resume_from, quiet: args.quiet };
-        let result = controller::train(&recipe, &monitor, &opts).await;
-        let _ = monitor.shutdown().await;
-        if let Some(s) = server {
-            let _ = s.shutdown().await;
+    rt.block_on(train_live(&args, &recipe, &run_dir, resume_from))
+}
+
+/// Trains with the monitor (and the dashboard, when asked) running, then reports.
+async fn train_live(
+    args: &Args,
+    recipe: &Recipe,
+    run_dir: &Path,
+    resume_from: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let mut cfg = MonitorConfig::with_run_dir(run_dir);
+    cfg.resume = args.resume.is_some();
+    let (monitor, _join) = Monitor::spawn(cfg).await.context("starting the monitor")?;
+    let server = match args.dashboard {
+        Some(addr) => {
+            let s = oxalign::dashboard::serve_live(addr, args.token.clone(), monitor.clone())
+                .await
+                .user_err("--dashboard")?;
+            eprintln!("dashboard: {}", s.url());
+            Some(s)
         }
-        match result {
-            Ok(summary) if summary.offline.is_some() => {
-                print_offline(&summary);
-                Ok(())
-            }
-            Ok(summary) => {
-                let pct = |x: Option<f64>| x.map(|a| format!("{:.1}%", 100.0 * a)).unwrap_or_else(|| "-".into());
-                let measured = [summary.accuracy_init, summary.accuracy_sft, summary.accuracy_final].iter().any(Option::is_some);
-                let accuracy = if measured {
-                    format!(
-                        "  held-out accuracy (greedy): init {}, after SFT {}, after RL {}\n  held-out accuracy (8 samples per prompt): after SFT {}, after RL {}",
-                        pct(summary.accuracy_init),
-                        pct(summary.accuracy_sft),
-                        pct(summary.accuracy_final),
-                        pct(summary.sampled_accuracy_sft),
-                        pct(summary.sampled_accuracy_final),
-                    )
-                } else {
-                    "  held-out accuracy: not measured (the reward has no exact-match check)".to_string()
-                };
-                println!(
-                    "\nrun {} finished: {} RL steps in {:.1}s\n{accuracy}\n  outputs: {}/ (final/: the trained policy as an HF folder; metrics.jsonl, summary.json, checkpoints/)",
-                    summary.name,
-                    summary.steps,
-                    summary.wall_seconds,
-                    summary.run_dir.display()
-                );
-                let t = oxalign_actors::cluster::traffic();
-                if t.sent + t.received + t.refit_bytes > 0 {
-                    let refit = match t.refits {
-                        0 => String::new(),
-                        n => format!(
-                            "; refit to the engine role: {} bytes in {n} refits ({} bytes each)",
-                            t.refit_bytes,
-                            t.refit_bytes / n
-                        ),
-                    };
-                    println!(
-                        "  cluster traffic: {} bytes sent, {} bytes received{refit}",
-                        t.sent, t.received
-                    );
-                }
-                Ok(())
-            }
-            Err(e) => {
-                let hint = match latest_checkpoint(&run_dir) {
-                    Some(c) if !e.is_divergence() && !e.is_bad_input() => format!(
-                        "\nthe newest checkpoint is {}; continue with: oxalign train {} --resume {}",
-                        c.display(),
-                        args.recipe.display(),
-                        run_dir.display()
-                    ),
-                    _ => String::new(),
-                };
-                let message = format!("training failed: {e}\nlogs: {}/metrics.jsonl{hint}", run_dir.display());
-                Err(classify_message(&e, message))
-            }
+        None => None,
+    };
+    let opts = TrainOptions {
+        resume_from,
+        quiet: args.quiet,
+    };
+    let result = controller::train(recipe, &monitor, &opts).await;
+    let _ = monitor.shutdown().await;
+    if let Some(s) = server {
+        let _ = s.shutdown().await;
+    }
+    match result {
+        Ok(summary) if summary.offline.is_some() => {
+            print_offline(&summary);
+            Ok(())
         }
-    })
+        Ok(summary) => {
+            print_rl_summary(&summary);
+            print_traffic();
+            Ok(())
+        }
+        Err(e) => Err(failure(&e, &args.recipe, run_dir)),
+    }
+}
+
+/// The end-of-run lines of an RL run: steps, wall time, held-out accuracy, outputs.
+fn print_rl_summary(summary: &controller::RunSummary) {
+    let pct = |x: Option<f64>| {
+        x.map(|a| format!("{:.1}%", 100.0 * a))
+            .unwrap_or_else(|| "-".into())
+    };
+    let measured = [
+        summary.accuracy_init,
+        summary.accuracy_sft,
+        summary.accuracy_final,
+    ]
+    .iter()
+    .any(Option::is_some);
+    let accuracy = if measured {
+        format!(
+            "  held-out accuracy (greedy): init {}, after SFT {}, after RL {}\n  held-out accuracy (8 samples per prompt): after SFT {}, after RL {}",
+            pct(summary.accuracy_init),
+            pct(summary.accuracy_sft),
+            pct(summary.accuracy_final),
+            pct(summary.sampled_accuracy_sft),
+            pct(summary.sampled_accuracy_final),
+        )
+    } else {
+        "  held-out accuracy: not measured (the reward has no exact-match check)".to_string()
+    };
+    println!(
+        "\nrun {} finished: {} RL steps in {:.1}s\n{accuracy}\n  outputs: {}/ (final/: the trained policy as an HF folder; metrics.jsonl, summary.json, checkpoints/)",
+        summary.name,
+        summary.steps,
+        summary.wall_seconds,
+        summary.run_dir.display()
+    );
+}
+
+/// The cluster's traffic of this run, when roles ran on other processes.
+fn print_traffic() {
+    let t = oxalign_actors::cluster::traffic();
+    if t.sent + t.received + t.refit_bytes == 0 {
+        return;
+    }
+    let refit = match t.refits {
+        0 => String::new(),
+        n => format!(
+            "; refit to the engine role: {} bytes in {n} refits ({} bytes each)",
+            t.refit_bytes,
+            t.refit_bytes / n
+        ),
+    };
+    println!(
+        "  cluster traffic: {} bytes sent, {} bytes received{refit}",
+        t.sent, t.received
+    );
+}
+
+/// The error a failed run exits with: what failed, where the logs are, and how to resume
+/// from the newest checkpoint when resuming can help.
+fn failure(e: &RunError, recipe_path: &Path, run_dir: &Path) -> anyhow::Error {
+    let hint = match latest_checkpoint(run_dir) {
+        Some(c) if !e.is_divergence() && !e.is_bad_input() => format!(
+            "\nthe newest checkpoint is {}; continue with: oxalign train {} --resume {}",
+            c.display(),
+            recipe_path.display(),
+            run_dir.display()
+        ),
+        _ => String::new(),
+    };
+    let message = format!(
+        "training failed: {e}\nlogs: {}/metrics.jsonl{hint}",
+        run_dir.display()
+    );
+    classify_message(e, message)
 }

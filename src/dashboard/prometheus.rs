@@ -88,31 +88,56 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
+/// One metric family: its `# HELP` and `# TYPE` lines, then one sample per
+/// `(labels, value)`, where `labels` is the `{...}` part or empty.
+fn family(
+    out: &mut String,
+    (name, kind, help): (&str, &str, &str),
+    samples: impl IntoIterator<Item = (String, String)>,
+) {
+    header(out, name, kind, help);
+    for (labels, value) in samples {
+        let _ = writeln!(out, "{name}{labels} {value}");
+    }
+}
+
+/// `{actor="<name>"}`.
+fn actor_label(name: &str) -> String {
+    format!("{{actor=\"{}\"}}", label(name))
+}
+
 /// Renders `snap`; `now_unix_ms` is used for heartbeat ages.
 pub fn render(snap: &MonitorSnapshot, now_unix_ms: u64) -> String {
     let mut out = String::new();
+    run_families(&mut out, snap);
+    metric_families(&mut out, snap);
+    checkpoint_families(&mut out, snap);
+    actor_families(&mut out, snap, now_unix_ms);
+    out
+}
 
-    header(
-        &mut out,
+/// The run's name and whether it has ended.
+fn run_families(out: &mut String, snap: &MonitorSnapshot) {
+    let info = (
         "oxalign_run_info",
         "gauge",
         "Always 1; labels name the run.",
     );
-    if let Some(run) = &snap.run {
-        let _ = writeln!(out, "oxalign_run_info{{run=\"{}\"}} 1", label(&run.name));
-    }
-    header(
-        &mut out,
+    let run = snap.run.as_ref();
+    let labels = run.map(|r| (format!("{{run=\"{}\"}}", label(&r.name)), "1".to_string()));
+    family(out, info, labels);
+    let finished = (
         "oxalign_run_finished",
         "gauge",
         "1 once the run has ended, else 0.",
     );
-    let _ = writeln!(
-        out,
-        "oxalign_run_finished {}",
-        u8::from(snap.finished.is_some())
-    );
+    let value = u8::from(snap.finished.is_some()).to_string();
+    family(out, finished, [(String::new(), value)]);
+}
 
+/// The latest step, the standard step metrics as gauges of their own, and the latest
+/// value of every step metric by name.
+fn metric_families(out: &mut String, snap: &MonitorSnapshot) {
     // latest reported value of every metric, and the step it came from
     let mut latest: BTreeMap<&str, f64> = BTreeMap::new();
     for m in &snap.metrics {
@@ -120,123 +145,109 @@ pub fn render(snap: &MonitorSnapshot, now_unix_ms: u64) -> String {
             latest.insert(k.as_str(), *v);
         }
     }
-    header(
-        &mut out,
+    let step = (
         "oxalign_step",
         "gauge",
         "Latest training step that reported metrics.",
     );
-    if let Some(m) = snap.latest_metrics() {
-        let _ = writeln!(out, "oxalign_step {}", m.step);
-    }
+    let latest_step = snap
+        .latest_metrics()
+        .map(|m| (String::new(), m.step.to_string()));
+    family(out, step, latest_step);
     for (key, name, help) in NAMED_GAUGES {
-        header(&mut out, name, "gauge", help);
-        if let Some(v) = latest.get(key) {
-            let _ = writeln!(out, "{name} {}", float(*v));
-        }
+        let value = latest.get(key).map(|v| (String::new(), float(*v)));
+        family(out, (name, "gauge", help), value);
     }
-    header(
-        &mut out,
+    let every = (
         "oxalign_metric",
         "gauge",
         "Latest value of every step metric, by name (see metrics.jsonl).",
     );
-    for (k, v) in &latest {
-        let _ = writeln!(out, "oxalign_metric{{name=\"{}\"}} {}", label(k), float(*v));
-    }
+    let samples = latest
+        .iter()
+        .map(|(k, v)| (format!("{{name=\"{}\"}}", label(k)), float(*v)));
+    family(out, every, samples);
+}
 
-    header(
-        &mut out,
+/// How many checkpoints were written, and the latest one's step.
+fn checkpoint_families(out: &mut String, snap: &MonitorSnapshot) {
+    let count = (
         "oxalign_checkpoints",
         "gauge",
         "Number of checkpoints written.",
     );
-    let _ = writeln!(out, "oxalign_checkpoints {}", snap.checkpoints.len());
-    header(
-        &mut out,
+    family(
+        out,
+        count,
+        [(String::new(), snap.checkpoints.len().to_string())],
+    );
+    let last = (
         "oxalign_last_checkpoint_step",
         "gauge",
         "Step of the latest checkpoint.",
     );
-    if let Some(c) = snap.checkpoints.last() {
-        let _ = writeln!(out, "oxalign_last_checkpoint_step {}", c.step);
-    }
+    let step = snap
+        .checkpoints
+        .last()
+        .map(|c| (String::new(), c.step.to_string()));
+    family(out, last, step);
+}
 
-    header(
-        &mut out,
+/// Each actor's status, restarts, queue depth, throughput and heartbeat age.
+fn actor_families(out: &mut String, snap: &MonitorSnapshot, now_unix_ms: u64) {
+    let actors = &snap.actors;
+    let status = (
         "oxalign_actor_status",
         "gauge",
         "1 for the actor's current status, 0 for the others.",
     );
-    for a in &snap.actors {
-        for s in ActorStatus::ALL {
-            let _ = writeln!(
-                out,
-                "oxalign_actor_status{{actor=\"{}\",status=\"{}\"}} {}",
-                label(&a.name),
-                s.as_str(),
-                u8::from(a.status == s)
-            );
-        }
-    }
-    header(
-        &mut out,
+    let samples = actors.iter().flat_map(|a| {
+        ActorStatus::ALL.into_iter().map(move |s| {
+            let labels = format!("{{actor=\"{}\",status=\"{}\"}}", label(&a.name), s.as_str());
+            (labels, u8::from(a.status == s).to_string())
+        })
+    });
+    family(out, status, samples);
+    let restarts = (
         "oxalign_actor_restarts_total",
         "counter",
         "Times the actor was restarted by its supervisor.",
     );
-    for a in &snap.actors {
-        let _ = writeln!(
-            out,
-            "oxalign_actor_restarts_total{{actor=\"{}\"}} {}",
-            label(&a.name),
-            a.restarts
-        );
-    }
-    header(
-        &mut out,
+    let samples = actors
+        .iter()
+        .map(|a| (actor_label(&a.name), a.restarts.to_string()));
+    family(out, restarts, samples);
+    let queue = (
         "oxalign_actor_queue_depth",
         "gauge",
         "Requests waiting in the actor's inbound queue.",
     );
-    for a in &snap.actors {
-        let _ = writeln!(
-            out,
-            "oxalign_actor_queue_depth{{actor=\"{}\"}} {}",
-            label(&a.name),
-            a.queue_depth
-        );
-    }
-    header(
-        &mut out,
+    let samples = actors
+        .iter()
+        .map(|a| (actor_label(&a.name), a.queue_depth.to_string()));
+    family(out, queue, samples);
+    let rate = (
         "oxalign_actor_items_per_second",
         "gauge",
         "Actor throughput, items per second.",
     );
-    for a in &snap.actors {
-        let _ = writeln!(
-            out,
-            "oxalign_actor_items_per_second{{actor=\"{}\"}} {}",
-            label(&a.name),
-            float(a.items_per_sec)
-        );
-    }
-    header(
-        &mut out,
+    let samples = actors
+        .iter()
+        .map(|a| (actor_label(&a.name), float(a.items_per_sec)));
+    family(out, rate, samples);
+    let age = (
         "oxalign_actor_heartbeat_age_seconds",
         "gauge",
         "Seconds since the actor's last heartbeat.",
     );
-    for a in snap.actors.iter().filter(|a| a.last_heartbeat_unix_ms > 0) {
-        let age = now_unix_ms.saturating_sub(a.last_heartbeat_unix_ms) as f64 / 1000.0;
-        let _ = writeln!(
-            out,
-            "oxalign_actor_heartbeat_age_seconds{{actor=\"{}\"}} {}",
-            label(&a.name),
-            float(age)
-        );
-    }
-    out
+    let samples = actors
+        .iter()
+        .filter(|a| a.last_heartbeat_unix_ms > 0)
+        .map(|a| {
+            let secs = now_unix_ms.saturating_sub(a.last_heartbeat_unix_ms) as f64 / 1000.0;
+            (actor_label(&a.name), float(secs))
+        });
+    family(out, age, samples);
 }
 
 #[cfg(test)]
