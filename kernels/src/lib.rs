@@ -1,5 +1,9 @@
 //! oxalign-kernels: device handles, fused differentiable ops and collectives for oxalign.
-//! It knows nothing about models or RL: shapes and dtypes in, tensors out (see DESIGN.md).
+//! It knows nothing about models or RL: shapes and dtypes in, tensors out. The parts:
+//! `device.rs` (device specs), `cpu_threads.rs` (one rayon pool; candle's element-wise ops
+//! inline), `host_memory.rs` (glibc's allocator thresholds, so freed buffers are reused),
+//! `ops/` (the fused ops), `linear/` (the engine's inference linear layers) and
+//! `collective/` (the [`Collective`] trait, in-process and NCCL). See docs/ARCHITECTURE.md.
 
 pub mod collective;
 pub mod cpu_threads;

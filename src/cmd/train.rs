@@ -1,7 +1,7 @@
 //! `oxalign train RECIPE`: validates a recipe, then runs it (SFT warm-up, RL, checkpoints),
 //! optionally with the live dashboard. `--check` stops after validation and reading the first
 //! rows of the data files; `--resume RUN_DIR`
-//! continues from the run's newest valid checkpoint (see `resume.rs` for the checks).
+//! continues from the run's newest valid checkpoint (see `train_resume.rs` for the checks).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,8 +1,14 @@
 //! Batches as data: what travels between the roles. Token ids, per-token f32 arrays
-//! ([`TokenArray`], `[B, T-1]`), finish reasons, sample and group ids and the policy version,
-//! all in host memory and serializable (serde, and safetensors bytes for the arrays). No
-//! candle `Tensor` crosses an actor message: each role moves a batch onto its own devices
-//! inside its executor job and answers with plain data again.
+//! ([`TokenArray`], `[B, T-1]`, row-major), finish reasons, sample and group ids and the policy
+//! version, all in host memory and serializable (serde, and safetensors bytes for the arrays).
+//! No candle `Tensor` crosses an actor message: each role moves a batch onto its own devices
+//! inside its executor job and answers with plain data again. Checkpoint folders still travel
+//! as paths.
+//!
+//! The batches of one RL step, in order: `Sequences` (prompt and response ids),
+//! `RolloutRequest` → `RolloutBatch` (ids, the engine's per-token log-probs, finish reasons,
+//! sample and group ids, the policy version), `ScoredBatch`, `ExperienceBatch`. A refit to an
+//! engine role travels as `WeightBucket`s (`weight_buckets.rs`).
 
 mod experience;
 mod rollout;

@@ -3,7 +3,9 @@
 //! spend the process's file descriptors; and its accept never fails: an error (out of
 //! descriptors above all) is logged, waited out for [`ACCEPT_BACKOFF`] and retried, so the
 //! server goes on with the connections it has. A connection past the total waits in the
-//! kernel's backlog; one past its peer's share is accepted and closed at once.
+//! kernel's backlog; one past its peer's share is accepted and closed at once. The caps come
+//! from the soft `RLIMIT_NOFILE`: a quarter of it in total (8 to 1024 connections), half of
+//! that per peer address (at least 4).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};

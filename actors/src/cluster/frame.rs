@@ -9,6 +9,10 @@
 //! is about what it sent. With a stall limit, a message that stops arriving midway (no byte for that
 //! long) is an error, so a peer cannot hold a half-sent message open; the wait for a
 //! message's first byte is not limited. Not here: what the bytes mean (`wire.rs`).
+//!
+//! The frame cap is `cluster.max_frame_mb` (the worker's `--max-frame-mb`; default 16 MiB);
+//! a message may hold at most 64 full frames (1 GiB at the default cap). The worker's stall
+//! limit is 60 s.
 
 use super::error::FrameError;
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! The worker's side of one connection: the role it hosts, built from a [`SpawnSpec`] by the
 //! same setup code a single-process run uses (`controller::setup`), on an executor pool of
-//! its own, and each [`Request`] answered by calling the role's trait.
+//! its own, and each [`Request`] answered by calling the role's trait. Each answer is polled
+//! once as its request arrives, so the role's actor receives calls in their order on the
+//! wire (the order the controller made them).
 
 use super::wire::{Request, Response, RoleKind, SpawnSpec};
 use super::wire_error::WireError;

@@ -2,6 +2,11 @@
 //! ([`Inventory`], the answer to `Request::Inventory`), and the worker's register of those
 //! holds ([`Holdings`]). The controller reads an inventory before it moves a role to a spare
 //! node (`spare_fit.rs` decides); this file only reports, it refuses nothing.
+//!
+//! The devices are `cpu:0`, then `cuda:0..N` for the GPUs the worker's process sees (counted
+//! by `oxalign_kernels::device::cuda_device_count`; none without the `cuda` feature). A role
+//! holds its device group from its spawn until it is stopped (released before the `Stop` is
+//! answered) or its connection ends.
 
 use oxalign_kernels::device::{cuda_device_count, DeviceSpec};
 use serde::{Deserialize, Serialize};

@@ -5,6 +5,10 @@
 //! [`Cause::Cluster`]. The worker loads the weights itself from the paths the spawn request
 //! names (a shared filesystem, as a cluster's run folder is), so no weights travel. What the
 //! role reports to the worker's monitor (status, throughput, spans) reaches the controller's.
+//! [`Remote::spawn`] sends the recipe (the role's placement reduced to the worker's devices,
+//! no `[cluster]`, model paths made absolute) and the weights folders. A role whose placed
+//! node accepts no connection moves to the first spare node that fits (`open_placed_or_spare`,
+//! `spare_fit.rs`).
 
 use super::connection::{Connection, Endpoint};
 use super::error::ClusterError;

@@ -1,6 +1,7 @@
 //! Bytes this process moved over cluster connections (frame headers included when sent;
 //! payloads when received), and the refit buckets sent to an engine role
-//! (`placement.engine`), for the run's report and `docs/PERFORMANCE.md`.
+//! (`placement.engine`), for the run's report (`cluster traffic: ...` at the end of
+//! `oxalign train`) and `docs/PERFORMANCE.md`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -7,6 +7,12 @@
 //! are a refit's buckets to an engine role (`placement.engine`), each bucket one request.
 //! Besides the role's calls, a connection may ask the worker for its devices
 //! ([`Request::Inventory`]), before its spawn or after.
+//!
+//! The handshake is [`Hello`] (the protocol's name, [`PROTOCOL`], and the cookie) and
+//! [`HelloReply`]. Each [`Request`] is one trait method's call, plus `Spawn`, `Stop` and
+//! `Inventory`; an engine role's `RefitBucket` carries one bucket, its bytes as a `U8`
+//! tensor beside the MessagePack part, and `ApplyWeights` the probe. A [`Response`] answers
+//! it; `Events` under id [`EVENTS_ID`] (0) carries a hosted role's monitor reports.
 
 use super::inventory::Inventory;
 use super::wire_error::WireError;

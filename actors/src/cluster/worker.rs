@@ -13,10 +13,10 @@
 //! Hostile clients: connections are capped in total and per peer address (`door.rs`, from
 //! the descriptor limit), and at most half of the places may be held by connections still
 //! in their handshake; a failed accept (out of descriptors) is logged and retried, never
-//! the end of the worker. The [`Hello`] is capped at 4 KiB and must arrive within
-//! [`HELLO_TIMEOUT`]; after it, a message that stops arriving midway is cut after
-//! [`STALL_TIMEOUT`], and a message's buffer grows with the bytes that arrive, not with the
-//! lengths announced (`frame.rs`).
+//! the end of the worker. The cookie is compared in constant time. The [`Hello`] is capped
+//! at 4 KiB and must arrive within [`HELLO_TIMEOUT`]; after it, a message that stops
+//! arriving midway is cut after [`STALL_TIMEOUT`], and a message's buffer grows with the
+//! bytes that arrive, not with the lengths announced (`frame.rs`).
 
 use super::call::{decode_request, encode_response};
 use super::door::{Door, DoorCaps};

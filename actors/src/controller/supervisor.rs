@@ -1,12 +1,63 @@
 //! Supervision of the roles during RL steps: which failures are retried, the restart budget,
-//! and rebuilding roles from the newest checkpoint.
+//! and rebuilding roles from the newest checkpoint. The loop that calls it is `rl/run_loop.rs`;
+//! the failures that exercise it on purpose are `faults.rs`'s.
 //!
-//! A role's panic, error or timeout during an RL step is retried: the failed role is
-//! respawned (never reused: its replicas may be poisoned, its executor hung), the policy and
-//! critic are rewound to the newest checkpoint when they may have moved past it, the loop
-//! state is read back from that checkpoint, and the steps since it are replayed with the same
-//! seeds (a pure function of run seed, step and index), so no rollout is applied twice and
-//! none is lost. Divergence, bad input and the controller's own failures are not retried.
+//! A role's panic, error or timeout during an RL step is retried: the failed role is respawned
+//! (never reused: its replicas may be poisoned, its executor hung), the policy and critic are
+//! rewound to the newest checkpoint when they may have moved past it, the loop state is read
+//! back from that checkpoint, and the steps since it are replayed with the same seeds (a pure
+//! function of run seed, step and index), so no rollout is applied twice and none is lost.
+//! Divergence, bad input and the controller's own failures are not retried.
+//!
+//! How a failure reaches it:
+//! * Every role call (`roles::ask`) has a time limit, `[supervision] call_timeout_s`; a late
+//!   answer is `Cause::Timeout`, and the controller adds the step.
+//! * A panic in an executor job is caught by the executor. The replica's state behind its mutex
+//!   is then poisoned, and `Replicas::each` refuses it (`Cause::Poisoned`) instead of reusing
+//!   it. A replica whose job fails or panics aborts its collective, so data-parallel peers
+//!   waiting for it are released at once.
+//! * A role's collective group follows its devices (`collective_groups.rs`, via `Replicas::new`
+//!   and `replicas::collective_group`): several CUDA devices get an NCCL group, anything else
+//!   the thread group. Every collective call has a time limit (`GroupSettings`: the recipe's
+//!   `supervision.call_timeout_s`, in the controller and on workers); a collective failure is
+//!   `Cause::Collective` (in the trainers `RlhfError::Collective`), a failure retried here,
+//!   never bad input. The NCCL id is the controller's: it makes one when the role is in its
+//!   process, and for a role on a worker it puts one per group in the spawn request
+//!   (`SpawnSpec::nccl_ids`), which the worker's pool hands to the groups it builds. All ranks
+//!   of a group are in one process; communicator creation has no time limit of its own beyond
+//!   the creating call's wait.
+//! * A role on a worker node (`Remote`) fails at once when its connection breaks (the worker
+//!   died: `ClusterError::Lost`), or at the call timeout when the worker stops answering.
+//!
+//! What the loop then does:
+//! * it kills the failed role and retires its executors (detached, so a hung job blocks no
+//!   one), and respawns it; a failure of the engine role (`placement.engine`) counts as the
+//!   policy's, and the engine is rebuilt with it;
+//! * it also rebuilds the roles placed on the same node ([`colocated`]), connecting to the
+//!   node's address again and waiting up to `cluster.connect_timeout_s` for a worker to be
+//!   there; if none comes and no spare node can take the role (`cluster/remote.rs`), the run
+//!   fails with exit 1 and the `--resume` command;
+//! * it does the same for the policy and the critic when they may hold updates the newest
+//!   checkpoint does not (steps since it, or a failure in `policy_train`, `critic_train` or
+//!   `refit`), restoring them from that checkpoint with their optimizer states, as `--resume`
+//!   does; a rebuilt policy refits its engine as the checkpoint's version;
+//! * it reads the loop state back from that checkpoint and replays the steps since it. Replayed
+//!   steps are not reported again; the failed step's line carries `restarts`.
+//!
+//! A role failing while an RL checkpoint is written (its save) is handled the same way: the
+//! roles are rebuilt from the previous checkpoint and the steps since it replayed; the restart
+//! is counted on the next step's line. An I/O error sealing or publishing the checkpoint is not
+//! replayed (the save retries it, `run/retry.rs`).
+//!
+//! The restart budget ([`Budget`]) allows `max_restarts` restarts within `restart_window`
+//! steps. Past it the run fails with `RunError::RestartBudget` (exit 1, with the `--resume`
+//! hint). The monitor counts each respawn of an actor (`ActorUpdate::restarting`; registering a
+//! respawned actor again keeps its count).
+//!
+//! `[[faults]]` (`faults.rs`) is a plan shared through the `ExecutorPool`. The loop sets the
+//! running step; rank 0's job checks the plan on its executor thread before its work and
+//! panics, fails or hangs once. Outside RL steps it never fires, and only in the controller's
+//! process (not on workers).
 
 use crate::cluster::ClusterError;
 use crate::controller::context::Ctx;

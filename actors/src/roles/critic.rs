@@ -1,6 +1,8 @@
-//! The critic actor: per-token values for rollouts and clipped value-loss updates, with
-//! data-parallel replicas like the policy. Batches arrive as host data and become tensors on
-//! each replica's device inside its job.
+//! The critic actor (PPO only): per-token values for rollouts and clipped value-loss updates,
+//! with data-parallel replicas like the policy. Batches arrive as host data and become tensors
+//! on each replica's device inside its job. It starts from `model.critic_path` (a critic, or a
+//! reward model whose `score.weight` it reuses with a zero bias) or from the initial policy's
+//! backbone with a zero head (`controller::setup::spawn_critic`).
 
 use super::divergence::Divergence;
 use super::finite::refuse_non_finite;

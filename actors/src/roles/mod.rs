@@ -1,7 +1,29 @@
-//! The role actors: policy, reference, reward and critic. Each is a thin ractor facade over
-//! [`crate::replicas::Replicas`]; the tensor work runs on device executors through
-//! `oxalign-rlhf` and `oxalign-models`. Messages carry the host data of [`crate::batch`],
-//! never tensors.
+//! The role actors: policy, reference, reward and critic; the rollout engine when
+//! `placement.engine` places it apart from the policy; the reward-model trainer of
+//! `run.kind = "rm"`. Each is a thin ractor facade over [`crate::replicas::Replicas`]; the
+//! tensor work runs on device executors through `oxalign-rlhf` and `oxalign-models`. Messages
+//! carry the host data of [`crate::batch`], never tensors.
+//!
+//! The controller sees each role through traits (`api.rs`): `Generate`, `Logprobs`, `Rewards`,
+//! `Values`, `TrainPolicy`, `TrainCritic`, `Refit`, `ExportWeights`, `TakeWeights`, `Persist`
+//! and `Stop`, grouped as `PolicyRole`, `ReferenceRole`, `RewardRole`, `CriticRole` and
+//! `EngineRole`. `controller::setup::Roles` holds them as trait objects, and no loop names an
+//! actor or a message. Two implementations: `Local`, a ractor actor of this process, and
+//! `Remote` (`cluster/remote.rs`), the same role hosted by an `oxalign worker` on another
+//! process or node; each call is bounded by `[supervision] call_timeout_s` either way.
+//!
+//! Each role owns one replica per device of its `[placement]` group and runs heavy work on an
+//! executor thread, never on tokio's workers: one thread per GPU, shared by the roles placed on
+//! it, and on the CPU one thread per role and spec (`cpu:0/critic`), so roles the step runs
+//! concurrently really run at once over the shared rayon pool (`executor.rs`).
+//!
+//! The roles, one file or folder each: the policy (`policy/`: trainers and, without an engine
+//! role, their engines); the engine role (`rollout_engine.rs`); the reference (`reference.rs`);
+//! the reward (`reward.rs`); the critic (`critic.rs`, PPO only); the reward-model trainer
+//! (`reward_trainer.rs`). What several share: minibatches and each replica's share
+//! (`minibatch.rs`), per-row answers joined in request order (`rows.rs`), the whole-model jobs
+//! of a sharded trainer (`sharded.rs`), the non-finite weight check (`finite.rs`) and
+//! divergence as data (`divergence.rs`).
 
 mod api;
 mod critic;

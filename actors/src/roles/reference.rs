@@ -1,6 +1,9 @@
-//! The reference actor: a frozen copy of the initial policy that reports log-probs for KL.
-//! Each replica scores with its own f32 engine (batched prefill forwards, the exact f32 math
-//! of the trainer), since the reference never trains.
+//! The reference actor: a frozen copy of the initial policy that reports log-probs for KL. Each
+//! replica scores with its own f32 engine (batched prefill forwards, the exact f32 math of the
+//! trainer), since the reference never trains. With `rl.algorithm = "distill"` it is loaded
+//! from `model.teacher_path` instead (`controller::setup::reference_weights`, which first
+//! checks the teacher's vocabulary and tokenizer against the policy's,
+//! `recipe/teacher_check.rs`), and its log-probs give the distillation advantages.
 
 use super::rows::concat_rows;
 use super::{Busy, Sequences};

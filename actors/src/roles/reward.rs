@@ -1,6 +1,10 @@
-//! The reward actor: scores responses with rule-based verifiers, an HF sequence classifier,
-//! or an HTTP reward service. A scorer that fails is an error for the step, never a silent
-//! zero.
+//! The reward actor: scores responses with the exact-match reward, a weighted sum of
+//! rule-based verifiers (`oxalign_rlhf::reward`: exact match on an extracted answer, regex,
+//! length penalty, JSON validity), an HF `*ForSequenceClassification` model, or an HTTP reward
+//! service (`oxalign_rlhf::reward::http`: retries with backoff and jitter, a concurrency limit
+//! and a circuit breaker). A scorer that fails is an error for the step
+//! (`Cause::RewardService` for the service), never a silent zero. Accuracy is reported only
+//! when an exact-match check defines it (docs/REWARDS.md).
 //!
 //! Verifiers and the model run on the role's executors (`Replicas::each`), like every
 //! role's tensor work. The service's client is async and runs right here, on tokio: a

@@ -1,12 +1,21 @@
 //! The engine role (`placement.engine`): the policy's rollout engine as a role of its own, on
 //! its own devices or node, as veRL, OpenRLHF and slime place rollout engines apart from
-//! trainers. It generates rollouts and takes the trainer's weights at a refit as buckets
-//! (`crate::batch::WeightBucket`): every bucket's pieces are checked against their checksums
-//! on arrival ([`EngineMsg::Bucket`]), and the update is applied once all arrived
-//! ([`EngineMsg::Apply`]) with `Engine::refit`, verified again by the engine's checksums of
-//! its own copy and by the trainer's log-prob probe. A damaged or incomplete update is
-//! refused and the engine keeps its weights and version. Not here: exporting the weights
-//! (`policy.rs`) and sending them (`controller/rl/refit.rs`).
+//! trainers. The policy then builds no engine; the stages, the evaluations and the generation
+//! ahead ask `Roles::generator()` (`controller/generator.rs`), which is this role when there is
+//! one.
+//!
+//! It generates rollouts and takes the trainer's weights at a refit as buckets
+//! (`crate::batch::WeightBucket`, at most `cluster.refit_bucket_mb` each, whole tensors or
+//! chunks of a bigger one, every piece with its checksum in the header metadata): every
+//! bucket's pieces are checked against their checksums on arrival ([`EngineMsg::Bucket`]; a
+//! mismatch is `Cause::Refit(BucketError::Checksum)`, naming the tensor and the bucket), and
+//! the update is applied once all arrived ([`EngineMsg::Apply`]) with `Engine::refit`, verified
+//! again by the engine's checksums of its own copy and by the trainer's log-prob probe, which
+//! travels with it. A damaged or incomplete update is refused and the engine keeps its weights
+//! and version. The supervisor rebuilds this role with the policy (an engine failure counts as
+//! the policy's). What it does not support is refused by the recipe check
+//! (`recipe/engine_placement_check.rs`). Not here: exporting the weights (`roles/policy/`) and
+//! sending them (`controller/rl/refit.rs`).
 
 use super::policy::generate;
 use super::policy::EngineReplica;

@@ -1,11 +1,12 @@
 //! Collectives for data-parallel and sharded (FSDP-style) replicas: the [`Collective`] trait
-//! and [`ThreadCollective`], its implementation for N replicas on N threads of one process
-//! (CPU data parallelism). All-reduce, broadcast and barrier serve replicated training;
-//! all-gather and reduce-scatter serve sharded training; all-to-all (variable lengths per
-//! peer) serves expert parallelism, where each rank sends token rows to the experts' owners.
-//! The in-process CPU group is `collective/thread.rs`; the GPU group over NCCL is
-//! `collective/nccl.rs` (feature `cuda`), with its unique id (`nccl_id.rs`, every build) and
-//! the deadline its waits use (`deadline.rs`).
+//! and [`ThreadCollective`], its implementation for N replicas on N threads of one process (CPU
+//! data parallelism). All-reduce, broadcast and barrier serve replicated training; all-gather
+//! and reduce-scatter serve sharded training; all-to-all (variable lengths per peer) serves
+//! expert parallelism, where each rank sends token rows to the experts' owners. The in-process
+//! CPU group is `collective/thread.rs`; the GPU group over NCCL is `collective/nccl.rs`
+//! (feature `cuda`), with its unique id (`nccl_id.rs`, every build) and the deadline its waits
+//! use (`deadline.rs`). Tests: `kernels/tests/collective_*.rs`; the GPU ones
+//! (`kernels/tests/collective_nccl.rs`) run on a GPU machine through `tools/gpu-check.sh`.
 
 mod deadline;
 #[cfg(feature = "cuda")]

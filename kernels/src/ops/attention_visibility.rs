@@ -163,7 +163,7 @@ fn segment_bounds(segments: &[u32], t: usize) -> (Option<Vec<u32>>, Option<Vec<u
 mod tests {
     use super::*;
 
-    /// The rule spelled out per (i, j), as `models/src/mask.rs` builds it.
+    /// The rule spelled out per (i, j), as `models/src/nn/mask.rs` builds it.
     fn visible(key_mask: &[u32], t: usize, b: usize, i: usize, j: usize, w: Option<usize>) -> bool {
         j <= i && w.is_none_or(|w| i - j < w) && key_mask[b * t + j] != 0
     }

@@ -1,6 +1,17 @@
 //! Fused, differentiable ops as candle custom ops: a CPU kernel (rayon over rows), a backward
 //! pass so gradients flow through `Tensor::backward()`, and behind the `cuda` feature a CUDA
 //! kernel compiled at run time with NVRTC. Model code calls the wrapper functions only.
+//!
+//! With a CUDA kernel too (sources in `src/cuda/`, launched by `cuda_launch.rs`): token
+//! log-probs, entropy, RMSNorm, RoPE. CPU-only, with the composed candle ops (`reference.rs`)
+//! on other devices: the LM head (`lm_head*.rs`: log-probs and entropy straight from hidden
+//! states, chunked over rows and vocabulary, recomputing in backward, so no `[B, T, V]`
+//! logits), causal attention (`attention*.rs`: flash-style tiles with an online softmax,
+//! forward and backward; padding, GQA, sliding windows and packed segments are per-query key
+//! ranges in `attention_visibility.rs`; `attention_engine_order.rs` is a second f32 forward in
+//! the decoding engine's per-query arithmetic, for a trainer in the engine's numbers) and the
+//! SwiGLU gate (`swiglu.rs`). Beside them: the token distribution every log-prob is taken under
+//! (`truncation.rs`) and the host row math the trainer and the engine share (`rows.rs`).
 
 mod attention;
 mod attention_bwd;

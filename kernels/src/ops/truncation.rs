@@ -11,6 +11,13 @@
 //!
 //! One function, [`kept_threshold`], decides the set for the engine's sampler and for the
 //! trainer's fused LM head, so both sides keep the same tokens of the same logits.
+//!
+//! Every log-prob of an RL step is taken under this distribution: the engine's sampling
+//! log-probs, π_old, π_θ in the update, the reference's, and the entropy. The fused head
+//! builds a block of whole rows when a truncation is on and holds the kept set fixed in
+//! backward (the gradient almost everywhere). Greedy decoding and SFT use the model's own
+//! distribution (T = 1, nothing cut). veRL, TRL and OpenRLHF temper but do not truncate; with
+//! top-k or top-p they compute the ratio under a different distribution from the one sampled.
 
 use super::cpu_math::{row_logsumexp, Real};
 

@@ -1,7 +1,7 @@
 //! Reading an HF `config.json` into a [`ModelConfig`]: the file's schema as a serde struct
 //! ([`RawConfig`]), and the few rules serde cannot express (defaults derived from other keys,
 //! RoPE scaling variants, `layer_types`, the family's own keys). Every error names the file
-//! and the key. Writing the file back is `ModelConfig::to_hf_json` in `config.rs`.
+//! and the key. Writing the file back is `ModelConfig::to_hf_json`, also here.
 
 use crate::config::family::Family;
 use crate::config::model_config::{ModelConfig, RopeScaling};

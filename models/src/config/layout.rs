@@ -1,9 +1,10 @@
 //! The parameter declaration of a model, as structured data: which tensors the backbone's
 //! embedding, layers (attention, MLP or routed experts, norms) and final norm consist of, with
-//! their HF names, shapes and kinds. The MoE variants are built in `layout_moe.rs`. Families build it (`family/`), heads add their own (`head.rs`); the
-//! training modules (`attention.rs`, `mlp.rs`, `decoder*.rs`), load/save (`param_store.rs`),
-//! the engine (`engine/weights.rs`) and the optimizer groups all read it, so a tensor name is
-//! spelled once. No tensors live here.
+//! their HF names, shapes and kinds. The MoE variants are built in `moe/layout.rs`. Families
+//! build it (`family/`), heads add their own (`nn/head.rs`); the training modules
+//! (`attention.rs`, `mlp.rs`, `decoder*.rs`), load/save (`param_store.rs`), the engine
+//! (`engine/weights.rs`) and the optimizer groups all read it, so a tensor name is spelled
+//! once. No tensors live here.
 
 use crate::config::model_config::ModelConfig;
 use crate::config::param_spec::{ParamKind, ParamSpec};

@@ -3,9 +3,9 @@
 //! then every expert once over the rows sent to it (fused gate/up, SwiGLU, down, in the
 //! engine's precision), scaled by the routing weights and summed per token; plus the gated
 //! shared expert. It records each token's choices when asked (rollout routing replay). The
-//! trainer's version is `moe.rs`.
+//! trainer's version is `moe/block.rs`.
 //!
-//! Expert-parallel engines (`ep`): each rank holds only its experts (`expert_parallel.rs`)
+//! Expert-parallel engines (`ep`): each rank holds only its experts (`moe/expert_parallel.rs`)
 //! and runs its own tokens; the routed rows travel to the experts' owners and back
 //! (`moe_dispatch.rs`). Router and shared expert run on each rank for its own tokens.
 

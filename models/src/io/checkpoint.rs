@@ -1,6 +1,7 @@
 //! Reading and writing HF model folders: `config.json` plus `model.safetensors` or a sharded
 //! `model.safetensors.index.json`. This file only moves bytes and validates file presence;
-//! which tensors a model needs is declared by its family and head (`layout.rs`, `head.rs`).
+//! which tensors a model needs is declared by its family and head (`config/layout.rs`,
+//! `nn/head.rs`).
 
 use crate::config::model_config::ModelConfig;
 use crate::error::{ModelError, Result};

@@ -4,7 +4,7 @@
 //! the shared expert scaled by `sigmoid(shared_expert_gate(x))`. Differentiable in every
 //! weight, router included. The engine's host version is `engine/moe_forward.rs`. With
 //! expert parallelism a block holds only its rank's experts and exchanges token rows with
-//! the other ranks (`moe_parallel.rs`).
+//! the other ranks (`parallel.rs`).
 
 use crate::config::layout::MoeParams;
 use crate::config::model_config::ModelConfig;

@@ -1,4 +1,4 @@
-//! The two checkpoint layouts of MoE experts. The declaration (`layout_moe.rs`) names every
+//! The two checkpoint layouts of MoE experts. The declaration (`moe/layout.rs`) names every
 //! expert's projections separately (`experts.{e}.gate_proj` / Mixtral `experts.{e}.w1`), which
 //! is what transformers reads and writes; newer transformers keeps, and some checkpoints
 //! store, each layer's experts packed (`experts.gate_up_proj` `[E, 2I, H]`,

@@ -1,11 +1,73 @@
 //! Expert parallelism: which rank of a group holds which routed expert, and the names of the
-//! tensors that come with it. Rank `r` of `N` owns the experts `{e : e mod N == r}` of every
-//! sparse layer (round-robin, so each rank holds `E / N` experts of each layer and the
-//! ranks' expert tensors line up position by position for a gather). Everything else (the
-//! embedding, attention, norms, routers, shared experts, the head) stays on every rank.
+//! tensors that come with it. With `placement.expert_parallel = N` (N > 1) the policy's N CPU
+//! devices each hold 1/N of the routed experts of every sparse layer. Rank `r` of `N` owns the
+//! experts `{e : e mod N == r}` of every sparse layer (round-robin, so each rank holds `E / N`
+//! experts of each layer and the ranks' expert tensors line up position by position for a
+//! gather). Everything else (the embedding, attention, norms, routers, Qwen2-MoE's shared
+//! expert, the head) stays on every rank.
 //!
-//! The exchange of token rows is `expert_exchange.rs`; the sparse block that uses it is
-//! `moe_parallel.rs`; the engine's version is `engine/moe_forward.rs`.
+//! The parts:
+//! * here: [`ExpertParallel`] (a rank's handle: an `Arc<dyn Collective>`, the ownership rule),
+//!   [`ExpertNames`] (each routed expert's tensor names, from the declaration),
+//!   [`gather_experts`] (all-gather of every rank's experts);
+//! * `expert_exchange.rs`: the row exchange as a candle custom op: forward an all-to-all of row
+//!   blocks (`Collective::all_to_all_f32`), backward the reverse all-to-all of their gradients;
+//! * `parallel.rs`: `SparseMoe::forward_parallel`: each rank routes its own tokens
+//!   (differentiable local routing weights), tells each owner which expert each of its rows is
+//!   for (one all-to-all of expert ids, whose lengths are also the row counts), dispatches each
+//!   (token, choice) row to the owner of its expert, the owner runs its experts over what
+//!   arrives, combine sends the outputs back, and each rank sums them per token with its
+//!   routing weights;
+//! * `rlhf/src/trainer/spread_experts.rs` (`PolicyTrainer::spread_experts`: the model keeps its
+//!   rank's experts, AdamW is rebuilt over what it keeps) and
+//!   `rlhf/src/trainer/expert_parallel.rs` (the step: dense gradients all-reduced, an expert's
+//!   gradient on its owner divided by N, so EP = N with each rank on its own rows equals the
+//!   data-parallel mean; the clip norm is global; the weight check is collective);
+//! * the engine's version: `engine/moe_forward.rs` and `engine/moe_dispatch.rs`.
+//!
+//! `Model::with_expert_parallel(ep)` builds a rank's model (a new `ParamStore` without the
+//! other ranks' experts); `Model::full_weights` gathers the whole model; `Model::save` gathers
+//! and rank 0 writes whole HF-layout weights. Every rank runs the same layer sequence, so the
+//! exchanges line up: both exchanges run in every sparse layer, also on a rank with no rows to
+//! send or receive (then the combine's input is the empty dispatch output, so backward still
+//! reaches both on every rank). Each exchange sits on the chain from one layer to the next, so
+//! candle's backward reaches them in the same order on every rank.
+//!
+//! **The engine** dispatches tokens (`engine/moe_dispatch.rs`). Each engine rank holds the same
+//! experts as its trainer rank (`Engine::with_experts`) and the policy role gives each rank its
+//! own contiguous share of the requests, as data-parallel engines get. In every sparse layer a
+//! rank routes its own tokens, sends each (token, choice) row with its expert id to the
+//! expert's owner (one `all_to_all_f32`), serves the rows that arrived for its own experts,
+//! sends the outputs back (a second all-to-all), and sums each token's outputs with its routing
+//! weights expert by expert in ascending order, the one-device order (so the result equals EP =
+//! 1's bit for bit). Router, attention, shared expert and sampling run on each rank for its own
+//! tokens only. The ranks step together: each engine step starts with one all-reduce of "this
+//! rank is done", and a rank that is done (or had no requests) keeps serving its experts with
+//! empty steps (`EngineWeights::serve_experts_idle`) until every rank is. Scoring (the refit
+//! probe) runs the same sequences on every rank. The engines have their own collective group,
+//! apart from the trainers', so a generation ahead never interleaves with a training step's
+//! exchanges (`actors/src/controller/expert_setup.rs`). A refit gives engine rank r trainer
+//! rank r's weights (its experts only), verified by the same checksums and log-prob probe (both
+//! sides run their group's collectives).
+//!
+//! **In the roles.** A trainer rank with no rows to score still runs one stand-in row; saving
+//! runs on every rank (gather; rank 0 writes the weights) and each rank writes its AdamW state
+//! to `optimizer/expert_rank_<r>/`, which resume reads back on the same rank
+//! (`actors/src/controller/run/resume_point.rs`). The recipe check
+//! (`actors/src/recipe/expert_parallel_check.rs`) refuses N = 0, a dense fresh policy, an
+//! expert count N does not divide, a policy group that is not N CPU devices, FSDP sharding, a
+//! quantized engine, DPO and reward-model runs, and minibatches that would leave a rank without
+//! rows (exit 2), and `actors/src/recipe/engine_placement_check.rs` a separate engine role; a
+//! `model.path` policy that cannot be spread is refused when the policy is built (bad input,
+//! exit 2).
+//!
+//! **Tests.** `models/tests/expert_parallel.rs` (EP = 2 against EP = 1: log-probs, the gradient
+//! of every parameter, the engine's greedy tokens and scores, a verified refit, half the expert
+//! bytes per rank, gather and save), `rlhf/tests/expert_parallel.rs` (three AdamW steps),
+//! `tests/train_algorithms.rs`
+//! (`a_moe_policy_with_experts_over_two_devices_trains_like_data_parallel`:
+//! `configs/moe-grpo-ep2.toml` against the same seed data-parallel over the same two devices),
+//! `tests/train_resume.rs` (`an_expert_parallel_run_resumes_to_the_uninterrupted_run`).
 
 use crate::config::layout::{FeedForwardParams, MlpParams};
 use crate::config::model_config::ModelConfig;

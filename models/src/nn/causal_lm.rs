@@ -1,7 +1,7 @@
 //! `CausalLm`: the backbone with its language-model head (HF `*ForCausalLM`): the training
 //! forward, fused next-token log-probs, and KV-cached inference. Constructors, load/save and
 //! weight access are shared by every head (`model.rs`); sampling lives in
-//! `sampler.rs`/`generate.rs`.
+//! `engine/sampler.rs` and `generate.rs`.
 
 use crate::moe::routing::RouterTrace;
 use crate::nn::fake_quant::{fake_quant, quantized_input};

@@ -1,6 +1,6 @@
 //! One pre-norm decoder layer: `x + attn(norm(x))`, then `x + ffn(norm(x))` where the
 //! feed-forward block is a dense MLP or routed experts. Composition only; the math lives in
-//! `attention.rs`, `mlp.rs` and `moe.rs`.
+//! `attention.rs`, `mlp.rs` and `moe/block.rs`.
 
 use crate::config::layout::{FeedForwardParams, LayerParams};
 use crate::config::model_config::ModelConfig;

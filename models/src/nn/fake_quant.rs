@@ -6,6 +6,14 @@
 //! norms and embeddings stay f32, as in the engine. A policy trained this way optimises the
 //! policy the int8 engine samples from, and its log-probs are the engine's up to f32
 //! rounding. CPU (host) only.
+//!
+//! The rest of the decoder follows the engine's arithmetic too: the attention's engine-order
+//! forward (`oxalign_kernels::ops::causal_attention_engine_order`), routers and shared-expert
+//! gates on the engine's f32 kernel (`f32_linear.rs`), the SwiGLU's engine-order forward
+//! (`swiglu_engine_order`), and the RMSNorm and RoPE kernels the engine's host code shares;
+//! so the trainer's decoder is the int8 engine's bit for bit, and the log-probs differ only
+//! by the LM head's summation order (`models/tests/routing_replay.rs`). Quantization-aware
+//! training against the CPU int8 engine (`rl.trainer_precision = "fake_int8"`).
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 use oxalign_kernels::linear::{fake_quantize_rows, Int8Operand, Int8Weight};

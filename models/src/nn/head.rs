@@ -1,5 +1,5 @@
 //! The heads a backbone can wear, each declared once: its HF class suffix, its parameters
-//! (added after the backbone's in `layout.rs` order) and how it binds them. The LM head
+//! (added after the backbone's in `config/layout.rs` order) and how it binds them. The LM head
 //! (`*ForCausalLM`), the critic's per-token value (`*ForTokenClassification`, one label) and
 //! the reward model's sequence score (`*ForSequenceClassification`, one label). The forward
 //! math of each head is in its model file (`causal_lm.rs`, `value_model.rs`,

@@ -1,10 +1,29 @@
 //! Sequence packing for the training steps: the sequences of a right-padded [`TokenBatch`]
-//! placed first-fit-decreasing into rows as long as its longest sequence, with a segment id
-//! per token, and the map that brings per-target outputs of the packed rows (log-probs,
-//! entropies, values) back to the batch's `[B, T-1]` layout.
+//! placed first-fit-decreasing into rows as long as its longest sequence, with a segment id per
+//! token, and the map that brings per-target outputs of the packed rows (log-probs, entropies,
+//! values) back to the batch's `[B, T-1]` layout.
 //!
-//! Losses never see packed rows: they run on the unpacked tensors, so every aggregation
-//! (token mean and both sequence means) is the padded path's. Nothing here runs a model.
+//! With `sft.packing` or `rl.packing` (both default `false`), the SFT steps, or the PPO policy
+//! and critic minibatch updates, run on packed rows instead of the padded batch:
+//! * [`PackedRows`] places the batch's sequences longest first, ties by index (so
+//!   deterministic), and gives each token a segment id; the padding after a row's last sequence
+//!   is a segment of its own.
+//! * The model's packed forward (`Decoder::forward_packed`,
+//!   `CausalLm::next_token_outputs_packed`, `ValueModel::forward_packed`) restarts position ids
+//!   at every segment start, and attention (`causal_attention_segmented`) lets a token see only
+//!   the earlier tokens of its own segment: the fused CPU kernel narrows each query's key range
+//!   to `[max(segment start, window start), t]` and skips other segments' tiles; the composed
+//!   path (other devices, bf16, the models' fallback) hides them in its mask. With rollout
+//!   routing replay each row's recorded experts are laid onto the packed rows too
+//!   (`PackedRows::routing`).
+//! * Per-target outputs are unpacked to the batch's layout before any loss. A target at a
+//!   segment's last token, which would predict the next segment's first token, is never read.
+//!
+//! Losses never see packed rows: they run on the unpacked tensors, so the losses, every
+//! aggregation (`loss_agg`: token mean and both sequence means) included, and the gradients are
+//! the padded path's, to f32 rounding (`rlhf/tests/packing.rs`); only the compute spent on
+//! padding goes. Nothing here runs a model. `oxalign bench train --lengths uniform [--packing]`
+//! measures padded against packed on the same variable-length sequences.
 
 use candle_core::{DType, Tensor};
 

@@ -1,11 +1,25 @@
-//! Pipelined, bounded off-policy rollouts (`rl.max_staleness = k ≥ 1`): while step `s`
-//! scores and trains, the engine generates the batches of the next steps up to `s + k`, with
-//! the weights it holds (version `s − 1`). So batch `j` always comes from policy version
-//! `max(0, j − 1 − k)`, a pure function of the step: resume and replay stay exact, since the
-//! batches waiting at a checkpoint are saved with it (`LoopState::ahead`).
+//! Pipelined, bounded off-policy rollouts (`rl.max_staleness = k ≥ 1`): step `s` takes the
+//! batch generated for it during an earlier step (step 1, and a step with none waiting,
+//! generates its own) and, once its update starts, the engine generates the batches of the
+//! steps after those waiting, up to `s + k`, with the weights it holds (version `s − 1`). So
+//! batch `j` always comes from policy version `max(0, j − 1 − k)`, a pure function of the step.
+//! Nothing is generated ahead while the step scores, whose reference and trainer forwards it
+//! would only slow down where they share cores.
 //!
-//! At most `k` batches wait at any time (the credits that bound the memory in flight), and
-//! the controller refuses to train on a batch more than `k` versions older than the policy.
+//! At most `k` batches wait at any time (the credits that bound the memory in flight). They are
+//! plain data in `LoopState::ahead` and in each checkpoint's `rollouts_ahead.json` (under its
+//! checksums), so a resume or a supervised replay trains on exactly the batches the
+//! uninterrupted run would have. A policy spawned from a checkpoint refits its engine once as
+//! the checkpoint's version (`run_loop.rs`), so batches carry their true version, and the
+//! controller refuses to train on a batch more than `k` versions older than the policy
+//! (`StalenessError`).
+//!
+//! A stale batch is rescored by the trainer (π_old, the proximal policy; `score.rs`), and the
+//! engine's sampling log-probs are the behaviour policy's: the rollout correction (token TIS
+//! with cap 2 unless the recipe chooses) weights each token by `min(π_old / π_behaviour, C)`. A
+//! failure in the generation ahead after the step's update went through leaves the trainers
+//! ahead of the newest checkpoint; the step then reports the policy version as moved
+//! (`step.rs`), so the supervisor rewinds the policy and the critic before the replay.
 
 use super::rollout::{rollout, Rollout};
 use crate::controller::context::Ctx;

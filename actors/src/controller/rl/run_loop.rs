@@ -1,7 +1,9 @@
 //! The RL loop: runs steps until `run.steps`, reports each step once (with its `restarts`),
-//! checkpoints every `run.checkpoint_every` steps, and supervises the roles: a step whose
-//! role failed is replayed from the newest checkpoint after the roles are rebuilt
-//! (`supervisor.rs`), within the restart budget.
+//! checkpoints every `run.checkpoint_every` steps and after the last, and supervises the roles:
+//! a step whose role failed, or a checkpoint whose save a role failed, is replayed from the
+//! newest checkpoint after the roles are rebuilt (`supervisor.rs`: what is retried, what is
+//! rebuilt, the restart budget), within the restart budget. It sets the running step on the
+//! fault plan (`faults.rs`), so `[[faults]]` fire only inside RL steps.
 
 use super::step as rl_step;
 use crate::controller::clock::WallClock;

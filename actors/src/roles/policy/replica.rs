@@ -1,6 +1,6 @@
 //! One replica of the policy's trainer: the model and its optimizer, with the work it does
 //! on its executor besides training — scoring old log-probs, and exporting its weights for
-//! a refit of the engine (`policy_engine.rs`) with the probe that verifies it. Requests
+//! a refit of the engine (`engine.rs`) with the probe that verifies it. Requests
 //! arrive and answers leave as host data; tensors live only here and in the engine.
 
 use crate::batch::{pack, HostTensor, Sequences, TokenArray, WeightExport};

@@ -1,10 +1,11 @@
-//! The supported decoder families and their registry. Each family declares itself once, in
-//! its own file (`llama.rs`, `qwen2.rs`, `qwen3.rs`, `mistral.rs`, and the mixture-of-experts
+//! The supported decoder families and their registry. Each family declares itself once, in its
+//! own file (`llama.rs`, `qwen2.rs`, `qwen3.rs`, `mistral.rs`, and the mixture-of-experts
 //! `qwen3_moe.rs`, `qwen2_moe.rs`, `mixtral.rs` with their shared keys in `moe_keys.rs`): its
 //! HF `model_type` and class prefix, the config.json keys only it reads and writes, which
-//! projections carry biases, and its parameter layout (`layout.rs`, `layout_moe.rs`). Everything else (config parsing, the training modules,
-//! load/save, the engine) asks the declaration. Adding a family is one new file plus a
-//! variant and a match arm here.
+//! projections carry biases, and its parameter layout (`config/layout.rs`, `moe/layout.rs`).
+//! Everything else (config parsing, the training modules, load/save, the engine) asks the
+//! declaration. Adding a family is one new file plus a variant in `kind.rs` and a match arm
+//! here.
 
 pub(crate) mod kind;
 mod llama;
