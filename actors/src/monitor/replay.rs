@@ -28,29 +28,7 @@ use super::step_metrics::StepMetrics;
 ///
 /// `limits` bounds the history kept, as for the live monitor.
 pub fn load_run_dir(dir: &Path, limits: MonitorLimits) -> Result<MonitorSnapshot, MonitorError> {
-    let meta = fs::metadata(dir).map_err(|source| MonitorError::Io {
-        action: "cannot open run directory",
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    if !meta.is_dir() {
-        return Err(MonitorError::NotARunDir {
-            path: dir.to_path_buf(),
-        });
-    }
-    let known = [
-        files::METRICS,
-        files::TIMELINE,
-        files::RECIPE,
-        files::RUN,
-        files::ACTORS,
-    ];
-    if !known.iter().any(|f| dir.join(f).is_file()) {
-        return Err(MonitorError::NotARunDir {
-            path: dir.to_path_buf(),
-        });
-    }
-
+    check_run_dir(dir)?;
     let metrics: Vec<StepMetrics> = read_jsonl(
         &dir.join(files::METRICS),
         "StepMetrics object (with a \"step\" key)",
@@ -69,44 +47,15 @@ pub fn load_run_dir(dir: &Path, limits: MonitorLimits) -> Result<MonitorSnapshot
         .chain(metrics.iter().map(|m| m.unix_ms).filter(|&t| t > 0))
         .min()
         .unwrap_or(0);
-    let name = record.as_ref().map(|r| r.name.clone()).unwrap_or_else(|| {
-        dir.canonicalize()
-            .unwrap_or_else(|_| dir.to_path_buf())
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    });
-    state.apply(&MonitorEvent::Run(RunInfo {
-        name,
-        recipe_toml: recipe.unwrap_or_default(),
-        started_unix_ms: record
-            .as_ref()
-            .map(|r| r.started_unix_ms)
-            .filter(|&t| t > 0)
-            .unwrap_or(earliest),
-    }));
-
-    match actors {
-        Some(actors) => {
-            for a in actors {
-                state.apply(&MonitorEvent::Actor(a));
-            }
-        }
-        None => {
-            let mut names: Vec<&str> = Vec::new();
-            for s in &spans {
-                if !names.contains(&s.actor.as_str()) {
-                    names.push(&s.actor);
-                }
-            }
-            for n in names {
-                state.apply(&MonitorEvent::Actor(ActorInfo::new(
-                    n,
-                    guess_role(n),
-                    Vec::new(),
-                )));
-            }
-        }
+    state.apply(&MonitorEvent::Run(run_info(
+        dir,
+        record.as_ref(),
+        recipe,
+        earliest,
+    )));
+    let actors = actors.unwrap_or_else(|| actors_on_timeline(&spans));
+    for a in actors {
+        state.apply(&MonitorEvent::Actor(a));
     }
     for m in metrics {
         state.apply(&MonitorEvent::Metrics(m));
@@ -121,6 +70,68 @@ pub fn load_run_dir(dir: &Path, limits: MonitorLimits) -> Result<MonitorSnapshot
         state.apply(&MonitorEvent::Finished(f));
     }
     Ok(state.snapshot())
+}
+
+/// Refuses a path that is not a folder, or a folder holding none of a run's files.
+fn check_run_dir(dir: &Path) -> Result<(), MonitorError> {
+    let meta = fs::metadata(dir).map_err(|source| MonitorError::Io {
+        action: "cannot open run directory",
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let known = [
+        files::METRICS,
+        files::TIMELINE,
+        files::RECIPE,
+        files::RUN,
+        files::ACTORS,
+    ];
+    if !meta.is_dir() || !known.iter().any(|f| dir.join(f).is_file()) {
+        return Err(MonitorError::NotARunDir {
+            path: dir.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+/// The run's name and start: from `run.json` when there is one, else the folder's name and
+/// the `earliest` record.
+fn run_info(
+    dir: &Path,
+    record: Option<&RunRecord>,
+    recipe: Option<String>,
+    earliest: u64,
+) -> RunInfo {
+    let name = record.map(|r| r.name.clone()).unwrap_or_else(|| {
+        dir.canonicalize()
+            .unwrap_or_else(|_| dir.to_path_buf())
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    });
+    RunInfo {
+        name,
+        recipe_toml: recipe.unwrap_or_default(),
+        started_unix_ms: record
+            .map(|r| r.started_unix_ms)
+            .filter(|&t| t > 0)
+            .unwrap_or(earliest),
+    }
+}
+
+/// Every actor seen on the timeline, in order of first appearance, idle, with its role
+/// guessed from its name.
+fn actors_on_timeline(spans: &[Span]) -> Vec<ActorInfo> {
+    let mut names: Vec<&str> = Vec::new();
+    for s in spans {
+        if !names.contains(&s.actor.as_str()) {
+            names.push(&s.actor);
+        }
+    }
+    names
+        .into_iter()
+        .map(|n| ActorInfo::new(n, guess_role(n), Vec::new()))
+        .collect()
 }
 
 /// `policy-1` / `policy_1` -> `policy`; other names are their own role.

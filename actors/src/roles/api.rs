@@ -10,7 +10,8 @@
 use super::rollout_engine::EngineMsg;
 use super::{
     ask, CriticMsg, CriticTrainSummary, CriticWork, DpoSummary, DpoWork, PolicyMsg,
-    PolicyTrainSummary, PolicyWork, ReferenceMsg, RewardMsg, SftStepSummary,
+    PolicyTrainSummary, PolicyWork, ReferenceMsg, RewardMsg, RmStepSummary, RmTrainerMsg,
+    SftStepSummary,
 };
 use crate::batch::{
     RolloutBatch, RolloutRequest, Sequences, TokenArray, WeightBucket, WeightExport,
@@ -135,6 +136,24 @@ pub trait Persist: Send + Sync {
     async fn load_optimizer(&self, dir: PathBuf) -> Result<(), RoleError>;
 }
 
+/// A reward model's training (`run.kind = "rm"`): Bradley–Terry updates on preference
+/// pairs, sequence scores, and the trained model saved.
+#[async_trait]
+pub trait TrainRewardModel: Send + Sync {
+    /// One update; row `i` of `chosen` and `rejected` is pair `i`.
+    async fn train(
+        &self,
+        chosen: Sequences,
+        rejected: Sequences,
+        lr: f64,
+        max_grad_norm: f64,
+    ) -> Result<RmStepSummary, RoleError>;
+    /// One score per row of `seqs` (prompt + response).
+    async fn score(&self, seqs: Sequences) -> Result<Vec<f64>, RoleError>;
+    /// Saves the model as an HF `*ForSequenceClassification` folder `dir`.
+    async fn save_model(&self, dir: PathBuf) -> Result<(), RoleError>;
+}
+
 /// Ends a role, including a call it is hung in.
 #[async_trait]
 pub trait Stop: Send + Sync {
@@ -165,6 +184,10 @@ impl<T: Logprobs + Stop> ReferenceRole for T {}
 /// Everything the controller asks of the reward.
 pub trait RewardRole: Rewards + Stop {}
 impl<T: Rewards + Stop> RewardRole for T {}
+
+/// Everything the controller asks of a reward model in training.
+pub trait RewardModelRole: TrainRewardModel + Stop {}
+impl<T: TrainRewardModel + Stop> RewardModelRole for T {}
 
 /// Everything the controller asks of the critic.
 pub trait CriticRole: Values + TrainCritic + Persist + Stop {}
@@ -422,5 +445,35 @@ impl Persist for Local<CriticMsg> {
             reply,
         })
         .await
+    }
+}
+
+#[async_trait]
+impl TrainRewardModel for Local<RmTrainerMsg> {
+    async fn train(
+        &self,
+        chosen: Sequences,
+        rejected: Sequences,
+        lr: f64,
+        max_grad_norm: f64,
+    ) -> Result<RmStepSummary, RoleError> {
+        self.call("rm_train", |reply| RmTrainerMsg::Train {
+            chosen,
+            rejected,
+            lr,
+            max_grad_norm,
+            reply,
+        })
+        .await
+    }
+
+    async fn score(&self, seqs: Sequences) -> Result<Vec<f64>, RoleError> {
+        self.call("rm_score", |reply| RmTrainerMsg::Score { seqs, reply })
+            .await
+    }
+
+    async fn save_model(&self, dir: PathBuf) -> Result<(), RoleError> {
+        self.call("save", |reply| RmTrainerMsg::Save { dir, reply })
+            .await
     }
 }

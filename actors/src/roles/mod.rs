@@ -41,8 +41,8 @@ mod sharded;
 pub use crate::batch::Sequences;
 pub use api::{
     CriticRole, EngineRole, ExportWeights, Generate, Local, Logprobs, Persist, PolicyRole,
-    ReferenceRole, Refit, RewardRequest, RewardRole, Rewards, Stop, TakeWeights, TrainCritic,
-    TrainPolicy, Values,
+    ReferenceRole, Refit, RewardModelRole, RewardRequest, RewardRole, Rewards, Stop, TakeWeights,
+    TrainCritic, TrainPolicy, TrainRewardModel, Values,
 };
 pub use critic::{
     split_state_values, Critic, CriticMsg, CriticState, CriticTrainSummary, CriticWork,

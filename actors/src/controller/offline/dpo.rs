@@ -5,12 +5,11 @@
 //! Held-out preference accuracy and implicit-reward margin are measured at the start, every
 //! `dpo.eval_every` steps and the end. The policy is saved as `<run>/final/`.
 
-use super::cadence::{eval_progress, evaluates, schedule};
+use super::driver::{drive, Steps};
 use super::eval::{pairwise, response_logprobs, Scorer};
-use super::eval_log::EvalLog;
-use super::pairs::{encode_prefs, load_prefs, EncodedPairs};
-use super::pairs::{sequences, step_rows};
+use super::pairs::{encode_prefs, load_prefs, sequences, EncodedPairs};
 use super::report::OfflineSummary;
+use super::task::{HeldOut, OfflineTask};
 use crate::controller::context::Ctx;
 use crate::controller::error::DivergenceError;
 use crate::controller::error::{At, RunError};
@@ -20,11 +19,14 @@ use crate::error::Cause;
 use crate::executor::ExecutorPool;
 use crate::monitor::StepMetrics;
 use crate::roles::{DpoWork, PolicyRole, ReferenceRole};
+use async_trait::async_trait;
 use oxalign_rlhf::data::{Dataset, PreferencePair};
 use oxalign_rlhf::losses::DpoLoss;
 use oxalign_rlhf::trainer::DpoConfig;
 use oxalign_rlhf::RlhfError;
 use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 const KIND: &str = "DPO";
 
@@ -133,35 +135,73 @@ fn work(
     }))
 }
 
-/// One update; its metrics, or the divergence that stopped it.
-async fn train_step(
-    policy: &dyn PolicyRole,
-    work: Box<DpoWork>,
-    step: u64,
-) -> Result<StepMetrics, RunError> {
-    let lr = work.cfg.lr;
-    let at = At::Train { kind: KIND, step };
-    let done = policy.dpo(*work).await.map_err(RunError::at(at))?;
-    if let Some(cause) = done.diverged {
-        let e = DivergenceError {
-            role: "policy",
-            phase: "dpo",
-            kind: crate::recipe::RunKind::Dpo,
-            step,
-            cause,
-            lower: "dpo.lr",
-        };
-        return Err(e.into());
+/// Direct preference optimisation of the policy against the frozen reference's log-probs
+/// (computed once, before the first step); held out: implicit-reward accuracy and margin.
+struct Dpo {
+    policy: Arc<dyn PolicyRole>,
+    eval: EncodedPairs,
+    ref_eval: PairSums,
+    ref_train: HashMap<u64, (f64, f64)>,
+}
+
+#[async_trait]
+impl OfflineTask for Dpo {
+    type Row = PreferencePair;
+
+    fn name(&self) -> &'static str {
+        "dpo"
     }
-    let st = &done.stats;
-    Ok(StepMetrics::new(step)
-        .with("loss", st.loss)
-        .with("accuracy", st.reward_accuracy)
-        .with("margin", st.reward_margin)
-        .with("chosen_reward", st.chosen_reward)
-        .with("rejected_reward", st.rejected_reward)
-        .with("grad_norm", done.grad_norm)
-        .with("lr", lr))
+
+    async fn train(
+        &self,
+        ctx: &Ctx<'_>,
+        rows: &[PreferencePair],
+        step: u64,
+        lr: f64,
+    ) -> Result<StepMetrics, RunError> {
+        let at = At::Train { kind: KIND, step };
+        let w = work(ctx, rows, &self.ref_train, at, lr)?;
+        let done = self.policy.dpo(*w).await.map_err(RunError::at(at))?;
+        if let Some(cause) = done.diverged {
+            let e = DivergenceError {
+                role: "policy",
+                phase: "dpo",
+                kind: crate::recipe::RunKind::Dpo,
+                step,
+                cause,
+                lower: "dpo.lr",
+            };
+            return Err(e.into());
+        }
+        let st = &done.stats;
+        Ok(StepMetrics::new(step)
+            .with("loss", st.loss)
+            .with("accuracy", st.reward_accuracy)
+            .with("margin", st.reward_margin)
+            .with("chosen_reward", st.chosen_reward)
+            .with("rejected_reward", st.rejected_reward)
+            .with("grad_norm", done.grad_norm)
+            .with("lr", lr))
+    }
+
+    async fn evaluate(&self, ctx: &Ctx<'_>) -> Result<Option<HeldOut>, RunError> {
+        if self.eval.0.is_empty() {
+            return Ok(None);
+        }
+        let (acc, margin) = evaluate(ctx, &*self.policy, &self.eval, &self.ref_eval).await?;
+        Ok(Some((
+            vec![("eval_accuracy", acc), ("eval_margin", margin)],
+            format!("held-out accuracy {acc:.3}  margin {margin:.4}"),
+        )))
+    }
+
+    async fn save(&self, ctx: &Ctx<'_>) -> Result<PathBuf, RunError> {
+        save_final_policy(ctx, &*self.policy).await
+    }
+
+    fn shutdown(&self) {
+        self.policy.shutdown();
+    }
 }
 
 /// Runs the DPO steps and saves the policy.
@@ -175,39 +215,18 @@ pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSum
     let ref_eval = sums(ctx, &Scorer::Reference(&*reference), At::Setup, &eval).await?;
     reference.shutdown();
     let s = &r.dpo;
-    let lr_at = schedule(s.lr, s.warmup_steps, s.steps);
-    let mut log = EvalLog::default();
-    for step in 0..=s.steps {
-        let mut m = StepMetrics::new(step);
-        if step > 0 {
-            let at = At::Train { kind: KIND, step };
-            let rows = step_rows(&data, step, s.batch_size, at)?;
-            let w = work(ctx, &rows, &ref_train, at, lr_at.lr_at(step - 1))?;
-            m = train_step(&*policy, w, step).await?;
-        }
-        if !eval.0.is_empty() && (step == 0 || evaluates(step, s.steps, s.eval_every)) {
-            let (acc, margin) = evaluate(ctx, &*policy, &eval, &ref_eval).await?;
-            m = log.record(step, &[("eval_accuracy", acc), ("eval_margin", margin)], m);
-            eval_progress(
-                ctx,
-                "dpo",
-                (step, s.steps),
-                &m,
-                format!("held-out accuracy {acc:.3}  margin {margin:.4}"),
-            );
-        }
-        if step > 0 {
-            ctx.monitor.report(m);
-        }
-    }
-    let dir = save_final_policy(ctx, &*policy).await?;
-    policy.shutdown();
-    Ok(OfflineSummary {
-        kind: "dpo".into(),
+    let steps = Steps {
         steps: s.steps,
-        eval_first: log.first,
-        eval_last: log.last,
-        data: data.report().clone(),
-        model_dir: dir,
-    })
+        batch_size: s.batch_size,
+        lr: s.lr,
+        warmup_steps: s.warmup_steps,
+        eval_every: s.eval_every,
+    };
+    let task = Dpo {
+        policy,
+        eval,
+        ref_eval,
+        ref_train,
+    };
+    drive(ctx, &task, &data, KIND, steps).await
 }

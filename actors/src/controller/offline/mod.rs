@@ -1,12 +1,14 @@
-//! Runs that train from a data file (`run.kind = "sft" | "rm" | "dpo"`): the dispatch to their
-//! loops ([`sft`], [`rm`], [`dpo`]) and `summary.json`. What the loops share lives beside them:
+//! Runs that train from a data file (`run.kind = "sft" | "rm" | "dpo"`): each kind is a task
+//! ([`sft`], [`rm`], [`dpo`]) behind the [`task::OfflineTask`] trait, and one loop
+//! ([`driver`]) runs them all; then `summary.json`. What the tasks share lives beside them:
 //! token pairs ([`pairs`]), the cadence of steps, evaluations and progress lines ([`cadence`]),
 //! held-out scoring ([`eval`], [`eval_log`]) and the report ([`report`]).
 //!
 //! These runs skip the RL loop: the controller streams rows from a `Dataset`
 //! (`oxalign_rlhf::data`: JSONL or Parquet, checked once, read on demand, seeded order), sends
-//! batches to the policy (`PolicyMsg::Sft`, `PolicyMsg::Dpo`: `roles/policy/train.rs`,
-//! `roles/policy/dpo.rs`) or to the reward-model trainer (`roles/reward_trainer.rs`), and
+//! batches through the role traits to the policy (`TrainPolicy::sft`, `TrainPolicy::dpo`:
+//! `roles/policy/train.rs`, `roles/policy/dpo.rs`) or to the reward-model trainer
+//! (`TrainRewardModel`: `roles/reward_trainer.rs`), and
 //! evaluates on the held-out rows. DPO's reference log-probs are computed once by the reference
 //! role before the first step. The model goes to `<run>/final/` with `checksums.json`; the keys
 //! are in docs/RECIPES.md. Every role of these runs stays in the controller's process (the
@@ -14,12 +16,14 @@
 
 mod cadence;
 mod dpo;
+mod driver;
 mod eval;
 mod eval_log;
 pub(crate) mod pairs;
 pub(crate) mod report;
 mod rm;
 mod sft;
+mod task;
 
 pub use report::OfflineSummary;
 

@@ -5,31 +5,31 @@
 //! `rm.eval_every` steps and the end, and is saved as an HF `*ForSequenceClassification`
 //! folder `<run>/final/` that `[reward] kind = "model"` loads.
 
-use super::cadence::{eval_progress, evaluates, schedule};
+use super::driver::{drive, Steps};
 use super::eval::pairwise;
-use super::eval_log::EvalLog;
-use super::pairs::{encode_prefs, load_prefs, EncodedPairs};
-use super::pairs::{sequences, step_rows};
+use super::pairs::{encode_prefs, load_prefs, sequences, EncodedPairs};
 use super::report::OfflineSummary;
+use super::task::{HeldOut, OfflineTask};
 use crate::controller::context::Ctx;
-use crate::controller::error::DivergenceError;
-use crate::controller::error::{At, RunError};
+use crate::controller::error::{At, DivergenceError, RunError};
 use crate::controller::run::saving;
 use crate::error::{Cause, RoleError};
 use crate::executor::ExecutorPool;
 use crate::monitor::{ActorInfo, StepMetrics};
 use crate::replicas::Replicas;
-use crate::roles::{ask, RmTrainer, RmTrainerMsg, RmTrainerState};
+use crate::roles::{Local, RewardModelRole, RmTrainer, RmTrainerState};
+use async_trait::async_trait;
 use oxalign_models::RewardModel;
 use oxalign_rlhf::data::PreferencePair;
 use oxalign_rlhf::trainer::RewardTrainer;
-use ractor::{Actor, ActorRef};
+use ractor::Actor;
+use std::path::PathBuf;
 
 const KIND: &str = "RM";
 const ROLE: &str = "reward_model";
 
 /// Spawns the trainer: one replica per device of `placement.policy`.
-async fn spawn(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<ActorRef<RmTrainerMsg>, RunError> {
+async fn spawn(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<Box<dyn RewardModelRole>, RunError> {
     let r = ctx.recipe;
     let fail = |cause: Cause| RunError::role(At::Setup, RoleError::new(ROLE, "setup", cause));
     let g = crate::placement::DeviceGroup::parse(&r.placement.policy)
@@ -53,119 +53,104 @@ async fn spawn(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<ActorRef<RmTrainerM
     let (actor, _) = Actor::spawn(Some(ROLE.into()), RmTrainer, state)
         .await
         .map_err(|e| fail(e.into()))?;
-    Ok(actor)
+    Ok(Box::new(Local::new(ROLE, actor, ctx.timeout)))
 }
 
-/// Held-out pairwise accuracy and mean margin of the reward model.
-async fn evaluate(
-    ctx: &Ctx<'_>,
-    rm: &ActorRef<RmTrainerMsg>,
-    eval: &EncodedPairs,
-) -> Result<(f64, f64), RunError> {
-    let mut scores = Vec::new();
-    for side in [&eval.0, &eval.1] {
-        let mut all = Vec::new();
-        for chunk in side.chunks(64) {
-            let seqs = sequences(ctx, chunk.to_vec());
-            let s = ask(ROLE, "rm_score", rm, ctx.timeout, |reply| {
-                RmTrainerMsg::Score { seqs, reply }
-            })
+/// Bradley–Terry training of a reward model; held out: pairwise accuracy and margin.
+struct Rm {
+    rm: Box<dyn RewardModelRole>,
+    eval: EncodedPairs,
+}
+
+#[async_trait]
+impl OfflineTask for Rm {
+    type Row = PreferencePair;
+
+    fn name(&self) -> &'static str {
+        "rm"
+    }
+
+    async fn train(
+        &self,
+        ctx: &Ctx<'_>,
+        rows: &[PreferencePair],
+        step: u64,
+        lr: f64,
+    ) -> Result<StepMetrics, RunError> {
+        let at = At::Train { kind: KIND, step };
+        let (c, rj) = encode_prefs(ctx, at, rows)?;
+        let (chosen, rejected) = (sequences(ctx, c), sequences(ctx, rj));
+        let max_grad_norm = ctx.recipe.rl.max_grad_norm;
+        let done = self
+            .rm
+            .train(chosen, rejected, lr, max_grad_norm)
             .await
-            .map_err(RunError::at(At::Eval("eval")))?;
-            all.extend(s);
+            .map_err(RunError::at(at))?;
+        if let Some(cause) = done.diverged {
+            let e = DivergenceError {
+                role: ROLE,
+                phase: "rm_train",
+                kind: crate::recipe::RunKind::Rm,
+                step,
+                cause,
+                lower: "rm.lr",
+            };
+            return Err(e.into());
         }
-        scores.push(all);
+        Ok(StepMetrics::new(step)
+            .with("loss", done.stats.loss)
+            .with("accuracy", done.stats.accuracy)
+            .with("margin", done.stats.reward_margin)
+            .with("grad_norm", done.grad_norm)
+            .with("lr", lr))
     }
-    Ok(pairwise(&scores[0], &scores[1]))
-}
 
-/// One update on `rows`; its metrics, or the divergence that stopped it.
-async fn train_step(
-    ctx: &Ctx<'_>,
-    rm: &ActorRef<RmTrainerMsg>,
-    rows: &[PreferencePair],
-    step: u64,
-    lr: f64,
-) -> Result<StepMetrics, RunError> {
-    let at = At::Train { kind: KIND, step };
-    let (c, rj) = encode_prefs(ctx, at, rows)?;
-    let (chosen, rejected) = (sequences(ctx, c), sequences(ctx, rj));
-    let done = ask(ROLE, "rm_train", rm, ctx.timeout, |reply| {
-        RmTrainerMsg::Train {
-            chosen,
-            rejected,
-            lr,
-            max_grad_norm: ctx.recipe.rl.max_grad_norm,
-            reply,
+    async fn evaluate(&self, ctx: &Ctx<'_>) -> Result<Option<HeldOut>, RunError> {
+        if self.eval.0.is_empty() {
+            return Ok(None);
         }
-    })
-    .await
-    .map_err(RunError::at(at))?;
-    if let Some(cause) = done.diverged {
-        let e = DivergenceError {
-            role: ROLE,
-            phase: "rm_train",
-            kind: crate::recipe::RunKind::Rm,
-            step,
-            cause,
-            lower: "rm.lr",
-        };
-        return Err(e.into());
+        let mut scores = Vec::new();
+        for side in [&self.eval.0, &self.eval.1] {
+            let mut all = Vec::new();
+            for chunk in side.chunks(64) {
+                let seqs = sequences(ctx, chunk.to_vec());
+                let s = self.rm.score(seqs).await;
+                all.extend(s.map_err(RunError::at(At::Eval("eval")))?);
+            }
+            scores.push(all);
+        }
+        let (acc, margin) = pairwise(&scores[0], &scores[1]);
+        Ok(Some((
+            vec![("eval_accuracy", acc), ("eval_margin", margin)],
+            format!("held-out accuracy {acc:.3}  margin {margin:.3}"),
+        )))
     }
-    Ok(StepMetrics::new(step)
-        .with("loss", done.stats.loss)
-        .with("accuracy", done.stats.accuracy)
-        .with("margin", done.stats.reward_margin)
-        .with("grad_norm", done.grad_norm)
-        .with("lr", lr))
+
+    async fn save(&self, ctx: &Ctx<'_>) -> Result<PathBuf, RunError> {
+        let dir = saving::final_dir(ctx.run_dir)?;
+        let saved = self.rm.save_model(dir.clone()).await;
+        saved.map_err(RunError::at(At::Setup))?;
+        saving::seal_model(ctx, &dir)?;
+        Ok(dir)
+    }
+
+    fn shutdown(&self) {
+        self.rm.shutdown();
+    }
 }
 
 /// Runs the reward-model steps and saves the model.
 pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSummary, RunError> {
-    let r = ctx.recipe;
     let data = load_prefs(ctx)?;
     let eval = encode_prefs(ctx, At::Eval("eval"), data.eval_items())?;
     let rm = spawn(ctx, pool).await?;
-    let s = &r.rm;
-    let lr_at = schedule(s.lr, s.warmup_steps, s.steps);
-    let mut log = EvalLog::default();
-    for step in 0..=s.steps {
-        let mut m = StepMetrics::new(step);
-        if step > 0 {
-            let at = At::Train { kind: KIND, step };
-            let rows = step_rows(&data, step, s.batch_size, at)?;
-            m = train_step(ctx, &rm, &rows, step, lr_at.lr_at(step - 1)).await?;
-        }
-        if !eval.0.is_empty() && (step == 0 || evaluates(step, s.steps, s.eval_every)) {
-            let (acc, margin) = evaluate(ctx, &rm, &eval).await?;
-            m = log.record(step, &[("eval_accuracy", acc), ("eval_margin", margin)], m);
-            eval_progress(
-                ctx,
-                "rm",
-                (step, s.steps),
-                &m,
-                format!("held-out accuracy {acc:.3}  margin {margin:.3}"),
-            );
-        }
-        if step > 0 {
-            ctx.monitor.report(m);
-        }
-    }
-    let dir = saving::final_dir(ctx.run_dir)?;
-    ask(ROLE, "save", &rm, ctx.timeout, |reply| RmTrainerMsg::Save {
-        dir: dir.clone(),
-        reply,
-    })
-    .await
-    .map_err(RunError::at(At::Setup))?;
-    saving::seal_model(ctx, &dir)?;
-    rm.stop(None);
-    Ok(OfflineSummary {
-        kind: "rm".into(),
+    let s = &ctx.recipe.rm;
+    let steps = Steps {
         steps: s.steps,
-        eval_first: log.first,
-        eval_last: log.last,
-        data: data.report().clone(),
-        model_dir: dir,
-    })
+        batch_size: s.batch_size,
+        lr: s.lr,
+        warmup_steps: s.warmup_steps,
+        eval_every: s.eval_every,
+    };
+    drive(ctx, &Rm { rm, eval }, &data, KIND, steps).await
 }
