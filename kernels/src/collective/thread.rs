@@ -129,11 +129,28 @@ impl ThreadCollective {
         kind: OpKind,
         buffers: Vec<Vec<f32>>,
     ) -> Result<Arc<Vec<Vec<f32>>>, CollectiveError> {
-        let world = self.shared.world;
         let mut st = self.lock();
         if let Some(reason) = &st.aborted {
             return Err(Self::aborted(reason));
         }
+        self.check_entry(&mut st, kind, &buffers)?;
+        let my_generation = st.generation;
+        st.slots[self.rank] = Some(Contribution { kind, buffers });
+        if st.slots.iter().all(Option::is_some) {
+            return Ok(self.complete(st, kind));
+        }
+        self.wait_for_others(st, kind, my_generation)
+    }
+
+    /// Checks that this rank may deposit `kind`/`buffers`: its slot is empty (the handle is
+    /// not in use on another thread) and the call agrees with every contribution already
+    /// deposited. On failure the group is aborted (everyone woken) and the mismatch returned.
+    fn check_entry(
+        &self,
+        st: &mut State,
+        kind: OpKind,
+        buffers: &[Vec<f32>],
+    ) -> Result<(), CollectiveError> {
         if st.slots[self.rank].is_some() {
             // Only possible if the same handle is used from two threads at once.
             let detail = format!(
@@ -150,7 +167,7 @@ impl ThreadCollective {
         }
         // Every deposited contribution must agree with the ones already there.
         if let Some(other) = st.slots.iter().flatten().next() {
-            if let Some(detail) = mismatch(other, kind, &buffers) {
+            if let Some(detail) = mismatch(other, kind, buffers) {
                 let detail = format!("rank {}: {detail}", self.rank);
                 st.aborted = Some(detail.clone());
                 self.shared.cond.notify_all();
@@ -160,21 +177,34 @@ impl ThreadCollective {
                 });
             }
         }
-        let my_generation = st.generation;
-        st.slots[self.rank] = Some(Contribution { kind, buffers });
-        if st.slots.iter().all(Option::is_some) {
-            let contributions: Vec<Contribution> = st
-                .slots
-                .iter_mut()
-                .map(|s| s.take().expect("all present"))
-                .collect();
-            let result = Arc::new(combine(kind, contributions, world));
-            st.result = result.clone();
-            st.generation += 1;
-            drop(st);
-            self.shared.cond.notify_all();
-            return Ok(result);
-        }
+        Ok(())
+    }
+
+    /// Run by the last rank to arrive (every slot full): takes all contributions, combines
+    /// them, publishes the result as a new generation, unlocks and wakes the waiting ranks.
+    fn complete(&self, mut st: MutexGuard<'_, State>, kind: OpKind) -> Arc<Vec<Vec<f32>>> {
+        let contributions: Vec<Contribution> = st
+            .slots
+            .iter_mut()
+            .map(|s| s.take().expect("all present"))
+            .collect();
+        let result = Arc::new(combine(kind, contributions, self.shared.world));
+        st.result = result.clone();
+        st.generation += 1;
+        drop(st);
+        self.shared.cond.notify_all();
+        result
+    }
+
+    /// Waits (releasing the lock) until the generation moves past `my_generation` and returns
+    /// that operation's result, or fails: the group aborted, or the timeout ran out (then this
+    /// rank aborts the group with [`CollectiveError::Timeout`] naming the missing ranks).
+    fn wait_for_others(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        kind: OpKind,
+        my_generation: u64,
+    ) -> Result<Arc<Vec<Vec<f32>>>, CollectiveError> {
         let start = Instant::now();
         loop {
             if st.generation != my_generation {

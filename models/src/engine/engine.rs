@@ -234,8 +234,33 @@ impl Engine {
                 s
             })
             .collect();
-        // One sequence per request; requests with an identical prompt follow the first one
-        // (prefix sharing) when enabled.
+        let rules = StopRules {
+            requests,
+            stops: &stops,
+            detokenize,
+        };
+        let mut sched = Scheduler::new(
+            self.new_sequences(requests),
+            self.config.max_batched_tokens,
+            self.config.max_running,
+        );
+        while !self.all_ranks_done(sched.is_done())? {
+            if sched.is_done() {
+                // Expert-parallel: peers still generate and need this rank's experts.
+                self.weights.serve_experts_idle()?;
+                continue;
+            }
+            self.generate_step(&mut sched, &rules, &mut out, log.as_deref_mut())?;
+        }
+        self.stats.preemptions += sched.preemptions;
+        self.stats.cow_copies += sched.cow_copies;
+        Ok(out)
+    }
+
+    /// One sequence per request, waiting (finished when `max_new_tokens` is 0); with prefix
+    /// sharing, a request whose prompt equals an earlier one's awaits a fork from that
+    /// leader instead of prefilling it again.
+    fn new_sequences(&self, requests: &[EngineRequest]) -> Vec<Sequence> {
         let mut leaders: HashMap<&[u32], usize> = HashMap::new();
         let mut seqs = Vec::with_capacity(requests.len());
         for (i, r) in requests.iter().enumerate() {
@@ -268,83 +293,107 @@ impl Engine {
                 state,
             });
         }
-        let mut sched = Scheduler::new(
-            seqs,
-            self.config.max_batched_tokens,
-            self.config.max_running,
-        );
+        seqs
+    }
+
+    /// One engine step: schedules a batch, runs it, advances the sequences, samples one token
+    /// for each sequence whose tokens are all computed (and its forked followers) and applies
+    /// it to `out`, finishing the sequences that stop or reach their length.
+    fn generate_step(
+        &mut self,
+        sched: &mut Scheduler,
+        rules: &StopRules<'_>,
+        out: &mut [Completion],
+        mut log: Option<&mut RouteLog>,
+    ) -> EngineResult<()> {
         let vocab = self.model.vocab_size;
-        while !self.all_ranks_done(sched.is_done())? {
-            if sched.is_done() {
-                // Expert-parallel: peers still generate and need this rank's experts.
-                self.weights.serve_experts_idle()?;
+        let plan = sched.schedule(&mut self.pool)?;
+        if plan.is_empty() {
+            return Err(EngineError::Stalled(
+                "nothing could be scheduled although sequences are waiting".into(),
+            ));
+        }
+        let logits = self.run_plan(sched, &plan, log.as_deref_mut())?;
+        let (draws, rows) = self.advance(sched, &plan, log);
+        if logits.len() < rows * vocab {
+            return Err(EngineError::Stalled("missing logits row".into()));
+        }
+        let sampled = sample_rows(&mut sched.seqs, &draws, &logits, vocab);
+        self.apply_samples(sched, sampled, rules, out);
+        self.stats.steps += 1;
+        Ok(())
+    }
+
+    /// Marks each planned chunk computed (counting prefill and decode tokens) and, for the
+    /// sequences now fully computed, forks their followers (recording the forks in `log`).
+    /// Returns which sequence samples from which logits row (followers share their
+    /// leader's row) and the number of logits rows the step produced.
+    fn advance(
+        &mut self,
+        sched: &mut Scheduler,
+        plan: &[Planned],
+        mut log: Option<&mut RouteLog>,
+    ) -> (Vec<(usize, usize)>, usize) {
+        let mut draws: Vec<(usize, usize)> = Vec::new();
+        let mut row = 0;
+        for p in plan {
+            let s = &mut sched.seqs[p.seq];
+            let before = s.computed;
+            s.computed += p.chunk;
+            if before + 1 == s.tokens.len() && s.tokens.len() > s.prompt_len {
+                self.stats.decode_tokens += 1;
+            } else {
+                self.stats.prefill_tokens += p.chunk as u64;
+            }
+            if s.computed < s.tokens.len() {
                 continue;
             }
-            let plan = sched.schedule(&mut self.pool)?;
-            if plan.is_empty() {
-                return Err(EngineError::Stalled(
-                    "nothing could be scheduled although sequences are waiting".into(),
-                ));
-            }
-            let logits = self.run_plan(&sched, &plan, log.as_deref_mut())?;
-            // Which sequences sample from which logits row (followers fork from their leader
-            // and sample from the leader's row).
-            let mut draws: Vec<(usize, usize)> = Vec::new();
-            let mut row = 0;
-            for p in &plan {
-                let s = &mut sched.seqs[p.seq];
-                let before = s.computed;
-                s.computed += p.chunk;
-                if before + 1 == s.tokens.len() && s.tokens.len() > s.prompt_len {
-                    self.stats.decode_tokens += 1;
-                } else {
-                    self.stats.prefill_tokens += p.chunk as u64;
-                }
-                if s.computed < s.tokens.len() {
-                    continue;
-                }
-                draws.push((p.seq, row));
-                if !sched.seqs[p.seq].followers.is_empty() {
-                    let (forked, shared) = sched.fork_followers(p.seq, &mut self.pool);
-                    if let Some(l) = log.as_deref_mut() {
-                        for &f in &forked {
-                            l.fork(p.seq, f, sched.seqs[p.seq].computed);
-                        }
+            draws.push((p.seq, row));
+            if !sched.seqs[p.seq].followers.is_empty() {
+                let (forked, shared) = sched.fork_followers(p.seq, &mut self.pool);
+                if let Some(l) = log.as_deref_mut() {
+                    for &f in &forked {
+                        l.fork(p.seq, f, sched.seqs[p.seq].computed);
                     }
-                    self.stats.forked_sequences += forked.len() as u64;
-                    self.stats.prefix_shared_blocks += shared;
-                    draws.extend(forked.into_iter().map(|f| (f, row)));
                 }
-                row += 1;
+                self.stats.forked_sequences += forked.len() as u64;
+                self.stats.prefix_shared_blocks += shared;
+                draws.extend(forked.into_iter().map(|f| (f, row)));
             }
-            if logits.len() < row * vocab {
-                return Err(EngineError::Stalled("missing logits row".into()));
-            }
-            let sampled = sample_rows(&mut sched.seqs, &draws, &logits, vocab);
-            for (idx, tok, lp) in sampled {
-                let s = &mut sched.seqs[idx];
-                let req = &requests[s.req];
-                s.tokens.push(tok);
-                let c = &mut out[s.req];
-                c.tokens.push(tok);
-                c.logprobs.push(lp);
-                let stop_tok = stops[s.req].contains(&tok);
-                let stop_str = match detokenize {
-                    Some(d) => hits_stop_string(&req.stop_strings, &c.tokens, d),
-                    None => false,
-                };
-                if stop_tok || stop_str {
-                    c.finish_reason = FinishReason::Stop;
-                    sched.finish(idx, &mut self.pool);
-                } else if c.tokens.len() >= req.request.max_new_tokens {
-                    sched.finish(idx, &mut self.pool);
-                }
-            }
-            self.stats.steps += 1;
+            row += 1;
         }
-        self.stats.preemptions += sched.preemptions;
-        self.stats.cow_copies += sched.cow_copies;
-        Ok(out)
+        (draws, row)
+    }
+
+    /// Appends each sampled `(sequence, token, log-prob)` to its sequence and completion, in
+    /// order, and finishes the sequence on a stop token or stop string (finish reason
+    /// `Stop`) or at `max_new_tokens`.
+    fn apply_samples(
+        &mut self,
+        sched: &mut Scheduler,
+        sampled: Vec<(usize, u32, f32)>,
+        rules: &StopRules<'_>,
+        out: &mut [Completion],
+    ) {
+        for (idx, tok, lp) in sampled {
+            let s = &mut sched.seqs[idx];
+            let req = &rules.requests[s.req];
+            s.tokens.push(tok);
+            let c = &mut out[s.req];
+            c.tokens.push(tok);
+            c.logprobs.push(lp);
+            let stop_tok = rules.stops[s.req].contains(&tok);
+            let stop_str = match rules.detokenize {
+                Some(d) => hits_stop_string(&req.stop_strings, &c.tokens, d),
+                None => false,
+            };
+            if stop_tok || stop_str {
+                c.finish_reason = FinishReason::Stop;
+                sched.finish(idx, &mut self.pool);
+            } else if c.tokens.len() >= req.request.max_new_tokens {
+                sched.finish(idx, &mut self.pool);
+            }
+        }
     }
 
     /// Whether generation is over: `done` here, and, expert-parallel, on every rank of the
@@ -499,72 +548,10 @@ impl Engine {
             self.experts.as_ref(),
         )?;
         let tv = Instant::now();
-        let mut names: Vec<&String> = sums.keys().collect();
-        names.sort();
-        let mut bad = vec![];
-        for name in &names {
-            match update.checksums.get(*name) {
-                Some(expected) if *expected == sums[*name] => {}
-                Some(_) => bad.push(format!("{name} (checksum mismatch)")),
-                None => bad.push(format!("{name} (no checksum from the sender)")),
-            }
-        }
-        if !bad.is_empty() {
-            return Err(reject(format!(
-                "{} of {} tensors failed verification: {}",
-                bad.len(),
-                names.len(),
-                bad.join(", ")
-            )));
-        }
+        let names = verify_checksums(&sums, update).map_err(reject)?;
         let (mut max_diff, mut mean_diff) = (None, None);
         if let Some(p) = probe {
-            if p.tokens.len() < 2 || p.expected_logprobs.len() + 1 != p.tokens.len() {
-                return Err(reject(format!(
-                    "probe has {} tokens and {} expected log-probs (need n >= 2 and n - 1)",
-                    p.tokens.len(),
-                    p.expected_logprobs.len()
-                )));
-            }
-            let scorer = Scorer {
-                weights: &staged,
-                dims: self.dims,
-                inv_freq: &self.inv_freq,
-                vocab: self.model.vocab_size,
-                max_batched_tokens: self.config.max_batched_tokens,
-                dist: TokenDistribution::MODEL,
-                replay: p.routing.as_ref().map(std::slice::from_ref),
-            };
-            let got = scorer
-                .score(&mut self.pool, std::slice::from_ref(&p.tokens))?
-                .pop()
-                .unwrap_or_default();
-            let diffs: Vec<f32> = got
-                .iter()
-                .zip(&p.expected_logprobs)
-                .map(|(a, b)| (a - b).abs())
-                .collect();
-            // f32 rounding grows with a log-prob's magnitude (a probe token the model finds
-            // very unlikely sits at tens of nats), so each difference is judged against
-            // `tolerance · max(1, |expected|)`.
-            let over = diffs
-                .iter()
-                .zip(&p.expected_logprobs)
-                .any(|(d, e)| *d > p.tolerance * e.abs().max(1.0));
-            let max = diffs.iter().copied().fold(0f32, f32::max);
-            let max = if diffs.iter().any(|d| d.is_nan()) {
-                f32::NAN
-            } else {
-                max
-            };
-            let mean = diffs.iter().sum::<f32>() / diffs.len() as f32;
-            if max.is_nan() || over {
-                return Err(reject(format!(
-                    "probe log-probs differ from the trainer's by up to {max} nats \
-                     (tolerance {} · max(1, |log-prob|))",
-                    p.tolerance
-                )));
-            }
+            let (max, mean) = self.check_probe(&staged, p, reject)?;
             max_diff = Some(max);
             mean_diff = Some(mean);
         }
@@ -589,6 +576,102 @@ impl Engine {
             verify_seconds,
         })
     }
+
+    /// Scores probe `p` under the `staged` weights and compares with the trainer's
+    /// log-probs; returns the max and mean absolute difference (nats), or `reject`'s error
+    /// when the probe is malformed or a difference exceeds `p.tolerance · max(1, |log-prob|)`
+    /// (or is NaN).
+    fn check_probe(
+        &mut self,
+        staged: &EngineWeights,
+        p: &Probe,
+        reject: impl Fn(String) -> EngineError,
+    ) -> EngineResult<(f32, f32)> {
+        if p.tokens.len() < 2 || p.expected_logprobs.len() + 1 != p.tokens.len() {
+            return Err(reject(format!(
+                "probe has {} tokens and {} expected log-probs (need n >= 2 and n - 1)",
+                p.tokens.len(),
+                p.expected_logprobs.len()
+            )));
+        }
+        let scorer = Scorer {
+            weights: staged,
+            dims: self.dims,
+            inv_freq: &self.inv_freq,
+            vocab: self.model.vocab_size,
+            max_batched_tokens: self.config.max_batched_tokens,
+            dist: TokenDistribution::MODEL,
+            replay: p.routing.as_ref().map(std::slice::from_ref),
+        };
+        let got = scorer
+            .score(&mut self.pool, std::slice::from_ref(&p.tokens))?
+            .pop()
+            .unwrap_or_default();
+        let diffs: Vec<f32> = got
+            .iter()
+            .zip(&p.expected_logprobs)
+            .map(|(a, b)| (a - b).abs())
+            .collect();
+        // f32 rounding grows with a log-prob's magnitude (a probe token the model finds
+        // very unlikely sits at tens of nats), so each difference is judged against
+        // `tolerance · max(1, |expected|)`.
+        let over = diffs
+            .iter()
+            .zip(&p.expected_logprobs)
+            .any(|(d, e)| *d > p.tolerance * e.abs().max(1.0));
+        let max = diffs.iter().copied().fold(0f32, f32::max);
+        let max = if diffs.iter().any(|d| d.is_nan()) {
+            f32::NAN
+        } else {
+            max
+        };
+        let mean = diffs.iter().sum::<f32>() / diffs.len() as f32;
+        if max.is_nan() || over {
+            return Err(reject(format!(
+                "probe log-probs differ from the trainer's by up to {max} nats \
+                 (tolerance {} · max(1, |log-prob|))",
+                p.tolerance
+            )));
+        }
+        Ok((max, mean))
+    }
+}
+
+/// What ends a completion in [`Engine::generate_logged`]: per request, its stop token ids
+/// (stop ids, then eos unless ignored), its stop strings (with `detokenize`) and its
+/// `max_new_tokens`.
+struct StopRules<'a> {
+    requests: &'a [EngineRequest],
+    stops: &'a [Vec<u32>],
+    detokenize: Option<Detokenize<'a>>,
+}
+
+/// Compares the engine copy's checksums `sums` with the sender's, in name order. Returns
+/// the verified tensor names (sorted), or the rejection reason listing every tensor whose
+/// checksum differs or is missing.
+fn verify_checksums<'a>(
+    sums: &'a HashMap<String, u64>,
+    update: &WeightUpdate,
+) -> Result<Vec<&'a String>, String> {
+    let mut names: Vec<&String> = sums.keys().collect();
+    names.sort();
+    let mut bad = vec![];
+    for name in &names {
+        match update.checksums.get(*name) {
+            Some(expected) if *expected == sums[*name] => {}
+            Some(_) => bad.push(format!("{name} (checksum mismatch)")),
+            None => bad.push(format!("{name} (no checksum from the sender)")),
+        }
+    }
+    if !bad.is_empty() {
+        return Err(format!(
+            "{} of {} tensors failed verification: {}",
+            bad.len(),
+            names.len(),
+            bad.join(", ")
+        ));
+    }
+    Ok(names)
 }
 
 /// Samples the next token of each `(sequence, logits row)` in `draws`, in parallel over the

@@ -65,11 +65,7 @@ pub(crate) fn paged_forward(
     }
     let (cos, sin) = rope_tables(items, inv_freq);
     let hidden = w.hidden;
-    let mut x = vec![0f32; total * hidden];
-    for (row, &id) in x.chunks_mut(hidden).zip(&ids) {
-        let id = id as usize;
-        row.copy_from_slice(&w.embed[id * hidden..(id + 1) * hidden]);
-    }
+    let mut x = embed_tokens(w, &ids);
     let q_dim = dims.heads * dims.head_dim;
     let mut h = vec![0f32; total * hidden];
     let mut attn_out = vec![0f32; total * q_dim];
@@ -104,7 +100,30 @@ pub(crate) fn paged_forward(
             }
         }
     }
-    // Final norm and LM head only on the rows whose logits are wanted.
+    lm_head_rows(w, &x, items, head)
+}
+
+/// The embedding rows of `ids`: `[ids.len(), hidden]` f32, row-major.
+fn embed_tokens(w: &EngineWeights, ids: &[u32]) -> Vec<f32> {
+    let hidden = w.hidden;
+    let mut x = vec![0f32; ids.len() * hidden];
+    for (row, &id) in x.chunks_mut(hidden).zip(ids) {
+        let id = id as usize;
+        row.copy_from_slice(&w.embed[id * hidden..(id + 1) * hidden]);
+    }
+    x
+}
+
+/// The final RMSNorm and the LM head, only on the rows of `x` (`[tokens, hidden]`, the last
+/// layer's output) whose logits the items want: full logits `[rows, V]` or one target
+/// log-prob per row, as `head` says; `None` when no row is wanted.
+fn lm_head_rows(
+    w: &EngineWeights,
+    x: &[f32],
+    items: &[StepItem<'_>],
+    head: Head<'_>,
+) -> Result<Option<Vec<f32>>> {
+    let hidden = w.hidden;
     let rows_wanted = wanted_rows(items);
     if rows_wanted.is_empty() {
         return Ok(None);

@@ -3,7 +3,7 @@
 //! Inference only (no gradients); it never aliases the trainer's `Var` storage.
 
 use crate::config::layout::{
-    causal_lm_specs, lm_head_param, FeedForwardParams, LinearParams, MlpParams,
+    causal_lm_specs, lm_head_param, FeedForwardParams, LayerParams, LinearParams, MlpParams,
 };
 use crate::config::model_config::ModelConfig;
 use crate::config::param_spec::{DtypePolicy, ParamSpec};
@@ -185,6 +185,82 @@ pub fn checksum_f32(v: &[f32]) -> u64 {
     h.wrapping_mul(0xC4CE_B9FE_1A85_EC53) ^ (h >> 31)
 }
 
+/// The path named by missing-tensor and shape errors of the engine's weights (they come
+/// from a map, not a file).
+const WEIGHTS_MAP: &str = "<engine weights map>";
+
+/// The engine's own f32 copy on `device` of every tensor of `cfg` (with `ep`, only those
+/// this rank keeps) from `tensors` (HF names), each checked for its declared shape, and the
+/// checksum of each copy, by name.
+fn copy_declared(
+    cfg: &ModelConfig,
+    tensors: &HashMap<String, Tensor>,
+    device: &Device,
+    ep: Option<&ExpertParallel>,
+) -> EngineResult<(HashMap<String, Tensor>, HashMap<String, u64>)> {
+    let source = PathBuf::from(WEIGHTS_MAP);
+    let mut own: HashMap<String, Tensor> = HashMap::new();
+    let mut sums = HashMap::new();
+    let names = ExpertNames::of(cfg);
+    let specs = causal_lm_specs(cfg)
+        .into_iter()
+        .filter(|s| ep.is_none_or(|p| p.keeps(&names, &s.name)));
+    for spec in specs {
+        let t = tensors
+            .get(&spec.name)
+            .ok_or_else(|| ModelError::MissingTensor {
+                name: spec.name.clone(),
+                path: source.clone(),
+            })?;
+        if t.dims() != spec.shape.as_slice() {
+            return Err(ModelError::ShapeMismatch {
+                name: spec.name.clone(),
+                expected: spec.shape.clone(),
+                found: t.dims().to_vec(),
+                path: source.clone(),
+            }
+            .into());
+        }
+        // `copy` gives the engine its own storage: a later in-place optimizer update of
+        // the trainer's `Var` must not leak into the rollout weights without a refit.
+        let t = t
+            .detach()
+            .to_dtype(DType::F32)?
+            .to_device(device)?
+            .contiguous()?
+            .copy()?;
+        sums.insert(spec.name.clone(), tensor_checksum(&t)?);
+        own.insert(spec.name, t);
+    }
+    Ok((own, sums))
+}
+
+/// The engine's weights of decoder layer `i` declared by `l`: host norms, fused q/k/v and
+/// output projections, the feed-forward block and the layer's attention window.
+fn layer_weights(
+    cfg: &ModelConfig,
+    i: usize,
+    l: &LayerParams,
+    get: &dyn Fn(&ParamSpec) -> EngineResult<Tensor>,
+    quant: QuantMode,
+    ep: Option<&ExpertParallel>,
+) -> EngineResult<LayerWeights> {
+    let a = &l.attn;
+    let qk_norm = match (&a.q_norm, &a.k_norm) {
+        (Some(q), Some(k)) => Some((host(&get(q)?)?, host(&get(k)?)?)),
+        _ => None,
+    };
+    Ok(LayerWeights {
+        input_norm: host(&get(&l.input_norm)?)?,
+        qkv: fused(&[&a.q, &a.k, &a.v], get, quant)?,
+        o: fused(&[&a.o], get, quant)?,
+        qk_norm,
+        post_norm: host(&get(&l.post_attention_norm)?)?,
+        ffn: ffn_weights(cfg, &l.ffn, get, quant, ep)?,
+        window: cfg.layer_window(i),
+    })
+}
+
 impl EngineWeights {
     /// Copies (and optionally quantizes) the weights of `cfg` from `tensors` (HF names; extra
     /// entries ignored) onto `device`. Returns the weights and, per tensor, the checksum of
@@ -196,40 +272,8 @@ impl EngineWeights {
         device: &Device,
         ep: Option<&ExpertParallel>,
     ) -> EngineResult<(EngineWeights, HashMap<String, u64>)> {
-        let source = PathBuf::from("<engine weights map>");
-        let mut own: HashMap<String, Tensor> = HashMap::new();
-        let mut sums = HashMap::new();
-        let names = ExpertNames::of(cfg);
-        let specs = causal_lm_specs(cfg)
-            .into_iter()
-            .filter(|s| ep.is_none_or(|p| p.keeps(&names, &s.name)));
-        for spec in specs {
-            let t = tensors
-                .get(&spec.name)
-                .ok_or_else(|| ModelError::MissingTensor {
-                    name: spec.name.clone(),
-                    path: source.clone(),
-                })?;
-            if t.dims() != spec.shape.as_slice() {
-                return Err(ModelError::ShapeMismatch {
-                    name: spec.name.clone(),
-                    expected: spec.shape.clone(),
-                    found: t.dims().to_vec(),
-                    path: source.clone(),
-                }
-                .into());
-            }
-            // `copy` gives the engine its own storage: a later in-place optimizer update of
-            // the trainer's `Var` must not leak into the rollout weights without a refit.
-            let t = t
-                .detach()
-                .to_dtype(DType::F32)?
-                .to_device(device)?
-                .contiguous()?
-                .copy()?;
-            sums.insert(spec.name.clone(), tensor_checksum(&t)?);
-            own.insert(spec.name, t);
-        }
+        let (own, sums) = copy_declared(cfg, tensors, device, ep)?;
+        let source = PathBuf::from(WEIGHTS_MAP);
         let get = |spec: &ParamSpec| -> EngineResult<Tensor> {
             own.get(&spec.name).cloned().ok_or_else(|| {
                 ModelError::MissingTensor {
@@ -242,20 +286,7 @@ impl EngineWeights {
         let decl = cfg.backbone_params();
         let mut layers = Vec::with_capacity(decl.layers.len());
         for (i, l) in decl.layers.iter().enumerate() {
-            let a = &l.attn;
-            let qk_norm = match (&a.q_norm, &a.k_norm) {
-                (Some(q), Some(k)) => Some((host(&get(q)?)?, host(&get(k)?)?)),
-                _ => None,
-            };
-            layers.push(LayerWeights {
-                input_norm: host(&get(&l.input_norm)?)?,
-                qkv: fused(&[&a.q, &a.k, &a.v], &get, quant)?,
-                o: fused(&[&a.o], &get, quant)?,
-                qk_norm,
-                post_norm: host(&get(&l.post_attention_norm)?)?,
-                ffn: ffn_weights(cfg, &l.ffn, &get, quant, ep)?,
-                window: cfg.layer_window(i),
-            });
+            layers.push(layer_weights(cfg, i, l, &get, quant, ep)?);
         }
         let embed = get(&decl.embed_tokens)?;
         // The LM head is a linear layer (quantizable) even when it reuses the embedding.

@@ -5,6 +5,7 @@
 use crate::engine::sampler::{Sampler, SamplingParams};
 use crate::error::{ModelError, Result};
 use crate::nn::causal_lm::CausalLm;
+use crate::nn::kv_cache::KvCache;
 use candle_core::{DType, Tensor};
 
 /// One prompt to complete.
@@ -63,19 +64,7 @@ impl CausalLm {
     /// Each request has its own seeded RNG, so its completion does not depend on the other
     /// requests of the batch (up to float rounding of batched matmuls).
     pub fn generate(&self, requests: &[GenerationRequest]) -> Result<Vec<Completion>> {
-        let vocab = self.config().vocab_size;
-        for (index, r) in requests.iter().enumerate() {
-            let bad = |message: String| ModelError::InvalidRequest { index, message };
-            if r.prompt.is_empty() {
-                return Err(bad("prompt is empty".into()));
-            }
-            if let Some(t) = r.prompt.iter().find(|&&t| t as usize >= vocab) {
-                return Err(bad(format!(
-                    "prompt token {t} is not below vocab_size {vocab}"
-                )));
-            }
-            r.sampling.validate().map_err(|e| bad(e.to_string()))?;
-        }
+        self.validate_requests(requests)?;
         let mut out: Vec<Completion> = requests
             .iter()
             .map(|_| Completion {
@@ -101,8 +90,61 @@ impl CausalLm {
             .iter()
             .map(|r| Sampler::new(r.sampling.clone()))
             .collect();
+        let mut decode = Decode {
+            requests,
+            stops: &stops,
+            samplers: &mut samplers,
+            out: &mut out,
+        };
+        let device = self.device();
+        let mut cache = self.new_cache();
+        let mut logits = self.prefill_left_padded(requests, &mut cache)?;
+        // Rows currently in the cache, as request indices.
+        let mut live: Vec<usize> = (0..requests.len()).collect();
+        loop {
+            let rows = logits.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+            let (keep, next) = decode.sample_step(&live, &rows);
+            if keep.is_empty() {
+                break;
+            }
+            if keep.len() != live.len() {
+                cache.select_rows(&keep)?;
+                live = keep.iter().map(|&s| live[s]).collect();
+            }
+            let n = next.len();
+            let step = Tensor::from_vec(next, (n, 1), device)?;
+            logits = self.forward_cached_last(&step, None, &mut cache)?;
+        }
+        Ok(out)
+    }
 
-        // Prefill all prompts, left-padded.
+    /// Checks every request: a non-empty prompt of in-vocabulary ids and valid sampling
+    /// parameters. The first bad request is reported by index.
+    fn validate_requests(&self, requests: &[GenerationRequest]) -> Result<()> {
+        let vocab = self.config().vocab_size;
+        for (index, r) in requests.iter().enumerate() {
+            let bad = |message: String| ModelError::InvalidRequest { index, message };
+            if r.prompt.is_empty() {
+                return Err(bad("prompt is empty".into()));
+            }
+            if let Some(t) = r.prompt.iter().find(|&&t| t as usize >= vocab) {
+                return Err(bad(format!(
+                    "prompt token {t} is not below vocab_size {vocab}"
+                )));
+            }
+            r.sampling.validate().map_err(|e| bad(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Runs all (non-empty) prompts through the model at once, left-padded to the longest
+    /// (`[B, P]` ids with a 0/1 attention mask), filling `cache`; returns the last position's
+    /// logits `[B, V]`.
+    fn prefill_left_padded(
+        &self,
+        requests: &[GenerationRequest],
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
         let b = requests.len();
         let p = requests.iter().map(|r| r.prompt.len()).max().unwrap_or(0);
         let pad = self.config().pad_token_id.unwrap_or(0);
@@ -118,40 +160,44 @@ impl CausalLm {
         let device = self.device();
         let ids = Tensor::from_vec(ids, (b, p), device)?;
         let mask = Tensor::from_vec(mask, (b, p), device)?;
-        let mut cache = self.new_cache();
-        let mut logits = self.forward_cached_last(&ids, Some(&mask), &mut cache)?;
-        // Rows currently in the cache, as request indices.
-        let mut live: Vec<usize> = (0..b).collect();
-        loop {
-            let rows = logits.to_dtype(DType::F32)?.to_vec2::<f32>()?;
-            let mut keep = vec![];
-            let mut next = vec![];
-            for (slot, &req) in live.iter().enumerate() {
-                let c = &mut out[req];
-                if c.tokens.len() >= requests[req].max_new_tokens {
-                    continue;
-                }
-                let (tok, lp) = samplers[req].sample(&rows[slot]);
-                c.tokens.push(tok);
-                c.logprobs.push(lp);
-                if stops[req].contains(&tok) {
-                    c.finish_reason = FinishReason::Stop;
-                } else if c.tokens.len() < requests[req].max_new_tokens {
-                    keep.push(slot);
-                    next.push(tok);
-                }
+        Ok(self.forward_cached_last(&ids, Some(&mask), cache)?)
+    }
+}
+
+/// The per-request decoding state of one [`CausalLm::generate`] call.
+struct Decode<'a> {
+    requests: &'a [GenerationRequest],
+    /// Token ids that end each request's completion (its stop ids, then eos unless ignored).
+    stops: &'a [Vec<u32>],
+    /// Each request's seeded sampler.
+    samplers: &'a mut [Sampler],
+    /// The completions being built, by request.
+    out: &'a mut [Completion],
+}
+
+impl Decode<'_> {
+    /// Samples one token for every live cache row that still has budget (`rows[slot]` are
+    /// the `[V]` f32 logits of `live[slot]`'s request) and appends it with its log-prob.
+    /// Returns the slots that continue (not stopped, budget left) and their sampled tokens,
+    /// the next step's input.
+    fn sample_step(&mut self, live: &[usize], rows: &[Vec<f32>]) -> (Vec<usize>, Vec<u32>) {
+        let mut keep = vec![];
+        let mut next = vec![];
+        for (slot, &req) in live.iter().enumerate() {
+            let c = &mut self.out[req];
+            if c.tokens.len() >= self.requests[req].max_new_tokens {
+                continue;
             }
-            if keep.is_empty() {
-                break;
+            let (tok, lp) = self.samplers[req].sample(&rows[slot]);
+            c.tokens.push(tok);
+            c.logprobs.push(lp);
+            if self.stops[req].contains(&tok) {
+                c.finish_reason = FinishReason::Stop;
+            } else if c.tokens.len() < self.requests[req].max_new_tokens {
+                keep.push(slot);
+                next.push(tok);
             }
-            if keep.len() != live.len() {
-                cache.select_rows(&keep)?;
-                live = keep.iter().map(|&s| live[s]).collect();
-            }
-            let n = next.len();
-            let step = Tensor::from_vec(next, (n, 1), device)?;
-            logits = self.forward_cached_last(&step, None, &mut cache)?;
         }
-        Ok(out)
+        (keep, next)
     }
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 
 use crate::error::{Result, RlhfError};
-use crate::optim::adamw::{AdamW, AdamWConfig};
+use crate::optim::adamw::{AdamW, AdamWConfig, ParamSlot};
 use crate::optim::param_groups::ParamGroup;
 
 /// File name of the moments inside a state directory.
@@ -104,24 +104,7 @@ impl AdamW {
     /// moments, the step counter and the lr; group hyper-parameters come from this optimizer.
     pub fn load_state(&mut self, dir: &Path) -> Result<()> {
         let json_path = dir.join(STATE_JSON_FILE);
-        let text = std::fs::read_to_string(&json_path).map_err(|source| RlhfError::Io {
-            path: json_path.clone(),
-            source,
-        })?;
-        let scalars: StateScalars =
-            serde_json::from_str(&text).map_err(|source| RlhfError::Json {
-                path: json_path.clone(),
-                source,
-            })?;
-        if scalars.format != STATE_FORMAT {
-            return Err(mismatch(
-                &json_path,
-                format!(
-                    "key `format` is {:?}, expected {STATE_FORMAT:?}",
-                    scalars.format
-                ),
-            ));
-        }
+        let scalars = read_scalars(&json_path)?;
         let tensor_path: PathBuf = dir.join(STATE_TENSORS_FILE);
         if !tensor_path.exists() {
             return Err(RlhfError::Io {
@@ -130,65 +113,12 @@ impl AdamW {
             });
         }
         let mut tensors = candle_core::safetensors::load(&tensor_path, &Device::Cpu)?;
-
-        let mut restored = Vec::with_capacity(self.params.len());
-        for p in &self.params {
-            let Some(ps) = scalars.params.get(&p.name) else {
-                return Err(mismatch(
-                    &json_path,
-                    format!(
-                        "parameter `{}` of the optimizer is missing from key `params`",
-                        p.name
-                    ),
-                ));
-            };
-            let shape = p.var.as_tensor().dims().to_vec();
-            let device = p.var.as_tensor().device();
-            let mut take = |key: String| -> Result<Tensor> {
-                let t = tensors
-                    .remove(&key)
-                    .ok_or_else(|| mismatch(&tensor_path, format!("tensor `{key}` is missing")))?;
-                if t.dims() != shape.as_slice() {
-                    return Err(mismatch(
-                        &tensor_path,
-                        format!(
-                            "tensor `{key}` has shape {:?}, expected {shape:?} (the shape of parameter `{}`)",
-                            t.dims(),
-                            p.name
-                        ),
-                    ));
-                }
-                if t.dtype() != DType::F32 {
-                    return Err(mismatch(
-                        &tensor_path,
-                        format!("tensor `{key}` has dtype {:?}, expected F32", t.dtype()),
-                    ));
-                }
-                Ok(t.to_device(device)?)
-            };
-            let m = take(exp_avg_key(&p.name))?;
-            let v = take(exp_avg_sq_key(&p.name))?;
-            restored.push((ps.step, m, v));
-        }
-        let mut extra: Vec<&String> = tensors.keys().collect();
-        if !extra.is_empty() {
-            extra.sort();
-            return Err(mismatch(
-                &tensor_path,
-                format!(
-                    "tensor `{}` does not belong to any optimised parameter",
-                    extra[0]
-                ),
-            ));
-        }
-        let known: std::collections::HashSet<&str> =
-            self.params.iter().map(|p| p.name.as_str()).collect();
-        if let Some(name) = scalars.params.keys().find(|n| !known.contains(n.as_str())) {
-            return Err(mismatch(
-                &json_path,
-                format!("parameter `{name}` in key `params` is not optimised by this optimizer"),
-            ));
-        }
+        let files = StateFiles {
+            json: &json_path,
+            tensors: &tensor_path,
+        };
+        let restored = self.take_moments(&scalars, &mut tensors, files)?;
+        self.check_nothing_left(&scalars, &tensors, files)?;
 
         for (slot, (step, m, v)) in self.params.iter_mut().zip(restored) {
             slot.step = step;
@@ -199,4 +129,124 @@ impl AdamW {
         self.lr = scalars.lr;
         Ok(())
     }
+
+    /// Every parameter's `(step, exp_avg, exp_avg_sq)` (in parameter order, moments on the
+    /// parameter's device), taking the moments out of `tensors`; fails if a parameter is
+    /// missing from the scalars or its moments are missing or malformed.
+    fn take_moments(
+        &self,
+        scalars: &StateScalars,
+        tensors: &mut HashMap<String, Tensor>,
+        files: StateFiles<'_>,
+    ) -> Result<Vec<(u64, Tensor, Tensor)>> {
+        let mut restored = Vec::with_capacity(self.params.len());
+        for p in &self.params {
+            let Some(ps) = scalars.params.get(&p.name) else {
+                return Err(mismatch(
+                    files.json,
+                    format!(
+                        "parameter `{}` of the optimizer is missing from key `params`",
+                        p.name
+                    ),
+                ));
+            };
+            let shape = p.var.as_tensor().dims().to_vec();
+            let m = take_moment(tensors, files.tensors, exp_avg_key(&p.name), p, &shape)?;
+            let v = take_moment(tensors, files.tensors, exp_avg_sq_key(&p.name), p, &shape)?;
+            restored.push((ps.step, m, v));
+        }
+        Ok(restored)
+    }
+
+    /// Fails if a tensor left in `tensors` (after every parameter took its moments) or a
+    /// parameter of the scalars does not belong to this optimizer.
+    fn check_nothing_left(
+        &self,
+        scalars: &StateScalars,
+        tensors: &HashMap<String, Tensor>,
+        files: StateFiles<'_>,
+    ) -> Result<()> {
+        let mut extra: Vec<&String> = tensors.keys().collect();
+        if !extra.is_empty() {
+            extra.sort();
+            return Err(mismatch(
+                files.tensors,
+                format!(
+                    "tensor `{}` does not belong to any optimised parameter",
+                    extra[0]
+                ),
+            ));
+        }
+        let known: std::collections::HashSet<&str> =
+            self.params.iter().map(|p| p.name.as_str()).collect();
+        if let Some(name) = scalars.params.keys().find(|n| !known.contains(n.as_str())) {
+            return Err(mismatch(
+                files.json,
+                format!("parameter `{name}` in key `params` is not optimised by this optimizer"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The two files of a state directory being loaded, named by its errors.
+#[derive(Clone, Copy)]
+struct StateFiles<'a> {
+    /// [`STATE_JSON_FILE`].
+    json: &'a Path,
+    /// [`STATE_TENSORS_FILE`].
+    tensors: &'a Path,
+}
+
+/// Reads and parses [`STATE_JSON_FILE`] at `json_path` and checks its format tag.
+fn read_scalars(json_path: &Path) -> Result<StateScalars> {
+    let text = std::fs::read_to_string(json_path).map_err(|source| RlhfError::Io {
+        path: json_path.to_path_buf(),
+        source,
+    })?;
+    let scalars: StateScalars = serde_json::from_str(&text).map_err(|source| RlhfError::Json {
+        path: json_path.to_path_buf(),
+        source,
+    })?;
+    if scalars.format != STATE_FORMAT {
+        return Err(mismatch(
+            json_path,
+            format!(
+                "key `format` is {:?}, expected {STATE_FORMAT:?}",
+                scalars.format
+            ),
+        ));
+    }
+    Ok(scalars)
+}
+
+/// Removes moment `key` of parameter `p` from `tensors` (read from `tensor_path`) and moves
+/// it to the parameter's device; it must exist, have the parameter's `shape` and be f32.
+fn take_moment(
+    tensors: &mut HashMap<String, Tensor>,
+    tensor_path: &Path,
+    key: String,
+    p: &ParamSlot,
+    shape: &[usize],
+) -> Result<Tensor> {
+    let t = tensors
+        .remove(&key)
+        .ok_or_else(|| mismatch(tensor_path, format!("tensor `{key}` is missing")))?;
+    if t.dims() != shape {
+        return Err(mismatch(
+            tensor_path,
+            format!(
+                "tensor `{key}` has shape {:?}, expected {shape:?} (the shape of parameter `{}`)",
+                t.dims(),
+                p.name
+            ),
+        ));
+    }
+    if t.dtype() != DType::F32 {
+        return Err(mismatch(
+            tensor_path,
+            format!("tensor `{key}` has dtype {:?}, expected F32", t.dtype()),
+        ));
+    }
+    Ok(t.to_device(p.var.as_tensor().device())?)
 }

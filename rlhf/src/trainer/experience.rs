@@ -112,36 +112,17 @@ pub fn build_experience(
             .sum(D::Minus1)?
             .mean_all()?,
     )?;
+    let batch = Batch {
+        score_t: &score_t,
+        logprobs,
+        ref_logprobs,
+        mask,
+        kl: &kl,
+    };
     let (advantages, returns) = match cfg.kind {
-        AdvantageKind::Gae(g) => {
-            let critic = critic.ok_or_else(|| {
-                crate::RlhfError::invalid("values", "none", "GAE needs critic values")
-            })?;
-            let (rewards, _) = kl_shaped_rewards(
-                &score_t,
-                logprobs,
-                ref_logprobs,
-                mask,
-                cfg.kl_coef,
-                cfg.kl_estimator,
-            )?;
-            let out = gae(&rewards, critic.values, mask, g, critic.bootstrap)?;
-            let adv = if cfg.whiten {
-                masked_whiten(&out.advantages, mask, WhitenOptions::default())?
-            } else {
-                out.advantages
-            };
-            (adv, Some(out.returns))
-        }
+        AdvantageKind::Gae(g) => gae_advantages(&batch, critic, g, cfg)?,
         AdvantageKind::ReinforcePp { gamma } => {
-            let (rewards, _) = kl_shaped_rewards(
-                &score_t,
-                logprobs,
-                ref_logprobs,
-                mask,
-                cfg.kl_coef,
-                cfg.kl_estimator,
-            )?;
+            let rewards = shaped_rewards(&batch, cfg)?;
             (
                 reinforce_pp_advantages(&rewards, mask, gamma, WhitenOptions::default())?
                     .advantages,
@@ -152,37 +133,102 @@ pub fn build_experience(
             // All-negative raw advantages push every sampled token down and the student's
             // entropy up; whitening subtracts a constant baseline (E[∇log π] = 0).
             let adv = distill_advantages(logprobs, ref_logprobs, mask, &score_t, reward_coef)?;
-            let adv = if cfg.whiten {
-                masked_whiten(&adv, mask, WhitenOptions::default())?
-            } else {
-                adv
-            };
-            (adv, None)
+            (whiten_if(adv, mask, cfg.whiten)?, None)
         }
         AdvantageKind::Grpo | AdvantageKind::DrGrpo | AdvantageKind::Rloo => {
-            // Scores are normalised within the group; a KL-in-reward penalty is not (dividing
-            // β·KL by a near-zero group std would blow it up): each token is charged the KL
-            // still to come in its sequence, as a γ = 1 return of per-token −β·kl rewards
-            // (OpenRLHF's placement for group baselines).
-            let per_seq = match cfg.kind {
-                AdvantageKind::Grpo => {
-                    group_relative_advantages(&score_t, cfg.group_size, GroupNorm::MeanStd, 1e-6)?
-                }
-                AdvantageKind::DrGrpo => {
-                    group_relative_advantages(&score_t, cfg.group_size, GroupNorm::MeanOnly, 0.0)?
-                }
-                _ => rloo_advantages(&score_t, cfg.group_size)?,
-            };
-            let adv = broadcast_to_tokens(&per_seq, mask)?;
-            let adv = if cfg.kl_coef > 0.0 {
-                let penalty = kl_to_go(&kl, mask)?.affine(cfg.kl_coef, 0.0)?;
-                (adv - penalty.to_dtype(score_t.dtype())?)?
-            } else {
-                adv
-            };
-            (adv, None)
+            (group_advantages(&batch, cfg)?, None)
         }
     };
+    let stats = batch_stats(scores, &advantages, mask, kl_mean, kl_seq)?;
+    Ok(Experience {
+        advantages,
+        returns,
+        stats,
+    })
+}
+
+/// The inputs every estimator reads: sequence scores `[B]`, and the `[B, T-1]` policy and
+/// reference log-probs, response mask and per-token KL.
+struct Batch<'a> {
+    score_t: &'a Tensor,
+    logprobs: &'a Tensor,
+    ref_logprobs: &'a Tensor,
+    mask: &'a Tensor,
+    kl: &'a Tensor,
+}
+
+/// Per-token rewards `[B, T-1]`: the score on the last response token minus β·KL.
+fn shaped_rewards(b: &Batch<'_>, cfg: &ExperienceConfig) -> Result<Tensor> {
+    let (rewards, _) = kl_shaped_rewards(
+        b.score_t,
+        b.logprobs,
+        b.ref_logprobs,
+        b.mask,
+        cfg.kl_coef,
+        cfg.kl_estimator,
+    )?;
+    Ok(rewards)
+}
+
+/// `adv` whitened over the response tokens when `whiten`, else unchanged.
+fn whiten_if(adv: Tensor, mask: &Tensor, whiten: bool) -> Result<Tensor> {
+    Ok(if whiten {
+        masked_whiten(&adv, mask, WhitenOptions::default())?
+    } else {
+        adv
+    })
+}
+
+/// GAE advantages (whitened when configured) and critic returns, both `[B, T-1]`, over the
+/// KL-shaped rewards; fails without critic values.
+fn gae_advantages(
+    b: &Batch<'_>,
+    critic: Option<CriticInputs<'_>>,
+    g: GaeConfig,
+    cfg: &ExperienceConfig,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let critic = critic
+        .ok_or_else(|| crate::RlhfError::invalid("values", "none", "GAE needs critic values"))?;
+    let rewards = shaped_rewards(b, cfg)?;
+    let out = gae(&rewards, critic.values, b.mask, g, critic.bootstrap)?;
+    let adv = whiten_if(out.advantages, b.mask, cfg.whiten)?;
+    Ok((adv, Some(out.returns)))
+}
+
+/// GRPO, Dr. GRPO or RLOO advantages `[B, T-1]`: the group baseline of the scores broadcast
+/// over the response, minus β times each token's KL still to come when β > 0.
+fn group_advantages(b: &Batch<'_>, cfg: &ExperienceConfig) -> Result<Tensor> {
+    // Scores are normalised within the group; a KL-in-reward penalty is not (dividing
+    // β·KL by a near-zero group std would blow it up): each token is charged the KL
+    // still to come in its sequence, as a γ = 1 return of per-token −β·kl rewards
+    // (OpenRLHF's placement for group baselines).
+    let per_seq = match cfg.kind {
+        AdvantageKind::Grpo => {
+            group_relative_advantages(b.score_t, cfg.group_size, GroupNorm::MeanStd, 1e-6)?
+        }
+        AdvantageKind::DrGrpo => {
+            group_relative_advantages(b.score_t, cfg.group_size, GroupNorm::MeanOnly, 0.0)?
+        }
+        _ => rloo_advantages(b.score_t, cfg.group_size)?,
+    };
+    let adv = broadcast_to_tokens(&per_seq, b.mask)?;
+    Ok(if cfg.kl_coef > 0.0 {
+        let penalty = kl_to_go(b.kl, b.mask)?.affine(cfg.kl_coef, 0.0)?;
+        (adv - penalty.to_dtype(b.score_t.dtype())?)?
+    } else {
+        adv
+    })
+}
+
+/// The batch's statistics: the given KL means, mean and std of the scores (f64, population
+/// std), and mean and std of the advantages over the response tokens.
+fn batch_stats(
+    scores: &[f32],
+    advantages: &Tensor,
+    mask: &Tensor,
+    kl: f64,
+    kl_seq: f64,
+) -> Result<ExperienceStats> {
     let n = scores.len() as f64;
     let score_mean = scores.iter().map(|&s| s as f64).sum::<f64>() / n;
     let score_var = scores
@@ -190,20 +236,16 @@ pub fn build_experience(
         .map(|&s| (s as f64 - score_mean).powi(2))
         .sum::<f64>()
         / n;
-    let adv_mean = scalar(&masked_mean(&advantages, mask)?)?;
+    let adv_mean = scalar(&masked_mean(advantages, mask)?)?;
     let centred = (advantages.affine(1.0, -adv_mean)?.sqr())?;
     let adv_std = scalar(&masked_mean(&centred, mask)?)?.sqrt();
-    Ok(Experience {
-        advantages,
-        returns,
-        stats: ExperienceStats {
-            kl: kl_mean,
-            kl_seq,
-            score_mean,
-            score_std: score_var.sqrt(),
-            adv_mean,
-            adv_std,
-        },
+    Ok(ExperienceStats {
+        kl,
+        kl_seq,
+        score_mean,
+        score_std: score_var.sqrt(),
+        adv_mean,
+        adv_std,
     })
 }
 

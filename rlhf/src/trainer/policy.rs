@@ -8,12 +8,13 @@ use super::grads::{adamw_over, check_loss, StepStats};
 use super::sharding::{Sharded, TrainParams};
 use super::{scalar, PackedRows, Packing, TokenBatch};
 use crate::losses::{
-    entropy_bonus, kl_loss, sft_loss, KlEstimator, PolicyObjective, PpoConfig, RolloutCorrection,
+    entropy_bonus, kl_loss, sft_loss, EntropyStats, KlEstimator, PolicyObjective, PpoConfig,
+    PpoStats, RolloutCorrection,
 };
 use crate::mask::masked_abs_diff;
 use crate::optim::AdamW;
 use crate::Result;
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 use oxalign_kernels::collective::Collective;
 use oxalign_kernels::ops::{HeadOutputs, TokenDistribution};
 use oxalign_models::moe::routing::{ExpertChoices, RouterTrace};
@@ -332,6 +333,9 @@ impl PolicyTrainer {
         self.params.finish(out)
     }
 
+    /// [`Self::ppo_step`] on gathered parameters: the traced forward under the rollout
+    /// distribution, the loss (surrogate, KL and entropy terms, router aux term), the
+    /// divergence checks, then the weighted gradient step.
     fn ppo_step_gathered(
         &mut self,
         inputs: &PpoInputs<'_>,
@@ -340,17 +344,10 @@ impl PolicyTrainer {
         weight: f64,
         collective: Option<&dyn Collective>,
     ) -> Result<PolicyStats> {
-        let PpoInputs {
-            batch,
-            old_logprobs,
-            advantages,
-            ref_logprobs,
-            rollout_logprobs,
-        } = *inputs;
         self.opt.set_lr(lr);
-        let mask = &batch.response_mask;
+        let mask = &inputs.batch.response_mask;
         let forward =
-            self.head_outputs_traced(batch, self.rollout_distribution, self.packing.rl)?;
+            self.head_outputs_traced(inputs.batch, self.rollout_distribution, self.packing.rl)?;
         let aux = self.router_aux_term(&forward)?;
         let TracedForward {
             out:
@@ -361,65 +358,15 @@ impl PolicyTrainer {
             trace,
             ..
         } = forward;
-        let (rollout_mismatch_mean, rollout_mismatch_max) = match rollout_logprobs {
+        let (rollout_mismatch_mean, rollout_mismatch_max) = match inputs.rollout_logprobs {
             Some(r) => masked_abs_diff(&lp, r, mask)?,
             None => (0.0, 0.0),
         };
-        let is_weights = match rollout_logprobs {
-            Some(r) => cfg
-                .rollout_correction
-                .weights(old_logprobs, r, mask)?
-                .map(|(w, _)| w),
-            None => None,
-        };
-        let (mut loss, ppo) = cfg.objective.loss(
-            &lp,
-            old_logprobs,
-            advantages,
-            mask,
-            &cfg.ppo,
-            is_weights.as_ref(),
-        )?;
-        if cfg.kl_loss_coef > 0.0 {
-            if let Some(r) = ref_logprobs {
-                let (kl, _) = kl_loss(
-                    &lp,
-                    r,
-                    mask,
-                    cfg.kl_estimator,
-                    cfg.kl_loss_coef,
-                    cfg.ppo.agg,
-                )?;
-                loss = (loss + kl)?;
-            }
-        }
-        let ent = if cfg.entropy_coef > 0.0 {
-            token_entropy
-        } else {
-            token_entropy.detach()
-        };
-        let (bonus, ent_stats) = entropy_bonus(&ent, mask, cfg.entropy_coef, cfg.ppo.agg)?;
-        if cfg.entropy_coef > 0.0 {
-            loss = (loss + bonus)?;
-        }
+        let (mut loss, ppo, ent_stats) = ppo_loss(inputs, &lp, token_entropy, cfg)?;
         if let Some((term, _)) = &aux {
             loss = (loss + term)?;
         }
-        let device = lp.device().clone();
-        check_loss(
-            "policy loss",
-            ppo.loss,
-            self.max_policy_loss,
-            &device,
-            collective,
-        )?;
-        check_loss(
-            "approx KL to the rollout policy",
-            ppo.approx_kl,
-            self.max_update_kl,
-            &device,
-            collective,
-        )?;
+        self.check_update_limits(&ppo, lp.device(), collective)?;
         let step = self.params.apply(
             &loss.affine(weight, 0.0)?,
             &mut self.opt,
@@ -439,6 +386,31 @@ impl PolicyTrainer {
         })
     }
 
+    /// Refuses the minibatch update ([`check_loss`], agreed over `collective`) when its
+    /// surrogate loss exceeds [`Self::max_policy_loss`] or its approx KL to the rollout
+    /// policy exceeds [`Self::max_update_kl`] (in that order), before the weights change.
+    fn check_update_limits(
+        &self,
+        ppo: &PpoStats,
+        device: &Device,
+        collective: Option<&dyn Collective>,
+    ) -> Result<()> {
+        check_loss(
+            "policy loss",
+            ppo.loss,
+            self.max_policy_loss,
+            device,
+            collective,
+        )?;
+        check_loss(
+            "approx KL to the rollout policy",
+            ppo.approx_kl,
+            self.max_update_kl,
+            device,
+            collective,
+        )
+    }
+
     /// Mean NLL per response token of `batch` (no update), e.g. for SFT evaluation.
     pub fn nll(&self, batch: &TokenBatch) -> Result<f64> {
         let lp = self
@@ -448,6 +420,58 @@ impl PolicyTrainer {
         let (loss, _) = sft_loss(&lp, &batch.response_mask)?;
         scalar(&loss)
     }
+}
+
+/// The PPO minibatch loss without the router aux term, from the policy's `[B, T-1]`
+/// log-probs `lp` and token entropies: the objective's surrogate (rollout-corrected when
+/// rollout log-probs are given), plus the KL-to-reference term when `cfg.kl_loss_coef > 0`
+/// and reference log-probs are given, plus the entropy bonus when `cfg.entropy_coef > 0`
+/// (added in that order). Returns the loss and the surrogate's and entropy's statistics.
+fn ppo_loss(
+    inputs: &PpoInputs<'_>,
+    lp: &Tensor,
+    token_entropy: Tensor,
+    cfg: &PolicyLossConfig,
+) -> Result<(Tensor, PpoStats, EntropyStats)> {
+    let PpoInputs {
+        batch,
+        old_logprobs,
+        advantages,
+        ref_logprobs,
+        rollout_logprobs,
+    } = *inputs;
+    let mask = &batch.response_mask;
+    let is_weights = match rollout_logprobs {
+        Some(r) => cfg
+            .rollout_correction
+            .weights(old_logprobs, r, mask)?
+            .map(|(w, _)| w),
+        None => None,
+    };
+    let (mut loss, ppo) = cfg.objective.loss(
+        lp,
+        old_logprobs,
+        advantages,
+        mask,
+        &cfg.ppo,
+        is_weights.as_ref(),
+    )?;
+    if cfg.kl_loss_coef > 0.0 {
+        if let Some(r) = ref_logprobs {
+            let (kl, _) = kl_loss(lp, r, mask, cfg.kl_estimator, cfg.kl_loss_coef, cfg.ppo.agg)?;
+            loss = (loss + kl)?;
+        }
+    }
+    let ent = if cfg.entropy_coef > 0.0 {
+        token_entropy
+    } else {
+        token_entropy.detach()
+    };
+    let (bonus, ent_stats) = entropy_bonus(&ent, mask, cfg.entropy_coef, cfg.ppo.agg)?;
+    if cfg.entropy_coef > 0.0 {
+        loss = (loss + bonus)?;
+    }
+    Ok((loss, ppo, ent_stats))
 }
 
 /// [`PolicyStats::routing_overridden`] of a forward's trace.
