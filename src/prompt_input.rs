@@ -6,8 +6,10 @@ use std::path::Path;
 
 use oxalign_models::text::chat_template::ChatMessage;
 use oxalign_models::text::tokenizer::Tokenizer;
+use oxalign_models::ModelConfig;
 use serde_json::Value;
 
+use crate::context_len::check_fits;
 use crate::jsonl::{line_error, read_jsonl};
 use crate::user_error::user_error;
 
@@ -216,6 +218,36 @@ pub fn record_ids(
         ));
     }
     Ok(ids)
+}
+
+/// Every record as whole-sequence token ids (no chat template, no generation prompt) for a
+/// scoring command; a record with no tokens or longer than `config`'s context is refused.
+/// `need` finishes the message for an empty one (e.g. `"a score needs at least one"`).
+pub fn scoring_sequences(
+    input: &Path,
+    records: &[InputRecord],
+    tokenizer: Option<&Tokenizer>,
+    config: &ModelConfig,
+    need: &str,
+) -> anyhow::Result<Vec<Vec<u32>>> {
+    let mode = EncodeMode {
+        chat: false,
+        add_generation_prompt: false,
+    };
+    let mut seqs = Vec::with_capacity(records.len());
+    for rec in records {
+        let ids = record_ids(input, rec, tokenizer, config.vocab_size, mode)?;
+        if ids.is_empty() {
+            return user_error(format!(
+                "{}:{}: the sequence has no tokens; {need}",
+                input.display(),
+                rec.line
+            ));
+        }
+        check_fits(input, rec.line, ids.len(), config.max_position_embeddings)?;
+        seqs.push(ids);
+    }
+    Ok(seqs)
 }
 
 #[cfg(test)]

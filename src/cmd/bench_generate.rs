@@ -3,6 +3,8 @@
 //! no-cache loop, printed as one JSON line (tokens/s, time to first token, peak RSS).
 //! It loads no tokenizer and writes no completions.
 
+use super::proc_stats::peak_rss_bytes;
+use super::spread::Spread;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -82,32 +84,6 @@ pub struct Args {
     /// Device: cpu, cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-}
-
-/// median / min / max of a measurement.
-#[derive(Debug, Serialize)]
-struct Spread {
-    median: f64,
-    min: f64,
-    max: f64,
-}
-
-impl Spread {
-    fn of(values: &[f64]) -> Spread {
-        let mut v = values.to_vec();
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        let median = if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        };
-        Spread {
-            median,
-            min: v[0],
-            max: v[n - 1],
-        }
-    }
 }
 
 /// The JSON line.
@@ -377,18 +353,4 @@ fn naive_greedy(
             finish_reason: oxalign_models::FinishReason::Length,
         })
         .collect())
-}
-
-/// The `VmHWM` (peak resident set) of a `/proc/<pid>/status` file, in bytes.
-fn peak_rss_bytes(status: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(status).ok()?;
-    let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line
-        .trim_start_matches("VmHWM:")
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb * 1024)
 }

@@ -13,6 +13,7 @@ pub mod generate;
 pub mod init_model;
 pub mod launch;
 pub mod logprobs;
+pub mod proc_stats;
 pub mod score;
 pub mod spread;
 pub mod tokenize;

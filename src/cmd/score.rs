@@ -9,11 +9,10 @@ use clap::Parser;
 use oxalign_models::{ModelError, RewardModel};
 use serde::Serialize;
 
-use crate::context_len::check_fits;
 use crate::jsonl::JsonlWriter;
 use crate::model_dir::{check_model_dir, load_tokenizer, model_error, open_device};
-use crate::prompt_input::{read_records, record_ids, EncodeMode};
-use crate::user_error::{user_error, UserError};
+use crate::prompt_input::{read_records, scoring_sequences};
+use crate::user_error::UserError;
 
 /// Arguments of `oxalign score`.
 #[derive(Debug, Parser)]
@@ -67,29 +66,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             err
         }
     })?;
-    let vocab = model.config().vocab_size;
-    let mode = EncodeMode {
-        chat: false,
-        add_generation_prompt: false,
-    };
-    let mut seqs = Vec::with_capacity(records.len());
-    for rec in &records {
-        let ids = record_ids(&args.input, rec, tokenizer.as_ref(), vocab, mode)?;
-        if ids.is_empty() {
-            return user_error(format!(
-                "{}:{}: the sequence has no tokens; a score needs at least one",
-                args.input.display(),
-                rec.line
-            ));
-        }
-        check_fits(
-            &args.input,
-            rec.line,
-            ids.len(),
-            model.config().max_position_embeddings,
-        )?;
-        seqs.push(ids);
-    }
+    let seqs = scoring_sequences(
+        &args.input,
+        &records,
+        tokenizer.as_ref(),
+        model.config(),
+        "a score needs at least one",
+    )?;
     let pad = model.config().pad_token_id.unwrap_or(0);
     let scores = batched_scores(&model, &seqs, pad, args.batch_size as usize)?;
     let mut out = JsonlWriter::create(args.output.as_deref())?;

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use minijinja::value::{Kwargs, Value, ValueKind};
+use minijinja::value::{from_args, Kwargs, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State};
 use serde::{Deserialize, Serialize};
 
@@ -462,159 +462,40 @@ impl JsonStyle {
 }
 
 /// Python `str` and `dict` methods that HF templates call (`.strip()`, `.startswith()`,
-/// `.items()`, `.get()`, ...), for minijinja's unknown-method hook.
+/// `.items()`, `.get()`, ...), for minijinja's unknown-method hook: minijinja-contrib's
+/// `pycompat`, except where Python answers otherwise than it does — `find` counts
+/// characters, not bytes; `count("")` is `len + 1`; `isdigit` (ASCII digits) and `isspace`
+/// are false on an empty string; and `rsplit`, which it lacks.
 fn python_method(
     state: &State,
     value: &Value,
     method: &str,
     args: &[Value],
 ) -> Result<Value, Error> {
-    match value.kind() {
-        ValueKind::String => string_method(value.as_str().unwrap_or_default(), method, args),
-        ValueKind::Map => map_method(state, value, method, args),
-        _ => Err(Error::from(ErrorKind::UnknownMethod)),
+    if let Some(s) = value.as_str() {
+        if let Some(v) = python_str_method(s, method, args)? {
+            return Ok(v);
+        }
     }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
 }
 
-fn arg_str(args: &[Value], i: usize) -> Option<String> {
-    args.get(i)
-        .filter(|v| !v.is_none() && !v.is_undefined())
-        .map(|v| {
-            v.as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| v.to_string())
-        })
-}
-
-fn too_many(method: &str, max: usize, args: &[Value]) -> Result<(), Error> {
-    if args.len() > max {
-        Err(Error::new(
-            ErrorKind::TooManyArguments,
-            format!("str.{method} takes at most {max} argument(s)"),
-        ))
-    } else {
-        Ok(())
-    }
-}
-
-/// Prefixes/suffixes argument of `startswith`/`endswith`: a string or a sequence of them.
-fn affixes(method: &str, args: &[Value]) -> Result<Vec<String>, Error> {
-    too_many(method, 1, args)?;
-    let arg = args.first().ok_or_else(|| {
-        Error::new(
-            ErrorKind::MissingArgument,
-            format!("str.{method} needs an argument"),
-        )
-    })?;
-    if let Some(s) = arg.as_str() {
-        return Ok(vec![s.to_string()]);
-    }
-    let mut out = Vec::new();
-    for item in arg.try_iter()? {
-        out.push(item.as_str().map(str::to_string).ok_or_else(|| {
-            Error::new(
-                ErrorKind::InvalidOperation,
-                format!("str.{method}: tuple items must be strings"),
-            )
-        })?);
-    }
-    Ok(out)
-}
-
-fn string_method(s: &str, method: &str, args: &[Value]) -> Result<Value, Error> {
-    let strip_set = |args: &[Value]| -> Result<Option<Vec<char>>, Error> {
-        too_many(method, 1, args)?;
-        Ok(arg_str(args, 0).map(|c| c.chars().collect()))
+/// The `str` methods `pycompat` answers differently from Python; `None` for the others.
+fn python_str_method(s: &str, method: &str, args: &[Value]) -> Result<Option<Value>, Error> {
+    let needle = || -> Result<String, Error> {
+        let (needle,): (&str,) = from_args(args)?;
+        Ok(needle.to_string())
     };
     let v = match method {
-        "strip" => match strip_set(args)? {
-            Some(set) => Value::from(s.trim_matches(|c| set.contains(&c))),
-            None => Value::from(s.trim()),
-        },
-        "lstrip" => match strip_set(args)? {
-            Some(set) => Value::from(s.trim_start_matches(|c| set.contains(&c))),
-            None => Value::from(s.trim_start()),
-        },
-        "rstrip" => match strip_set(args)? {
-            Some(set) => Value::from(s.trim_end_matches(|c| set.contains(&c))),
-            None => Value::from(s.trim_end()),
-        },
-        "startswith" => Value::from(affixes(method, args)?.iter().any(|p| s.starts_with(p))),
-        "endswith" => Value::from(affixes(method, args)?.iter().any(|p| s.ends_with(p))),
-        "upper" => Value::from(s.to_uppercase()),
-        "lower" => Value::from(s.to_lowercase()),
-        "capitalize" => {
-            let mut c = s.chars();
-            Value::from(match c.next() {
-                Some(first) => first
-                    .to_uppercase()
-                    .chain(c.flat_map(char::to_lowercase))
-                    .collect(),
-                None => String::new(),
-            })
-        }
-        "title" => {
-            let mut out = String::with_capacity(s.len());
-            let mut prev_cased = false;
-            for ch in s.chars() {
-                if prev_cased {
-                    out.extend(ch.to_lowercase());
-                } else {
-                    out.extend(ch.to_uppercase());
-                }
-                prev_cased = ch.is_alphabetic();
-            }
-            Value::from(out)
-        }
-        "replace" => {
-            too_many(method, 3, args)?;
-            let (Some(old), Some(new)) = (arg_str(args, 0), arg_str(args, 1)) else {
-                return Err(Error::new(
-                    ErrorKind::MissingArgument,
-                    "str.replace needs old and new",
-                ));
-            };
-            match args.get(2).and_then(Value::as_i64) {
-                Some(n) if n >= 0 => Value::from(s.replacen(&old, &new, n as usize)),
-                _ => Value::from(s.replace(&old, &new)),
-            }
-        }
-        "split" | "rsplit" => {
-            too_many(method, 2, args)?;
-            let sep = arg_str(args, 0);
-            let maxsplit = args.get(1).and_then(Value::as_i64).filter(|n| *n >= 0);
-            let parts: Vec<String> = match (sep, maxsplit) {
-                (Some(sep), _) if sep.is_empty() => {
-                    return Err(Error::new(ErrorKind::InvalidOperation, "empty separator"))
-                }
-                (Some(sep), None) => s.split(sep.as_str()).map(str::to_string).collect(),
-                (Some(sep), Some(n)) if method == "split" => s
-                    .splitn(n as usize + 1, sep.as_str())
-                    .map(str::to_string)
-                    .collect(),
-                (Some(sep), Some(n)) => {
-                    let mut p: Vec<String> = s
-                        .rsplitn(n as usize + 1, sep.as_str())
-                        .map(str::to_string)
-                        .collect();
-                    p.reverse();
-                    p
-                }
-                (None, _) => s.split_whitespace().map(str::to_string).collect(),
-            };
-            Value::from(parts)
-        }
         "find" => {
-            too_many(method, 1, args)?;
-            let needle = arg_str(args, 0).unwrap_or_default();
+            let needle = needle()?;
             Value::from(match s.find(&needle) {
                 Some(byte) => s[..byte].chars().count() as i64,
                 None => -1,
             })
         }
         "count" => {
-            too_many(method, 1, args)?;
-            let needle = arg_str(args, 0).unwrap_or_default();
+            let needle = needle()?;
             Value::from(if needle.is_empty() {
                 s.chars().count() + 1
             } else {
@@ -623,35 +504,26 @@ fn string_method(s: &str, method: &str, args: &[Value]) -> Result<Value, Error> 
         }
         "isdigit" => Value::from(!s.is_empty() && s.chars().all(|c| c.is_ascii_digit())),
         "isspace" => Value::from(!s.is_empty() && s.chars().all(char::is_whitespace)),
-        _ => return Err(Error::from(ErrorKind::UnknownMethod)),
+        "rsplit" => rsplit(s, args)?,
+        _ => return Ok(None),
     };
-    Ok(v)
+    Ok(Some(v))
 }
 
-fn map_method(state: &State, value: &Value, method: &str, args: &[Value]) -> Result<Value, Error> {
-    match method {
-        "items" => state.apply_filter("items", std::slice::from_ref(value)),
-        "keys" => Ok(Value::from(value.try_iter()?.collect::<Vec<_>>())),
-        "values" => {
-            let mut out = Vec::new();
-            for k in value.try_iter()? {
-                out.push(value.get_item(&k)?);
-            }
-            Ok(Value::from(out))
-        }
-        "get" => {
-            let key = args
-                .first()
-                .ok_or_else(|| Error::new(ErrorKind::MissingArgument, "dict.get needs a key"))?;
-            let found = value.get_item(key)?;
-            if found.is_undefined() {
-                Ok(args.get(1).cloned().unwrap_or(Value::from(())))
-            } else {
-                Ok(found)
-            }
-        }
-        _ => Err(Error::from(ErrorKind::UnknownMethod)),
-    }
+/// Python's `str.rsplit(sep=None, maxsplit=-1)`.
+fn rsplit(s: &str, args: &[Value]) -> Result<Value, Error> {
+    let (sep, maxsplit): (Option<&str>, Option<i64>) = from_args(args)?;
+    let maxsplit = maxsplit.filter(|n| *n >= 0).map(|n| n as usize);
+    let parts: Vec<String> = match (sep, maxsplit) {
+        (Some(""), _) => return Err(Error::new(ErrorKind::InvalidOperation, "empty separator")),
+        (Some(sep), Some(n)) => s.rsplitn(n + 1, sep).map(str::to_string).collect(),
+        (Some(sep), None) => s.rsplit(sep).map(str::to_string).collect(),
+        // Whitespace: every run is a separator (the maximum split is not applied).
+        (None, _) => s.split_whitespace().rev().map(str::to_string).collect(),
+    };
+    let mut parts = parts;
+    parts.reverse();
+    Ok(Value::from(parts))
 }
 
 #[cfg(test)]
@@ -709,6 +581,14 @@ mod tests {
     fn python_string_and_dict_methods() {
         let src = "{{ '  x  '.strip() }}|{{ 'abc'.startswith(('x', 'ab')) }}|{{ 'a,b'.split(',') | join('+') }}|{% for k, v in {'k': 1}.items() %}{{ k }}={{ v }}{% endfor %}|{{ {'k': 1}.get('m', 'dflt') }}|{{ 'Hi'.upper() }}";
         assert_eq!(render(src, &[]).unwrap(), "x|True|a+b|k=1|dflt|HI");
+    }
+
+    #[test]
+    fn methods_answer_as_python_where_pycompat_differs() {
+        // Python: 'héllo'.find('l') == 2 (characters, not bytes), 'ab'.count('') == 3,
+        // ''.isdigit() == ''.isspace() == False, 'a,b,c'.rsplit(',', 1) == ['a,b', 'c'].
+        let src = "{{ 'héllo'.find('l') }}|{{ 'ab'.count('') }}|{{ ''.isdigit() }}|{{ ''.isspace() }}|{{ 'a,b,c'.rsplit(',', 1) | join('+') }}|{{ ' a  b '.rsplit() | join('+') }}";
+        assert_eq!(render(src, &[]).unwrap(), "2|3|False|False|a,b+c|a+b");
     }
 
     #[test]
