@@ -1,10 +1,14 @@
 //! HF chat templates (`tokenizer_config.json` `chat_template`) rendered with minijinja, set up
 //! like transformers' sandboxed Jinja2 environment: `trim_blocks`, `lstrip_blocks`, loop controls,
-//! `raise_exception`, `strftime_now`, a Python-compatible `tojson` and common `str`/`dict` methods.
+//! `raise_exception`, `strftime_now` (chrono), a Python-compatible `tojson` and the `str`/`dict`
+//! methods of minijinja-contrib's `pycompat`.
 //! It renders text only; turning the text into ids is [`crate::text::tokenizer::Tokenizer`]'s job.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+
+use chrono::format::{Item, StrftimeItems};
+use chrono::{DateTime, Utc};
 
 use minijinja::value::{from_args, Kwargs, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State};
@@ -218,111 +222,27 @@ fn raise_exception(message: String) -> Result<Value, Error> {
     ))
 }
 
-/// `strftime_now(fmt)`: the current UTC time formatted with a subset of C's `strftime`
-/// (`%Y %y %m %d %e %H %M %S %b %B %a %A %j %%`).
+/// `strftime_now(fmt)`: the current UTC time formatted like Python's `strftime` (chrono's
+/// directives: C's and a few more); an unknown directive is an error naming the format.
 fn strftime_now(format: String) -> Result<Value, Error> {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    Ok(Value::from(format_utc(secs, &format)?))
+    Ok(Value::from(format_utc(Utc::now(), &format)?))
 }
 
-const MONTHS: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
-const WEEKDAYS: [&str; 7] = [
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-    "Sunday",
-];
-
-/// Formats `secs` since the Unix epoch (UTC) with the `strftime` subset above.
-fn format_utc(secs: i64, format: &str) -> Result<String, Error> {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    // 1970-01-01 was a Thursday (index 3 with Monday = 0).
-    let weekday = (days + 3).rem_euclid(7) as usize;
-    let day_of_year = days - days_from_civil(year, 1, 1) + 1;
-    let mut out = String::new();
-    let mut chars = format.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        let spec = chars.next().ok_or_else(|| {
-            Error::new(
-                ErrorKind::InvalidOperation,
-                "strftime_now: format ends in '%'",
-            )
-        })?;
-        let month_name = MONTHS[(month - 1) as usize];
-        match spec {
-            'Y' => out.push_str(&year.to_string()),
-            'y' => out.push_str(&format!("{:02}", year.rem_euclid(100))),
-            'm' => out.push_str(&format!("{month:02}")),
-            'd' => out.push_str(&format!("{day:02}")),
-            'e' => out.push_str(&format!("{day:>2}")),
-            'H' => out.push_str(&format!("{:02}", rem / 3600)),
-            'M' => out.push_str(&format!("{:02}", rem % 3600 / 60)),
-            'S' => out.push_str(&format!("{:02}", rem % 60)),
-            'j' => out.push_str(&format!("{day_of_year:03}")),
-            'b' => out.push_str(&month_name[..3]),
-            'B' => out.push_str(month_name),
-            'a' => out.push_str(&WEEKDAYS[weekday][..3]),
-            'A' => out.push_str(WEEKDAYS[weekday]),
-            '%' => out.push('%'),
-            other => {
-                return Err(Error::new(
-                    ErrorKind::InvalidOperation,
-                    format!("strftime_now: unsupported directive %{other}"),
-                ))
-            }
-        }
+/// `t` formatted with `format`.
+fn format_utc(t: DateTime<Utc>, format: &str) -> Result<String, Error> {
+    let items = StrftimeItems::new(format);
+    let bad = || {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now: cannot format with {format:?}"),
+        )
+    };
+    if items.clone().any(|i| matches!(i, Item::Error)) {
+        return Err(bad());
     }
+    let mut out = String::new();
+    write!(out, "{}", t.format_with_items(items)).map_err(|_| bad())?;
     Ok(out)
-}
-
-/// (year, month 1-12, day 1-31) of a day count since 1970-01-01 (H. Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-/// Day count since 1970-01-01 of a civil date (inverse of [`civil_from_days`]).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 /// `tojson` as transformers defines it: `json.dumps(x, ensure_ascii=False, indent=indent,
@@ -605,17 +525,19 @@ mod tests {
     #[test]
     fn strftime_formats_known_dates() {
         // 2024-07-26 00:00:00 UTC, the date Llama 3.1's template hard-codes.
+        let at = |secs| DateTime::from_timestamp(secs, 0).unwrap();
         assert_eq!(
-            format_utc(1_721_952_000, "%d %b %Y").unwrap(),
+            format_utc(at(1_721_952_000), "%d %b %Y").unwrap(),
             "26 Jul 2024"
         );
         assert_eq!(
-            format_utc(0, "%Y-%m-%d %H:%M:%S %A %j").unwrap(),
+            format_utc(at(0), "%Y-%m-%d %H:%M:%S %A %j").unwrap(),
             "1970-01-01 00:00:00 Thursday 001"
         );
         assert_eq!(
-            format_utc(951_782_400, "%d %B %y").unwrap(),
+            format_utc(at(951_782_400), "%d %B %y").unwrap(),
             "29 February 00"
         );
+        assert!(format_utc(at(0), "%Q").is_err());
     }
 }
