@@ -4,12 +4,12 @@
 //!
 //! **The model declaration.** A tensor name is spelled once; everything that touches weights
 //! reads the declaration:
-//! * [`param_spec`]: `ParamSpec`, an HF tensor name, shape and `ParamKind` (embedding, linear
+//! * [`param_spec`][]: `ParamSpec`, an HF tensor name, shape and `ParamKind` (embedding, linear
 //!   weight, router weight, bias, norm). The kind decides the random init (Normal(0, 0.02),
 //!   ones, zeros), weight decay (linear and router weights) and the engine's `DtypePolicy`
 //!   (linear weights may be quantized; routers and the rest stay f32). Seeded init in
 //!   declaration order.
-//! * [`layout`]: the declaration as structured data: `LinearParams`, `AttentionParams` (with
+//! * [`layout`][]: the declaration as structured data: `LinearParams`, `AttentionParams` (with
 //!   optional per-head `q_norm`/`k_norm`), `MlpParams`, `FeedForwardParams` (a dense MLP or
 //!   `MoeParams`: router, experts, optional `SharedExpertParams`, and the `PackedExpertNames`
 //!   of the same tensors), `LayerParams`, `BackboneParams` (canonical order: embedding; per
@@ -17,7 +17,7 @@
 //!   router, experts, shared expert and its gate, weight before bias; final norm).
 //!   `dense_backbone` builds the HF Llama-style layout for given biases; `moe_backbone`
 //!   (`moe/layout.rs`) replaces the sparse layers' MLPs with the family's `MoeNames`.
-//! * [`family`]: `Family` (`family/kind.rs`) and its registry, one file per family implementing
+//! * [`family`][]: `Family` (`family/kind.rs`) and its registry, one file per family implementing
 //!   `FamilyDecl`: `model_type`, class prefix, the config.json keys only it reads and writes
 //!   (biases, sliding windows, experts, with HF's defaults), its biases, its checks
 //!   (`validate`), its preset MoE sizes, and its backbone layout (the dense one unless it

@@ -3,33 +3,33 @@
 //! parallelism (ownership, row exchange, the parallel forward).
 //!
 //! The files:
-//! * [`config`]: `MoeConfig`.
-//! * [`layout`]: a sparse layer's `{block}.gate` router `[E, H]` (kind `Router`),
+//! * [`config`][]: `MoeConfig`.
+//! * [`layout`][]: a sparse layer's `{block}.gate` router `[E, H]` (kind `Router`),
 //!   `{block}.experts.{e}.{gate,up,down}` (Mixtral's `block_sparse_moe` with `w1, w3, w2`),
 //!   Qwen2-MoE's `shared_expert.*` and `shared_expert_gate` `[1, H]`; Qwen3's `q_norm`/`k_norm`
 //!   `[head_dim]` (`crate::config::layout::add_qk_norms`, shared with dense Qwen3).
-//! * [`expert_layout`]: the packed layout (`mlp.experts.gate_up_proj` `[E, 2I, H]`,
+//! * [`expert_layout`][]: the packed layout (`mlp.experts.gate_up_proj` `[E, 2I, H]`,
 //!   `mlp.experts.down_proj` `[E, H, I]`) split into the declared per-expert tensors on load.
 //!   transformers 5 keeps experts packed in memory but writes per-expert names; oxalign always
 //!   writes per-expert names.
-//! * [`router`]: logits (under `Precision::FakeInt8` by the engine's own f32 kernel,
+//! * [`router`][]: logits (under `Precision::FakeInt8` by the engine's own f32 kernel,
 //!   `nn/f32_linear.rs`), composed softmax, the top-k per token as host data (`top_k_experts`:
 //!   largest first, lower index on ties; or replayed choices, `choose`) and the routing weights
 //!   gathered from the softmax tensor, renormalised when `norm_topk_prob`. The weights stay in
 //!   the autograd graph, so the router learns.
-//! * [`block`]: `SparseMoe`: every expert once over its tokens (`index_select`), outputs scaled
+//! * [`block`][]: `SparseMoe`: every expert once over its tokens (`index_select`), outputs scaled
 //!   by the routing weights and summed back with one `index_add`; plus
 //!   `sigmoid(shared_expert_gate(x)) · shared_expert(x)`. Used by the training and KV-cached
 //!   forwards.
-//! * [`routing`]: `RouterTrace` (a forward's router logits per sparse layer, still
+//! * [`routing`][]: `RouterTrace` (a forward's router logits per sparse layer, still
 //!   differentiable, and the experts it chose; or a replay of recorded ones) and
 //!   `ExpertChoices` (`[sparse layer][token · k]`, `FREE` = route freely; `for_batch` lays
 //!   per-sequence records onto a padded `[B, T]` batch, `for_packed` onto packed rows;
 //!   `disagreement`).
-//! * [`aux_loss`]: `load_balancing_loss` and `Model::router_aux_loss(trace, mask)` /
+//! * [`aux_loss`][]: `load_balancing_loss` and `Model::router_aux_loss(trace, mask)` /
 //!   `router_aux_loss_coef()`, added to the policy's SFT and RL losses by `PolicyTrainer` (HF's
 //!   coefficient, or `model.router_aux_loss_coef`).
-//! * [`expert_parallel`], [`expert_exchange`] and `parallel.rs`: expert parallelism (see
+//! * [`expert_parallel`][], [`expert_exchange`][] and `parallel.rs`: expert parallelism (see
 //!   [`expert_parallel`]).
 //!
 //! **Traces and the engine.** `CausalLm::next_token_outputs_traced` (and
