@@ -20,7 +20,8 @@ import re
 import sys
 
 CRATES = {"oxalign_kernels": "kernels/src", "oxalign_models": "models/src",
-          "oxalign_rlhf": "rlhf/src", "oxalign_actors": "actors/src", "oxalign": "src"}
+          "oxalign_data": "data/src", "oxalign_rlhf": "rlhf/src",
+          "oxalign_actors": "actors/src", "oxalign": "src"}
 
 
 def blank(text):
@@ -205,7 +206,7 @@ def long_functions(root, limit):
     return found
 
 
-MEMBERS = [".", "kernels", "models", "rlhf", "actors"]
+MEMBERS = [".", "kernels", "models", "data", "rlhf", "actors"]
 
 
 def unused_dependencies(top):

@@ -6,12 +6,6 @@ use std::path::PathBuf;
 /// Every fallible function of this crate returns this error.
 #[derive(Debug, thiserror::Error)]
 pub enum RlhfError {
-    /// A dataset file is missing, unreadable or malformed; the message names file and line.
-    #[error("{0}")]
-    Data(String),
-    /// A dataset file or one of its rows is unusable (names the file and the row).
-    #[error(transparent)]
-    Dataset(#[from] crate::data::DataError),
     /// A tensor argument has the wrong shape.
     #[error("`{name}`: expected shape {expected}, got {got:?}")]
     Shape {

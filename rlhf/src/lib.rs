@@ -1,9 +1,11 @@
-//! oxalign-rlhf: the RLHF math of oxalign — advantage estimators, losses, KL control and the
-//! optimizer. All tensor functions take candle tensors in `[batch, seq]` layout with a response
-//! mask (non-zero = response token); see docs/ARCHITECTURE.md for what the crate owns.
+//! oxalign-rlhf: the RLHF math of oxalign — advantage estimators, losses, KL control, the
+//! optimizer, trainer steps, FSDP sharding and rule-based reward verifiers. It reads no
+//! dataset and calls no service: datasets are `oxalign-data`'s, the HTTP reward client lives
+//! with the reward actor in `oxalign-actors`. All tensor functions take candle tensors in
+//! `[batch, seq]` layout with a response mask (non-zero = response token); see
+//! docs/ARCHITECTURE.md for what the crate owns.
 
 pub mod advantages;
-pub mod data;
 pub mod error;
 pub mod fsdp;
 pub mod kl_controller;

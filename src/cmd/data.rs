@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
-use oxalign_rlhf::data::write_arithmetic_files;
+use oxalign_data::write_arithmetic_files;
 
 use crate::user_error::{user_error, IntoUserError};
 

@@ -2,18 +2,17 @@
 //! is read in the schema of its run kind, and a prompts file must carry the reference
 //! answer when something in the recipe compares with it (an exact-match reward or
 //! verifier, or the SFT warm-up that trains on it). A run checks every row; `--check`
-//! checks the first [`oxalign_rlhf::data::PROBE_ROWS`], so a file in the wrong schema exits 2 before a model is
-//! loaded.
+//! checks the first [`oxalign_data::PROBE_ROWS`], so a file in the wrong schema exits 2
+//! before a model is loaded.
 
 use crate::controller::error::{At, RunError};
 use crate::error::Cause;
 use crate::recipe::{Recipe, RewardKind, RunKind, TaskKind};
-use oxalign_models::text::tokenizer::Tokenizer;
-use oxalign_rlhf::data::{
+use oxalign_data::{
     check_first_rows, AnswerCoverage, DataError, PreferencePair, PromptItem, RowContext, RowSchema,
     SftRow,
 };
-use oxalign_rlhf::RlhfError;
+use oxalign_models::text::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
 
 /// What compares responses with (or trains on) the prompts' reference answers; `None` when
@@ -32,7 +31,7 @@ pub fn answers_needed_by(recipe: &Recipe) -> Option<&'static str> {
 
 /// A bad-input error of the `data` setup phase.
 fn data_error(e: DataError) -> RunError {
-    RunError::controller(At::Setup, "data", Cause::from(RlhfError::from(e)))
+    RunError::controller(At::Setup, "data", Cause::from(e))
 }
 
 /// Refuses a prompts file where no row has the reference answer the recipe needs; warns

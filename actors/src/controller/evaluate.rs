@@ -9,7 +9,7 @@ use crate::controller::context::Ctx;
 use crate::controller::error::{At, RunError};
 use crate::controller::lengths::{encode_rollout_prompt, quoted};
 use crate::roles::Generate;
-use oxalign_rlhf::data::PromptItem;
+use oxalign_data::PromptItem;
 
 /// Samples per prompt for the sampled accuracy.
 const SAMPLES: usize = 8;

@@ -11,12 +11,14 @@ use crate::monitor::{ActorInfo, MonitorHandle};
 use crate::placement::{DeviceGroup, RolePlacement};
 use crate::recipe::{EngineQuant, Recipe, RewardKeyError, RewardKind, Sharding, TaskKind};
 use crate::replicas::Replicas;
+use crate::roles::reward::http::HttpReward;
 use crate::roles::{
     Critic, CriticRole, CriticState, EngineReplica, EngineRole, Local, Policy, PolicyReplica,
     PolicyRole, PolicyState, Reference, ReferenceRole, ReferenceState, Reward, RewardRole,
     RewardState, Scorer, Scoring, ENGINE_LANE,
 };
 use candle_core::{DType, Tensor};
+use oxalign_data::{ArithmeticTask, DataSpec, PromptFile, PromptSource};
 use oxalign_kernels::collective::Collective;
 use oxalign_kernels::device::DeviceSpec;
 use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
@@ -25,8 +27,6 @@ use oxalign_models::{
     init_model_dir, CausalLm, Family, InitError, InitHead, InitSpec, InitTokenizer, Preset,
     RewardModel, ValueModel,
 };
-use oxalign_rlhf::data::{ArithmeticTask, DataSpec, PromptFile, PromptSource};
-use oxalign_rlhf::reward::http::HttpReward;
 use oxalign_rlhf::reward::ExactMatch;
 use oxalign_rlhf::trainer::{CriticTrainer, Packing, PolicyTrainer, Sharded};
 use ractor::Actor;
@@ -162,8 +162,7 @@ pub fn prompt_source(recipe: &Recipe, tok: &Tokenizer) -> Result<Arc<dyn PromptS
         )),
         TaskKind::Jsonl | TaskKind::File => {
             let spec = data_spec(recipe)?;
-            let file = PromptFile::load(&spec, Some(tok))
-                .map_err(|e| fail(oxalign_rlhf::RlhfError::from(e).into()))?;
+            let file = PromptFile::load(&spec, Some(tok)).map_err(|e| fail(Cause::from(e)))?;
             crate::controller::offline::report::print_data_report(recipe, file.report());
             crate::controller::data_check::require_answers(recipe, &spec.path, file.answers())?;
             Arc::new(file)

@@ -16,7 +16,7 @@ use crate::controller::setup::{self, RoleSources, Roles};
 use crate::controller::{evaluate, warmup};
 use crate::executor::ExecutorPool;
 use crate::recipe::Algorithm;
-use oxalign_rlhf::data::PromptSource;
+use oxalign_data::PromptSource;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

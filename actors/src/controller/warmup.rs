@@ -13,7 +13,7 @@ use crate::controller::run::checkpoint::Phase;
 use crate::controller::run::retry::save_checkpoint_retried as save_checkpoint;
 use crate::error::Cause;
 use crate::roles::{PolicyRole, Sequences};
-use oxalign_rlhf::data::PromptSource;
+use oxalign_data::PromptSource;
 use oxalign_rlhf::optim::LrSchedule;
 use std::time::Instant;
 
@@ -22,7 +22,7 @@ use std::time::Instant;
 pub(crate) fn sft_pairs(
     ctx: &Ctx<'_>,
     step: u64,
-    items: &[oxalign_rlhf::data::PromptItem],
+    items: &[oxalign_data::PromptItem],
 ) -> Result<Vec<TokenPair>, RunError> {
     let eos = ctx.tok.eos_token_id();
     let encode_failed = |e| RunError::controller(At::Sft(step), "encode", e);

@@ -4,11 +4,12 @@
 
 use crate::batch::BatchError;
 use crate::executor::ExecutorError;
+use crate::roles::reward::http::HttpRewardError;
 use crate::roles::Divergence;
+use oxalign_data::DataError;
 use oxalign_models::engine::EngineError;
 use oxalign_models::text::tokenizer::TokenizerError;
 use oxalign_models::ModelError;
-use oxalign_rlhf::reward::http::HttpRewardError;
 use oxalign_rlhf::RlhfError;
 use std::path::PathBuf;
 
@@ -24,9 +25,12 @@ pub enum Cause {
     /// The generation engine refused a request or failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
-    /// A trainer step, loss, dataset or optimizer state failed.
+    /// A trainer step, loss or optimizer state failed.
     #[error(transparent)]
     Rlhf(#[from] RlhfError),
+    /// A dataset file or one of its rows is unusable (names the file and the row).
+    #[error(transparent)]
+    Data(#[from] DataError),
     /// A tokenizer could not be loaded or used.
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
@@ -115,7 +119,7 @@ impl Cause {
     /// these and 1 for the rest.
     pub fn is_bad_input(&self) -> bool {
         match self {
-            Cause::BadInput(_) | Cause::Tokenizer(_) => true,
+            Cause::BadInput(_) | Cause::Tokenizer(_) | Cause::Data(_) => true,
             Cause::Model(e) => !matches!(e, ModelError::Candle(_) | ModelError::Io { .. }),
             Cause::Engine(e) => match e {
                 EngineError::InvalidRequest { .. }
@@ -128,9 +132,7 @@ impl Cause {
             },
             Cause::Rlhf(e) => matches!(
                 e,
-                RlhfError::Data(_)
-                    | RlhfError::Dataset(_)
-                    | RlhfError::StateMismatch { .. }
+                RlhfError::StateMismatch { .. }
                     | RlhfError::Json { .. }
                     | RlhfError::InvalidArgument { .. }
             ),
@@ -162,7 +164,12 @@ mod tests {
     #[test]
     fn bad_input_is_told_apart_from_run_failures() {
         assert!(Cause::BadInput("prompt too long".into()).is_bad_input());
-        assert!(Cause::Rlhf(RlhfError::Data("x.jsonl:3: bad".into())).is_bad_input());
+        let bad_file = Cause::Data(DataError::Split {
+            path: "x.jsonl".into(),
+            message: "no rows left to train on".into(),
+        });
+        assert!(bad_file.is_bad_input());
+        assert_eq!(bad_file.to_string(), "x.jsonl: no rows left to train on");
         let nan = Cause::Diverged(Divergence::Weights {
             tensor: "lm_head.weight".into(),
         });
@@ -199,7 +206,7 @@ mod tests {
             url: "http://h/s".into(),
             rows: 2,
             attempts: 1,
-            message: oxalign_rlhf::reward::http::schema::ResponseError::Count { rows: 2, got: 1 },
+            message: crate::roles::reward::http::schema::ResponseError::Count { rows: 2, got: 1 },
         });
         assert!(
             !garbled.is_bad_input(),

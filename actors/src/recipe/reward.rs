@@ -1,11 +1,11 @@
 //! `[reward]`: how a response is scored — the exact-match reward of the quickstart, a
 //! weighted sum of rule-based verifiers (`[[reward.verifiers]]`), an HF reward model, or an
 //! HTTP reward service (`[reward.http]`) — with its checks and the conversion into the
-//! `oxalign-rlhf` scorers. It scores nothing itself. docs/REWARDS.md has examples and the
-//! service's JSON schema.
+//! scorers (`oxalign-rlhf`'s verifiers, the config of `roles/reward/http/`). It scores nothing
+//! itself. docs/REWARDS.md has examples and the service's JSON schema.
 
 use super::{Recipe, RecipeError};
-use oxalign_rlhf::reward::http::{check_url, HttpRewardConfig};
+use crate::roles::reward::http::{check_url, HttpRewardConfig};
 use oxalign_rlhf::reward::{
     AnswerMatch, Extract, ExtractKind, JsonValid, LengthPenalty, RegexMatch, Verifier, Verifiers,
 };

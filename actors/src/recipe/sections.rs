@@ -147,7 +147,7 @@ pub struct DataSection {
     pub eval_fraction: f64,
     /// A malformed row: `fail` (stop, naming the file and row) or `skip` (skip it; the count
     /// is printed and written to summary.json). Default `"fail"`.
-    pub on_bad_row: oxalign_rlhf::data::OnBadRow,
+    pub on_bad_row: oxalign_data::OnBadRow,
     /// The column of a prompts file holding the reference answer (TRL datasets use
     /// `solution`, `ground_truth`, ...). A reward that compares with it refuses a file where
     /// no row has it. Default `"answer"`.
@@ -166,8 +166,8 @@ impl Default for DataSection {
             path: None,
             eval_path: None,
             eval_fraction: 0.0,
-            on_bad_row: oxalign_rlhf::data::OnBadRow::Fail,
-            answer_field: oxalign_rlhf::data::DEFAULT_ANSWER_FIELD.into(),
+            on_bad_row: oxalign_data::OnBadRow::Fail,
+            answer_field: oxalign_data::DEFAULT_ANSWER_FIELD.into(),
             max_operand: 99,
             eval_size: 200,
         }

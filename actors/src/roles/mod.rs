@@ -19,11 +19,11 @@
 //!
 //! The roles, one file or folder each: the policy (`policy/`: trainers and, without an engine
 //! role, their engines); the engine role (`rollout_engine.rs`); the reference (`reference.rs`);
-//! the reward (`reward.rs`); the critic (`critic.rs`, PPO only); the reward-model trainer
-//! (`reward_trainer.rs`). What several share: minibatches and each replica's share
-//! (`minibatch.rs`), per-row answers joined in request order (`rows.rs`), the whole-model jobs
-//! of a sharded trainer (`sharded.rs`), the non-finite weight check (`finite.rs`) and
-//! divergence as data (`divergence.rs`).
+//! the reward (`reward/`, with the HTTP reward-service client in `reward/http/`); the critic
+//! (`critic.rs`, PPO only); the reward-model trainer (`reward_trainer.rs`). What several
+//! share: minibatches and each replica's share (`minibatch.rs`), per-row answers joined in
+//! request order (`rows.rs`), the whole-model jobs of a sharded trainer (`sharded.rs`), the
+//! non-finite weight check (`finite.rs`) and divergence as data (`divergence.rs`).
 
 mod api;
 mod critic;
@@ -32,7 +32,7 @@ mod finite;
 mod minibatch;
 mod policy;
 mod reference;
-mod reward;
+pub mod reward;
 mod reward_trainer;
 mod rollout_engine;
 mod rows;

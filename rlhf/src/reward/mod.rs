@@ -1,17 +1,16 @@
-//! Rewards that need no model of ours: rule-based verifiers, their weighted sums, and the
-//! client of an HTTP reward service.
+//! Rewards that need no model of ours: rule-based verifiers and their weighted sums, pure
+//! functions of the text.
 //!
-//! Model-based rewards (HF sequence classifiers) live with the reward actor. Verifiers judge
-//! text against reference answers: exact match on an extracted answer (`answer_match.rs`,
-//! `extract.rs`; `exact_match.rs` is the first-line form of the `exact_match` reward), a
-//! regex, a length penalty, JSON validity, summed with weights (`verifiers.rs`); DAPO's soft
-//! overlong punishment (`overlong.rs`). The HTTP
-//! client (`http/`) posts batches to a service and never turns a failure into a reward.
+//! Model-based rewards (HF sequence classifiers) and the client of an HTTP reward service
+//! live with the reward actor (`oxalign_actors::roles::reward`). Verifiers judge text against
+//! reference answers: exact match on an extracted answer (`answer_match.rs`, `extract.rs`;
+//! `exact_match.rs` is the first-line form of the `exact_match` reward), a regex, a length
+//! penalty, JSON validity, summed with weights (`verifiers.rs`); DAPO's soft overlong
+//! punishment (`overlong.rs`).
 
 mod answer_match;
 mod exact_match;
 mod extract;
-pub mod http;
 mod json_valid;
 mod length_penalty;
 mod overlong;

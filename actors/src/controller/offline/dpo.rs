@@ -20,10 +20,9 @@ use crate::executor::ExecutorPool;
 use crate::monitor::StepMetrics;
 use crate::roles::{DpoWork, PolicyRole, ReferenceRole};
 use async_trait::async_trait;
-use oxalign_rlhf::data::{Dataset, PreferencePair};
+use oxalign_data::{Dataset, PreferencePair};
 use oxalign_rlhf::losses::DpoLoss;
 use oxalign_rlhf::trainer::DpoConfig;
-use oxalign_rlhf::RlhfError;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -84,7 +83,7 @@ async fn reference_of_training_rows(
         let rows = (start..(start + 64).min(n))
             .map(|i| data.train_item(i))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| RunError::controller(at, "data", Cause::from(RlhfError::from(e))))?;
+            .map_err(|e| RunError::controller(at, "data", Cause::from(e)))?;
         let enc = encode_prefs(ctx, at, &rows)?;
         let (c, r) = sums(ctx, &Scorer::Reference(reference), at, &enc).await?;
         for (k, row) in rows.iter().enumerate() {

@@ -11,7 +11,7 @@ use super::task::OfflineTask;
 use crate::controller::context::Ctx;
 use crate::controller::error::{At, RunError};
 use crate::monitor::StepMetrics;
-use oxalign_rlhf::data::Dataset;
+use oxalign_data::Dataset;
 
 /// The step settings of one run (`[sft]`, `[rm]` or `[dpo]`).
 pub(crate) struct Steps {

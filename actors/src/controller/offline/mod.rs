@@ -5,7 +5,7 @@
 //! held-out scoring ([`eval`], [`eval_log`]) and the report ([`report`]).
 //!
 //! These runs skip the RL loop: the controller streams rows from a `Dataset`
-//! (`oxalign_rlhf::data`: JSONL or Parquet, checked once, read on demand, seeded order), sends
+//! (`oxalign_data`: JSONL or Parquet, checked once, read on demand, seeded order), sends
 //! batches through the role traits to the policy (`TrainPolicy::sft`, `TrainPolicy::dpo`:
 //! `roles/policy/train.rs`, `roles/policy/dpo.rs`) or to the reward-model trainer
 //! (`TrainRewardModel`: `roles/reward_trainer.rs`), and

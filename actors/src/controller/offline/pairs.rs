@@ -8,8 +8,7 @@ use crate::controller::error::{At, RunError};
 use crate::controller::lengths::{check_context, quoted};
 use crate::controller::setup;
 use crate::error::Cause;
-use oxalign_rlhf::data::{Dataset, PreferencePair, RowSchema};
-use oxalign_rlhf::RlhfError;
+use oxalign_data::{Dataset, PreferencePair, RowSchema};
 
 /// Prompt ids and target ids of one SFT example.
 pub(crate) type TokenPair = (Vec<u32>, Vec<u32>);
@@ -58,7 +57,7 @@ pub(crate) fn step_rows<T: RowSchema>(
     (first..first + batch_size as u64)
         .map(|i| data.train_item(i))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| RunError::controller(at, "data", Cause::from(RlhfError::from(e))))
+        .map_err(|e| RunError::controller(at, "data", Cause::from(e)))
 }
 
 /// Token ids of preference pairs: chosen rows and rejected rows.
@@ -81,7 +80,7 @@ pub(crate) fn encode_prefs(
 /// Loads the preference rows of the recipe.
 pub(crate) fn load_prefs(ctx: &Ctx<'_>) -> Result<Dataset<PreferencePair>, RunError> {
     let data = Dataset::<PreferencePair>::load(&setup::data_spec(ctx.recipe)?, Some(ctx.tok))
-        .map_err(|e| RunError::controller(At::Setup, "data", Cause::from(RlhfError::from(e))))?;
+        .map_err(|e| RunError::controller(At::Setup, "data", Cause::from(e)))?;
     print_data_report(ctx.recipe, data.report());
     Ok(data)
 }

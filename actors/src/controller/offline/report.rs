@@ -2,7 +2,7 @@
 //! never silent), the held-out metrics at the start and the end, and where the model is.
 
 use crate::recipe::Recipe;
-use oxalign_rlhf::data::DataReport;
+use oxalign_data::DataReport;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -17,8 +17,7 @@ use crate::executor::ExecutorPool;
 use crate::monitor::StepMetrics;
 use crate::roles::PolicyRole;
 use async_trait::async_trait;
-use oxalign_rlhf::data::{Dataset, SftRow};
-use oxalign_rlhf::RlhfError;
+use oxalign_data::{Dataset, SftRow};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -93,7 +92,7 @@ impl OfflineTask for Sft {
 pub(crate) async fn run(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<OfflineSummary, RunError> {
     let r = ctx.recipe;
     let data = Dataset::<SftRow>::load(&setup::data_spec(r)?, Some(ctx.tok))
-        .map_err(|e| RunError::controller(At::Setup, "data", Cause::from(RlhfError::from(e))))?;
+        .map_err(|e| RunError::controller(At::Setup, "data", Cause::from(e)))?;
     print_data_report(r, data.report());
     let eval = encode_all(ctx, At::Eval("eval"), data.eval_items())?;
     let policy = setup::spawn_policy(r, ctx.policy_dir, ctx.monitor, pool).await?;

@@ -7,7 +7,7 @@ use crate::controller::context::Ctx;
 use crate::controller::error::RunError;
 use crate::monitor::StepMetrics;
 use async_trait::async_trait;
-use oxalign_rlhf::data::RowSchema;
+use oxalign_data::RowSchema;
 use std::path::PathBuf;
 
 /// Held-out metrics `(key, value)` and the progress-line text that shows them.

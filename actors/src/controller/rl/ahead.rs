@@ -25,7 +25,7 @@ use super::rollout::{rollout, Rollout};
 use crate::controller::context::Ctx;
 use crate::controller::error::{RunError, StalenessError};
 use crate::controller::setup::Roles;
-use oxalign_rlhf::data::PromptSource;
+use oxalign_data::PromptSource;
 use std::time::Instant;
 
 /// The batch step `step` trains on: the one generated ahead for it, or (first step, `k = 0`,

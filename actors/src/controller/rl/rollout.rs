@@ -16,8 +16,8 @@ use crate::controller::error::{At, RunError};
 use crate::controller::lengths::{encode_rollout_prompt, quoted};
 use crate::controller::setup::Roles;
 use crate::roles::{Generate, RewardRequest};
+use oxalign_data::PromptSource;
 use oxalign_rlhf::advantages::{informative_count, informative_groups, select_groups};
-use oxalign_rlhf::data::PromptSource;
 use serde::{Deserialize, Serialize};
 
 /// Each sample's prompt text and reference answer, in sample order.

@@ -17,7 +17,7 @@ use crate::controller::supervisor::{self, Budget};
 use crate::executor::ExecutorPool;
 use crate::monitor::ActorUpdate;
 use crate::recipe::Algorithm;
-use oxalign_rlhf::data::PromptSource;
+use oxalign_data::PromptSource;
 use std::path::PathBuf;
 
 /// The name of the per-step restart count in `metrics.jsonl`: restarts since the previous

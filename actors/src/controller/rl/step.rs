@@ -15,7 +15,7 @@ use crate::controller::error::{check_rollout, At, RunError};
 use crate::controller::run::checkpoint::LoopState;
 use crate::controller::setup::Roles;
 use crate::roles::PolicyTrainSummary;
-use oxalign_rlhf::data::PromptSource;
+use oxalign_data::PromptSource;
 use std::time::Instant;
 use tokio::sync::oneshot;
 

@@ -4,8 +4,8 @@
 //! column looked for and the columns the file has; a file where only some rows lack it
 //! gets a warning with the count.
 
-use super::error::{DataError, NoAnswer};
-use super::row_file::RowFile;
+use crate::error::{DataError, NoAnswer};
+use crate::row_file::RowFile;
 use std::path::Path;
 
 /// Columns that often hold a reference answer, suggested in that order.

@@ -14,7 +14,7 @@ use oxalign_models::text::chat_template::ChatMessage;
 use oxalign_models::text::tokenizer::Tokenizer;
 use serde_json::Value;
 
-use super::RowError;
+use crate::RowError;
 
 /// The reference-answer column of prompt rows unless the recipe names another
 /// (`data.answer_field`).
@@ -53,7 +53,7 @@ pub trait RowSchema: Sized + Clone + Send + Sync + 'static {
 }
 
 /// A prompt and, where the row has one, its reference answer.
-pub use super::PromptItem;
+pub use crate::PromptItem;
 
 /// One preference pair as text.
 #[derive(Debug, Clone, PartialEq, Eq)]

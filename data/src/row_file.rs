@@ -1,10 +1,10 @@
 //! [`RowFile`]: a JSONL or Parquet file (chosen by the `.parquet` extension) addressed by
 //! row number, read on demand.
 
-use super::error::{DataError, RowAt};
-use super::jsonl_rows::JsonlRows;
-use super::parquet_rows::ParquetRows;
-use super::RowError;
+use crate::error::{DataError, RowAt};
+use crate::jsonl_rows::JsonlRows;
+use crate::parquet_rows::ParquetRows;
+use crate::RowError;
 use std::path::Path;
 
 /// An indexed dataset file.

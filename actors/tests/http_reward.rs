@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
-use oxalign_rlhf::reward::http::{HttpReward, HttpRewardConfig, HttpRewardError};
+use oxalign_actors::roles::reward::http::{HttpReward, HttpRewardConfig, HttpRewardError};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

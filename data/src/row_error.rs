@@ -1,5 +1,5 @@
 //! [`RowError`]: why one row of a dataset file does not match its schema. The file and the
-//! row's place are added by [`super::DataError::Row`]; this says what is wrong inside it.
+//! row's place are added by [`crate::DataError::Row`]; this says what is wrong inside it.
 
 use oxalign_models::text::tokenizer::TokenizerError;
 

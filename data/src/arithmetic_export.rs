@@ -3,8 +3,8 @@
 //! near-miss rejected answers: off by one, or the digits swapped), each as a training and a
 //! held-out file. The split is the task's own (held-out sums never appear in training).
 
-use super::arithmetic::ArithmeticTask;
-use super::{splitmix64, PromptItem, PromptSource};
+use crate::arithmetic::ArithmeticTask;
+use crate::{splitmix64, PromptItem, PromptSource};
 use serde_json::json;
 use std::collections::HashSet;
 use std::io::Write;

@@ -1,10 +1,10 @@
 //! The reward actor: scores responses with the exact-match reward, a weighted sum of
 //! rule-based verifiers (`oxalign_rlhf::reward`: exact match on an extracted answer, regex,
 //! length penalty, JSON validity), an HF `*ForSequenceClassification` model, or an HTTP reward
-//! service (`oxalign_rlhf::reward::http`: retries with backoff and jitter, a concurrency limit
-//! and a circuit breaker). A scorer that fails is an error for the step
-//! (`Cause::RewardService` for the service), never a silent zero. Accuracy is reported only
-//! when an exact-match check defines it (docs/REWARDS.md).
+//! service (`http/`: retries with backoff and jitter, a concurrency limit and a circuit
+//! breaker). A scorer that fails is an error for the step (`Cause::RewardService` for the
+//! service), never a silent zero. Accuracy is reported only when an exact-match check defines
+//! it (docs/REWARDS.md).
 //!
 //! Verifiers and the model run on the role's executors (`Replicas::each`), like every
 //! role's tensor work. The service's client is async and runs right here, on tokio: a
@@ -13,12 +13,14 @@
 //! handles one message at a time, so one batch is in flight per reward role; inside it the
 //! client's own concurrency limit applies.
 
+pub mod http;
+
+use self::http::HttpReward;
 use super::{Busy, Sequences};
 use crate::error::{Cause, RoleError};
 use crate::monitor::MonitorHandle;
 use crate::replicas::{shard_ranges, Replicas};
 use oxalign_models::RewardModel;
-use oxalign_rlhf::reward::http::HttpReward;
 use oxalign_rlhf::reward::{ExactMatch, Sample, Verifiers};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::sync::Arc;

@@ -14,11 +14,11 @@
 //!   every assistant turn and nothing else). It wins over the other columns, as TRL's own
 //!   datasets carry `messages` beside a `prompt` column.
 
-use super::schema::{
+use crate::schema::{
     field, need_object, render, split_last_turn, string, text_or_chat, RowContext, RowSchema,
     TextOrChat,
 };
-use super::RowError;
+use crate::RowError;
 use oxalign_models::text::chat_template::ChatMessage;
 use oxalign_models::text::tokenizer::Tokenizer;
 use serde_json::Value;

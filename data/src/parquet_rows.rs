@@ -3,8 +3,8 @@
 //! which is kept until a row of another group is asked for. Memory holds one row group.
 //! Columns become JSON values (strings, numbers, lists of structs for chat messages).
 
-use super::error::{DataError, RowAt};
-use super::RowError;
+use crate::error::{DataError, RowAt};
+use crate::RowError;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -125,7 +125,7 @@ fn unpanicked<T>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{DataSpec, Dataset, OnBadRow, SftRow};
+    use crate::{DataSpec, Dataset, OnBadRow, SftRow};
     use parquet::basic::Compression;
     use parquet::data_type::{ByteArray, ByteArrayType};
     use parquet::file::properties::WriterProperties;

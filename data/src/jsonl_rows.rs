@@ -2,8 +2,8 @@
 //! starts (24 bytes per row), then a row is read from disk when asked for. Memory does not
 //! grow with the size of the rows, only with their number. It does not interpret the JSON.
 
-use super::error::{DataError, RowAt};
-use super::RowError;
+use crate::error::{DataError, RowAt};
+use crate::RowError;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};

@@ -6,12 +6,12 @@
 //! training order is a seeded permutation per epoch, computed once per epoch. The held-out
 //! rows (a second file, or a seeded fraction of the first) are kept in memory.
 
-use super::answer_coverage::{first_columns, AnswerCoverage};
-use super::error::DataError;
-use super::row_file::RowFile;
-use super::row_scan::{read_all, read_one, scan, DataReport, OnBadRow};
-use super::schema::{RowContext, RowSchema, DEFAULT_ANSWER_FIELD};
-use super::splitmix64;
+use crate::answer_coverage::{first_columns, AnswerCoverage};
+use crate::error::DataError;
+use crate::row_file::RowFile;
+use crate::row_scan::{read_all, read_one, scan, DataReport, OnBadRow};
+use crate::schema::{RowContext, RowSchema, DEFAULT_ANSWER_FIELD};
+use crate::splitmix64;
 use oxalign_models::text::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 //! Operands are drawn from `0..=max_operand`. The held-out pairs are drawn first from their
 //! own stream and never appear in training. It does not tokenize or score.
 
-use super::{splitmix64, PromptItem, PromptSource};
+use crate::{splitmix64, DataError, PromptItem, PromptSource};
 use std::collections::HashSet;
 
 /// `a+b=` → `a+b`, with a held-out set disjoint from the training stream.
@@ -61,7 +61,7 @@ fn item((a, b): (u32, u32)) -> PromptItem {
 }
 
 impl PromptSource for ArithmeticTask {
-    fn train_item(&self, index: u64) -> Result<PromptItem, crate::RlhfError> {
+    fn train_item(&self, index: u64) -> Result<PromptItem, DataError> {
         Ok(self.train_pair(index))
     }
 

@@ -1,5 +1,6 @@
-//! Datasets: a generated arithmetic task, and JSONL or Parquet files of prompts, SFT rows or
-//! preference pairs (schemas in `schema.rs` and `sft_schema.rs`), streamed from disk.
+//! oxalign-data: the datasets of oxalign — a generated arithmetic task, and JSONL or Parquet
+//! files of prompts, SFT rows or preference pairs (schemas in `schema.rs` and
+//! `sft_schema.rs`), streamed from disk. Errors are [`DataError`]s naming the file and row.
 //!
 //! A dataset is addressed by position: item `i` of the training stream is a pure function
 //! of the seed and `i`, so the data position saved in a checkpoint is one integer and a
@@ -44,7 +45,7 @@ pub struct PromptItem {
 /// A source of prompts addressed by position.
 pub trait PromptSource: Send + Sync {
     /// Training item number `index` (any `u64`; sources cycle through epochs).
-    fn train_item(&self, index: u64) -> Result<PromptItem, crate::RlhfError>;
+    fn train_item(&self, index: u64) -> Result<PromptItem, DataError>;
     /// The held-out evaluation set, fixed for the run.
     fn eval_items(&self) -> &[PromptItem];
 }

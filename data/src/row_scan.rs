@@ -7,10 +7,10 @@
 //! schema: skipping would skip all of it, so the error says the schema does not match and
 //! lists the accepted ones instead of suggesting `data.on_bad_row = "skip"`.
 
-use super::answer_coverage::{first_columns, AnswerCoverage};
-use super::error::DataError;
-use super::row_file::RowFile;
-use super::schema::{RowContext, RowSchema};
+use crate::answer_coverage::{first_columns, AnswerCoverage};
+use crate::error::DataError;
+use crate::row_file::RowFile;
+use crate::schema::{RowContext, RowSchema};
 use std::path::Path;
 
 /// What to do with a malformed row (`data.on_bad_row`).
@@ -187,8 +187,8 @@ pub(super) fn read_all<T: RowSchema>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{DataSpec, Dataset, PromptItem, SftRow};
     use super::*;
+    use crate::{DataSpec, Dataset, PromptItem, SftRow};
 
     fn file(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();

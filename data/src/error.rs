@@ -84,7 +84,7 @@ pub enum DataError {
         /// Where the row is.
         at: RowAt,
         /// What is wrong with it.
-        message: Box<super::RowError>,
+        message: Box<crate::RowError>,
         /// The schema the row should follow.
         expected: &'static str,
     },
@@ -101,7 +101,7 @@ pub enum DataError {
         /// Where the first row is.
         at: RowAt,
         /// What is wrong with it.
-        message: Box<super::RowError>,
+        message: Box<crate::RowError>,
         /// Rows checked, none good.
         checked: usize,
         /// The accepted schemas.

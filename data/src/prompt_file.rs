@@ -1,16 +1,15 @@
 //! Prompts from a JSONL or Parquet file ([`PromptFile`], the prompts schema of `schema.rs`)
 //! as a [`PromptSource`] for RL and evaluation.
 
-use super::dataset::Dataset;
-use super::{PromptItem, PromptSource};
-use crate::RlhfError;
+use crate::dataset::Dataset;
+use crate::{DataError, PromptItem, PromptSource};
 
 /// A streamed prompt file.
 pub type PromptFile = Dataset<PromptItem>;
 
 impl PromptSource for Dataset<PromptItem> {
-    fn train_item(&self, index: u64) -> Result<PromptItem, RlhfError> {
-        Ok(Dataset::train_item(self, index)?)
+    fn train_item(&self, index: u64) -> Result<PromptItem, DataError> {
+        Dataset::train_item(self, index)
     }
 
     fn eval_items(&self) -> &[PromptItem] {
@@ -20,8 +19,8 @@ impl PromptSource for Dataset<PromptItem> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{DataSpec, OnBadRow};
     use super::*;
+    use crate::{DataSpec, OnBadRow};
     use std::path::Path;
 
     fn spec(p: &Path, on_bad_row: OnBadRow) -> DataSpec {
