@@ -9,7 +9,7 @@ use crate::error::{Cause, RoleError};
 use crate::executor::ExecutorPool;
 use crate::monitor::{ActorInfo, MonitorHandle};
 use crate::placement::{DeviceGroup, RolePlacement};
-use crate::recipe::{EngineQuant, Recipe, RewardKeyError, RewardKind, Sharding, TaskKind};
+use crate::recipe::{Recipe, RewardKeyError, RewardKind, Sharding, TaskKind};
 use crate::replicas::Replicas;
 use crate::roles::reward::http::HttpReward;
 use crate::roles::{
@@ -207,12 +207,7 @@ pub fn engine_config(recipe: &Recipe) -> EngineConfig {
         max_batched_tokens: e.max_batched_tokens,
         max_running: e.max_running,
         prefix_sharing: true,
-        quant: match e.quant {
-            EngineQuant::None => QuantMode::None,
-            EngineQuant::Bf16 => QuantMode::Bf16,
-            EngineQuant::Int8 => QuantMode::Int8,
-            EngineQuant::Q4 => QuantMode::Q4,
-        },
+        quant: e.quant,
     }
 }
 

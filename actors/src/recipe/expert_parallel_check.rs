@@ -3,7 +3,8 @@
 //! folder's experts are checked when the policy is built); the parallelism itself is
 //! `oxalign_models::ExpertParallel` and `PolicyTrainer::spread_experts`.
 
-use super::{EngineQuant, Recipe, RecipeError, RunKind, Sharding};
+use super::{Recipe, RecipeError, RunKind, Sharding};
+use oxalign_models::engine::QuantMode;
 use oxalign_models::{Family, ModelConfig, Preset};
 
 /// Refuses `N = 0`, and for `N > 1`: a dense fresh policy or one whose `num_experts` `N`
@@ -43,7 +44,7 @@ pub(crate) fn validate(
     if r.placement.sharding == Sharding::Sharded {
         return refuse("placement.sharding = \"sharded\" (use one or the other)".into());
     }
-    if r.engine.quant != EngineQuant::None {
+    if r.engine.quant != QuantMode::None {
         return refuse("a quantized engine (engine.quant must be \"none\")".into());
     }
     if matches!(r.run.kind, RunKind::Dpo | RunKind::Rm) {

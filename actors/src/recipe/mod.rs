@@ -33,9 +33,7 @@ pub use numbers::{MAX_EVAL_SIZE, MAX_SEQUENCES_PER_STEP, MAX_TOKENS};
 pub use offline::{DpoSection, RmSection, RunKind};
 pub use overrides::apply_override;
 pub use resume_check::{changed_keys, check_resume, RESUMABLE_KEYS};
-pub use reward::{
-    HttpRewardSection, RewardKeyError, RewardKind, RewardSection, VerifierKind, VerifierSpec,
-};
+pub use reward::{HttpRewardSection, RewardKeyError, RewardKind, RewardSection, VerifierSpec};
 pub use sections::*;
 pub use slurm::{expand_hostlist, HostListError, SlurmError, NODELIST_ENV};
 pub use supervision::{FaultKind, FaultSpec, SupervisionSection, FAULT_PHASES, MAX_CALL_TIMEOUT_S};

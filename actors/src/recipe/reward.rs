@@ -6,6 +6,7 @@
 
 use super::{Recipe, RecipeError};
 use crate::roles::reward::http::{check_url, HttpRewardConfig};
+use oxalign_rlhf::reward::VerifierKind;
 use oxalign_rlhf::reward::{
     AnswerMatch, Extract, ExtractKind, JsonValid, LengthPenalty, RegexMatch, Verifier, Verifiers,
 };
@@ -59,21 +60,6 @@ impl Default for RewardSection {
             http: None,
         }
     }
-}
-
-/// A verifier's kind.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum VerifierKind {
-    /// 1 when the extracted answer equals the reference answer, else 0. The first one in
-    /// the sum defines the step's accuracy.
-    ExactMatch,
-    /// 1 when `pattern` matches anywhere in the response, else 0.
-    Regex,
-    /// `-max(0, response tokens - target_tokens)`: the weight is the reward per token over.
-    LengthPenalty,
-    /// 1 when the whole response, trimmed, is valid JSON, else 0.
-    JsonValid,
 }
 
 /// One `[[reward.verifiers]]` entry.

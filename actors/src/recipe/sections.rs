@@ -4,6 +4,7 @@
 //! (model folders, devices) live in `validate.rs`; `[reward]` lives in `reward.rs`. Nothing
 //! here touches the disk.
 
+use oxalign_models::engine::QuantMode;
 use oxalign_rlhf::losses::{
     KlEstimator, KlMode, LossAggKind, PolicyObjective, RolloutCorrectionKind,
 };
@@ -567,21 +568,6 @@ impl Default for PlacementSection {
     }
 }
 
-/// Weight precision of the rollout engine's linear layers.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum EngineQuant {
-    /// The trainer's f32 weights (log-probs match the trainer's).
-    None,
-    /// bf16 weights, f32 activations and sums: half the weight bytes; the mismatch is
-    /// reported and corrected with `rl.rollout_correction`.
-    Bf16,
-    /// 8-bit blocks (Q8_0); the mismatch is reported and corrected with `rl.rollout_correction`.
-    Int8,
-    /// 4-bit blocks (Q4_0); coarse, use with `rl.rollout_correction`.
-    Q4,
-}
-
 /// `[engine]`: the policy's generation engine (paged KV cache, continuous batching).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -595,7 +581,7 @@ pub struct EngineSection {
     /// Most sequences running at once. Default `256`.
     pub max_running: usize,
     /// Weight precision for rollouts: `none`, `bf16`, `int8` or `q4`. Default `"none"`.
-    pub quant: EngineQuant,
+    pub quant: QuantMode,
     /// Largest allowed |Δ log-prob| between engine and trainer on the refit probe, per nat
     /// of the log-prob's magnitude: `|Δ| ≤ refit_tolerance · max(1, |log-prob|)`. Default
     /// `1e-4` (f32); raise it for quantized engines.
@@ -609,7 +595,7 @@ impl Default for EngineSection {
             kv_memory_mb: 256,
             max_batched_tokens: 2048,
             max_running: 256,
-            quant: EngineQuant::None,
+            quant: QuantMode::None,
             refit_tolerance: 1e-4,
         }
     }

@@ -1,7 +1,8 @@
 //! The check of `placement.sharding = "sharded"`: what sharded (FSDP) training supports
 //! today. It reads the recipe only; the sharding itself is `oxalign_rlhf::fsdp`.
 
-use super::{EngineQuant, Recipe, RecipeError, RunKind, Sharding};
+use super::{Recipe, RecipeError, RunKind, Sharding};
+use oxalign_models::engine::QuantMode;
 
 /// Refuses a sharded recipe on non-CPU devices (the shards are freed and refilled in CPU
 /// memory), with a quantized engine (the policy would have to score rollouts between steps),
@@ -29,7 +30,7 @@ pub(crate) fn validate(
             ));
         }
     }
-    if r.engine.quant != EngineQuant::None {
+    if r.engine.quant != QuantMode::None {
         return Err(bad(
             key,
             "\"sharded\" needs engine.quant = \"none\" (a quantized engine has the trainer \

@@ -2,7 +2,8 @@
 //! failures, for tests and drills), with their checks. The supervisor itself lives in
 //! `controller/supervisor.rs`; the injection point in `faults.rs`.
 
-use super::{Algorithm, EngineQuant, Recipe, RecipeError};
+use super::{Algorithm, Recipe, RecipeError};
+use oxalign_models::engine::QuantMode;
 use serde::{Deserialize, Serialize};
 
 /// `[supervision]`: how long a role call may take and how often a failed step is replayed.
@@ -128,7 +129,7 @@ pub(super) fn validate(
                 ),
             ));
         }
-        if f.phase == "old_logprobs" && r.engine.quant == EngineQuant::None {
+        if f.phase == "old_logprobs" && r.engine.quant == QuantMode::None {
             return Err(bad(
                 &key("phase"),
                 "\"old_logprobs\": the trainer scores old log-probs only for a quantized engine (engine.quant)".into(),

@@ -2,7 +2,8 @@
 //! at run time or silently do nothing are refused here, naming the keys; combinations that
 //! run but are usually a mistake give a warning.
 
-use super::{Algorithm, EngineQuant, Recipe, RecipeError, Truncation};
+use super::{Algorithm, Recipe, RecipeError, Truncation};
+use oxalign_models::engine::QuantMode;
 use oxalign_rlhf::losses::{KlEstimator, KlMode, PolicyObjective, RolloutCorrectionKind};
 
 /// The first inconsistent combination of `[rl]` options (and the critic's model folder).
@@ -189,7 +190,7 @@ fn trainer_precision(
         return Ok(());
     }
     let key = "rl.trainer_precision";
-    if r.engine.quant != super::EngineQuant::Int8 {
+    if r.engine.quant != QuantMode::Int8 {
         return Err(bad(
             key,
             format!(
@@ -336,7 +337,7 @@ fn something_to_correct(
     bad: &impl Fn(&str, String) -> RecipeError,
 ) -> Result<(), RecipeError> {
     if mode != RolloutCorrectionKind::None
-        && r.engine.quant == EngineQuant::None
+        && r.engine.quant == QuantMode::None
         && r.rl.max_staleness == 0
     {
         return Err(bad(

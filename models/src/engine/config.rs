@@ -5,8 +5,10 @@
 use crate::config::model_config::ModelConfig;
 use crate::engine::error::{EngineError, EngineResult};
 
-/// Precision of the engine's linear-layer weights (embedding and norms stay f32).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Precision of the engine's linear-layer weights (embedding and norms stay f32). In a
+/// recipe (`engine.quant`) it is spelled `none`, `bf16`, `int8` or `q4`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum QuantMode {
     /// f32, the trainer's precision: log-probs match the trainer's within 1e-5.
     #[default]

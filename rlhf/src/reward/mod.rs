@@ -24,7 +24,7 @@ pub use json_valid::JsonValid;
 pub use length_penalty::LengthPenalty;
 pub use overlong::OverlongShaping;
 pub use regex_match::RegexMatch;
-pub use verifiers::{Sample, Verifier, Verifiers};
+pub use verifiers::{Sample, Verifier, VerifierKind, Verifiers};
 
 /// A verifier that cannot be built.
 #[derive(Debug, thiserror::Error)]

@@ -16,6 +16,22 @@ pub struct Sample<'a> {
     pub response_tokens: usize,
 }
 
+/// A verifier's kind, as a recipe names it (`[[reward.verifiers]] kind`); the
+/// [`Verifier`] is built from it and the entry's other keys.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum VerifierKind {
+    /// 1 when the extracted answer equals the reference answer, else 0. The first one in
+    /// the sum defines the step's accuracy.
+    ExactMatch,
+    /// 1 when `pattern` matches anywhere in the response, else 0.
+    Regex,
+    /// `-max(0, response tokens - target_tokens)`: the weight is the reward per token over.
+    LengthPenalty,
+    /// 1 when the whole response, trimmed, is valid JSON, else 0.
+    JsonValid,
+}
+
 /// One rule-based verifier.
 #[derive(Debug, Clone)]
 pub enum Verifier {

@@ -7,8 +7,8 @@ use crate::batch::ScoredBatch;
 use crate::controller::context::Ctx;
 use crate::controller::error::{At, RunError};
 use crate::controller::setup::Roles;
-use crate::recipe::EngineQuant;
 use crate::roles::{split_state_values, RewardRequest};
+use oxalign_models::engine::QuantMode;
 
 /// The score stage: reference log-probs, rewards (unless dynamic sampling already scored
 /// them: `ro.rewards`), values (PPO) and, for a quantized engine or a stale batch
@@ -62,7 +62,7 @@ pub(crate) async fn score(
     // batch (the trainer's weights in the trainer's precision; the update measures the gap
     // on its first minibatch), so only a quantized engine or a batch from an older version
     // (the engine's log-probs are then the behaviour policy's) needs the trainer to score it.
-    let trainer_scores_old = ctx.recipe.engine.quant != EngineQuant::None || stale;
+    let trainer_scores_old = ctx.recipe.engine.quant != QuantMode::None || stale;
     let old_fut = async {
         if !trainer_scores_old {
             return Ok(None);
