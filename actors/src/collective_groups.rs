@@ -60,13 +60,13 @@ impl GroupSettings {
 }
 
 /// True when the group of `specs` is served by NCCL: several devices, all CUDA.
-pub fn uses_nccl(specs: &[DeviceSpec]) -> bool {
+pub(crate) fn uses_nccl(specs: &[DeviceSpec]) -> bool {
     specs.len() > 1 && specs.iter().all(DeviceSpec::is_cuda)
 }
 
 /// The ids the controller hands to a role built elsewhere on `specs` that builds `groups`
 /// collective groups: fresh NCCL ids when the group is NCCL's, else none.
-pub fn ids_for(specs: &[DeviceSpec], groups: usize) -> Result<Vec<NcclUniqueId>, Cause> {
+pub(crate) fn ids_for(specs: &[DeviceSpec], groups: usize) -> Result<Vec<NcclUniqueId>, Cause> {
     if !uses_nccl(specs) {
         return Ok(Vec::new());
     }

@@ -4,7 +4,7 @@
 
 pub mod batch;
 pub mod cluster;
-pub mod collective_groups;
+pub(crate) mod collective_groups;
 pub mod controller;
 pub mod error;
 pub mod executor;

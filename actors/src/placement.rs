@@ -14,14 +14,14 @@ use oxalign_kernels::device::{DeviceError, DeviceSpec};
 
 /// The devices one role owns, in replica order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceGroup {
+pub(crate) struct DeviceGroup {
     /// One spec per data-parallel replica.
     pub specs: Vec<DeviceSpec>,
 }
 
 /// Why a placement string is unusable.
 #[derive(Debug, thiserror::Error)]
-pub enum PlacementError {
+pub(crate) enum PlacementError {
     /// A spec in the list is malformed or its device cannot be opened.
     #[error(transparent)]
     Device(#[from] DeviceError),
@@ -63,16 +63,6 @@ impl DeviceGroup {
         Ok(Self { specs })
     }
 
-    /// Number of data-parallel replicas.
-    pub fn len(&self) -> usize {
-        self.specs.len()
-    }
-
-    /// Always false for a parsed group.
-    pub fn is_empty(&self) -> bool {
-        self.specs.is_empty()
-    }
-
     /// Opens every device in replica order.
     pub fn devices(&self) -> Result<Vec<Device>, DeviceError> {
         self.specs.iter().map(|s| s.open()).collect()
@@ -107,7 +97,7 @@ fn expand_range(part: &str) -> Result<Vec<DeviceSpec>, PlacementError> {
 /// A role's placement string split into the node/// A role's placement string split into the node that hosts it (a key of
 /// `[cluster] nodes`, or `None` for this process) and the device group there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RolePlacement<'a> {
+pub(crate) struct RolePlacement<'a> {
     /// The node, when the string starts with a name that is not a device kind.
     pub node: Option<&'a str>,
     /// The device group on that node (`"cpu"`, `"cuda:0,cuda:1"`).
@@ -186,7 +176,7 @@ mod device_group_tests {
         let g = DeviceGroup::parse_unopened("cuda:0-3").unwrap();
         assert_eq!(g.specs, (0..4).map(DeviceSpec::cuda).collect::<Vec<_>>());
         let g = DeviceGroup::parse_unopened("cpu:0-1, cpu:5").unwrap();
-        assert_eq!(g.len(), 3);
+        assert_eq!(g.specs.len(), 3);
         let e = DeviceGroup::parse_unopened("cuda:0-2,cuda:2").unwrap_err();
         assert!(e.to_string().contains("names cuda:2 twice"), "{e}");
         let e = DeviceGroup::parse_unopened("cuda:3-1").unwrap_err();
@@ -200,6 +190,6 @@ mod device_group_tests {
     fn a_group_here_opens_its_gpus() {
         let e = DeviceGroup::parse("cpu,cuda:0").unwrap_err();
         assert!(e.to_string().contains("without the `cuda` feature"), "{e}");
-        assert_eq!(DeviceGroup::parse("cpu:0,cpu:1").unwrap().len(), 2);
+        assert_eq!(DeviceGroup::parse("cpu:0,cpu:1").unwrap().specs.len(), 2);
     }
 }

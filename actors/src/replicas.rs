@@ -200,7 +200,7 @@ impl Drop for AbortPeers<'_> {
 }
 
 /// Splits `rows` into `world` contiguous, balanced ranges (earlier ranks get the extra row).
-pub fn shard_ranges(rows: usize, world: usize) -> Vec<Range<usize>> {
+pub(crate) fn shard_ranges(rows: usize, world: usize) -> Vec<Range<usize>> {
     let base = rows / world;
     let extra = rows % world;
     let mut start = 0;

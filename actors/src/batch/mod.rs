@@ -19,7 +19,7 @@ mod weight_buckets;
 
 pub use experience::ExperienceBatch;
 pub use rollout::{Finish, RolloutBatch, RolloutRequest, Sample, SampleRequest, Sampling};
-pub use scored::ScoredBatch;
+pub(crate) use scored::ScoredBatch;
 pub use sequences::Sequences;
 pub use token_array::{BatchError, TokenArray};
 pub use weight_buckets::{

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// A scored rollout.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ScoredBatch {
+pub(crate) struct ScoredBatch {
     /// The rollout.
     pub rollout: RolloutBatch,
     /// One reward per sample.

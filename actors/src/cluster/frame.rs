@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// Bytes of a frame header.
 pub const HEADER_BYTES: usize = 5;
 /// Most bytes a payload's buffer is grown by ahead of what has arrived.
-pub const READ_CHUNK: usize = 1 << 20;
+pub(crate) const READ_CHUNK: usize = 1 << 20;
 
 /// The caps a reader enforces.
 #[derive(Debug, Clone, Copy)]

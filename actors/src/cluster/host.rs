@@ -25,7 +25,7 @@ use std::time::Duration;
 
 /// The role of one connection.
 #[derive(Clone)]
-pub enum Hosted {
+pub(crate) enum Hosted {
     /// The policy.
     Policy(Arc<dyn PolicyRole>),
     /// The reference.
@@ -39,7 +39,7 @@ pub enum Hosted {
 }
 
 /// A hosted role with the executors it runs on.
-pub struct HostedRole {
+pub(crate) struct HostedRole {
     /// The role.
     pub role: Hosted,
     /// Its name (`policy`, ...).
@@ -51,7 +51,7 @@ pub struct HostedRole {
 }
 
 /// An answer being computed.
-pub type Answering = Pin<Box<dyn Future<Output = Response> + Send>>;
+pub(crate) type Answering = Pin<Box<dyn Future<Output = Response> + Send>>;
 
 impl HostedRole {
     /// Builds the role `spec` asks for, reporting to `monitor` (the connection's relay to

@@ -34,7 +34,7 @@ pub struct Held {
 
 /// The devices of this machine as a worker offers them: `cpu:0` and each CUDA ordinal the
 /// process sees (none without the `cuda` feature).
-pub fn local_devices() -> Vec<DeviceSpec> {
+pub(crate) fn local_devices() -> Vec<DeviceSpec> {
     std::iter::once(DeviceSpec::cpu(0))
         .chain((0..cuda_device_count()).map(DeviceSpec::cuda))
         .collect()
@@ -42,7 +42,7 @@ pub fn local_devices() -> Vec<DeviceSpec> {
 
 /// A worker's register of what its hosted roles hold, shared by its connections.
 #[derive(Debug, Clone)]
-pub struct Holdings {
+pub(crate) struct Holdings {
     devices: Vec<DeviceSpec>,
     held: Arc<Mutex<Register>>,
 }
@@ -55,7 +55,7 @@ struct Register {
 
 /// A role's hold on its devices; dropping it releases them.
 #[derive(Debug)]
-pub struct Hold {
+pub(crate) struct Hold {
     key: u64,
     held: Arc<Mutex<Register>>,
 }

@@ -125,7 +125,7 @@ pub use error::{
 };
 pub use frame::{read_message, write_message, Limits, HEADER_BYTES};
 pub use inventory::{Held, Inventory};
-pub use remote::{Remote, RemoteSources};
+pub(crate) use remote::{Remote, RemoteSources};
 
 pub use traffic::{count_refit, traffic, Traffic};
 pub use wire::{

@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// A role served by a worker.
-pub struct Remote {
+pub(crate) struct Remote {
     role: &'static str,
     conn: Connection,
     timeout: Duration,
@@ -44,7 +44,7 @@ pub struct Remote {
 
 /// Where a spawned role's weights come from.
 #[derive(Debug, Clone, Default)]
-pub struct RemoteSources<'a> {
+pub(crate) struct RemoteSources<'a> {
     /// The policy's or reference's weights, or the critic's backbone.
     pub weights: Option<&'a Path>,
     /// The critic's own weights.

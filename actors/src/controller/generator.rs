@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 /// The role that generates, borrowed from the run's roles.
 #[derive(Clone, Copy)]
-pub struct Generator<'a> {
+pub(crate) struct Generator<'a> {
     policy: &'a dyn PolicyRole,
     engine: Option<&'a dyn EngineRole>,
 }

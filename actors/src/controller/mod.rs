@@ -30,11 +30,8 @@ mod warmup;
 
 pub use data_check::{answers_needed_by, check_data};
 pub use error::{At, CheckpointError, ContextError, DivergenceError, RunError, StalenessError};
-pub use offline::OfflineSummary;
-pub use rl::run_loop::RESTARTS;
 pub use run::checkpoint::{latest_checkpoint, LoopState, Phase};
-pub use run::checksums::CHECKSUMS_FILE;
-pub use run::folder::RunFolderError;
+pub(crate) use run::checksums::CHECKSUMS_FILE;
 pub use run::resume_point::{find_resume_point, ResumePoint};
 pub use setup::{data_spec, policy_dir, prompt_source};
 pub use summary::RunSummary;

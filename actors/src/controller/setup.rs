@@ -190,7 +190,7 @@ fn setup_failed(role: &'static str) -> impl Fn(Cause) -> RunError {
 }
 
 /// Where the weights of each role come from when the actors start.
-pub struct RoleSources {
+pub(crate) struct RoleSources {
     /// Reference weights (HF folder).
     pub reference: PathBuf,
     /// Critic weights (HF token-classification folder); `None` = from the policy's backbone.
@@ -213,7 +213,7 @@ pub fn engine_config(recipe: &Recipe) -> EngineConfig {
 
 /// The engine settings of a role that only scores (the reference): the recipe's KV budget
 /// and token budget, always f32 (reference log-probs are exact, never quantized).
-pub fn scoring_engine_config(recipe: &Recipe) -> EngineConfig {
+pub(crate) fn scoring_engine_config(recipe: &Recipe) -> EngineConfig {
     EngineConfig {
         quant: QuantMode::None,
         prefix_sharing: false,
@@ -297,7 +297,7 @@ fn policy_trainer(
 }
 
 /// Spawns the policy actor with one trainer replica per device of its group.
-pub async fn spawn_policy(
+pub(crate) async fn spawn_policy(
     recipe: &Recipe,
     weights: &Path,
     monitor: &MonitorHandle,
@@ -378,7 +378,7 @@ pub async fn spawn_policy(
 /// The engine role of `placement.engine`, serving the weights in `weights` (the policy's
 /// folder), or `None` when the recipe has none: one engine per device of its group, or a
 /// [`Remote`] one when the placement names a node.
-pub async fn spawn_engine(
+pub(crate) async fn spawn_engine(
     recipe: &Recipe,
     weights: &Path,
     monitor: &MonitorHandle,
@@ -414,7 +414,7 @@ pub async fn spawn_engine(
 
 /// Spawns reference, reward and (for PPO) critic next to a running policy (and its engine
 /// role, when the recipe places one).
-pub async fn spawn_others(
+pub(crate) async fn spawn_others(
     recipe: &Recipe,
     src: &RoleSources,
     policy: Arc<dyn PolicyRole>,

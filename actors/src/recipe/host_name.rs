@@ -13,7 +13,7 @@ const MAX_LABEL: usize = 63;
 /// `true` when `host` is an IPv4 or IPv6 literal (without brackets) or an RFC 1123 host
 /// name: dot-separated labels of 1 to 63 ASCII letters, digits and `-`, none starting or
 /// ending with `-`, at most 253 characters in all (a trailing dot allowed).
-pub fn valid_host(host: &str) -> bool {
+pub(crate) fn valid_host(host: &str) -> bool {
     if host.parse::<IpAddr>().is_ok() {
         return true;
     }

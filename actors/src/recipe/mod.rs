@@ -28,16 +28,13 @@ pub use cluster::{
     is_loopback, is_loopback_host, role_placements, split_addr, AddressError, ClusterSection,
     DEFAULT_COOKIE_ENV,
 };
-pub use host_name::valid_host;
-pub use numbers::{MAX_EVAL_SIZE, MAX_SEQUENCES_PER_STEP, MAX_TOKENS};
 pub use offline::{DpoSection, RmSection, RunKind};
-pub use overrides::apply_override;
+pub(crate) use overrides::apply_override;
 pub use resume_check::{changed_keys, check_resume, RESUMABLE_KEYS};
-pub use reward::{HttpRewardSection, RewardKeyError, RewardKind, RewardSection, VerifierSpec};
+pub use reward::{RewardKeyError, RewardKind, RewardSection};
 pub use sections::*;
-pub use slurm::{expand_hostlist, HostListError, SlurmError, NODELIST_ENV};
-pub use supervision::{FaultKind, FaultSpec, SupervisionSection, FAULT_PHASES, MAX_CALL_TIMEOUT_S};
-pub use teacher_check::{same_vocabulary, TeacherError};
+pub use supervision::{FaultKind, FaultSpec, SupervisionSection, MAX_CALL_TIMEOUT_S};
+pub(crate) use teacher_check::same_vocabulary;
 pub use validate::validate;
 pub use validate_rl::warnings;
 

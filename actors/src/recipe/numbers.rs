@@ -9,12 +9,12 @@ use super::{Recipe, RecipeError};
 
 /// Most sequences one step may hold (`sft.batch_size`, `rm.batch_size`, `dpo.batch_size`,
 /// `rl.prompts_per_step × rl.samples_per_prompt`, `engine.max_running`).
-pub const MAX_SEQUENCES_PER_STEP: u64 = 1 << 16;
+pub(crate) const MAX_SEQUENCES_PER_STEP: u64 = 1 << 16;
 /// Most tokens of one length or budget (`rl.max_new_tokens`, `engine.max_batched_tokens`,
 /// `engine.block_size`).
-pub const MAX_TOKENS: u64 = 1 << 24;
+pub(crate) const MAX_TOKENS: u64 = 1 << 24;
 /// Most held-out prompts (`data.eval_size`).
-pub const MAX_EVAL_SIZE: u64 = 1 << 20;
+pub(crate) const MAX_EVAL_SIZE: u64 = 1 << 20;
 
 type Bad<'a> = &'a dyn Fn(&str, String) -> RecipeError;
 

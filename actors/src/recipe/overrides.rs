@@ -7,7 +7,7 @@
 use super::RecipeError;
 
 /// Sets `key.path` in `tree` to the value in `spec` (`key.path=value`), creating tables.
-pub fn apply_override(tree: &mut toml::Table, spec: &str) -> Result<(), RecipeError> {
+pub(crate) fn apply_override(tree: &mut toml::Table, spec: &str) -> Result<(), RecipeError> {
     let err = |message: &str| RecipeError::Override {
         spec: spec.to_string(),
         message: message.to_string(),

@@ -388,11 +388,11 @@ pub struct RlSection {
 }
 
 /// Largest `rl.max_staleness`: each version of lag is one more batch held in memory.
-pub const MAX_STALENESS: u64 = 8;
+pub(crate) const MAX_STALENESS: u64 = 8;
 
 /// The truncated-IS cap of stale batches when the recipe sets none (veRL's and the TIS
 /// paper's `C = 2`).
-pub const STALE_TIS_CAP: f64 = 2.0;
+pub(crate) const STALE_TIS_CAP: f64 = 2.0;
 
 impl RlSection {
     /// The loss aggregation in force: the recipe's, or the algorithm's own default.

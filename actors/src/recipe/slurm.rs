@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 /// The variable holding the allocation's hosts.
-pub const NODELIST_ENV: &str = "SLURM_JOB_NODELIST";
+pub(crate) const NODELIST_ENV: &str = "SLURM_JOB_NODELIST";
 
 /// Why a Slurm host list does not expand.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -44,7 +44,7 @@ pub enum SlurmError {
 }
 
 /// Expands a Slurm host list (`"gpu[01-03,07],login1"`) into host names in order.
-pub fn expand_hostlist(list: &str) -> Result<Vec<String>, HostListError> {
+pub(crate) fn expand_hostlist(list: &str) -> Result<Vec<String>, HostListError> {
     let mut hosts = Vec::new();
     for item in split_top(list) {
         let item = item.trim();
@@ -112,7 +112,7 @@ fn expand_range(range: &str) -> Option<Vec<String>> {
 }
 
 /// `node1 = "HOST1:port"`, ... for the hosts of `SLURM_JOB_NODELIST`.
-pub fn slurm_nodes(port: u16) -> Result<BTreeMap<String, String>, SlurmError> {
+pub(crate) fn slurm_nodes(port: u16) -> Result<BTreeMap<String, String>, SlurmError> {
     let list = std::env::var(NODELIST_ENV).map_err(|_| SlurmError::NotSet)?;
     let hosts = expand_hostlist(&list)?;
     Ok(hosts

@@ -72,7 +72,7 @@ pub struct FaultSpec {
 }
 
 /// The phases of each role's work in an RL step, where a fault can be injected.
-pub const FAULT_PHASES: &[(&str, &[&str])] = &[
+pub(crate) const FAULT_PHASES: &[(&str, &[&str])] = &[
     (
         "policy",
         &["generate", "old_logprobs", "policy_train", "refit"],

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 /// Why a teacher cannot teach this policy.
 #[derive(Debug, thiserror::Error)]
-pub enum TeacherError {
+pub(crate) enum TeacherError {
     /// A config or tokenizer could not be read.
     #[error("{}: cannot read its {what}: {message}", dir.display())]
     Read {
@@ -63,7 +63,7 @@ fn tokenizer(dir: &Path) -> Result<Tokenizer, TeacherError> {
 
 /// Checks that the model folder `teacher` has the vocabulary of the policy folder `policy`:
 /// the same `vocab_size` and a tokenizer mapping every token to the same id.
-pub fn same_vocabulary(policy: &Path, teacher: &Path) -> Result<(), TeacherError> {
+pub(crate) fn same_vocabulary(policy: &Path, teacher: &Path) -> Result<(), TeacherError> {
     let (p, t) = (config(policy)?.vocab_size, config(teacher)?.vocab_size);
     if p != t {
         return Err(TeacherError::VocabSize {

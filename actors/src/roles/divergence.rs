@@ -69,7 +69,7 @@ impl Divergence {
 
 /// The divergence of a step of one optimizer update that ended with `step`: its skipped
 /// (non-finite) gradient, else the first non-finite weight of `named`, else none.
-pub fn after_one_update(
+pub(crate) fn after_one_update(
     step: &StepStats,
     named: &[(String, Var)],
 ) -> candle_core::Result<Option<Divergence>> {

@@ -55,7 +55,7 @@ pub use policy::{
 pub use reference::{Reference, ReferenceMsg, ReferenceState};
 pub use reward::{Reward, RewardMsg, RewardState, Scorer, Scoring};
 pub use reward_trainer::{RmStepSummary, RmTrainer, RmTrainerMsg, RmTrainerState};
-pub use rollout_engine::{EngineMsg, EngineState, RolloutEngine, ENGINE_ROLE};
+pub(crate) use rollout_engine::{EngineState, RolloutEngine, ENGINE_ROLE};
 
 use crate::error::{Cause, RoleError};
 use crate::monitor::{ActorUpdate, MonitorHandle};

@@ -30,10 +30,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// The engine role's name in errors, the monitor and the supervisor.
-pub const ENGINE_ROLE: &str = "engine";
+pub(crate) const ENGINE_ROLE: &str = "engine";
 
 /// Messages the engine role understands.
-pub enum EngineMsg {
+pub(crate) enum EngineMsg {
     /// Complete each sample of `request` (as the policy's own engine does).
     Generate {
         /// Prompt ids, sampling and limits of each sample.
@@ -64,10 +64,10 @@ pub enum EngineMsg {
 }
 
 /// The engine role's actor.
-pub struct RolloutEngine;
+pub(crate) struct RolloutEngine;
 
 /// Its state: one engine replica per device and the update being received.
-pub struct EngineState {
+pub(crate) struct EngineState {
     engines: Replicas<EngineReplica>,
     monitor: MonitorHandle,
     pending: Option<Assembly>,

@@ -28,7 +28,7 @@ pub struct DivergenceError {
 }
 
 /// How a step of `kind` is named in messages: `SFT`, `RM`, `DPO` or `RL`.
-pub fn step_label(kind: RunKind) -> &'static str {
+pub(crate) fn step_label(kind: RunKind) -> &'static str {
     match kind {
         RunKind::Sft => "SFT",
         RunKind::Rm => "RM",

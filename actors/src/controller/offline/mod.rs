@@ -25,8 +25,6 @@ mod rm;
 mod sft;
 mod task;
 
-pub use report::OfflineSummary;
-
 use crate::controller::context::Ctx;
 use crate::controller::error::{At, RunError};
 use crate::controller::summary::RunSummary;

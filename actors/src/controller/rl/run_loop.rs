@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 /// The name of the per-step restart count in `metrics.jsonl`: restarts since the previous
 /// step's line (0 on a clean step).
-pub const RESTARTS: &str = "restarts";
+pub(crate) const RESTARTS: &str = "restarts";
 
 /// A policy spawned from a checkpoint has an engine (its own, or the engine role) at version
 /// 0 serving the checkpoint's weights: it refits (verified) as `state.policy_version`, so the batches it generates

@@ -15,19 +15,19 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// File that marks a complete checkpoint (written last).
-pub const STATE_FILE: &str = "state.json";
+pub(crate) const STATE_FILE: &str = "state.json";
 
 /// The rollouts generated ahead of a checkpoint's step (only when there are some).
-pub const AHEAD_FILE: &str = "rollouts_ahead.json";
+pub(crate) const AHEAD_FILE: &str = "rollouts_ahead.json";
 
 /// The checkpoint's copy of the run's `metrics.jsonl` (RL steps up to its own).
-pub const METRICS_COPY: &str = "metrics.jsonl";
+pub(crate) const METRICS_COPY: &str = "metrics.jsonl";
 
 /// The checkpoint's copy of the run's `recipe.toml`.
-pub const RECIPE_COPY: &str = "recipe.toml";
+pub(crate) const RECIPE_COPY: &str = "recipe.toml";
 
 /// The checkpoint's copy of the frozen reference's `checksums.json` (RL checkpoints).
-pub const REFERENCE_SUMS: &str = "reference.checksums.json";
+pub(crate) const REFERENCE_SUMS: &str = "reference.checksums.json";
 
 /// The phase a checkpoint was taken in.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
@@ -110,12 +110,12 @@ impl LoopState {
 }
 
 /// `<run>/checkpoints/step_<N>`.
-pub fn checkpoint_dir(run_dir: &Path, step: u64) -> PathBuf {
+pub(crate) fn checkpoint_dir(run_dir: &Path, step: u64) -> PathBuf {
     run_dir.join("checkpoints").join(format!("step_{step:06}"))
 }
 
 /// `<run>/checkpoints/sft_<N>`: after N SFT steps.
-pub fn sft_checkpoint_dir(run_dir: &Path, sft_step: u64) -> PathBuf {
+pub(crate) fn sft_checkpoint_dir(run_dir: &Path, sft_step: u64) -> PathBuf {
     run_dir
         .join("checkpoints")
         .join(format!("sft_{sft_step:06}"))
@@ -123,7 +123,7 @@ pub fn sft_checkpoint_dir(run_dir: &Path, sft_step: u64) -> PathBuf {
 
 /// Where a checkpoint folder name sits in the run: `(phase, step)`, or `None` for a name
 /// that is not a checkpoint's.
-pub fn checkpoint_order(name: &str) -> Option<(Phase, u64)> {
+pub(crate) fn checkpoint_order(name: &str) -> Option<(Phase, u64)> {
     if let Some(n) = name.strip_prefix("step_") {
         return n.parse().ok().map(|n| (Phase::Rl, n));
     }
@@ -133,7 +133,7 @@ pub fn checkpoint_order(name: &str) -> Option<(Phase, u64)> {
 }
 
 /// Every checkpoint folder of a run (sealed or not), newest first.
-pub fn checkpoint_folders(run_dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn checkpoint_folders(run_dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(run_dir.join("checkpoints")) else {
         return Vec::new();
     };
@@ -156,7 +156,7 @@ pub fn latest_checkpoint(run_dir: &Path) -> Option<PathBuf> {
 }
 
 /// Reads a checkpoint's loop state.
-pub fn read_state(ckpt: &Path) -> Result<LoopState, CheckpointError> {
+pub(crate) fn read_state(ckpt: &Path) -> Result<LoopState, CheckpointError> {
     let path = ckpt.join(STATE_FILE);
     let text = std::fs::read_to_string(&path).map_err(|source| CheckpointError::Unreadable {
         path: path.clone(),
@@ -182,7 +182,7 @@ pub fn read_state(ckpt: &Path) -> Result<LoopState, CheckpointError> {
 /// Writes the rollouts generated ahead (if any), `state.json`, then `checksums.json`
 /// (SHA-256 of every file, `state.json` included) into the staged folder, and fsyncs every
 /// file in it. The staged folder becomes a checkpoint only when [`publish`] renames it.
-pub fn seal(staged: &Path, state: &LoopState) -> std::io::Result<()> {
+pub(crate) fn seal(staged: &Path, state: &LoopState) -> std::io::Result<()> {
     if !state.ahead.is_empty() {
         let text = serde_json::to_string(&state.ahead).map_err(std::io::Error::other)?;
         std::fs::write(staged.join(AHEAD_FILE), text)?;
@@ -195,7 +195,7 @@ pub fn seal(staged: &Path, state: &LoopState) -> std::io::Result<()> {
 
 /// Moves a sealed staging folder to its final name (replacing an older copy of the same
 /// step) and fsyncs the parent.
-pub fn publish(staged: &Path, final_dir: &Path) -> std::io::Result<()> {
+pub(crate) fn publish(staged: &Path, final_dir: &Path) -> std::io::Result<()> {
     if final_dir.exists() {
         std::fs::remove_dir_all(final_dir)?;
     }
@@ -207,7 +207,7 @@ pub fn publish(staged: &Path, final_dir: &Path) -> std::io::Result<()> {
 }
 
 /// A fresh staging folder next to the final one.
-pub fn staging_dir(final_dir: &Path) -> std::io::Result<PathBuf> {
+pub(crate) fn staging_dir(final_dir: &Path) -> std::io::Result<PathBuf> {
     let parent = final_dir.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent)?;
     let name = final_dir
@@ -224,7 +224,7 @@ pub fn staging_dir(final_dir: &Path) -> std::io::Result<PathBuf> {
 
 /// Deletes all but the newest `keep` complete checkpoints, stale staging folders and step
 /// folders that were never sealed.
-pub fn prune(run_dir: &Path, keep: usize) -> std::io::Result<()> {
+pub(crate) fn prune(run_dir: &Path, keep: usize) -> std::io::Result<()> {
     let dir = run_dir.join("checkpoints");
     let mut steps: Vec<((Phase, u64), PathBuf)> = Vec::new();
     for entry in std::fs::read_dir(&dir)?.flatten() {

@@ -10,7 +10,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// The manifest file inside a checkpoint folder.
-pub const CHECKSUMS_FILE: &str = "checksums.json";
+pub(crate) const CHECKSUMS_FILE: &str = "checksums.json";
 /// Value of the manifest's `format` key.
 const FORMAT: &str = "oxalign-checksums-v1";
 
@@ -24,7 +24,7 @@ struct Manifest {
 }
 
 /// SHA-256 of a file, in lowercase hex (streamed: a checkpoint may be large).
-pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+pub(crate) fn sha256_file(path: &Path) -> std::io::Result<String> {
     let mut file = std::fs::File::open(path)?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -71,7 +71,7 @@ fn files_under(dir: &Path, skip: &[&str]) -> std::io::Result<Vec<String>> {
 
 /// Hashes every file of the staged checkpoint `dir` except `skip` (top-level names) and
 /// writes [`CHECKSUMS_FILE`].
-pub fn write_manifest(dir: &Path, skip: &[&str]) -> std::io::Result<()> {
+pub(crate) fn write_manifest(dir: &Path, skip: &[&str]) -> std::io::Result<()> {
     let mut skip = skip.to_vec();
     skip.push(CHECKSUMS_FILE);
     let mut sha256 = BTreeMap::new();
@@ -95,7 +95,11 @@ pub fn verify(dir: &Path, required: &[String]) -> Result<(), CheckpointError> {
 /// Checks the files of `dir` against the manifest at `path` (which may live elsewhere,
 /// e.g. a checkpoint's record of the reference): every listed file matches its SHA-256 and
 /// each of `required` is listed.
-pub fn verify_against(path: &Path, dir: &Path, required: &[String]) -> Result<(), CheckpointError> {
+pub(crate) fn verify_against(
+    path: &Path,
+    dir: &Path,
+    required: &[String],
+) -> Result<(), CheckpointError> {
     let path = path.to_path_buf();
     let text = std::fs::read_to_string(&path).map_err(|source| CheckpointError::Unreadable {
         path: path.clone(),

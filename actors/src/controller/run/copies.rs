@@ -15,7 +15,7 @@ use crate::monitor::files;
 use std::path::{Path, PathBuf};
 
 /// The run's frozen reference folder (the policy as RL started).
-pub const REFERENCE_DIR: &str = "reference";
+pub(crate) const REFERENCE_DIR: &str = "reference";
 
 /// Files of the reference whose checksums must be recorded.
 const REFERENCE_FILES: &[&str] = &["config.json", "model.safetensors"];

@@ -66,7 +66,7 @@ fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> RunFo
 }
 
 /// The lock file inside a run folder.
-pub const LOCK_FILE: &str = ".oxalign.lock";
+pub(crate) const LOCK_FILE: &str = ".oxalign.lock";
 
 /// An exclusive lock (`flock`) on a run folder, held until dropped. The lock file names
 /// the holder (pid and host), so a refused second writer can say who has the folder. The

@@ -11,7 +11,7 @@ use crate::controller::run::checksums::{self, CHECKSUMS_FILE};
 use std::path::{Path, PathBuf};
 
 /// Sub-folder of `checkpoints/` where rejected checkpoints are moved.
-pub const REJECTED_DIR: &str = "rejected";
+pub(crate) const REJECTED_DIR: &str = "rejected";
 
 /// The checkpoint a run resumes from.
 #[derive(Debug)]
@@ -52,7 +52,10 @@ fn role_files(dir: &Path, role: &str) -> Vec<String> {
 /// (`state.json` included, so an edited step, data position or KL coefficient is caught),
 /// then the state against the folder it sits in. `needs_critic`: the run trains a critic,
 /// so an RL checkpoint must hold one with its optimizer.
-pub fn verify_checkpoint(dir: &Path, needs_critic: bool) -> Result<LoopState, CheckpointError> {
+pub(crate) fn verify_checkpoint(
+    dir: &Path,
+    needs_critic: bool,
+) -> Result<LoopState, CheckpointError> {
     for marker in [STATE_FILE, CHECKSUMS_FILE] {
         if !dir.join(marker).is_file() {
             return Err(CheckpointError::Unsealed {

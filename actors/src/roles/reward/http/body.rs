@@ -6,7 +6,7 @@ use super::breaker::error_chain;
 
 /// The largest answer read from a reward service, bytes (8 MiB: hundreds of thousands of
 /// rewards).
-pub const MAX_RESPONSE_BYTES: usize = 8 << 20;
+pub(crate) const MAX_RESPONSE_BYTES: usize = 8 << 20;
 
 /// Why a body was not read.
 #[derive(Debug, thiserror::Error)]

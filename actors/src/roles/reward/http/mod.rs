@@ -18,7 +18,7 @@ mod breaker;
 mod error;
 pub mod schema;
 
-pub use body::MAX_RESPONSE_BYTES;
+pub(crate) use body::MAX_RESPONSE_BYTES;
 pub use error::HttpRewardError;
 
 use body::{read_limited, BodyError};
@@ -60,7 +60,7 @@ pub struct HttpRewardConfig {
 
 /// Why a reward-service URL is refused.
 #[derive(Debug, thiserror::Error)]
-pub enum UrlError {
+pub(crate) enum UrlError {
     /// It does not parse as a URL.
     #[error("not a URL: {0}")]
     NotUrl(#[from] url::ParseError),
@@ -70,7 +70,7 @@ pub enum UrlError {
 }
 
 /// `Ok` when `url` is an `http://` or `https://` URL with a host, else what is wrong.
-pub fn check_url(url: &str) -> Result<(), UrlError> {
+pub(crate) fn check_url(url: &str) -> Result<(), UrlError> {
     let parsed = reqwest::Url::parse(url)?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
         return Err(UrlError::NotHttp);

@@ -60,7 +60,7 @@ pub enum ResponseError {
 
 /// The rewards in `body` for a request of `rows` rows, or what is wrong with it. Rewards must
 /// be finite and fit an f32 (the batch's precision).
-pub fn parse_rewards(body: &[u8], rows: usize) -> Result<Vec<f64>, ResponseError> {
+pub(crate) fn parse_rewards(body: &[u8], rows: usize) -> Result<Vec<f64>, ResponseError> {
     let parsed: RewardResponse = serde_json::from_slice(body).map_err(|source| {
         let start = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
         let hint = if ["NaN", "Infinity"].iter().any(|t| start.contains(t)) {
