@@ -8,15 +8,15 @@ use crate::error::{ModelError, Result};
 use std::path::Path;
 
 /// Most decoder layers.
-pub const MAX_LAYERS: usize = 1 << 12;
+pub(crate) const MAX_LAYERS: usize = 1 << 12;
 /// Most hidden units (`hidden_size`, `head_dim` × heads).
-pub const MAX_HIDDEN: usize = 1 << 16;
+pub(crate) const MAX_HIDDEN: usize = 1 << 16;
 /// Most MLP units (`intermediate_size`, `moe_intermediate_size`).
-pub const MAX_INTERMEDIATE: usize = 1 << 20;
+pub(crate) const MAX_INTERMEDIATE: usize = 1 << 20;
 /// Most attention heads (query or key/value) and `head_dim`.
-pub const MAX_HEADS: usize = 1 << 12;
+pub(crate) const MAX_HEADS: usize = 1 << 12;
 /// Most tokens of the vocabulary.
-pub const MAX_VOCAB: usize = 1 << 24;
+pub(crate) const MAX_VOCAB: usize = 1 << 24;
 
 /// The first number of `cfg` out of its bounds; `total_memory` is the machine's memory in
 /// bytes, when known.

@@ -47,7 +47,7 @@ impl LinearParams {
 }
 
 /// An RMSNorm scale `name` `[dim]`.
-pub fn norm_param(name: String, dim: usize) -> ParamSpec {
+pub(crate) fn norm_param(name: String, dim: usize) -> ParamSpec {
     ParamSpec::new(name, vec![dim], ParamKind::Norm)
 }
 
@@ -208,7 +208,7 @@ impl BackboneParams {
 
 /// Which projections of a dense decoder layer carry a bias.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Biases {
+pub(crate) struct Biases {
     /// q/k/v projections.
     pub qkv: bool,
     /// Attention output projection.
@@ -220,7 +220,7 @@ pub struct Biases {
 /// The HF Llama-style dense backbone (`model.embed_tokens`, `model.layers.N.{input_layernorm,
 /// self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}`,
 /// `model.norm`) of `cfg`, with `biases`. Llama, Qwen2 and Mistral all use it.
-pub fn dense_backbone(cfg: &ModelConfig, biases: Biases) -> BackboneParams {
+pub(crate) fn dense_backbone(cfg: &ModelConfig, biases: Biases) -> BackboneParams {
     let h = cfg.hidden_size;
     let i_dim = cfg.intermediate_size;
     let q_dim = cfg.num_attention_heads * cfg.head_dim;
@@ -261,7 +261,7 @@ pub fn dense_backbone(cfg: &ModelConfig, biases: Biases) -> BackboneParams {
 }
 
 /// Gives every layer's attention Qwen3's per-head `q_norm` / `k_norm` (`[head_dim]` each).
-pub fn add_qk_norms(backbone: &mut BackboneParams, head_dim: usize) {
+pub(crate) fn add_qk_norms(backbone: &mut BackboneParams, head_dim: usize) {
     for (i, layer) in backbone.layers.iter_mut().enumerate() {
         let a = format!("model.layers.{i}.self_attn");
         layer.attn.q_norm = Some(norm_param(format!("{a}.q_norm.weight"), head_dim));
@@ -271,7 +271,13 @@ pub fn add_qk_norms(backbone: &mut BackboneParams, head_dim: usize) {
 
 /// A SiLU-gated MLP `{prefix}.{gate,up,down}` (the three names in that order) of width
 /// `i_dim` over `h`.
-pub fn mlp_params(prefix: &str, names: [&str; 3], i_dim: usize, h: usize, bias: bool) -> MlpParams {
+pub(crate) fn mlp_params(
+    prefix: &str,
+    names: [&str; 3],
+    i_dim: usize,
+    h: usize,
+    bias: bool,
+) -> MlpParams {
     let [gate, up, down] = names;
     MlpParams {
         gate: LinearParams::new(&format!("{prefix}.{gate}"), i_dim, h, bias),
@@ -282,7 +288,7 @@ pub fn mlp_params(prefix: &str, names: [&str; 3], i_dim: usize, h: usize, bias: 
 
 /// The LM head's parameter: `lm_head.weight` `[V, H]`, or `None` when the embeddings are tied
 /// (the head reuses `model.embed_tokens.weight`).
-pub fn lm_head_param(cfg: &ModelConfig) -> Option<ParamSpec> {
+pub(crate) fn lm_head_param(cfg: &ModelConfig) -> Option<ParamSpec> {
     (!cfg.tie_word_embeddings)
         .then(|| LinearParams::new("lm_head", cfg.vocab_size, cfg.hidden_size, false).weight)
 }

@@ -59,7 +59,7 @@ pub mod family;
 pub(crate) mod json;
 pub mod layout;
 pub mod model_config;
-pub mod param_spec;
+pub(crate) mod param_spec;
 pub mod preset;
 pub(crate) mod raw;
 mod validate;

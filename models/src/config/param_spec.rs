@@ -107,7 +107,7 @@ const STD: f64 = 0.02;
 
 /// Draws every parameter of `specs` from a `StdRng` seeded with `seed`, in the order of
 /// `specs` (so the same config and seed always give the same weights).
-pub fn init_tensors(
+pub(crate) fn init_tensors(
     specs: &[ParamSpec],
     seed: u64,
     dtype: DType,

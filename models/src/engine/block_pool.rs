@@ -7,7 +7,7 @@
 /// for each channel, so attention scores a whole block with vertical multiply-adds) and
 /// values `[num_blocks, kv_heads, block_size, head_dim]` (a position's channels contiguous).
 #[derive(Debug)]
-pub struct BlockPool {
+pub(crate) struct BlockPool {
     block_size: usize,
     kv_heads: usize,
     head_dim: usize,
@@ -67,11 +67,6 @@ impl BlockPool {
     /// Most blocks in use at once since the pool was made.
     pub fn peak_used(&self) -> usize {
         self.peak_used
-    }
-
-    /// Blocks referenced by more than one sequence (shared prefix blocks).
-    pub fn num_shared(&self) -> usize {
-        self.refcount.iter().filter(|&&r| r > 1).count()
     }
 
     /// Reference count of `block`.

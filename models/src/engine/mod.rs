@@ -79,11 +79,9 @@ mod stats;
 mod step_item;
 mod weights;
 
-pub use block_pool::BlockPool;
 pub use config::{EngineConfig, QuantMode};
 pub use engine::Engine;
 pub use error::{EngineError, EngineResult};
 pub use refit::{Probe, RefitReport, WeightUpdate};
 pub use request::{Detokenize, EngineRequest};
-pub use stats::EngineStats;
 pub use weights::{checksum_f32, tensor_checksum};

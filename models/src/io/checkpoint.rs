@@ -17,12 +17,12 @@ pub const WEIGHTS_FILE: &str = "model.safetensors";
 /// File name of a sharded checkpoint's index.
 pub const INDEX_FILE: &str = "model.safetensors.index.json";
 /// File name of the optional generation defaults.
-pub const GENERATION_CONFIG_FILE: &str = "generation_config.json";
+pub(crate) const GENERATION_CONFIG_FILE: &str = "generation_config.json";
 
 /// Reads `dir/config.json` and every tensor of the checkpoint in `dir` (single file or shards),
 /// on `device`, in the dtype stored in the file. Packed MoE experts come back under their
 /// per-expert names (`expert_layout.rs`).
-pub fn read_checkpoint(
+pub(crate) fn read_checkpoint(
     dir: &Path,
     device: &Device,
 ) -> Result<(ModelConfig, HashMap<String, Tensor>)> {
@@ -40,7 +40,7 @@ pub fn read_checkpoint(
 
 /// Reads the tensors of the checkpoint in `dir`: `model.safetensors` if present, else the
 /// shards listed in `model.safetensors.index.json`.
-pub fn read_weights(dir: &Path, device: &Device) -> Result<HashMap<String, Tensor>> {
+pub(crate) fn read_weights(dir: &Path, device: &Device) -> Result<HashMap<String, Tensor>> {
     let single = dir.join(WEIGHTS_FILE);
     if single.is_file() {
         return read_safetensors(&single, device);
@@ -91,7 +91,7 @@ pub fn read_weights(dir: &Path, device: &Device) -> Result<HashMap<String, Tenso
 }
 
 /// Reads every tensor of one safetensors file.
-pub fn read_safetensors(path: &Path, device: &Device) -> Result<HashMap<String, Tensor>> {
+pub(crate) fn read_safetensors(path: &Path, device: &Device) -> Result<HashMap<String, Tensor>> {
     let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
         action: "read",
         path: path.to_path_buf(),
@@ -127,7 +127,7 @@ fn all_finite(t: &Tensor) -> Result<bool> {
 }
 
 /// Creates `dir` (and parents) if needed.
-pub fn ensure_dir(dir: &Path) -> Result<()> {
+pub(crate) fn ensure_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|source| ModelError::Io {
         action: "create folder",
         path: dir.to_path_buf(),
@@ -136,7 +136,7 @@ pub fn ensure_dir(dir: &Path) -> Result<()> {
 }
 
 /// Writes `generation_config.json` with the config's bos/eos/pad ids (HF layout).
-pub fn write_generation_config(dir: &Path, config: &ModelConfig) -> Result<()> {
+pub(crate) fn write_generation_config(dir: &Path, config: &ModelConfig) -> Result<()> {
     let mut o = serde_json::Map::new();
     if let Some(b) = config.bos_token_id {
         o.insert("bos_token_id".into(), b.into());
@@ -168,7 +168,7 @@ pub fn write_generation_config(dir: &Path, config: &ModelConfig) -> Result<()> {
 /// Writes an HF model folder: `config.json` (with `architecture`), `model.safetensors` and
 /// `generation_config.json`. An existing sharded index in `dir` is removed so the folder is
 /// unambiguous.
-pub fn write_checkpoint(
+pub(crate) fn write_checkpoint(
     dir: &Path,
     config: &ModelConfig,
     architecture: &str,

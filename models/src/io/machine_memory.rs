@@ -8,7 +8,7 @@ pub fn total_memory_bytes() -> Option<u64> {
 }
 
 /// The `MemTotal:` line of a `/proc/meminfo` text, in bytes.
-pub fn parse_mem_total(meminfo: &str) -> Option<u64> {
+pub(crate) fn parse_mem_total(meminfo: &str) -> Option<u64> {
     let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
     let mut words = line["MemTotal:".len()..].split_whitespace();
     let value: u64 = words.next()?.parse().ok()?;

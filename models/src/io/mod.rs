@@ -2,6 +2,6 @@
 //! one, the trainable parameter store, and the machine memory sizes are checked against.
 
 pub mod checkpoint;
-pub mod init_dir;
+pub(crate) mod init_dir;
 pub mod machine_memory;
 pub mod param_store;

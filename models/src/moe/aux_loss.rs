@@ -15,7 +15,7 @@ use candle_core::{DType, Result, Tensor};
 /// (`RouterTrace::logits`: per sparse layer `[B*T, E]`, row-major over `[B, T]`), with
 /// `top_k` choices per token. `attention_mask` `[B, T]` (1 = real) leaves padding out.
 /// `None` when there are no sparse layers.
-pub fn load_balancing_loss(
+pub(crate) fn load_balancing_loss(
     router_logits: &[Tensor],
     top_k: usize,
     attention_mask: Option<&Tensor>,

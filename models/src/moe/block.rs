@@ -26,7 +26,7 @@ pub(crate) struct SharedExpert {
 
 /// Weights of one sparse block (the tensors of a [`MoeParams`]).
 #[derive(Clone, Debug)]
-pub struct SparseMoe {
+pub(crate) struct SparseMoe {
     pub(crate) router: Tensor,
     /// Expert `e`'s MLP, or `None` when another expert-parallel rank holds it.
     pub(crate) experts: Vec<Option<Mlp>>,

@@ -16,7 +16,7 @@ use std::sync::Arc;
 /// Sends rows of `x` `[Σ send, C]` (the first `send[0]` rows to rank 0, the next `send[1]`
 /// to rank 1, ...) and returns the rows received `[Σ recv, C]`, rank 0's first (`recv[s]`:
 /// the rows rank `s` sends here). Differentiable: the gradient travels back the same way.
-pub fn exchange_rows(
+pub(crate) fn exchange_rows(
     comm: &Arc<dyn Collective>,
     x: &Tensor,
     send: &[usize],

@@ -16,7 +16,7 @@ use std::path::Path;
 /// Replaces the packed expert tensors in `tensors` (if any) by the per-expert tensors `cfg`
 /// declares, and renames a packed-layout router to the declared name. Tensors already in the
 /// declared layout are left alone. Errors name the tensor and `source`.
-pub fn unpack_experts(
+pub(crate) fn unpack_experts(
     cfg: &ModelConfig,
     tensors: &mut HashMap<String, Tensor>,
     source: &Path,

@@ -202,7 +202,7 @@ fn mlp_names(m: &MlpParams) -> Vec<String> {
 
 /// Every rank's routed-expert tensors, gathered: `local` holds this rank's (HF names);
 /// returns all experts' tensors (same dtype and device). Every rank of `ep` must call it.
-pub fn gather_experts(
+pub(crate) fn gather_experts(
     ep: &ExpertParallel,
     names: &ExpertNames,
     local: &HashMap<String, Tensor>,

@@ -12,7 +12,7 @@ use crate::config::param_spec::ParamKind;
 
 /// How a family names the tensors of its sparse blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MoeNames {
+pub(crate) struct MoeNames {
     /// The block's module under `model.layers.N` (`mlp`, Mixtral `block_sparse_moe`).
     pub block: &'static str,
     /// Each expert's gate, up and down projection (`gate_proj, up_proj, down_proj`, Mixtral
@@ -24,7 +24,7 @@ pub struct MoeNames {
 
 /// The MoE backbone of `cfg` (whose `moe` must be set; without it the dense one) with
 /// `biases` on the attention projections and the names of `names`.
-pub fn moe_backbone(cfg: &ModelConfig, biases: Biases, names: &MoeNames) -> BackboneParams {
+pub(crate) fn moe_backbone(cfg: &ModelConfig, biases: Biases, names: &MoeNames) -> BackboneParams {
     let mut backbone = dense_backbone(cfg, biases);
     if names.qk_norm {
         add_qk_norms(&mut backbone, cfg.head_dim);

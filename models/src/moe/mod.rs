@@ -68,8 +68,8 @@
 pub mod aux_loss;
 pub mod block;
 pub mod config;
-pub mod expert_exchange;
-pub mod expert_layout;
+pub(crate) mod expert_exchange;
+pub(crate) mod expert_layout;
 pub mod expert_parallel;
 pub mod layout;
 pub(crate) mod parallel;

@@ -29,7 +29,7 @@ pub struct Routed {
 
 /// Writes the `k` experts of largest `probs` (one token's `[E]` row) into `out`, largest
 /// first, the lower index first among equal values.
-pub fn top_k_experts(probs: &[f32], k: usize, out: &mut Vec<u32>) {
+pub(crate) fn top_k_experts(probs: &[f32], k: usize, out: &mut Vec<u32>) {
     let start = out.len();
     for _ in 0..k {
         let mut best: Option<usize> = None;

@@ -24,7 +24,7 @@ enum FeedForward {
 
 /// Weights of one decoder layer (the tensors of a [`LayerParams`]).
 #[derive(Clone, Debug)]
-pub struct DecoderLayer {
+pub(crate) struct DecoderLayer {
     input_norm: Tensor,
     attn: Attention,
     post_attn_norm: Tensor,

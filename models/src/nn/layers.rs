@@ -28,25 +28,17 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
 /// `out = x * cos + rotate_half(x) * sin` with the first and second half of each head paired.
 ///
 /// `x`: `[B, heads, T, Dh]`; `cos`, `sin`: `[B, T, Dh/2]` (per-row positions).
-pub fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+pub(crate) fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     oxalign_kernels::ops::rope(x, &cos.to_dtype(x.dtype())?, &sin.to_dtype(x.dtype())?)
 }
 
 /// Softmax over the last dim, composed (`exp(x - max) / sum`). The max is a constant shift
 /// (softmax is invariant to it), so it is detached.
-pub fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
+pub(crate) fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
     let max = x.max_keepdim(D::Minus1)?.detach();
     let e = x.broadcast_sub(&max)?.exp()?;
     let sum = e.sum_keepdim(D::Minus1)?;
     e.broadcast_div(&sum)
-}
-
-/// Log-softmax over the last dim, composed (`x - max - log(sum(exp(x - max)))`).
-pub fn log_softmax_last_dim(x: &Tensor) -> Result<Tensor> {
-    let max = x.max_keepdim(D::Minus1)?.detach();
-    let shifted = x.broadcast_sub(&max)?;
-    let lse = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
-    shifted.broadcast_sub(&lse)
 }
 
 /// `silu(gate) * up`, fused on the CPU (one `[.., intermediate]` tensor less kept for the

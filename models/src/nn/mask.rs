@@ -17,7 +17,7 @@ pub const MASKED_SCORE: f32 = -1e9;
 /// 0 = pad), continuing from `seen[b]` real tokens already in the cache:
 /// `max(seen[b] + cumsum(mask[b])[t] - 1, 0)`. Pad positions get the (clamped) id of the
 /// previous real token; they are never attended to.
-pub fn position_ids(mask: &[u32], batch: usize, seq: usize, seen: &[u32]) -> Vec<u32> {
+pub(crate) fn position_ids(mask: &[u32], batch: usize, seq: usize, seen: &[u32]) -> Vec<u32> {
     let mut out = Vec::with_capacity(batch * seq);
     for b in 0..batch {
         let mut count = seen[b] as i64;
@@ -32,7 +32,7 @@ pub fn position_ids(mask: &[u32], batch: usize, seq: usize, seen: &[u32]) -> Vec
 /// Position ids `[B, T]` of packed rows: `segments` (row-major `[B, T]`) holds a segment id
 /// per token and positions count `0, 1, ...` from the start of each segment (a maximal run of
 /// equal ids), so every packed sequence sees the positions it would have alone.
-pub fn segment_position_ids(segments: &[u32], seq: usize) -> Vec<u32> {
+pub(crate) fn segment_position_ids(segments: &[u32], seq: usize) -> Vec<u32> {
     let mut out = Vec::with_capacity(segments.len());
     for row in segments.chunks(seq.max(1)) {
         let mut p = 0u32;
@@ -200,7 +200,7 @@ impl<'a> Visibility<'a> {
 /// Applies a visibility mask `[B|1, 1, T, S]` (u8, 1 = visible) to attention scores
 /// `[B, heads, T, S]`: hidden entries are replaced by [`MASKED_SCORE`]. Differentiable w.r.t.
 /// the visible scores.
-pub fn mask_scores(scores: &Tensor, visible: &Tensor) -> Result<Tensor> {
+pub(crate) fn mask_scores(scores: &Tensor, visible: &Tensor) -> Result<Tensor> {
     let shape = scores.shape();
     let visible = visible.broadcast_as(shape)?;
     let hidden = Tensor::new(MASKED_SCORE, scores.device())?
@@ -211,7 +211,7 @@ pub fn mask_scores(scores: &Tensor, visible: &Tensor) -> Result<Tensor> {
 
 /// Reads an attention mask tensor `[B, T]` (any integer or float dtype, 1 = real, 0 = pad)
 /// into a row-major `Vec<u32>` of 0/1, checking its shape.
-pub fn mask_to_host(mask: &Tensor, batch: usize, seq: usize) -> Result<Vec<u32>> {
+pub(crate) fn mask_to_host(mask: &Tensor, batch: usize, seq: usize) -> Result<Vec<u32>> {
     let dims = mask.dims();
     if dims != [batch, seq] {
         candle_core::bail!(

@@ -10,7 +10,7 @@ use candle_core::{Result, Tensor};
 
 /// Weights of one MLP block (the tensors of an [`MlpParams`]).
 #[derive(Clone, Debug)]
-pub struct Mlp {
+pub(crate) struct Mlp {
     gate_w: Tensor,
     gate_b: Option<Tensor>,
     up_w: Tensor,

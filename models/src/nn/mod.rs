@@ -4,14 +4,14 @@
 //! and the simple KV-cached generator the tests hold the engine against.
 
 pub mod attention;
-pub mod causal_lm;
+pub(crate) mod causal_lm;
 pub mod decoder;
-pub mod decoder_layer;
+pub(crate) mod decoder_layer;
 pub(crate) mod f32_linear;
-pub mod fake_quant;
+pub(crate) mod fake_quant;
 pub mod generate;
 pub mod head;
-pub mod kv_cache;
+pub(crate) mod kv_cache;
 pub mod layer_residency;
 pub mod layers;
 pub mod mask;
@@ -20,4 +20,4 @@ pub mod model;
 pub mod reward_model;
 pub mod rope;
 pub(crate) mod streamed_layer;
-pub mod value_model;
+pub(crate) mod value_model;

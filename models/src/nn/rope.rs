@@ -7,7 +7,7 @@ use candle_core::{DType, Device, Result, Tensor};
 
 /// Inverse RoPE frequencies of one model (`head_dim / 2` values).
 #[derive(Clone, Debug)]
-pub struct RotaryEmbedding {
+pub(crate) struct RotaryEmbedding {
     inv_freq: Vec<f32>,
 }
 

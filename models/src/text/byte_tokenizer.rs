@@ -23,11 +23,11 @@ pub const IM_END_ID: u32 = 259;
 pub const VOCAB_LEN: usize = 256 + SPECIAL_TOKENS.len();
 
 /// ChatML, as Qwen2 uses it (without a default system prompt).
-pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+pub(crate) const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 /// GPT-2's reversible map from bytes to printable characters (`bytes_to_unicode`): printable
 /// Latin-1 bytes map to themselves, the others to U+0100 onwards in byte order.
-pub fn byte_to_char_table() -> [char; 256] {
+pub(crate) fn byte_to_char_table() -> [char; 256] {
     let mut table = ['\0'; 256];
     let mut next = 256u32;
     for b in 0..=255u8 {
@@ -44,7 +44,7 @@ pub fn byte_to_char_table() -> [char; 256] {
 }
 
 /// The `tokenizer.json` document.
-pub fn tokenizer_json() -> Json {
+pub(crate) fn tokenizer_json() -> Json {
     let table = byte_to_char_table();
     let mut vocab = serde_json::Map::new();
     for (id, c) in table.iter().enumerate() {
@@ -106,7 +106,7 @@ pub fn tokenizer_json() -> Json {
 
 /// The `tokenizer_config.json` document: EOS `<|endoftext|>`, pad `<|pad|>`, no BOS,
 /// ChatML template. `added_tokens_decoder` is spelled out so transformers marks them special.
-pub fn tokenizer_config_json() -> Json {
+pub(crate) fn tokenizer_config_json() -> Json {
     let mut decoder = serde_json::Map::new();
     for (i, t) in SPECIAL_TOKENS.iter().enumerate() {
         decoder.insert(

@@ -73,9 +73,9 @@ pub enum ChatTemplateError {
 
 /// Most template steps (minijinja fuel) one rendering may take; a chat of thousands of turns
 /// takes well under a million.
-pub const MAX_RENDER_STEPS: u64 = 20_000_000;
+pub(crate) const MAX_RENDER_STEPS: u64 = 20_000_000;
 /// Most bytes one rendering may produce.
-pub const MAX_RENDER_BYTES: usize = 32 << 20;
+pub(crate) const MAX_RENDER_BYTES: usize = 32 << 20;
 
 /// Collects rendered text, refusing to grow past [`MAX_RENDER_BYTES`].
 #[derive(Default)]

@@ -11,11 +11,11 @@ use crate::text::chat_template::{ChatMessage, ChatTemplate, ChatTemplateError, T
 /// File names inside a model folder.
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
 /// See [`TOKENIZER_FILE`].
-pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
+pub(crate) const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
 /// transformers >= 4.43 may store the template here instead of in `tokenizer_config.json`.
-pub const CHAT_TEMPLATE_FILE: &str = "chat_template.jinja";
+pub(crate) const CHAT_TEMPLATE_FILE: &str = "chat_template.jinja";
 /// Optional; its `eos_token_id` (an id or a list) adds stop ids.
-pub const GENERATION_CONFIG_FILE: &str = "generation_config.json";
+pub(crate) const GENERATION_CONFIG_FILE: &str = "generation_config.json";
 
 /// Why a tokenizer could not be loaded or used. Messages name the file and key at fault.
 #[derive(Debug, thiserror::Error)]
