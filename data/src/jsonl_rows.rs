@@ -20,7 +20,7 @@ struct LineRef {
 }
 
 /// An indexed JSONL file.
-pub struct JsonlRows {
+pub(crate) struct JsonlRows {
     path: PathBuf,
     file: File,
     lines: Vec<LineRef>,
@@ -81,11 +81,6 @@ impl JsonlRows {
     /// Number of non-empty lines.
     pub fn len(&self) -> usize {
         self.lines.len()
-    }
-
-    /// True with no non-empty line.
-    pub fn is_empty(&self) -> bool {
-        self.lines.is_empty()
     }
 
     /// Where row `i` is.

@@ -27,7 +27,6 @@ pub use dataset::{DataSpec, Dataset};
 pub use error::{DataError, NoAnswer, RowAt};
 pub use prompt_file::PromptFile;
 pub use row_error::RowError;
-pub use row_file::{is_parquet, RowFile};
 pub use row_scan::{check_first_rows, DataReport, OnBadRow, PROBE_ROWS};
 pub use schema::{PreferencePair, RowContext, RowSchema, DEFAULT_ANSWER_FIELD};
 pub use sft_schema::{SftPair, SftRow};

@@ -10,7 +10,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 /// An opened Parquet file.
-pub struct ParquetRows {
+pub(crate) struct ParquetRows {
     path: PathBuf,
     reader: SerializedFileReader<File>,
     /// First row of each group, plus the total at the end.
@@ -47,11 +47,6 @@ impl ParquetRows {
     /// Number of rows.
     pub fn len(&self) -> usize {
         *self.starts.last().unwrap_or(&0) as usize
-    }
-
-    /// True with no rows.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Where row `i` is.

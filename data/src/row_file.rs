@@ -8,7 +8,7 @@ use crate::RowError;
 use std::path::Path;
 
 /// An indexed dataset file.
-pub enum RowFile {
+pub(crate) enum RowFile {
     /// One JSON object per line.
     Jsonl(JsonlRows),
     /// A Parquet file.
@@ -56,7 +56,7 @@ impl RowFile {
 }
 
 /// True for a `.parquet` path.
-pub fn is_parquet(path: &Path) -> bool {
+pub(crate) fn is_parquet(path: &Path) -> bool {
     path.extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("parquet"))
 }

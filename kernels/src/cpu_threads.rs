@@ -9,7 +9,7 @@
 //! those spin loops. With one candle thread that pool has no workers and nothing spins.
 
 /// The environment variable candle reads for its element-wise pool size.
-pub const CANDLE_THREADS_VAR: &str = "CANDLE_NUM_THREADS";
+pub(crate) const CANDLE_THREADS_VAR: &str = "CANDLE_NUM_THREADS";
 
 /// Sets `CANDLE_NUM_THREADS=1` unless the user set it. Returns the value in effect.
 ///

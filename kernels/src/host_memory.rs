@@ -10,10 +10,10 @@
 //! RSS is unchanged (the same buffers live at the peak either way).
 
 /// Largest buffer (bytes) served from the heap rather than a fresh mapping: glibc's maximum.
-pub const MMAP_THRESHOLD: usize = 32 << 20;
+pub(crate) const MMAP_THRESHOLD: usize = 32 << 20;
 /// Free heap memory (bytes) kept before any is handed back to the kernel: 2 GiB, the most
 /// `mallopt` takes.
-pub const TRIM_THRESHOLD: usize = i32::MAX as usize;
+pub(crate) const TRIM_THRESHOLD: usize = i32::MAX as usize;
 
 /// Applies [`MMAP_THRESHOLD`] and [`TRIM_THRESHOLD`] unless the user set glibc's own
 /// `MALLOC_MMAP_THRESHOLD_` / `MALLOC_TRIM_THRESHOLD_`. Returns whether it changed anything.

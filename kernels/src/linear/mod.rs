@@ -18,7 +18,8 @@ pub use packed::{PackedBf16Weight, PackedF32Weight, PackedWeight, PanelElement};
 
 /// Whether int8 matmuls use the AVX-512 VNNI kernel on this CPU (otherwise the portable
 /// kernel, with bit-identical results).
-pub fn int8_uses_vnni() -> bool {
+#[cfg(test)]
+pub(crate) fn int8_uses_vnni() -> bool {
     int8_vnni::available()
 }
 

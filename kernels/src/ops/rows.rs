@@ -78,7 +78,7 @@ pub fn softmax_in_place(xs: &mut [f32]) -> f32 {
 
 /// Replaces every `x` of `xs` by `e^(x - shift)` and returns the sum (f32). Vectorises.
 #[inline]
-pub fn exp_shifted_in_place(xs: &mut [f32], shift: f32) -> f32 {
+pub(crate) fn exp_shifted_in_place(xs: &mut [f32], shift: f32) -> f32 {
     const LANES: usize = 8;
     let mut acc = [0f32; LANES];
     let mut chunks = xs.chunks_exact_mut(LANES);

@@ -13,7 +13,7 @@ use std::ops::Range;
 /// One parameter's place in the layout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ParamShard {
+pub(crate) struct ParamShard {
     /// HF tensor name.
     pub name: String,
     /// The full parameter's shape.
@@ -41,7 +41,7 @@ impl ParamShard {
 /// The flat-shard layout of one rank of a group of `world`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ShardLayout {
+pub(crate) struct ShardLayout {
     /// Ranks in the group.
     pub world: usize,
     /// This rank.
@@ -75,6 +75,7 @@ impl ShardLayout {
 
     /// Indices of `params` grouped into units gathered together: one unit per decoder
     /// layer (`…layers.{i}.…`), in layer order, then one for every other parameter.
+    #[cfg(test)]
     pub fn units(&self) -> Vec<Vec<usize>> {
         self.units_by_layer().into_iter().map(|(_, u)| u).collect()
     }
@@ -103,11 +104,13 @@ impl ShardLayout {
     }
 
     /// Elements of this rank's shards (padding included).
+    #[cfg(test)]
     pub fn shard_elems(&self) -> usize {
         self.params.iter().map(|p| p.shard_len).sum()
     }
 
     /// Elements of the full parameters.
+    #[cfg(test)]
     pub fn full_elems(&self) -> usize {
         self.params.iter().map(|p| p.numel).sum()
     }

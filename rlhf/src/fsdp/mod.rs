@@ -84,10 +84,9 @@ mod step;
 mod storage;
 mod stream;
 
-pub use layout::{ParamShard, ShardLayout};
 pub use memory::TrainMemory;
-pub use params::ShardedParams;
-pub use state_io::{load_shard_state, save_shard_state, LAYOUT_FILE};
-pub use step::{apply_sharded_gradients, shard_optimizer};
-pub use storage::held_bytes;
-pub use stream::{LayerStream, StreamedGrads};
+pub(crate) use params::ShardedParams;
+pub(crate) use state_io::{load_shard_state, save_shard_state};
+pub(crate) use step::{apply_sharded_gradients, shard_optimizer};
+pub(crate) use storage::held_bytes;
+pub(crate) use stream::LayerStream;

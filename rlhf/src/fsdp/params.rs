@@ -18,7 +18,7 @@ use oxalign_kernels::collective::Collective;
 use std::sync::{Mutex, MutexGuard};
 
 /// One replica's parameter shards and the model `Var`s they fill.
-pub struct ShardedParams {
+pub(crate) struct ShardedParams {
     layout: ShardLayout,
     /// The units of the layout ([`ShardLayout::units_by_layer`]): the decoder layer each
     /// belongs to, and its parameters.

@@ -12,14 +12,14 @@ use crate::{Result, RlhfError};
 use std::path::{Path, PathBuf};
 
 /// File name of a shard's layout inside its `shard_<rank>/` folder.
-pub const LAYOUT_FILE: &str = "shard_layout.json";
+pub(crate) const LAYOUT_FILE: &str = "shard_layout.json";
 
 fn shard_dir(dir: &Path, rank: usize) -> PathBuf {
     dir.join(format!("shard_{rank}"))
 }
 
 /// Writes `opt` (over the shards of `layout`) and the layout into `<dir>/shard_<rank>/`.
-pub fn save_shard_state(opt: &AdamW, layout: &ShardLayout, dir: &Path) -> Result<()> {
+pub(crate) fn save_shard_state(opt: &AdamW, layout: &ShardLayout, dir: &Path) -> Result<()> {
     let at = shard_dir(dir, layout.rank);
     opt.save_state(&at)?;
     let path = at.join(LAYOUT_FILE);
@@ -32,7 +32,7 @@ pub fn save_shard_state(opt: &AdamW, layout: &ShardLayout, dir: &Path) -> Result
 
 /// Restores what [`save_shard_state`] wrote for this rank into `opt`, after checking the
 /// saved layout equals `layout` ([`RlhfError::StateMismatch`] names the file otherwise).
-pub fn load_shard_state(opt: &mut AdamW, layout: &ShardLayout, dir: &Path) -> Result<()> {
+pub(crate) fn load_shard_state(opt: &mut AdamW, layout: &ShardLayout, dir: &Path) -> Result<()> {
     let at = shard_dir(dir, layout.rank);
     let path = at.join(LAYOUT_FILE);
     if !path.exists() && dir.join(STATE_JSON_FILE).exists() {

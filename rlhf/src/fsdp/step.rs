@@ -21,7 +21,7 @@ use oxalign_models::ParamStore;
 /// the bytes held by the shard gradients the optimizer stepped on, and the most bytes held
 /// at once during the step (model `Var`s present, full gradients, shards, shard gradients,
 /// moments; activations not counted: [`super::TrainMemory::step_peak`]).
-pub fn apply_sharded_gradients(
+pub(crate) fn apply_sharded_gradients(
     loss: &Tensor,
     params: &ShardedParams,
     stream: Option<&LayerStream>,
@@ -81,7 +81,7 @@ pub fn apply_sharded_gradients(
 
 /// AdamW over the shards of `params` with the groups the model's declaration gives (weight
 /// decay on linear weights only, as [`AdamW::for_params`]), torch's betas and eps.
-pub fn shard_optimizer(
+pub(crate) fn shard_optimizer(
     store: &ParamStore,
     params: &ShardedParams,
     lr: f64,

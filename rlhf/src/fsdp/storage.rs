@@ -80,7 +80,7 @@ pub(crate) fn restore(t: &Tensor, data: Vec<f32>) -> candle_core::Result<()> {
 
 /// Bytes the storage behind `t` holds now (0 once released); for non-CPU storage, the
 /// bytes of its elements.
-pub fn held_bytes(t: &Tensor) -> usize {
+pub(crate) fn held_bytes(t: &Tensor) -> usize {
     let (storage, _) = t.storage_and_layout();
     match &*storage {
         Storage::Cpu(CpuStorage::F32(v)) => v.len() * 4,

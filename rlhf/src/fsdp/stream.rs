@@ -28,7 +28,7 @@ struct Taken {
 }
 
 /// The streamed layers of one step, as [`LayerStream::finish_step`] returns them.
-pub struct StreamedGrads {
+pub(crate) struct StreamedGrads {
     /// This rank's shard gradients of the streamed layers, `(parameter index, gradient)`.
     pub shard_grads: Vec<(usize, Tensor)>,
     /// Per unit: its shard gradients are in `shard_grads` (the layout's other units still
@@ -39,7 +39,7 @@ pub struct StreamedGrads {
 }
 
 /// The [`LayerResidency`] of a sharded replica (see the module docs).
-pub struct LayerStream {
+pub(crate) struct LayerStream {
     params: Arc<ShardedParams>,
     collective: Option<Arc<dyn Collective>>,
     taken: Mutex<Taken>,

@@ -15,7 +15,7 @@ use crate::mask::{masked_mean, predicate, scalar, zero_unmasked_out};
 /// CISPO's loss. Inputs as in [`crate::losses::ppo_policy_loss`]; `config.clip_low` and
 /// `config.clip_high` bound the weight, `config.agg` aggregates, `config.dual_clip` must be
 /// `None` (it has no meaning here). `clip_frac` counts the tokens whose weight was clipped.
-pub fn cispo_policy_loss(
+pub(crate) fn cispo_policy_loss(
     logprobs: &Tensor,
     old_logprobs: &Tensor,
     advantages: &Tensor,

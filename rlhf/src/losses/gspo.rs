@@ -21,7 +21,7 @@ use crate::mask::{
 /// GSPO's loss: inputs and stats as in [`ppo_policy_loss`], with the ratio of each token
 /// replaced by its sequence's `s_i` (the stats' `clip_frac` counts the tokens of clipped
 /// sequences; `approx_kl` is the token-level k1 estimate, as for PPO).
-pub fn gspo_policy_loss(
+pub(crate) fn gspo_policy_loss(
     logprobs: &Tensor,
     old_logprobs: &Tensor,
     advantages: &Tensor,
@@ -41,7 +41,7 @@ pub fn gspo_policy_loss(
 /// `sg[log π_θ] − log s_i` per token: the "old" log-prob that makes PPO's per-token ratio
 /// `exp(log π_θ − old)` equal to the sequence ratio `s_i` in value, with the gradient of
 /// `π_θ(y_t) / sg[π_θ(y_t)]`.
-pub fn sequence_ratio_base(
+pub(crate) fn sequence_ratio_base(
     logprobs: &Tensor,
     old_logprobs: &Tensor,
     mask: &Tensor,

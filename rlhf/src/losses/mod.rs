@@ -1,7 +1,7 @@
 //! Training losses (PPO, GSPO, CISPO, value, entropy, KL, TIS and the other rollout corrections, DPO/IPO/cDPO, Bradley–Terry, SFT) and their
 //! aggregation. Each takes candle tensors and returns a scalar loss plus a small stats struct.
 
-pub mod aggregate;
+pub(crate) mod aggregate;
 pub mod bradley_terry;
 pub mod cispo;
 pub mod dpo;
@@ -18,10 +18,8 @@ pub mod value;
 
 pub use aggregate::{aggregate_loss, aggregate_loss_with_denominator, LossAgg, LossAggKind};
 pub use bradley_terry::{bradley_terry_loss, BradleyTerryStats};
-pub use cispo::cispo_policy_loss;
 pub use dpo::{dpo_loss, DpoLoss, DpoLossKind, DpoStats, PreferenceLogprobs};
 pub use entropy::{entropy_bonus, EntropyStats};
-pub use gspo::{gspo_policy_loss, sequence_ratio_base};
 pub use kl::{kl_loss, kl_per_token, kl_shaped_rewards, KlEstimator, KlMode, KlStats};
 pub use log_sigmoid::log_sigmoid;
 pub use objective::PolicyObjective;

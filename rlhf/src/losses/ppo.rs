@@ -11,7 +11,7 @@ use crate::mask::{
 };
 
 /// Log-ratios are clamped to ±this before `exp` (as in verl), so a wild token cannot overflow.
-pub const LOG_RATIO_CLAMP: f64 = 20.0;
+pub(crate) const LOG_RATIO_CLAMP: f64 = 20.0;
 
 /// Hyper-parameters of [`ppo_policy_loss`].
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]

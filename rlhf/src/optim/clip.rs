@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::optim::fused_adamw;
 
 /// Added to the norm before dividing, as PyTorch does.
-pub const CLIP_EPS: f64 = 1e-6;
+pub(crate) const CLIP_EPS: f64 = 1e-6;
 
 /// L2 norm over the gradients of `vars` (parameters without a gradient are skipped), in f64.
 pub fn global_grad_norm<'a>(

@@ -5,9 +5,9 @@ pub mod accumulate;
 pub mod adamw;
 pub mod clip;
 mod fused_adamw;
-pub mod param_groups;
+pub(crate) mod param_groups;
 pub mod schedule;
-pub mod state_io;
+pub(crate) mod state_io;
 
 pub use accumulate::GradAccumulator;
 pub use adamw::{AdamW, AdamWConfig};

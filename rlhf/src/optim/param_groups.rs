@@ -13,9 +13,9 @@ pub struct ParamGroup {
 }
 
 /// Name of the default group with weight decay.
-pub const DECAY_GROUP: &str = "decay";
+pub(crate) const DECAY_GROUP: &str = "decay";
 /// Name of the default group without weight decay.
-pub const NO_DECAY_GROUP: &str = "no_decay";
+pub(crate) const NO_DECAY_GROUP: &str = "no_decay";
 
 /// The default rule: no weight decay for a parameter whose HF name contains `"norm"`
 /// (`input_layernorm`, `model.norm`, ...), ends with `".bias"`, or contains `"embed_tokens"`.

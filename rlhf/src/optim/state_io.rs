@@ -12,11 +12,11 @@ use crate::optim::adamw::{AdamW, AdamWConfig, ParamSlot};
 use crate::optim::param_groups::ParamGroup;
 
 /// File name of the moments inside a state directory.
-pub const STATE_TENSORS_FILE: &str = "optimizer.safetensors";
+pub(crate) const STATE_TENSORS_FILE: &str = "optimizer.safetensors";
 /// File name of the scalar state inside a state directory.
-pub const STATE_JSON_FILE: &str = "optimizer.json";
+pub(crate) const STATE_JSON_FILE: &str = "optimizer.json";
 /// Value of the `format` key in [`STATE_JSON_FILE`].
-pub const STATE_FORMAT: &str = "oxalign-adamw-v1";
+pub(crate) const STATE_FORMAT: &str = "oxalign-adamw-v1";
 
 /// Scalars of one parameter in [`STATE_JSON_FILE`].
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

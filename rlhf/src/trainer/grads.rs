@@ -128,7 +128,11 @@ pub fn check_loss(
 
 /// AdamW (default parameter groups from the model's declaration, torch's betas and eps) over
 /// a model's parameters, and the bare `Var`s in the same order for [`apply_gradients`].
-pub fn adamw_over(params: &ParamStore, lr: f64, weight_decay: f64) -> Result<(AdamW, Vec<Var>)> {
+pub(crate) fn adamw_over(
+    params: &ParamStore,
+    lr: f64,
+    weight_decay: f64,
+) -> Result<(AdamW, Vec<Var>)> {
     let vars = params.vars().into_iter().map(|(_, v)| v).collect();
     let config = AdamWConfig {
         lr,
