@@ -250,6 +250,32 @@ pub fn scoring_sequences(
     Ok(seqs)
 }
 
+/// Rows `batch` of `seqs` as one right-padded batch of `t` tokens: ids `[b, t]` (padded with
+/// `pad`) and the attention mask `[b, t]` (1 for real tokens), on `device`.
+pub fn padded_batch(
+    seqs: &[Vec<u32>],
+    batch: &[usize],
+    t: usize,
+    pad: u32,
+    device: &candle_core::Device,
+) -> candle_core::Result<(candle_core::Tensor, candle_core::Tensor)> {
+    let b = batch.len();
+    let mut ids = Vec::with_capacity(b * t);
+    let mut mask = Vec::with_capacity(b * t);
+    for &i in batch {
+        let s = &seqs[i];
+        ids.extend(
+            s.iter()
+                .copied()
+                .chain(std::iter::repeat_n(pad, t - s.len())),
+        );
+        mask.extend(std::iter::repeat_n(1u32, s.len()).chain(std::iter::repeat_n(0, t - s.len())));
+    }
+    let ids = candle_core::Tensor::from_vec(ids, (b, t), device)?;
+    let mask = candle_core::Tensor::from_vec(mask, (b, t), device)?;
+    Ok((ids, mask))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

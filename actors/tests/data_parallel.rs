@@ -9,15 +9,13 @@ use oxalign_actors::executor::ExecutorPool;
 use oxalign_actors::monitor::MonitorHandle;
 use oxalign_actors::replicas::Replicas;
 use oxalign_actors::roles::{
-    ask, EngineReplica, Policy, PolicyMsg, PolicyReplica, PolicyState, PolicyWork, Sequences,
-    ENGINE_LANE,
+    spawn_local_policy, EngineReplica, PolicyReplica, PolicyWork, Sequences, ENGINE_LANE,
 };
 use oxalign_kernels::device::DeviceSpec;
 use oxalign_models::engine::EngineConfig;
 use oxalign_models::{CausalLm, Family, ModelConfig, Preset};
 use oxalign_rlhf::losses::{KlEstimator, LossAgg, PpoConfig};
 use oxalign_rlhf::trainer::{Packing, PolicyLossConfig, PolicyTrainer, Sharded};
-use ractor::Actor;
 use std::collections::HashMap;
 
 /// The time limit of each role call.
@@ -101,13 +99,10 @@ async fn update_on(
     let engines = Replicas::new("policy", specs, engines, pool)
         .unwrap()
         .on_lane(ENGINE_LANE);
-    let (policy, _) = Actor::spawn(
-        None,
-        Policy,
-        PolicyState::new(replicas, Some(engines), MonitorHandle::disabled()),
-    )
-    .await
-    .unwrap();
+    let monitor = MonitorHandle::disabled();
+    let policy = spawn_local_policy(None, replicas, Some(engines), monitor, LIMIT)
+        .await
+        .unwrap();
     let array = |t: &Tensor| TokenArray::from_tensor(t).unwrap();
     let work = PolicyWork {
         batch: ExperienceBatch {
@@ -139,47 +134,26 @@ async fn update_on(
         minibatch_size: 4,
         shuffle_seed: 9,
     };
-    let summary = ask("policy", "policy_train", &policy, LIMIT, |reply| {
-        PolicyMsg::Train {
-            work: Box::new(work),
-            reply,
-        }
-    })
-    .await
-    .unwrap();
+    let summary = policy.train(work).await.unwrap();
     assert_eq!(summary.updates, 4);
     assert_eq!(summary.skipped, 0);
     // The engine refits to the updated weights, verified by checksums and the probe.
-    let report = ask("policy", "refit", &policy, LIMIT, |reply| {
-        PolicyMsg::Refit { version: 1, reply }
-    })
-    .await
-    .unwrap();
+    let report = policy.refit(1).await.unwrap();
     assert_eq!(report.version, 1);
     assert_eq!(report.checksums_ok, report.tensors);
     assert!(report.probe_max_abs_diff.unwrap() < 1e-4);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_path_buf();
-    ask("policy", "save", &policy, LIMIT, |reply| PolicyMsg::Save {
-        dir: d,
-        optimizer: sharded,
-        reply,
-    })
-    .await
-    .unwrap();
+    policy.save("save", d, sharded).await.unwrap();
     if sharded {
         for rank in 0..world {
             let shard = dir.path().join(format!("optimizer/shard_{rank}"));
             assert!(shard.join("shard_layout.json").is_file(), "{shard:?}");
         }
         let d = dir.path().to_path_buf();
-        ask("policy", "load_optimizer", &policy, LIMIT, |reply| {
-            PolicyMsg::LoadOptimizer { dir: d, reply }
-        })
-        .await
-        .unwrap();
+        policy.load_optimizer(d).await.unwrap();
     }
-    policy.stop(None);
+    policy.stop(LIMIT).await.unwrap();
     CausalLm::load(dir.path(), &Device::Cpu)
         .unwrap()
         .weights()

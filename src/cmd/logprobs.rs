@@ -4,14 +4,13 @@
 
 use std::path::PathBuf;
 
-use candle_core::Tensor;
 use clap::Parser;
 use oxalign_models::CausalLm;
 use serde::Serialize;
 
 use crate::jsonl::JsonlWriter;
 use crate::model_dir::{check_model_dir, load_tokenizer, model_error, open_device};
-use crate::prompt_input::{read_records, scoring_sequences};
+use crate::prompt_input::{padded_batch, read_records, scoring_sequences};
 
 /// Arguments of `oxalign logprobs`.
 #[derive(Debug, Parser)]
@@ -106,23 +105,7 @@ pub fn batched_logprobs(
         if t < 2 {
             continue; // single tokens have no next-token log-prob
         }
-        let b = batch.len();
-        let mut ids = Vec::with_capacity(b * t);
-        let mut mask = Vec::with_capacity(b * t);
-        for &i in batch {
-            let s = &seqs[i];
-            ids.extend(
-                s.iter()
-                    .copied()
-                    .chain(std::iter::repeat_n(pad, t - s.len())),
-            );
-            mask.extend(
-                std::iter::repeat_n(1u32, s.len()).chain(std::iter::repeat_n(0, t - s.len())),
-            );
-        }
-        let device = model.device();
-        let ids = Tensor::from_vec(ids, (b, t), device)?;
-        let mask = Tensor::from_vec(mask, (b, t), device)?;
+        let (ids, mask) = padded_batch(seqs, batch, t, pad, model.device())?;
         let lp = model
             .next_token_logprobs(&ids, Some(&mask))?
             .to_dtype(candle_core::DType::F32)?

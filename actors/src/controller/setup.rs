@@ -13,8 +13,8 @@ use crate::recipe::{Recipe, RewardKeyError, RewardKind, Sharding, TaskKind};
 use crate::replicas::Replicas;
 use crate::roles::reward::http::HttpReward;
 use crate::roles::{
-    Critic, CriticRole, CriticState, EngineReplica, EngineRole, Local, Policy, PolicyReplica,
-    PolicyRole, PolicyState, Reference, ReferenceRole, ReferenceState, Reward, RewardRole,
+    spawn_local_policy, Critic, CriticRole, CriticState, EngineReplica, EngineRole, Local,
+    PolicyReplica, PolicyRole, Reference, ReferenceRole, ReferenceState, Reward, RewardRole,
     RewardState, Scorer, Scoring, ENGINE_LANE,
 };
 use candle_core::{DType, Tensor};
@@ -364,15 +364,11 @@ pub(crate) async fn spawn_policy(
         Replicas::with_group("policy", specs, engines, p, engine_group).on_lane(ENGINE_LANE)
     });
     monitor.report(ActorInfo::new("policy", "policy", pg.names()));
-    let (policy, _) = Actor::spawn(
-        Some("policy".into()),
-        Policy,
-        PolicyState::new(policy_replicas, engines, monitor.clone()),
-    )
-    .await
-    .map_err(|e| fail(e.into()))?;
     let timeout = recipe.supervision.call_timeout();
-    Ok(Arc::new(Local::new("policy", policy, timeout)))
+    let name = Some("policy".to_string());
+    spawn_local_policy(name, policy_replicas, engines, monitor.clone(), timeout)
+        .await
+        .map_err(RunError::at(At::Setup))
 }
 
 /// The engine role of `placement.engine`, serving the weights in `weights` (the policy's

@@ -44,17 +44,20 @@ pub use api::{
     ReferenceRole, Refit, RewardModelRole, RewardRequest, RewardRole, Rewards, Stop, TakeWeights,
     TrainCritic, TrainPolicy, TrainRewardModel, Values,
 };
-pub use critic::{
-    split_state_values, Critic, CriticMsg, CriticState, CriticTrainSummary, CriticWork,
-};
+pub use critic::{split_state_values, CriticTrainSummary, CriticWork};
+pub(crate) use critic::{Critic, CriticMsg, CriticState};
 pub use divergence::{non_finite_weight, Divergence};
+pub use policy::spawn_local as spawn_local_policy;
+pub(crate) use policy::PolicyMsg;
 pub use policy::{
-    DpoSummary, DpoWork, EngineReplica, Policy, PolicyMsg, PolicyReplica, PolicyState,
-    PolicyTrainSummary, PolicyWork, SftStepSummary, ENGINE_LANE,
+    DpoSummary, DpoWork, EngineReplica, PolicyReplica, PolicyTrainSummary, PolicyWork,
+    SftStepSummary, ENGINE_LANE,
 };
-pub use reference::{Reference, ReferenceMsg, ReferenceState};
-pub use reward::{Reward, RewardMsg, RewardState, Scorer, Scoring};
-pub use reward_trainer::{RmStepSummary, RmTrainer, RmTrainerMsg, RmTrainerState};
+pub(crate) use reference::{Reference, ReferenceMsg, ReferenceState};
+pub(crate) use reward::{Reward, RewardMsg, RewardState};
+pub use reward::{Scorer, Scoring};
+pub use reward_trainer::RmStepSummary;
+pub(crate) use reward_trainer::{RmTrainer, RmTrainerMsg, RmTrainerState};
 pub(crate) use rollout_engine::{EngineState, RolloutEngine, ENGINE_ROLE};
 
 use crate::error::{Cause, RoleError};

@@ -25,9 +25,33 @@ mod engine;
 mod replica;
 mod train;
 
-pub use actor::{Policy, PolicyMsg, PolicyState};
+pub(crate) use actor::{Policy, PolicyMsg, PolicyState};
 pub use dpo::{DpoSummary, DpoWork};
 pub(crate) use engine::generate;
 pub use engine::{EngineReplica, ENGINE_LANE};
 pub use replica::PolicyReplica;
 pub use train::{PolicyTrainSummary, PolicyWork, SftStepSummary};
+
+use super::{Local, PolicyRole};
+use crate::error::RoleError;
+use crate::monitor::MonitorHandle;
+use crate::replicas::Replicas;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Spawns the policy actor (named `name`, or anonymous) over its trainer `replicas` and,
+/// when it serves its own rollouts, its `engines` (on [`ENGINE_LANE`]); every call through
+/// the returned role is bounded by `timeout`.
+pub async fn spawn_local(
+    name: Option<String>,
+    replicas: Replicas<PolicyReplica>,
+    engines: Option<Replicas<EngineReplica>>,
+    monitor: MonitorHandle,
+    timeout: Duration,
+) -> Result<Arc<dyn PolicyRole>, RoleError> {
+    let state = PolicyState::new(replicas, engines, monitor);
+    let (actor, _) = ractor::Actor::spawn(name, Policy, state)
+        .await
+        .map_err(|e| RoleError::new("policy", "setup", crate::error::Cause::from(e)))?;
+    Ok(Arc::new(Local::new("policy", actor, timeout)))
+}

@@ -45,7 +45,7 @@ pub enum Scoring {
 }
 
 /// Messages the reward actor understands.
-pub enum RewardMsg {
+pub(crate) enum RewardMsg {
     /// One score per row.
     Score {
         /// Token ids (for a reward model; the response lengths for verifiers).
@@ -62,20 +62,15 @@ pub enum RewardMsg {
 }
 
 /// The reward actor.
-pub struct Reward;
+pub(crate) struct Reward;
 
 /// Its scorers and monitor.
-pub struct RewardState {
+pub(crate) struct RewardState {
     scoring: Scoring,
     monitor: MonitorHandle,
 }
 
 impl RewardState {
-    /// State over built replicas.
-    pub fn new(replicas: Replicas<Scorer>, monitor: MonitorHandle) -> Self {
-        Self::with(Scoring::Local(replicas), monitor)
-    }
-
     /// State over any scoring.
     pub fn with(scoring: Scoring, monitor: MonitorHandle) -> Self {
         Self { scoring, monitor }
