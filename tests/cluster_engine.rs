@@ -12,7 +12,7 @@ use cluster_support::*;
 /// The recipe with the engine placed at `engine`, and `node1` at `addr` when given; `extra`
 /// appended to `[rl]`.
 fn engine_recipe(steps: u64, engine: &str, addr: Option<&str>, extra: &str) -> String {
-    let mut r = RECIPE.replace("STEPS", &steps.to_string()).replace(
+    let mut r = base_recipe().replace("STEPS", &steps.to_string()).replace(
         "max_new_tokens = 3",
         &format!("max_new_tokens = 3\n{extra}"),
     );
@@ -27,7 +27,7 @@ fn engine_recipe(steps: u64, engine: &str, addr: Option<&str>, extra: &str) -> S
 
 /// The one-process recipe with `extra` in `[rl]`.
 fn plain(steps: u64, extra: &str) -> String {
-    RECIPE.replace("STEPS", &steps.to_string()).replace(
+    base_recipe().replace("STEPS", &steps.to_string()).replace(
         "max_new_tokens = 3",
         &format!("max_new_tokens = 3\n{extra}"),
     )

@@ -5,6 +5,8 @@
 //! `actors.json`), and its metrics equal a clean run's except timings and the restart count.
 //! A spent restart budget fails with exit 1 and the `--resume` command.
 
+mod recipe_support;
+use recipe_support::{tiny_start, EXACT, TINY_PPO};
 use serde_json::Value;
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -14,63 +16,9 @@ use std::sync::OnceLock;
 /// `step_000002`. As in `train_resume.rs`, six SFT steps earn no reward yet and advantages
 /// are not whitened: every step has non-zero policy and critic gradients, so the compared
 /// metrics depend on the exact weights and optimizer states a restart restores.
-const RECIPE: &str = r#"
-[run]
-name = "f"
-seed = 5
-steps = 3
-checkpoint_every = 2
-keep_checkpoints = 20
-
-[model]
-init_family = "llama"
-init_preset = "tiny"
-
-[data]
-max_operand = 9
-eval_size = 8
-
-[sft]
-steps = 6
-batch_size = 16
-lr = 3e-3
-warmup_steps = 2
-
-[rl]
-prompts_per_step = 16
-minibatch_size = 8
-ppo_epochs = 1
-lr = 3e-4
-critic_lr = 1e-3
-kl_coef = 0.02
-whiten_advantages = false
-max_new_tokens = 3
-
-[reward]
-incorrect = -0.5
-"#;
-
-/// Metrics that must repeat exactly; timings, throughput and `restarts` are left out.
-const EXACT: &[&str] = &[
-    "step",
-    "reward_mean",
-    "reward_std",
-    "accuracy",
-    "kl",
-    "kl_coef",
-    "policy_loss",
-    "value_loss",
-    "entropy",
-    "clip_frac",
-    "approx_kl",
-    "grad_norm",
-    "adv_mean",
-    "adv_std",
-    "response_len",
-    "logprob_mismatch_max",
-    "data_position",
-    "policy_version",
-];
+fn recipe() -> String {
+    tiny_start("f", "3", 2, 6, "") + TINY_PPO
+}
 
 /// Summary fields that must repeat exactly.
 const SUMMARY: &[&str] = &[
@@ -93,7 +41,7 @@ struct Run {
 
 fn train(faults: &str, extra: &[&str]) -> Run {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("r.toml"), format!("{RECIPE}{faults}")).unwrap();
+    std::fs::write(dir.path().join("r.toml"), format!("{}{faults}", recipe())).unwrap();
     train_in(dir, extra)
 }
 
@@ -279,7 +227,7 @@ fn check_names_a_bad_fault() {
         ),
         (fault("reward", "reward", 9, "error"), "faults[0].step"),
     ] {
-        std::fs::write(dir.path().join("r.toml"), format!("{RECIPE}{f}")).unwrap();
+        std::fs::write(dir.path().join("r.toml"), format!("{}{f}", recipe())).unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_oxalign"))
             .args(["train", "--check", "r.toml"])
             .current_dir(dir.path())

@@ -5,8 +5,10 @@
 //! failure, and no checkpoint past the last good step. A verifier sum of one exact-match
 //! verifier is the built-in reward, accuracy included. `--check` names bad reward settings.
 
+mod recipe_support;
 use axum::routing::post;
 use axum::{Json, Router};
+use recipe_support::tiny_start;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::{Command, Output};
@@ -15,28 +17,9 @@ use std::sync::{Arc, OnceLock};
 
 /// Tiny GRPO (no critic): a short SFT warm-up so some answers are right, then 3 RL steps of
 /// 16 responses, each checkpointed.
-const RECIPE: &str = r#"
-[run]
-name = "h"
-seed = 5
-steps = 3
-checkpoint_every = 1
-keep_checkpoints = 20
-
-[model]
-init_family = "llama"
-init_preset = "tiny"
-
-[data]
-max_operand = 9
-eval_size = 8
-
-[sft]
-steps = 40
-batch_size = 16
-lr = 3e-3
-warmup_steps = 2
-
+fn recipe() -> String {
+    tiny_start("h", "3", 1, 40, "")
+        + r#"
 [rl]
 algorithm = "grpo"
 prompts_per_step = 8
@@ -45,7 +28,8 @@ minibatch_size = 8
 lr = 3e-4
 kl_coef = 0.02
 max_new_tokens = 3
-"#;
+"#
+}
 
 /// `[reward.http]` for `url`: 8 rows per request (two requests a step, both at once) and
 /// quick retries.
@@ -165,7 +149,7 @@ fn local() -> &'static Run {
     static LOCAL: OnceLock<(tempfile::TempDir, Run)> = OnceLock::new();
     let (_, run) = LOCAL.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
-        let run = train(dir.path(), RECIPE, &[]);
+        let run = train(dir.path(), &recipe(), &[]);
         assert!(run.out.status.success(), "local run: {}", stderr(&run));
         (dir, run)
     });
@@ -179,7 +163,7 @@ fn a_service_scoring_exact_match_trains_like_the_built_in_reward() {
     let url = exact_match_service(usize::MAX);
     let h = train(
         served.path(),
-        &format!("{RECIPE}{}", http_reward(&url)),
+        &format!("{}{}", recipe(), http_reward(&url)),
         &[],
     );
     assert!(h.out.status.success(), "HTTP run: {}", stderr(&h));
@@ -218,7 +202,7 @@ fn one_exact_match_verifier_is_the_exact_match_reward() {
     let dir = tempfile::tempdir().unwrap();
     let verifiers =
         "\n[reward]\nkind = \"verifiers\"\n\n[[reward.verifiers]]\nkind = \"exact_match\"\n";
-    let v = train(dir.path(), &format!("{RECIPE}{verifiers}"), &[]);
+    let v = train(dir.path(), &format!("{}{verifiers}", recipe()), &[]);
     assert!(v.out.status.success(), "verifiers run: {}", stderr(&v));
     let l = local();
     assert_eq!(v.metrics.len(), l.metrics.len());
@@ -236,7 +220,7 @@ fn a_service_that_dies_fails_the_run_after_the_last_good_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     // Two requests a step: steps 1 and 2 are scored, then the service is gone.
     let url = exact_match_service(4);
-    let recipe = format!("{RECIPE}{}", http_reward(&url));
+    let recipe = format!("{}{}", recipe(), http_reward(&url));
     let r = train(
         dir.path(),
         &recipe,
@@ -289,7 +273,7 @@ fn check_names_bad_reward_settings() {
             "seconds",
         ),
     ] {
-        std::fs::write(dir.path().join("r.toml"), format!("{RECIPE}{reward}")).unwrap();
+        std::fs::write(dir.path().join("r.toml"), format!("{}{reward}", recipe())).unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_oxalign"))
             .args(["train", "--check", "r.toml"])
             .current_dir(dir.path())

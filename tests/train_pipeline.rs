@@ -5,28 +5,10 @@
 //! against that reward model with the critic initialised from it. Also: malformed rows are
 //! named or skipped and counted. Seeded; about 26 s on 2 cores.
 
+mod cli_support;
+use cli_support::{ok, oxalign};
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn oxalign(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_oxalign"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run oxalign")
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = oxalign(dir, args);
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "oxalign {args:?} failed:\n{text}");
-    text
-}
 
 fn config(name: &str) -> String {
     format!("{}/configs/{name}", env!("CARGO_MANIFEST_DIR"))

@@ -3,58 +3,20 @@
 //! `metrics.jsonl` and `summary.json`; damaged checkpoints fall back or fail with exit 2; a
 //! fresh start never appends to an old run; a resume refuses a recipe that changed.
 
+mod cli_support;
+mod recipe_support;
+use cli_support::oxalign;
+use recipe_support::{tiny_start, TINY_PPO};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 /// Tiny and short: 6 SFT steps (checkpointed every 2), 3 RL steps (checkpointed each). Six
 /// SFT steps earn no reward yet, so a wrong answer costs -0.5 and advantages are not
 /// whitened: every step then has non-zero policy and critic gradients, and the compared
 /// metrics (KL, entropy, losses, gradient norm) depend on the exact weights and optimizer
 /// states a resume restores.
-const RECIPE: &str = r#"
-[run]
-name = "r"
-seed = 5
-steps = 3
-checkpoint_every = 1
-keep_checkpoints = 20
-
-[model]
-init_family = "llama"
-init_preset = "tiny"
-
-[data]
-max_operand = 9
-eval_size = 8
-
-[sft]
-steps = 6
-batch_size = 16
-lr = 3e-3
-warmup_steps = 2
-checkpoint_every = 2
-
-[rl]
-prompts_per_step = 16
-minibatch_size = 8
-ppo_epochs = 1
-lr = 3e-4
-critic_lr = 1e-3
-kl_coef = 0.02
-whiten_advantages = false
-max_new_tokens = 3
-
-[reward]
-incorrect = -0.5
-"#;
-
-fn oxalign(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_oxalign"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run oxalign")
+fn recipe() -> String {
+    tiny_start("r", "3", 1, 6, "checkpoint_every = 2\n") + TINY_PPO
 }
 
 fn train_ok(dir: &Path, extra: &[&str]) -> String {
@@ -186,7 +148,7 @@ fn killed_copy(full: &Path, keep: &str, metrics_steps: usize) -> tempfile::TempD
 #[test]
 fn kills_at_any_point_resume_to_the_uninterrupted_run() {
     let full = tempfile::tempdir().unwrap();
-    std::fs::write(full.path().join("r.toml"), RECIPE).unwrap();
+    std::fs::write(full.path().join("r.toml"), recipe()).unwrap();
     train_ok(full.path(), &[]);
     assert_eq!(metrics(full.path()).len(), 3);
     let ckpts = run_dir(full.path()).join("checkpoints");
@@ -208,7 +170,7 @@ fn kills_at_any_point_resume_to_the_uninterrupted_run() {
 
     // Several resumes in a row: 1 step, then 2, then 3.
     let split = tempfile::tempdir().unwrap();
-    std::fs::write(split.path().join("r.toml"), RECIPE).unwrap();
+    std::fs::write(split.path().join("r.toml"), recipe()).unwrap();
     train_ok(split.path(), &["--set", "run.steps=1"]);
     let allow = ["--resume", "runs/r", "--allow-change", "run.steps"];
     train_ok(
@@ -264,8 +226,8 @@ fn kills_at_any_point_resume_to_the_uninterrupted_run() {
 #[test]
 fn pipelined_runs_train_one_version_behind_and_resume_exactly() {
     let full = tempfile::tempdir().unwrap();
-    let recipe = RECIPE.replace("[rl]\n", "[rl]\nmax_staleness = 1\n");
-    std::fs::write(full.path().join("r.toml"), &recipe).unwrap();
+    let stale = recipe().replace("[rl]\n", "[rl]\nmax_staleness = 1\n");
+    std::fs::write(full.path().join("r.toml"), &stale).unwrap();
     train_ok(full.path(), &[]);
     let m = metrics(full.path());
     let lag: Vec<f64> = m.iter().map(|x| x["staleness"].as_f64().unwrap()).collect();
@@ -289,7 +251,7 @@ fn pipelined_runs_train_one_version_behind_and_resume_exactly() {
     }
     // The on-policy run differs from step 2 on: its batches come from the newest weights.
     let on_policy = tempfile::tempdir().unwrap();
-    std::fs::write(on_policy.path().join("r.toml"), RECIPE).unwrap();
+    std::fs::write(on_policy.path().join("r.toml"), recipe()).unwrap();
     train_ok(on_policy.path(), &[]);
     let k0 = metrics(on_policy.path());
     assert_eq!(
@@ -440,7 +402,7 @@ fn a_tampered_run_folder_is_caught(full: &Path) {
 #[test]
 fn a_fresh_start_without_checkpoints_replaces_the_old_logs() {
     let dir = tempfile::tempdir().unwrap();
-    let recipe = RECIPE
+    let recipe = recipe()
         .replace("steps = 6", "steps = 0")
         .replace("steps = 3", "steps = 1");
     std::fs::write(dir.path().join("r.toml"), recipe).unwrap();
@@ -463,7 +425,7 @@ fn a_fresh_start_without_checkpoints_replaces_the_old_logs() {
 /// `optimizer/expert_rank_<r>/`) to exactly the uninterrupted run.
 #[test]
 fn an_expert_parallel_run_resumes_to_the_uninterrupted_run() {
-    let recipe = RECIPE.replace("init_family = \"llama\"", "init_family = \"qwen3_moe\"")
+    let recipe = recipe().replace("init_family = \"llama\"", "init_family = \"qwen3_moe\"")
         + "\n[placement]\npolicy = \"cpu:0,cpu:1\"\nexpert_parallel = 2\n";
     let full = tempfile::tempdir().unwrap();
     std::fs::write(full.path().join("r.toml"), &recipe).unwrap();

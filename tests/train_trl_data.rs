@@ -4,29 +4,10 @@
 //! `data.answer_field` names the column; `--check` reads the data and says when a file is
 //! in another schema. Tiny models, a few steps each.
 
+mod cli_support;
+use cli_support::{ok, oxalign};
 use serde_json::{json, Value};
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn oxalign(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_oxalign"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run oxalign")
-}
-
-/// Runs `oxalign`, asserts success; stdout and stderr together.
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = oxalign(dir, args);
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "oxalign {args:?} failed:\n{text}");
-    text
-}
 
 /// Runs `oxalign`, asserts exit code 2 and no panic; stderr.
 fn refused(dir: &Path, args: &[&str]) -> String {

@@ -4,6 +4,11 @@
 #![allow(dead_code)] // each test file uses a different subset
 
 pub mod fake_worker;
+#[path = "../recipe_support/mod.rs"]
+mod recipe_support;
+
+pub use recipe_support::EXACT;
+use recipe_support::{tiny_start, TINY_PPO};
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -12,66 +17,9 @@ use std::process::{Child, Command, Output, Stdio};
 
 /// Tiny and short (PPO, so all four roles work): as `train_faults.rs`, with `STEPS` RL
 /// steps checkpointed every 2.
-pub const RECIPE: &str = r#"
-[run]
-name = "c"
-seed = 5
-steps = STEPS
-checkpoint_every = 2
-keep_checkpoints = 20
-
-[model]
-init_family = "llama"
-init_preset = "tiny"
-
-[data]
-max_operand = 9
-eval_size = 8
-
-[sft]
-steps = 6
-batch_size = 16
-lr = 3e-3
-warmup_steps = 2
-
-[rl]
-prompts_per_step = 16
-minibatch_size = 8
-ppo_epochs = 1
-lr = 3e-4
-critic_lr = 1e-3
-kl_coef = 0.02
-whiten_advantages = false
-max_new_tokens = 3
-
-[reward]
-incorrect = -0.5
-
-[supervision]
-call_timeout_s = 60
-"#;
-
-/// Metrics that must repeat exactly; timings, throughput and `restarts` are left out.
-pub const EXACT: &[&str] = &[
-    "step",
-    "reward_mean",
-    "reward_std",
-    "accuracy",
-    "kl",
-    "kl_coef",
-    "policy_loss",
-    "value_loss",
-    "entropy",
-    "clip_frac",
-    "approx_kl",
-    "grad_norm",
-    "adv_mean",
-    "adv_std",
-    "response_len",
-    "logprob_mismatch_max",
-    "data_position",
-    "policy_version",
-];
+pub fn base_recipe() -> String {
+    tiny_start("c", "STEPS", 2, 6, "") + TINY_PPO + "\n[supervision]\ncall_timeout_s = 60\n"
+}
 
 /// Summary fields that must repeat exactly.
 pub const SUMMARY: &[&str] = &[
@@ -153,7 +101,7 @@ impl Drop for Worker {
 /// The recipe with `steps` RL steps, in this process or with the policy on `node1` and the
 /// reference, reward and critic on `node2`.
 pub fn recipe(steps: u64, nodes: Option<(&str, &str)>) -> String {
-    let mut r = RECIPE.replace("STEPS", &steps.to_string());
+    let mut r = base_recipe().replace("STEPS", &steps.to_string());
     if let Some((n1, n2)) = nodes {
         r.push_str(&format!(
             "\n[placement]\npolicy = \"node1:cpu\"\nreference = \"node2:cpu\"\nreward = \
