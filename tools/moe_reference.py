@@ -32,55 +32,17 @@ import argparse
 import json
 import os
 import shutil
+import sys
 
 import torch
 import transformers
 from safetensors.torch import save_file
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_parity import greedy, left_pad, next_token_logprobs, positions, token_rows  # noqa: E402
+
 VOCAB = 300
 PAD = 0
-
-
-def token_rows(seed, lengths, vocab, avoid):
-    g = torch.Generator().manual_seed(seed)
-    rows = []
-    for n in lengths:
-        row = []
-        while len(row) < n:
-            t = int(torch.randint(1, vocab, (1,), generator=g))
-            if t not in avoid:
-                row.append(t)
-        rows.append(row)
-    return rows
-
-
-def left_pad(rows, pad):
-    width = max(len(r) for r in rows)
-    ids = [[pad] * (width - len(r)) + r for r in rows]
-    mask = [[0] * (width - len(r)) + [1] * len(r) for r in rows]
-    return torch.tensor(ids), torch.tensor(mask)
-
-
-def positions(mask):
-    return (mask.cumsum(-1) - 1).clamp(min=0)
-
-
-def next_token_logprobs(model, ids, mask=None):
-    kwargs = {}
-    if mask is not None:
-        kwargs = {"attention_mask": mask, "position_ids": positions(mask)}
-    logits = model(input_ids=ids, **kwargs).logits.double()
-    lp = torch.log_softmax(logits[:, :-1], dim=-1)
-    return lp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-
-
-@torch.no_grad()
-def greedy(model, prompt, n):
-    seq = list(prompt)
-    for _ in range(n):
-        logits = model(input_ids=torch.tensor([seq])).logits[0, -1]
-        seq.append(int(torch.argmax(logits)))
-    return seq[len(prompt):]
 
 
 def randomize(model, seed):

@@ -35,6 +35,12 @@ fn u32_rows(v: &Value) -> Vec<Vec<u32>> {
         .collect()
 }
 
+/// A JSON array of token ids.
+fn u32_list(v: &Value) -> Vec<u32> {
+    let items = v.as_array().unwrap().iter();
+    items.map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
 fn f64_rows(v: &Value) -> Vec<Vec<f64>> {
     v.as_array()
         .unwrap()
@@ -65,6 +71,23 @@ fn greedy(m: &CausalLm, prompt: &[u32], n: usize) -> Vec<u32> {
         ignore_eos: true,
     };
     m.generate(&[req]).unwrap().remove(0).tokens
+}
+
+/// Each of `g["sequences"]`, scored alone by `rm`, within 1e-4 of `g["scores"]`.
+fn assert_scores(rm: &RewardModel, g: &Value, what: &str) {
+    let rows = u32_rows(&g["sequences"]);
+    for (row, expect) in rows.iter().zip(g["scores"].as_array().unwrap()) {
+        let got = rm
+            .forward(&batch1(row), None)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()[0];
+        let expect = expect.as_f64().unwrap();
+        assert!(
+            (got as f64 - expect).abs() <= 1e-4,
+            "{what} {got} vs {expect}"
+        );
+    }
 }
 
 fn check_causal_fixture(name: &str) {
@@ -109,18 +132,8 @@ fn check_causal_fixture(name: &str) {
         "{name}: left-padded log-prob max abs diff {worst}"
     );
 
-    let prompt: Vec<u32> = g["greedy_prompt"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect();
-    let expect: Vec<u32> = g["greedy_tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect();
+    let prompt = u32_list(&g["greedy_prompt"]);
+    let expect = u32_list(&g["greedy_tokens"]);
     assert_eq!(expect.len(), 16);
     assert_eq!(
         greedy(&m, &prompt, 16),
@@ -156,21 +169,7 @@ fn reward_model_matches_transformers() {
     let dir = fixture("llama_rm_tiny");
     let g = golden(&dir, "golden.json");
     let rm = RewardModel::load(&dir, &Device::Cpu).unwrap();
-    for (row, expect) in u32_rows(&g["sequences"])
-        .iter()
-        .zip(g["scores"].as_array().unwrap())
-    {
-        let got = rm
-            .forward(&batch1(row), None)
-            .unwrap()
-            .to_vec1::<f32>()
-            .unwrap()[0];
-        let expect = expect.as_f64().unwrap();
-        assert!(
-            (got as f64 - expect).abs() <= 1e-4,
-            "score {got} vs {expect}"
-        );
-    }
+    assert_scores(&rm, &g, "score");
     let ids = batch(&u32_rows(&g["padded_ids"]));
     let mask = batch(&u32_rows(&g["padded_mask"]));
     let got = rm
@@ -254,18 +253,8 @@ fn oxalign_saved_models_load_in_transformers() {
             "{family}: oxalign-saved causal LM, transformers log-prob max abs diff {worst:.2e}"
         );
         assert!(worst <= 1e-4, "{family}: log-prob max abs diff {worst}");
-        let prompt: Vec<u32> = g["greedy_prompt"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect();
-        let expect: Vec<u32> = g["greedy_tokens"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect();
+        let prompt = u32_list(&g["greedy_prompt"]);
+        let expect = u32_list(&g["greedy_tokens"]);
         assert_eq!(
             greedy(&m, &prompt, 16),
             expect,
@@ -316,20 +305,6 @@ fn oxalign_saved_models_load_in_transformers() {
         let dir = root.path().join(format!("{family}_rm"));
         r.save(&dir).unwrap();
         let g = run(&dir);
-        for (row, expect) in u32_rows(&g["sequences"])
-            .iter()
-            .zip(g["scores"].as_array().unwrap())
-        {
-            let got = r
-                .forward(&batch1(row), None)
-                .unwrap()
-                .to_vec1::<f32>()
-                .unwrap()[0];
-            let b = expect.as_f64().unwrap();
-            assert!(
-                (got as f64 - b).abs() <= 1e-4,
-                "{family} reward {got} vs {b}"
-            );
-        }
+        assert_scores(&r, &g, &format!("{family} reward"));
     }
 }

@@ -14,31 +14,12 @@ use common::tiny_moe::{ppo_loss, tiny_moe};
 use oxalign_kernels::collective::{Collective, ThreadCollective};
 use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
 use oxalign_models::moe::routing::ExpertChoices;
-use oxalign_models::{Completion, GenerationRequest, SamplingParams};
+use oxalign_models::Completion;
 use oxalign_rlhf::trainer::{Packing, PolicyTrainer, Sharded, TokenBatch};
 use std::collections::HashMap;
 use std::sync::Arc;
 
 const ROWS: usize = 6;
-
-fn requests() -> Vec<GenerationRequest> {
-    (0..ROWS as u64)
-        .map(|i| {
-            let prompt: Vec<u32> = (0..3 + 2 * i as usize)
-                .map(|j| ((7 + 13 * i as usize + 5 * j) % 90 + 3) as u32)
-                .collect();
-            let mut r = GenerationRequest::new(prompt, 6);
-            r.ignore_eos = true;
-            r.sampling = SamplingParams {
-                temperature: 1.0,
-                top_k: 0,
-                top_p: 1.0,
-                seed: 700 + i,
-            };
-            r
-        })
-        .collect()
-}
 
 /// Samples with the experts an int8 engine chose (they differ from the f32 trainer's on
 /// some tokens, so the replay matters).
@@ -50,12 +31,14 @@ fn rollouts() -> Vec<(Completion, ExpertChoices)> {
         ..EngineConfig::default()
     };
     let mut engine = Engine::from_model(&tiny_moe(33), cfg).unwrap();
-    engine.generate_with_routing(&requests()).unwrap()
+    engine
+        .generate_with_routing(&common::seeded_requests(ROWS as u64, 6, 700))
+        .unwrap()
 }
 
 /// Rows `rows` of the rollout as a trainer batch that replays their experts.
 fn batch(all: &[(Completion, ExpertChoices)], rows: std::ops::Range<usize>) -> TokenBatch {
-    let reqs = requests();
+    let reqs = common::seeded_requests(ROWS as u64, 6, 700);
     let pairs: Vec<(&[u32], &[u32])> = reqs[rows.clone()]
         .iter()
         .zip(&all[rows.clone()])

@@ -11,30 +11,11 @@ use candle_core::Device;
 use oxalign_kernels::ops::TokenDistribution;
 use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
 use oxalign_models::moe::routing::ExpertChoices;
-use oxalign_models::{CausalLm, Completion, GenerationRequest, SamplingParams};
+use oxalign_models::{CausalLm, Completion};
 use oxalign_rlhf::trainer::{Packing, PolicyLossConfig, PolicyTrainer, TokenBatch};
 
 fn model(seed: u64) -> CausalLm {
     common::tiny_moe::tiny_moe(seed)
-}
-
-fn requests() -> Vec<GenerationRequest> {
-    (0..6u64)
-        .map(|i| {
-            let prompt: Vec<u32> = (0..3 + 2 * i as usize)
-                .map(|j| ((7 + 13 * i as usize + 5 * j) % 90 + 3) as u32)
-                .collect();
-            let mut r = GenerationRequest::new(prompt, 8);
-            r.ignore_eos = true;
-            r.sampling = SamplingParams {
-                temperature: 1.0,
-                top_k: 0,
-                top_p: 1.0,
-                seed: 900 + i,
-            };
-            r
-        })
-        .collect()
 }
 
 fn rollout(m: &CausalLm, quant: QuantMode) -> Vec<(Completion, ExpertChoices)> {
@@ -45,12 +26,14 @@ fn rollout(m: &CausalLm, quant: QuantMode) -> Vec<(Completion, ExpertChoices)> {
         ..EngineConfig::default()
     };
     let mut engine = Engine::from_model(m, cfg).unwrap();
-    engine.generate_with_routing(&requests()).unwrap()
+    engine
+        .generate_with_routing(&common::seeded_requests(6, 8, 900))
+        .unwrap()
 }
 
 /// The rollout as a right-padded trainer batch, with its routing when `replay`.
 fn batch(rollouts: &[(Completion, ExpertChoices)], replay: bool) -> TokenBatch {
-    let reqs = requests();
+    let reqs = common::seeded_requests(6, 8, 900);
     let pairs: Vec<(&[u32], &[u32])> = reqs
         .iter()
         .zip(rollouts)
@@ -68,7 +51,11 @@ fn batch(rollouts: &[(Completion, ExpertChoices)], replay: bool) -> TokenBatch {
 fn mismatch(t: &PolicyTrainer, b: &TokenBatch, rollouts: &[(Completion, ExpertChoices)]) -> f32 {
     let lp = t.logprobs(b).unwrap().to_vec2::<f32>().unwrap();
     let mut worst = 0f32;
-    for ((req, (c, _)), row) in requests().iter().zip(rollouts).zip(&lp) {
+    for ((req, (c, _)), row) in common::seeded_requests(6, 8, 900)
+        .iter()
+        .zip(rollouts)
+        .zip(&lp)
+    {
         let start = req.prompt.len() - 1;
         for (i, e) in c.logprobs.iter().enumerate() {
             worst = worst.max((e - row[start + i]).abs());

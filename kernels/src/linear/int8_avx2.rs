@@ -5,6 +5,8 @@
 //! ±32 258 < 2^15, and `vpmaddwd` by ones sums each lane's 4 products into i32. The result
 //! is `Σ a·w`, the VNNI kernel's `Σ u·w` minus the weight's offset term, exactly.
 
+#[cfg(target_arch = "x86_64")]
+use super::int8_panel::row_blocks;
 use super::int8_panel::{GROUP, PANEL};
 
 /// Rows per register block (8 accumulators of 8 lanes).
@@ -30,16 +32,15 @@ pub(crate) fn panel_centred(x: &[u8], rows: usize, in_pad: usize, w: &[i8], acc:
         assert!(available(), "int8 AVX2 kernel called on a CPU without AVX2");
         assert_eq!(w.len(), in_pad / GROUP * PANEL * GROUP);
         assert!(acc.len() >= rows * PANEL && x.len() >= rows * in_pad);
-        let mut m = 0;
-        while m + MR <= rows {
-            // SAFETY: the CPU feature was checked above; the asserts bound every access.
-            unsafe { x86::block::<MR>(x, in_pad, m, w, acc) };
-            m += MR;
-        }
-        while m < rows {
-            unsafe { x86::block::<1>(x, in_pad, m, w, acc) };
-            m += 1;
-        }
+        // SAFETY (both closures): the CPU feature was checked above; the asserts bound every
+        // access.
+        row_blocks(
+            rows,
+            MR,
+            acc,
+            |m, acc| unsafe { x86::block::<MR>(x, in_pad, m, w, acc) },
+            |m, acc| unsafe { x86::block::<1>(x, in_pad, m, w, acc) },
+        );
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -8,3 +8,24 @@ pub(crate) const GROUP: usize = 4;
 /// The offset that turns a signed activation in `[-127, 127]` into the unsigned byte VNNI
 /// expects; removed again with the weight's column sums.
 pub(crate) const ACT_OFFSET: i32 = 128;
+
+/// Walks `rows` rows in blocks of `mr` (`full(m, acc)` for rows `m..m + mr`), then the rest
+/// one at a time (`single(m, acc)`): the row loop every register kernel of a panel shares.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn row_blocks(
+    rows: usize,
+    mr: usize,
+    acc: &mut [i32],
+    full: impl Fn(usize, &mut [i32]),
+    single: impl Fn(usize, &mut [i32]),
+) {
+    let mut m = 0;
+    while m + mr <= rows {
+        full(m, acc);
+        m += mr;
+    }
+    while m < rows {
+        single(m, acc);
+        m += 1;
+    }
+}

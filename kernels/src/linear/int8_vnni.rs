@@ -3,6 +3,8 @@
 //! each step one 64-byte weight load, 8 broadcasts of 4 activation bytes and 8 `vpdpbusd`.
 //! Integer arithmetic only, so it matches the portable kernel bit for bit.
 
+#[cfg(target_arch = "x86_64")]
+use super::int8_panel::row_blocks;
 use super::int8_panel::{GROUP, PANEL};
 
 /// Rows per register block.
@@ -33,16 +35,15 @@ pub(crate) fn panel(x: &[u8], rows: usize, in_pad: usize, w: &[i8], acc: &mut [i
         );
         assert_eq!(w.len(), in_pad / GROUP * PANEL * GROUP);
         assert!(acc.len() >= rows * PANEL && x.len() >= rows * in_pad);
-        let mut m = 0;
-        while m + MR <= rows {
-            // SAFETY: the CPU features were checked above; the asserts bound every access.
-            unsafe { x86::block::<MR>(x, in_pad, m, w, acc) };
-            m += MR;
-        }
-        while m < rows {
-            unsafe { x86::block::<1>(x, in_pad, m, w, acc) };
-            m += 1;
-        }
+        // SAFETY (both closures): the CPU features were checked above; the asserts bound every
+        // access.
+        row_blocks(
+            rows,
+            MR,
+            acc,
+            |m, acc| unsafe { x86::block::<MR>(x, in_pad, m, w, acc) },
+            |m, acc| unsafe { x86::block::<1>(x, in_pad, m, w, acc) },
+        );
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -162,3 +162,26 @@ pub fn max_weight_diff(a: &HashMap<String, Tensor>, b: &HashMap<String, Tensor>)
         })
         .fold(0.0, f32::max)
 }
+
+use oxalign_models::{GenerationRequest, SamplingParams};
+
+/// `rows` deterministic prompts (row `i` has `3 + 2i` tokens in 3..93) of `new_tokens`
+/// sampled tokens each (EOS ignored, T = 1, row `i` seeded `seed + i`).
+pub fn seeded_requests(rows: u64, new_tokens: usize, seed: u64) -> Vec<GenerationRequest> {
+    (0..rows)
+        .map(|i| {
+            let prompt: Vec<u32> = (0..3 + 2 * i as usize)
+                .map(|j| ((7 + 13 * i as usize + 5 * j) % 90 + 3) as u32)
+                .collect();
+            let mut r = GenerationRequest::new(prompt, new_tokens);
+            r.ignore_eos = true;
+            r.sampling = SamplingParams {
+                temperature: 1.0,
+                top_k: 0,
+                top_p: 1.0,
+                seed: seed + i,
+            };
+            r
+        })
+        .collect()
+}
