@@ -23,9 +23,9 @@ pub struct RunSummary {
     pub sampled_accuracy_sft: Option<f64>,
     /// Held-out sampled accuracy after RL.
     pub sampled_accuracy_final: Option<f64>,
-    /// Mean reward of the run's first RL step (across resumes).
+    /// Mean reward over the run's first 10 RL steps (across resumes; fewer in a shorter run).
     pub reward_first: Option<f64>,
-    /// Mean reward of the last RL step.
+    /// Mean reward over the last 10 RL steps.
     pub reward_last: Option<f64>,
     /// Wall seconds, across resumes.
     pub wall_seconds: f64,

@@ -88,8 +88,7 @@ pub(crate) async fn rl_loop(
                 continue;
             }
         };
-        state.reward_first.get_or_insert(row.reward_mean);
-        state.reward_last = Some(row.reward_mean);
+        state.record_reward(row.reward_mean);
         state.step = step;
         if step > reported {
             ctx.monitor

@@ -66,12 +66,18 @@ pub struct LoopState {
     pub accuracy_init: Option<f64>,
     /// Wall seconds spent in this run before this checkpoint (across resumes).
     pub wall_seconds: f64,
-    /// Mean reward of the run's first RL step.
+    /// Mean reward over the run's first [`REWARD_WINDOW`] RL steps (fewer in a shorter run).
     #[serde(default)]
     pub reward_first: Option<f64>,
-    /// Mean reward of the newest RL step.
+    /// Mean reward over the newest [`REWARD_WINDOW`] RL steps.
     #[serde(default)]
     pub reward_last: Option<f64>,
+    /// The step rewards `reward_first` averages (at most [`REWARD_WINDOW`]).
+    #[serde(default)]
+    pub rewards_first: Vec<f64>,
+    /// The step rewards `reward_last` averages: the newest [`REWARD_WINDOW`].
+    #[serde(default)]
+    pub rewards_last: Vec<f64>,
     /// Rollouts generated ahead for the next steps (`rl.max_staleness ≥ 1`), oldest first.
     /// Kept in [`AHEAD_FILE`] beside `state.json`, so a resumed or replayed step trains on
     /// exactly the batch the uninterrupted run would have.
@@ -79,7 +85,26 @@ pub struct LoopState {
     pub(crate) ahead: Vec<Rollout>,
 }
 
+/// RL steps the summary's `reward_first` and `reward_last` average over.
+pub const REWARD_WINDOW: usize = 10;
+
 impl LoopState {
+    /// Records the mean reward of the step just done into the first and newest windows. A
+    /// state resumed from a checkpoint written before the windows existed keeps its
+    /// `reward_first`.
+    pub(crate) fn record_reward(&mut self, reward: f64) {
+        let first_open = self.reward_first.is_none() || !self.rewards_first.is_empty();
+        if first_open && self.rewards_first.len() < REWARD_WINDOW {
+            self.rewards_first.push(reward);
+            self.reward_first = Some(mean(&self.rewards_first));
+        }
+        self.rewards_last.push(reward);
+        if self.rewards_last.len() > REWARD_WINDOW {
+            self.rewards_last.remove(0);
+        }
+        self.reward_last = Some(mean(&self.rewards_last));
+    }
+
     /// The state of a run before its first step: SFT phase, nothing measured, KL controller
     /// `kl`.
     pub fn start(kl: KlController) -> LoopState {
@@ -96,6 +121,8 @@ impl LoopState {
             wall_seconds: 0.0,
             reward_first: None,
             reward_last: None,
+            rewards_first: Vec::new(),
+            rewards_last: Vec::new(),
             ahead: Vec::new(),
         }
     }
@@ -260,9 +287,37 @@ fn fsync_tree(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn summary_rewards_are_means_over_the_first_and_newest_ten_steps() {
+        let mut st = LoopState::start(KlController::Fixed(oxalign_rlhf::FixedKl { beta: 0.0 }));
+        for step in 1..=25 {
+            st.record_reward(step as f64);
+        }
+        // Steps 1..=10 and 16..=25.
+        assert_eq!(st.reward_first, Some(5.5));
+        assert_eq!(st.reward_last, Some(20.5));
+        // A short run averages what it has.
+        let mut short = LoopState::start(KlController::Fixed(oxalign_rlhf::FixedKl { beta: 0.0 }));
+        short.record_reward(1.0);
+        short.record_reward(2.0);
+        assert_eq!(
+            (short.reward_first, short.reward_last),
+            (Some(1.5), Some(1.5))
+        );
+        // A state from before the windows keeps its first reward.
+        let mut old = LoopState::start(KlController::Fixed(oxalign_rlhf::FixedKl { beta: 0.0 }));
+        old.reward_first = Some(0.25);
+        old.record_reward(1.0);
+        assert_eq!((old.reward_first, old.reward_last), (Some(0.25), Some(1.0)));
+    }
 
     fn state(step: u64) -> LoopState {
         LoopState {
@@ -270,6 +325,8 @@ mod tests {
             sft_step: 0,
             reward_first: None,
             reward_last: None,
+            rewards_first: Vec::new(),
+            rewards_last: Vec::new(),
             step,
             data_position: step * 10,
             policy_version: step,
