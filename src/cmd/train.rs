@@ -272,7 +272,8 @@ fn print_rl_summary(summary: &controller::RunSummary) {
             pct(summary.sampled_accuracy_final),
         )
     } else {
-        "  held-out accuracy: not measured (the reward has no exact-match check)".to_string()
+        "  held-out accuracy: not measured (no held-out prompts, or the reward has no exact-match check)"
+            .to_string()
     };
     println!(
         "\nrun {} finished: {} RL steps in {:.1}s\n{accuracy}\n  outputs: {}/ (final/: the trained policy as an HF folder; metrics.jsonl, summary.json, checkpoints/)",

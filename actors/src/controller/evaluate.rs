@@ -23,7 +23,7 @@ pub(crate) struct Accuracy {
     pub sampled: f64,
 }
 
-/// Greedy and sampled accuracy on `items` (zeros when there are none), or `None` when the
+/// Greedy and sampled accuracy on `items`, or `None` when there are none or the
 /// reward defines no accuracy. Seeds are fixed, so the same weights give the same numbers.
 pub(crate) async fn accuracy<G: Generate + ?Sized>(
     ctx: &Ctx<'_>,
@@ -35,7 +35,8 @@ pub(crate) async fn accuracy<G: Generate + ?Sized>(
         return Ok(None);
     };
     if items.is_empty() {
-        return Ok(Some(Accuracy::default()));
+        // No held-out prompts: nothing measured (a 0 would read as a measurement).
+        return Ok(None);
     }
     let rl = &ctx.recipe.rl;
     let mut request = RolloutRequest::default();
