@@ -128,11 +128,7 @@ fn nccl_group(
 
 #[cfg(not(feature = "cuda"))]
 fn not_compiled() -> Cause {
-    Cause::BadInput(
-        "a group of CUDA devices needs NCCL, but oxalign was built without the `cuda` feature \
-         (rebuild with `--features cuda`)"
-            .into(),
-    )
+    Cause::Unsupported(crate::error::Unsupported::Nccl)
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ pub(crate) struct DeviceGroup {
 
 /// Why a placement string is unusable.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum PlacementError {
+pub enum PlacementError {
     /// A spec in the list is malformed or its device cannot be opened.
     #[error(transparent)]
     Device(#[from] DeviceError),

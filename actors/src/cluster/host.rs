@@ -9,7 +9,7 @@ use super::wire_error::WireError;
 use crate::collective_groups::GroupSettings;
 use crate::controller::setup::{self, RoleSources};
 use crate::controller::RunError;
-use crate::error::{Cause, RoleError};
+use crate::error::{Cause, Missing, RoleError, Unsupported};
 use crate::executor::ExecutorPool;
 use crate::monitor::MonitorHandle;
 use crate::placement::DeviceGroup;
@@ -135,7 +135,7 @@ async fn build(
                 RoleError::new(
                     spec.kind.name(),
                     "setup",
-                    Cause::BadInput("the spawn request names no weights folder".into()),
+                    Cause::Missing(Missing::SpawnWeights),
                 ),
             )
         })
@@ -160,13 +160,7 @@ async fn build(
             Hosted::Engine(engine.ok_or_else(|| {
                 RunError::role(
                     crate::controller::At::Setup,
-                    RoleError::new(
-                        "engine",
-                        "setup",
-                        Cause::BadInput(
-                            "the spawn request's recipe has no placement.engine".into(),
-                        ),
-                    ),
+                    RoleError::new("engine", "setup", Cause::Missing(Missing::SpawnEngine)),
                 )
             })?)
         }
@@ -199,14 +193,12 @@ fn wrong_role(role: &Hosted, request: &Request) -> RoleError {
         Hosted::Engine(_) => "engine",
     };
     let what = format!("{request:?}");
-    let what: String = what.chars().take(40).collect();
-    RoleError::new(
-        name,
-        "remote",
-        Cause::BadInput(format!(
-            "this connection hosts the {name}, which cannot answer {what}…"
-        )),
-    )
+    let request: String = what.chars().take(40).collect();
+    let cause = Unsupported::WrongRole {
+        role: name,
+        request,
+    };
+    RoleError::new(name, "remote", Cause::Unsupported(cause))
 }
 
 /// Calls the hosted role's trait for `request`.

@@ -67,10 +67,12 @@ impl Remote {
         let fail = |cause: Cause| RoleError::new(role, "setup", cause);
         let on_worker = worker_recipe(recipe, kind);
         let devices = placement(&on_worker.placement, kind);
-        let wanted = DeviceGroup::parse_unopened(devices).map_err(|e| {
-            fail(Cause::BadInput(format!(
-                "placement.{role} = {devices:?}: {e}"
-            )))
+        let wanted = DeviceGroup::parse_unopened(devices).map_err(|source| {
+            fail(Cause::Placement {
+                role: Some(role),
+                spec: Some(devices.to_string()),
+                source,
+            })
         })?;
         let timeout = recipe.supervision.call_timeout();
         let placed = Placed {
@@ -248,12 +250,10 @@ async fn open_spare(
 
 /// The address, cookie and frame cap of `node`.
 fn endpoint(c: &ClusterSection, node: &str) -> Result<Endpoint, Cause> {
-    let nodes = c
-        .resolved_nodes()
-        .map_err(|e| Cause::BadInput(e.to_string()))?;
-    let addr = nodes
-        .get(node)
-        .ok_or_else(|| Cause::BadInput(format!("[cluster] has no node {node:?}")))?;
+    let nodes = c.resolved_nodes()?;
+    let addr = nodes.get(node).ok_or_else(|| Cause::NoSuchNode {
+        node: node.to_string(),
+    })?;
     Ok(Endpoint {
         node: node.to_string(),
         addr: addr.clone(),
@@ -444,10 +444,7 @@ impl ExportWeights for Remote {
         Err(RoleError::new(
             self.role,
             "refit",
-            Cause::BadInput(
-                "placement.engine needs the policy in the controller's process, not on a node"
-                    .into(),
-            ),
+            Cause::Unsupported(crate::error::Unsupported::ExportFromNode),
         ))
     }
 }

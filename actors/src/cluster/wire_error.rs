@@ -83,10 +83,19 @@ mod tests {
 
     #[test]
     fn what_the_supervisor_reads_survives_the_wire() {
-        let bad = RoleError::new("reward", "reward", Cause::BadInput("no answer".into()));
-        let back = WireError::from(&bad).into_role_error("reward", "reward", "node2");
+        let bad = RoleError::new(
+            "reward",
+            "setup",
+            Cause::NoSuchNode {
+                node: "node9".into(),
+            },
+        );
+        let back = WireError::from(&bad).into_role_error("reward", "setup", "node2");
         assert!(back.is_bad_input(), "{back}");
-        assert!(back.to_string().contains("no answer"), "{back}");
+        assert_eq!(
+            back.to_string(),
+            "reward, setup: on node node2: reward, setup: [cluster] has no node \"node9\""
+        );
         let nan = RoleError::new(
             "critic",
             "critic_train",

@@ -42,7 +42,8 @@ impl ExpertGroups {
 
     /// Spreads `trainer`'s experts as rank `rank` and builds its engine over the same
     /// experts. A policy the group cannot spread (a dense model, experts it does not
-    /// divide) is the user's input at fault: [`Cause::BadInput`] naming the key and `weights`.
+    /// divide) is the user's input at fault: [`Cause::ExpertParallel`] naming the key and
+    /// `weights`.
     pub(crate) fn spread(
         &self,
         rank: usize,
@@ -53,12 +54,10 @@ impl ExpertGroups {
         let handle = |g: &[Arc<dyn Collective>]| ExpertParallel::new(g[rank].clone());
         trainer
             .spread_experts(handle(&self.trainers))
-            .map_err(|e| {
-                Cause::BadInput(format!(
-                    "placement.expert_parallel = {}: {e} (policy weights {})",
-                    self.trainers.len(),
-                    weights.display()
-                ))
+            .map_err(|source| Cause::ExpertParallel {
+                world: self.trainers.len(),
+                weights: weights.to_path_buf(),
+                source: Box::new(source),
             })?;
         EngineReplica::with_experts(&trainer.model, config, handle(&self.engines))
     }

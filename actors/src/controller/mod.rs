@@ -130,7 +130,7 @@ async fn run(
     let answer_check = recipe
         .reward
         .answer_check()
-        .map_err(|e| setup("reward", Cause::BadInput(e.to_string())))?;
+        .map_err(|e| setup("reward", e.into()))?;
     let ctx = Ctx {
         recipe,
         run_dir,

@@ -5,10 +5,10 @@
 
 use crate::cluster::{Remote, RemoteSources, RoleKind};
 use crate::controller::error::{At, RunError};
-use crate::error::{Cause, RoleError};
+use crate::error::{Cause, Missing, RoleError};
 use crate::executor::ExecutorPool;
 use crate::monitor::{ActorInfo, MonitorHandle};
-use crate::placement::{DeviceGroup, RolePlacement};
+use crate::placement::{DeviceGroup, PlacementError, RolePlacement};
 use crate::recipe::{Recipe, RewardKeyError, RewardKind, Sharding, TaskKind};
 use crate::replicas::Replicas;
 use crate::roles::reward::http::HttpReward;
@@ -84,17 +84,17 @@ pub fn policy_dir(recipe: &Recipe, run_dir: &Path) -> Result<PathBuf, RunError> 
         return Ok(dir);
     }
     let fail = |cause: Cause| RunError::controller(At::Setup, "init_model", cause);
-    let bad = |key: &str, e: &dyn std::fmt::Display| fail(Cause::BadInput(format!("{key}: {e}")));
+    let bad = |key, source| fail(Cause::UnknownName { key, source });
     let family: Family = recipe
         .model
         .init_family
         .parse()
-        .map_err(|e| bad("model.init_family", &e))?;
+        .map_err(|e| bad("model.init_family", e))?;
     let preset: Preset = recipe
         .model
         .init_preset
         .parse()
-        .map_err(|e| bad("model.init_preset", &e))?;
+        .map_err(|e| bad("model.init_preset", e))?;
     let spec = InitSpec {
         family,
         preset,
@@ -109,7 +109,7 @@ pub fn policy_dir(recipe: &Recipe, run_dir: &Path) -> Result<PathBuf, RunError> 
             path,
             source,
         } => fail(Cause::io(action, &path, source)),
-        other => fail(Cause::BadInput(other.to_string())),
+        other => fail(Cause::InitModel(other)),
     })?;
     Ok(dir)
 }
@@ -121,12 +121,9 @@ pub(crate) fn reference_weights(ctx: &super::Ctx<'_>) -> Result<PathBuf, RunErro
     let Some(teacher) = &ctx.recipe.model.teacher_path else {
         return Ok(ctx.run_dir.join("reference"));
     };
-    crate::recipe::same_vocabulary(ctx.policy_dir, Path::new(teacher)).map_err(|e| {
-        RunError::controller(
-            At::Setup,
-            "teacher",
-            Cause::BadInput(format!("model.teacher_path = {teacher:?}: {e}")),
-        )
+    crate::recipe::same_vocabulary(ctx.policy_dir, Path::new(teacher)).map_err(|source| {
+        let path = teacher.clone();
+        RunError::controller(At::Setup, "teacher", Cause::Teacher { path, source })
     })?;
     Ok(PathBuf::from(teacher))
 }
@@ -137,7 +134,10 @@ pub fn data_spec(recipe: &Recipe) -> Result<DataSpec, RunError> {
         RunError::controller(
             At::Setup,
             "data",
-            Cause::BadInput("data.path is required (a JSONL or Parquet file)".into()),
+            Missing::Key {
+                key: "data.path",
+                detail: "(a JSONL or Parquet file)",
+            },
         )
     })?;
     Ok(DataSpec {
@@ -171,16 +171,13 @@ pub fn prompt_source(recipe: &Recipe, tok: &Tokenizer) -> Result<Arc<dyn PromptS
 }
 
 /// The device group of `role` (`placement.<role>`), with its devices opened.
-fn group(spec: &str, role: &str) -> Result<(DeviceGroup, Vec<candle_core::Device>), RoleError> {
-    let bad = |e: &dyn std::fmt::Display| {
-        RoleError::new(
-            role,
-            "setup",
-            Cause::BadInput(format!("placement.{role}: {e}")),
-        )
-    };
-    let g = DeviceGroup::parse(spec).map_err(|e| bad(&e))?;
-    let devices = g.devices().map_err(|e| bad(&e))?;
+fn group(
+    spec: &str,
+    role: &'static str,
+) -> Result<(DeviceGroup, Vec<candle_core::Device>), RoleError> {
+    let bad = |e: PlacementError| RoleError::new(role, "setup", Cause::placement(role, e));
+    let g = DeviceGroup::parse(spec).map_err(bad)?;
+    let devices = g.devices().map_err(|e| bad(e.into()))?;
     Ok((g, devices))
 }
 
@@ -274,11 +271,9 @@ fn policy_trainer(
 ) -> Result<PolicyTrainer, Cause> {
     let m = CausalLm::load(weights, dev)?;
     if recipe.rl.routing_replay && m.config().moe.is_none() {
-        return Err(Cause::BadInput(format!(
-            "rl.routing_replay = true, but the policy in {} is a dense model without \
-             routers; expected a mixture-of-experts policy",
-            weights.display()
-        )));
+        return Err(Cause::RoutingReplayDense {
+            weights: weights.to_path_buf(),
+        });
     }
     let mut trainer = PolicyTrainer::new(m, recipe.rl.lr, 0.0)?;
     trainer.max_sft_loss = recipe.guard.max_sft_loss;
@@ -491,7 +486,7 @@ pub(crate) async fn spawn_reward(
     let (wg, devices) =
         group(&recipe.placement.reward, "reward").map_err(RunError::at(At::Setup))?;
     let w = &recipe.reward;
-    let bad_key = |e: RewardKeyError| fail(Cause::BadInput(e.to_string()));
+    let bad_key = |e: RewardKeyError| fail(e.into());
     let one_per_device = |make: &dyn Fn() -> Scorer| devices.iter().map(|_| make()).collect();
     let scorers: Vec<Scorer> = match w.kind {
         RewardKind::ExactMatch => one_per_device(&|| {
@@ -506,9 +501,10 @@ pub(crate) async fn spawn_reward(
         }
         RewardKind::Model => {
             let p = recipe.model.reward_path.as_deref().ok_or_else(|| {
-                fail(Cause::BadInput(
-                    "model.reward_path is required for reward.kind = \"model\"".into(),
-                ))
+                fail(Cause::Missing(Missing::Key {
+                    key: "model.reward_path",
+                    detail: "for reward.kind = \"model\"",
+                }))
             })?;
             let load = |dev| RewardModel::load(Path::new(p), dev).map_err(|e| fail(e.into()));
             let models: Result<Vec<_>, _> = devices.iter().map(load).collect();

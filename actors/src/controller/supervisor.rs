@@ -268,11 +268,13 @@ async fn rebuild_one(
 ) -> Result<(), RunError> {
     stop(roles, name).await?;
     let placement = RolePlacement::parse(placement_of(ctx, name));
-    let group = placement.device_group().map_err(|e| {
-        RunError::role(
-            At::Setup,
-            RoleError::new(name, "restart", Cause::BadInput(e.to_string())),
-        )
+    let group = placement.device_group().map_err(|source| {
+        let cause = Cause::Placement {
+            role: None,
+            spec: None,
+            source,
+        };
+        RunError::role(At::Setup, RoleError::new(name, "restart", cause))
     })?;
     // A role on a node runs on that worker's executors, which its worker retires.
     if placement.node.is_none() {
@@ -518,7 +520,11 @@ mod tests {
         assert!(b.charge(5, fail()).is_ok(), "steps 1 and 2 left the window");
         let bad = RunError::role(
             At::Rl(6),
-            RoleError::new("reward", "reward", Cause::BadInput("no".into())),
+            RoleError::new(
+                "reward",
+                "reward",
+                Cause::Missing(crate::error::Missing::SftAnswers),
+            ),
         );
         assert!(
             matches!(b.charge(6, bad), Err(RunError::Role { .. })),

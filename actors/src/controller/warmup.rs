@@ -67,7 +67,7 @@ pub(crate) async fn run_sft(
         let at = At::Sft(step + 1);
         let pairs = sft_pairs(ctx, step + 1, &items)?;
         if pairs.is_empty() {
-            let e = Cause::BadInput("SFT needs prompts with answers; this batch had none".into());
+            let e = Cause::Missing(crate::error::Missing::SftAnswers);
             return Err(RunError::controller(at, "sft", e));
         }
         let seqs = Sequences {

@@ -2,14 +2,18 @@
 //! an out-of-memory tensor error, bad data, a panic and a timeout stay distinguishable all the
 //! way to the user. It does not know which role or step failed (see [`super::RoleError`]).
 
+use super::input::{Missing, Unsupported};
 use crate::batch::BatchError;
 use crate::executor::ExecutorError;
+use crate::placement::PlacementError;
+use crate::recipe::{RewardKeyError, SlurmError, TeacherError};
 use crate::roles::reward::http::HttpRewardError;
 use crate::roles::Divergence;
 use oxalign_data::DataError;
 use oxalign_models::engine::EngineError;
+use oxalign_models::error::UnknownName;
 use oxalign_models::text::tokenizer::TokenizerError;
-use oxalign_models::ModelError;
+use oxalign_models::{InitError, ModelError};
 use oxalign_rlhf::RlhfError;
 use std::path::PathBuf;
 
@@ -40,9 +44,82 @@ pub enum Cause {
     /// Training produced non-finite or exploding numbers.
     #[error(transparent)]
     Diverged(#[from] Divergence),
-    /// The input cannot be used; the message names what and what was expected.
-    #[error("{0}")]
-    BadInput(String),
+    /// A role's placement string does not parse, or names a device that cannot be opened.
+    #[error("{}{source}", placement_key(*role, spec.as_deref()))]
+    Placement {
+        /// The role of the `placement.<role>` key, when the message names the key (the
+        /// reward-model trainer runs on `placement.policy`).
+        role: Option<&'static str>,
+        /// The placement string, when the message quotes it.
+        spec: Option<String>,
+        /// What is wrong with it.
+        #[source]
+        source: PlacementError,
+    },
+    /// A reward setting (`[reward]`, `[[reward.verifiers]]`, `[reward.http]`) is unusable.
+    #[error(transparent)]
+    RewardKey(#[from] RewardKeyError),
+    /// A recipe key names something that does not exist (`model.init_family`, ...).
+    #[error("{key}: {source}")]
+    UnknownName {
+        /// The dotted key.
+        key: &'static str,
+        /// The name given and the accepted ones.
+        #[source]
+        source: UnknownName,
+    },
+    /// A fresh model folder could not be initialised from the recipe's `model.init_*`.
+    #[error(transparent)]
+    InitModel(InitError),
+    /// The teacher of `rl.algorithm = "distill"` cannot be compared with the policy.
+    #[error("model.teacher_path = {path:?}: {source}")]
+    Teacher {
+        /// `model.teacher_path` as given.
+        path: String,
+        /// Why the two models do not match.
+        #[source]
+        source: TeacherError,
+    },
+    /// `rl.routing_replay = true` with a policy that has no routers.
+    #[error(
+        "rl.routing_replay = true, but the policy in {} is a dense model without routers; \
+         expected a mixture-of-experts policy",
+        weights.display()
+    )]
+    RoutingReplayDense {
+        /// The policy's weights folder.
+        weights: PathBuf,
+    },
+    /// `placement.expert_parallel` cannot spread the policy's experts (a dense model,
+    /// experts it does not divide).
+    #[error(
+        "placement.expert_parallel = {world}: {source} (policy weights {})",
+        weights.display()
+    )]
+    ExpertParallel {
+        /// The number of ranks the experts were to be spread over.
+        world: usize,
+        /// The policy's weights folder.
+        weights: PathBuf,
+        /// The trainer's refusal (boxed: it is the largest cause).
+        #[source]
+        source: Box<RlhfError>,
+    },
+    /// A role is placed on a node that `[cluster] nodes` does not have.
+    #[error("[cluster] has no node {node:?}")]
+    NoSuchNode {
+        /// The node named by the placement.
+        node: String,
+    },
+    /// The nodes of the Slurm allocation `[cluster]` asks for cannot be read.
+    #[error(transparent)]
+    Slurm(#[from] SlurmError),
+    /// Something the run needs is absent (a recipe key, answers, reference log-probs, ...).
+    #[error(transparent)]
+    Missing(#[from] Missing),
+    /// A role or this build cannot do what was asked.
+    #[error(transparent)]
+    Unsupported(#[from] Unsupported),
     /// A file or folder could not be read or written.
     #[error("cannot {action} {}: {source}", path.display())]
     Io {
@@ -104,7 +181,26 @@ pub enum Cause {
     },
 }
 
+/// `placement.<role> = "<spec>": `, `placement.<role>: ` or nothing, before a placement error.
+fn placement_key(role: Option<&str>, spec: Option<&str>) -> String {
+    match (role, spec) {
+        (Some(role), Some(spec)) => format!("placement.{role} = {spec:?}: "),
+        (Some(role), None) => format!("placement.{role}: "),
+        (None, Some(spec)) => format!("{spec:?}: "),
+        (None, None) => String::new(),
+    }
+}
+
 impl Cause {
+    /// `placement.<role>` (`spec`) is unusable; the message names the key, not the string.
+    pub(crate) fn placement(role: &'static str, source: impl Into<PlacementError>) -> Self {
+        Cause::Placement {
+            role: Some(role),
+            spec: None,
+            source: source.into(),
+        }
+    }
+
     /// An I/O failure on `path`.
     pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Cause::Io {
@@ -119,15 +215,30 @@ impl Cause {
     /// these and 1 for the rest.
     pub fn is_bad_input(&self) -> bool {
         match self {
-            Cause::BadInput(_) | Cause::Tokenizer(_) | Cause::Data(_) => true,
-            Cause::Model(e) => !matches!(e, ModelError::Candle(_) | ModelError::Io { .. }),
+            Cause::Tokenizer(_)
+            | Cause::Data(_)
+            | Cause::Placement { .. }
+            | Cause::RewardKey(_)
+            | Cause::UnknownName { .. }
+            | Cause::Teacher { .. }
+            | Cause::RoutingReplayDense { .. }
+            | Cause::ExpertParallel { .. }
+            | Cause::NoSuchNode { .. }
+            | Cause::Slurm(_)
+            | Cause::Missing(_)
+            | Cause::Unsupported(_) => true,
+            Cause::Model(e) => model_is_bad_input(e),
+            // A folder that cannot be written is a failure of the run, as under `Io`.
+            Cause::InitModel(e) => match e {
+                InitError::Io { .. } => false,
+                InitError::Model(m) => model_is_bad_input(m),
+                _ => true,
+            },
             Cause::Engine(e) => match e {
                 EngineError::InvalidRequest { .. }
                 | EngineError::Capacity { .. }
                 | EngineError::Config { .. } => true,
-                EngineError::Model(m) => {
-                    !matches!(m, ModelError::Candle(_) | ModelError::Io { .. })
-                }
+                EngineError::Model(m) => model_is_bad_input(m),
                 _ => false,
             },
             Cause::Rlhf(e) => matches!(
@@ -157,13 +268,18 @@ impl Cause {
     }
 }
 
+/// True unless the model failed in a tensor operation or on the file system.
+fn model_is_bad_input(e: &ModelError) -> bool {
+    !matches!(e, ModelError::Candle(_) | ModelError::Io { .. })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn bad_input_is_told_apart_from_run_failures() {
-        assert!(Cause::BadInput("prompt too long".into()).is_bad_input());
+        assert!(Cause::Missing(Missing::SftAnswers).is_bad_input());
         let bad_file = Cause::Data(DataError::Split {
             path: "x.jsonl".into(),
             message: "no rows left to train on".into(),
@@ -183,6 +299,174 @@ mod tests {
         let oom = Cause::Tensor(candle_core::Error::Msg("out of memory".into()));
         assert!(!oom.is_bad_input());
         assert!(oom.to_string().contains("out of memory"), "{oom}");
+    }
+
+    /// Each typed bad-input cause, with the message users saw when it was a string.
+    fn typed_bad_inputs() -> Vec<(Cause, &'static str)> {
+        use oxalign_kernels::device::DeviceError;
+        let invalid = || DeviceError::Invalid { spec: "gpu".into() };
+        vec![
+            (
+                Cause::Placement {
+                    role: Some("reward"),
+                    spec: Some("node2:gpu".into()),
+                    source: invalid().into(),
+                },
+                "placement.reward = \"node2:gpu\": invalid device spec \"gpu\": expected \"cpu\", \
+                 \"cpu:N\", \"cuda\" or \"cuda:N\" (N a non-negative integer)",
+            ),
+            (
+                Cause::placement("policy", PlacementError::Group("empty device group".into())),
+                "placement.policy: empty device group",
+            ),
+            (
+                Cause::Placement {
+                    role: None,
+                    spec: None,
+                    source: invalid().into(),
+                },
+                "invalid device spec \"gpu\": expected \"cpu\", \"cpu:N\", \"cuda\" or \
+                 \"cuda:N\" (N a non-negative integer)",
+            ),
+            (
+                Cause::RewardKey(RewardKeyError {
+                    key: "reward.http.url".into(),
+                    message: "expected a URL".into(),
+                }),
+                "key `reward.http.url`: expected a URL",
+            ),
+            (
+                Cause::UnknownName {
+                    key: "model.init_preset",
+                    source: UnknownName {
+                        what: "model preset",
+                        got: "huge".into(),
+                        expected: "one of: tiny, small".into(),
+                    },
+                },
+                "model.init_preset: unknown model preset \"huge\"; expected one of: tiny, small",
+            ),
+            (
+                Cause::InitModel(InitError::NoTokenizerJson { path: "tok".into() }),
+                "tokenizer tok: tok/tokenizer.json not found",
+            ),
+            (
+                Cause::Teacher {
+                    path: "t".into(),
+                    source: TeacherError::VocabSize {
+                        teacher: 10,
+                        policy: 12,
+                    },
+                },
+                "model.teacher_path = \"t\": the teacher's vocab_size is 10, the policy's 12: \
+                 distillation compares log-probs token id by token id, so both need the same \
+                 vocabulary",
+            ),
+            (
+                Cause::RoutingReplayDense {
+                    weights: "models/dense".into(),
+                },
+                "rl.routing_replay = true, but the policy in models/dense is a dense model \
+                 without routers; expected a mixture-of-experts policy",
+            ),
+            (
+                Cause::ExpertParallel {
+                    world: 2,
+                    weights: "models/dense".into(),
+                    source: Box::new(RlhfError::ExpertParallel("no experts".into())),
+                },
+                "placement.expert_parallel = 2: expert-parallel training: no experts (policy \
+                 weights models/dense)",
+            ),
+            (
+                Cause::NoSuchNode {
+                    node: "node9".into(),
+                },
+                "[cluster] has no node \"node9\"",
+            ),
+            (
+                Cause::Slurm(SlurmError::NotSet),
+                "SLURM_JOB_NODELIST is not set (not inside a Slurm allocation?)",
+            ),
+            (
+                Missing::Key {
+                    key: "data.path",
+                    detail: "(a JSONL or Parquet file)",
+                }
+                .into(),
+                "data.path is required (a JSONL or Parquet file)",
+            ),
+            (
+                Missing::Key {
+                    key: "model.reward_path",
+                    detail: "for reward.kind = \"model\"",
+                }
+                .into(),
+                "model.reward_path is required for reward.kind = \"model\"",
+            ),
+            (
+                Missing::SftAnswers.into(),
+                "SFT needs prompts with answers; this batch had none",
+            ),
+            (
+                Missing::ReferenceLogprobs.into(),
+                "a training pair has no reference log-probs (did the data file change during \
+                 the run?)",
+            ),
+            (
+                Missing::CriticExperience.into(),
+                "a critic update needs the batch's old_values and returns (PPO experience)",
+            ),
+            (
+                Missing::SpawnWeights.into(),
+                "the spawn request names no weights folder",
+            ),
+            (
+                Missing::SpawnEngine.into(),
+                "the spawn request's recipe has no placement.engine",
+            ),
+            (
+                Unsupported::PolicyEngine.into(),
+                "the policy has no engine of its own (placement.engine puts it in the engine role)",
+            ),
+            (
+                Unsupported::ExportFromNode.into(),
+                "placement.engine needs the policy in the controller's process, not on a node",
+            ),
+            (
+                Unsupported::WrongRole {
+                    role: "reward",
+                    request: "Logprobs { seqs: Sequences".into(),
+                }
+                .into(),
+                "this connection hosts the reward, which cannot answer Logprobs { seqs: Sequences…",
+            ),
+            (
+                Unsupported::Nccl.into(),
+                "a group of CUDA devices needs NCCL, but oxalign was built without the `cuda` \
+                 feature (rebuild with `--features cuda`)",
+            ),
+            (
+                Unsupported::RlOffline.into(),
+                "run.kind = \"rl\" is not a data-file run",
+            ),
+        ]
+    }
+
+    #[test]
+    fn typed_bad_input_is_bad_input_and_keeps_its_message() {
+        for (cause, message) in typed_bad_inputs() {
+            assert!(cause.is_bad_input(), "{cause:?}");
+            assert_eq!(cause.to_string(), message, "{cause:?}");
+        }
+        // Only the tokenizer and model halves of a model folder's initialisation are the
+        // user's; a folder that cannot be written is not.
+        let unwritable = Cause::InitModel(InitError::Io {
+            action: "create",
+            path: "run/init".into(),
+            source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied"),
+        });
+        assert!(!unwritable.is_bad_input());
     }
 
     #[test]

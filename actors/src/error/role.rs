@@ -53,9 +53,13 @@ mod tests {
 
     #[test]
     fn message_names_role_phase_replica_and_cause() {
-        let e =
-            RoleError::new("critic", "values", Cause::BadInput("row 3 is empty".into())).on_rank(1);
-        assert_eq!(e.to_string(), "critic, values (replica 1): row 3 is empty");
+        let missing = crate::error::Missing::CriticExperience;
+        let e = RoleError::new("critic", "critic_train", missing).on_rank(1);
+        assert_eq!(
+            e.to_string(),
+            "critic, critic_train (replica 1): a critic update needs the batch's old_values \
+             and returns (PPO experience)"
+        );
         assert!(e.is_bad_input());
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "gone");
         let e = RoleError::new(

@@ -33,8 +33,10 @@ pub(crate) use overrides::apply_override;
 pub use resume_check::{changed_keys, check_resume, RESUMABLE_KEYS};
 pub use reward::{RewardKeyError, RewardKind, RewardSection};
 pub use sections::*;
+pub use slurm::SlurmError;
 pub use supervision::{FaultKind, FaultSpec, SupervisionSection, MAX_CALL_TIMEOUT_S};
 pub(crate) use teacher_check::same_vocabulary;
+pub use teacher_check::TeacherError;
 pub use validate::validate;
 pub use validate_rl::warnings;
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 /// Why a teacher cannot teach this policy.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum TeacherError {
+pub enum TeacherError {
     /// A config or tokenizer could not be read.
     #[error("{}: cannot read its {what}: {message}", dir.display())]
     Read {

@@ -111,10 +111,7 @@ fn critic_update(
     let full = b.seqs.batch(&device)?;
     let (old_values, returns) = match (&b.old_values, &b.returns) {
         (Some(v), Some(r)) => (v.to_tensor(&device)?, r.to_tensor(&device)?),
-        _ => {
-            let e = "a critic update needs the batch's old_values and returns (PPO experience)";
-            return Err(Cause::BadInput(e.into()));
-        }
+        _ => return Err(crate::error::Missing::CriticExperience.into()),
     };
     let order = minibatch_order(
         full.rows(),

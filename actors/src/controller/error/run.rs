@@ -161,11 +161,12 @@ mod tests {
     fn message_names_step_role_phase_and_cause() {
         let e = RunError::role(
             At::Rl(3),
-            RoleError::new("reward", "reward", Cause::BadInput("no answer".into())).on_rank(0),
+            RoleError::new("policy", "sft", crate::error::Missing::SftAnswers).on_rank(0),
         );
         assert_eq!(
             e.to_string(),
-            "RL step 3: reward, reward (replica 0): no answer"
+            "RL step 3: policy, sft (replica 0): SFT needs prompts with answers; this batch had \
+             none"
         );
         assert!(e.is_bad_input());
         let e = RunError::controller(

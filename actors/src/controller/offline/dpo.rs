@@ -115,9 +115,7 @@ fn work(
         .map(|p| ref_train.get(&pair_key(p)).copied())
         .collect::<Option<Vec<(f64, f64)>>>()
         .ok_or_else(|| {
-            let e = Cause::BadInput(
-                "a training pair has no reference log-probs (did the data file change during the run?)".into(),
-            );
+            let e = Cause::Missing(crate::error::Missing::ReferenceLogprobs);
             RunError::controller(at, "reference_logprobs", e)
         })?;
     Ok(Box::new(DpoWork {

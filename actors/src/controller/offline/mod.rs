@@ -44,7 +44,7 @@ pub(crate) async fn run(
         RunKind::Rm => rm::run(ctx, pool).await?,
         RunKind::Dpo => dpo::run(ctx, pool).await?,
         RunKind::Rl => {
-            let e = Cause::BadInput("run.kind = \"rl\" is not a data-file run".into());
+            let e = Cause::Unsupported(crate::error::Unsupported::RlOffline);
             return Err(RunError::controller(At::Setup, "run_kind", e));
         }
     };

@@ -33,10 +33,10 @@ async fn spawn(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<Box<dyn RewardModel
     let r = ctx.recipe;
     let fail = |cause: Cause| RunError::role(At::Setup, RoleError::new(ROLE, "setup", cause));
     let g = crate::placement::DeviceGroup::parse(&r.placement.policy)
-        .map_err(|e| fail(Cause::BadInput(format!("placement.policy: {e}"))))?;
+        .map_err(|e| fail(Cause::placement("policy", e)))?;
     let devices = g
         .devices()
-        .map_err(|e| fail(Cause::BadInput(format!("placement.policy: {e}"))))?;
+        .map_err(|e| fail(Cause::placement("policy", e)))?;
     let mut trainers = Vec::new();
     for dev in devices {
         let m = RewardModel::load_with_new_head(ctx.policy_dir, r.run.seed ^ 0x5C0E, &dev)

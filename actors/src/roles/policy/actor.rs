@@ -394,10 +394,6 @@ fn no_engine(phase: &'static str) -> RoleError {
     RoleError::new(
         "policy",
         phase,
-        Cause::BadInput(
-            "the policy has no engine of its own (placement.engine puts it in the engine \
-             role)"
-                .into(),
-        ),
+        Cause::Unsupported(crate::error::Unsupported::PolicyEngine),
     )
 }
