@@ -17,8 +17,8 @@
 # there). Rows:
 #   generate  56.4M Llama (`init-model --preset small`), 32 prompts of 32 tokens + 128 greedy
 #             tokens, and batch 1: oxalign f32 / bf16 / int8 against HF f32 and bf16
-#   train     the same model, batch 8 x 256, AdamW: oxalign f32 against PyTorch eager f32
-#             and PyTorch autocast bf16
+#   train     the same model, batch 8 x 256, AdamW: oxalign f32 and bf16-mixed against
+#             PyTorch eager f32 and PyTorch autocast bf16
 #   rl-step   the 11M Qwen2 of tools/bench_trl_grpo.py, 16 prompts x 8 samples, 64 tokens:
 #             oxalign GRPO steps against TRL's (f32)
 # Run it on a quiet machine (check `uptime`); a spread over 20% is not a result.
@@ -73,6 +73,7 @@ train_round() {
   if [ "${TORCH_BF16:-1}" != 0 ]; then
     record "train 8x256" "PyTorch bf16 autocast" peer "$PYTHON" "$HERE/bench_torch_train.py" "${args[@]}" --threads "$THREADS" --bf16
   fi
+  record "train 8x256" "oxalign bf16-mixed" ours "$OX" bench train "${args[@]}" --precision bf16-mixed
 }
 
 rl_step_round() {

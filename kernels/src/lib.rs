@@ -2,14 +2,16 @@
 //! It knows nothing about models or RL: shapes and dtypes in, tensors out. The parts:
 //! `device.rs` (device specs), `cpu_threads.rs` (one rayon pool; candle's element-wise ops
 //! inline), `host_memory.rs` (glibc's allocator thresholds, so freed buffers are reused),
-//! `ops/` (the fused ops), `linear/` (the engine's inference linear layers) and
-//! `collective/` (the [`Collective`] trait, in-process and NCCL). See docs/ARCHITECTURE.md.
+//! `ops/` (the fused ops), `matmul/` (the training GEMMs, f32 and bf16), `linear/` (the
+//! engine's inference linear layers) and `collective/` (the [`Collective`] trait,
+//! in-process and NCCL). See docs/ARCHITECTURE.md.
 
 pub mod collective;
 pub mod cpu_threads;
 pub mod device;
 pub mod host_memory;
 pub mod linear;
+mod matmul;
 pub mod ops;
 
 pub use collective::{Collective, CollectiveError, ThreadCollective};

@@ -37,11 +37,11 @@ pub use io::init_dir::{init_model_dir, InitError, InitHead, InitSpec, InitTokeni
 pub use io::param_store::ParamStore;
 pub use moe::expert_parallel::{ExpertNames, ExpertParallel};
 pub use nn::causal_lm::CausalLm;
-pub use nn::fake_quant::Precision;
 pub use nn::generate::{Completion, FinishReason, GenerationRequest};
 pub use nn::head::{Head, LmHead, RewardHead, ValueHead};
 pub use nn::kv_cache::KvCache;
 pub use nn::model::Model;
+pub use nn::precision::{Precision, UnknownPrecision};
 pub use nn::reward_model::RewardModel;
 pub use nn::value_model::ValueModel;
 pub use oxalign_kernels::ops::{TokenDistribution, Truncation};

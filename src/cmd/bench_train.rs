@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use candle_core::Var;
 use clap::Parser;
-use oxalign_models::CausalLm;
+use oxalign_models::{CausalLm, Precision};
 use oxalign_rlhf::optim::{clip_coefficient, AdamW, AdamWConfig};
 use serde::Serialize;
 
@@ -38,7 +38,7 @@ with the same --lengths uniform --seed.\n\n\
 FLOPs per step = sum over sequences of 6 · matmul_params · len + 12 · layers · heads · \
 head_dim · len² (with fixed lengths: 6 · matmul_params · batch · seq + 12 · layers · heads · \
 head_dim · seq² · batch), where matmul_params counts every parameter except the input \
-embedding table (a lookup); padding is not counted. MFU = (FLOPs per step / median step seconds) / the f32 matmul peak, measured in the \
+embedding table (a lookup); padding is not counted. MFU = (FLOPs per step / median step seconds) / the matmul peak of --precision, measured in the \
 same process as `oxalign bench matmul` does unless --peak-gflops is given."
 )]
 pub struct Args {
@@ -78,6 +78,11 @@ pub struct Args {
     /// Run the batch as packed rows (several sequences per row) instead of padded rows.
     #[arg(long)]
     pub packing: bool,
+    /// Numbers of the linear layers: `f32`, or `bf16-mixed` (bf16 products with f32 sums;
+    /// f32 master weights, gradients and AdamW moments). MFU is then taken against the bf16
+    /// GEMM peak.
+    #[arg(long, default_value = "f32")]
+    pub precision: Precision,
 }
 
 /// The JSON line `oxalign bench train` prints.
@@ -85,6 +90,11 @@ pub struct Args {
 struct Report {
     bench: &'static str,
     model: String,
+    /// Numbers of the linear layers (`--precision`).
+    precision: Precision,
+    /// Bytes of weights, gradients and AdamW moments the optimizer step reads and writes
+    /// (all f32: 4 arrays read, 3 written, 4 bytes each per parameter).
+    optimizer_bytes_per_step: usize,
     /// Trainable parameters.
     params: usize,
     /// Parameters that take part in a matmul (all but the input embedding table).
@@ -147,11 +157,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (peak_gflops, peak_source, matmul) = match args.peak_gflops {
         Some(p) => (p, "given", None),
         None => {
-            let m = measure_matmul_peak(2048, 7)?;
+            let m = measure_matmul_peak(2048, 7, args.precision)?;
             (m.gflops_median, "measured", Some(m))
         }
     };
-    let model = CausalLm::load(&args.model, &device).map_err(|e| model_error(e, &args.model))?;
+    let mut model =
+        CausalLm::load(&args.model, &device).map_err(|e| model_error(e, &args.model))?;
+    model.set_precision(args.precision);
     let cfg = model.config().clone();
     if seq > cfg.max_position_embeddings {
         return user_error(format!(
@@ -179,6 +191,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let report = Report {
         bench: "train",
         model: args.model.display().to_string(),
+        precision: args.precision,
+        optimizer_bytes_per_step: params * 4 * 7,
         params,
         matmul_params,
         layers: cfg.num_hidden_layers,

@@ -287,7 +287,7 @@ fn policy_trainer(
     if let Some(coef) = recipe.model.router_aux_loss_coef {
         trainer.router_aux_loss_coef = coef;
     }
-    trainer.model.set_precision(recipe.rl.trainer_precision);
+    trainer.model.set_precision(recipe.policy_precision());
     Ok(trainer)
 }
 
@@ -560,12 +560,13 @@ pub(crate) async fn spawn_critic(
     let world = devices.len();
     let cgroup = replica_group(&cg.specs, pool).map_err(&fail)?;
     for (rank, dev) in devices.into_iter().enumerate() {
-        let model = match &src.critic {
+        let mut model = match &src.critic {
             // A reward model has `score.weight` but no bias: the bias starts at zero.
             Some(p) => ValueModel::load_with_new_head(p, recipe.run.seed ^ 0xC217, &dev)
                 .map_err(|e| fail(e.into()))?,
             None => critic_from_backbone(recipe, &src.reference, &dev).map_err(&fail)?,
         };
+        model.set_precision(recipe.model.precision);
         let mut trainer =
             CriticTrainer::new(model, recipe.rl.critic_lr, 0.0).map_err(|e| fail(e.into()))?;
         trainer.max_value_loss = recipe.guard.max_value_loss;

@@ -14,6 +14,7 @@ mod moe_switches;
 mod numbers;
 mod offline;
 mod overrides;
+mod precision;
 mod resume_check;
 mod reward;
 mod sections;

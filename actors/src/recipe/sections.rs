@@ -115,6 +115,14 @@ pub struct ModelSection {
     /// policies only. Default: the policy's `config.json` decides, as in HF and TRL:
     /// its `router_aux_loss_coef` when `output_router_logits` is true, else 0.
     pub router_aux_loss_coef: Option<f64>,
+    /// The numbers every trainer (SFT, reward model, DPO, the RL policy and critic) computes
+    /// in: `"f32"`, or `"bf16_mixed"` (also spelled `"bf16-mixed"`): the attention and MLP
+    /// projections multiply bf16-rounded activations and weights with f32 sums, while the
+    /// weights, gradients and AdamW moments stay f32 (master copy) and norms, softmax,
+    /// attention, the LM head and log-probs stay f32. The reference and reward roles score
+    /// in f32. `rl.trainer_precision`, when not `"f32"`, overrides it for the RL policy.
+    /// Default `"f32"`.
+    pub precision: oxalign_models::Precision,
 }
 
 impl Default for ModelSection {
@@ -127,6 +135,7 @@ impl Default for ModelSection {
             critic_path: None,
             teacher_path: None,
             router_aux_loss_coef: None,
+            precision: oxalign_models::Precision::F32,
         }
     }
 }
@@ -377,7 +386,8 @@ pub struct RlSection {
     /// the router still learns). The reference and the critic route on their own. Default
     /// `false`.
     pub routing_replay: bool,
-    /// The numbers the policy trainer computes in: `f32`, or `fake_int8` with
+    /// The numbers the policy trainer computes in: `f32` (then `model.precision` decides),
+    /// `bf16_mixed` (see `model.precision`), or `fake_int8` with
     /// `engine.quant = "int8"` on CPU: every linear layer the engine quantizes runs the
     /// engine's own W8A8 kernel in the trainer's forwards (π_old, every update's π_θ, and the
     /// SFT warm-up), with straight-through gradients to the f32 weights

@@ -186,7 +186,7 @@ fn trainer_precision(
     r: &Recipe,
     bad: &impl Fn(&str, String) -> RecipeError,
 ) -> Result<(), RecipeError> {
-    if r.rl.trainer_precision == oxalign_models::Precision::F32 {
+    if r.rl.trainer_precision != oxalign_models::Precision::FakeInt8 {
         return Ok(());
     }
     let key = "rl.trainer_precision";

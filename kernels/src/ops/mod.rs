@@ -9,9 +9,11 @@
 //! logits), causal attention (`attention*.rs`: flash-style tiles with an online softmax,
 //! forward and backward; padding, GQA, sliding windows and packed segments are per-query key
 //! ranges in `attention_visibility.rs`; `attention_engine_order.rs` is a second f32 forward in
-//! the decoding engine's per-query arithmetic, for a trainer in the engine's numbers) and the
-//! SwiGLU gate (`swiglu.rs`). Beside them: the token distribution every log-prob is taken under
-//! (`truncation.rs`) and the host row math the trainer and the engine share (`rows.rs`).
+//! the decoding engine's per-query arithmetic, for a trainer in the engine's numbers), the
+//! SwiGLU gate (`swiglu.rs`) and the linear layer (`linear.rs`: f32 or bf16 mixed precision
+//! over `matmul/`'s GEMMs, both gradients written straight into their layouts). Beside them:
+//! the token distribution every log-prob is taken under (`truncation.rs`) and the host row
+//! math the trainer and the engine share (`rows.rs`).
 
 mod attention;
 mod attention_bwd;
@@ -30,6 +32,7 @@ mod cpu_math;
 mod cuda_launch;
 mod entropy;
 mod head_gemm;
+mod linear;
 mod lm_head;
 mod lm_head_cpu;
 pub mod reference;
@@ -43,10 +46,12 @@ mod token_logprobs;
 mod truncation;
 mod validate;
 
+pub use crate::matmul::Bf16Path;
 pub use attention::{causal_attention, causal_attention_engine_order, causal_attention_segmented};
 #[cfg(feature = "cuda")]
 pub use cuda_launch::compile_cuda_kernels;
 pub use entropy::entropy;
+pub use linear::{linear_bf16, linear_bf16_on, linear_f32};
 pub use lm_head::{lm_head_logprobs, HeadOutputs};
 pub use rms_norm::rms_norm;
 pub use rope::rope;

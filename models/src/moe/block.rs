@@ -13,8 +13,8 @@ use crate::moe::expert_parallel::ExpertParallel;
 use crate::moe::router::{route, Routed};
 use crate::moe::routing::RouterTrace;
 use crate::nn::f32_linear::f32_linear;
-use crate::nn::fake_quant::Precision;
 use crate::nn::mlp::Mlp;
+use crate::nn::precision::Precision;
 use candle_core::{Result, Tensor};
 
 /// The always-on expert and its scalar gate `[1, H]`.

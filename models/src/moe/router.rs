@@ -7,8 +7,8 @@
 
 use crate::moe::routing::FREE;
 use crate::nn::f32_linear::f32_linear;
-use crate::nn::fake_quant::Precision;
 use crate::nn::layers::softmax_last_dim;
+use crate::nn::precision::Precision;
 use candle_core::{DType, Result, Tensor};
 
 /// One layer's routing of `N` tokens.

@@ -8,10 +8,11 @@
 use crate::config::layout::AttentionParams;
 use crate::config::model_config::ModelConfig;
 use crate::io::param_store::ParamStore;
-use crate::nn::fake_quant::{quantizable_linear, Precision};
+use crate::nn::fake_quant::quantizable_linear;
 use crate::nn::kv_cache::KvCache;
 use crate::nn::layers::{apply_rope, rms_norm, softmax_last_dim};
 use crate::nn::mask::{mask_scores, Visibility};
+use crate::nn::precision::Precision;
 use candle_core::{DType, Result, Tensor};
 use oxalign_kernels::ops::{causal_attention_engine_order, causal_attention_segmented};
 
@@ -109,7 +110,7 @@ impl Attention {
             // In the int8 engine's numbers the attention must be the engine's bits too, or
             // the int8 rounding of its output can flip on one side only.
             let attend = match p {
-                Precision::F32 => causal_attention_segmented,
+                Precision::F32 | Precision::Bf16Mixed => causal_attention_segmented,
                 Precision::FakeInt8 => causal_attention_engine_order,
             };
             attend(

@@ -8,6 +8,7 @@ use crate::nn::fake_quant::{fake_quant, quantized_input};
 use crate::nn::head::LmHead;
 use crate::nn::kv_cache::KvCache;
 use crate::nn::model::Model;
+use crate::nn::precision::Precision;
 use candle_core::{DType, Tensor};
 use oxalign_kernels::linear::Int8Operand;
 use oxalign_kernels::ops::{lm_head_logprobs, HeadOutputs, TokenDistribution};
@@ -41,9 +42,14 @@ impl CausalLm {
         self.decoder().forward(input_ids, attention_mask, None)
     }
 
-    /// LM head: hidden `[..., H]` -> logits `[..., V]`.
+    /// LM head: hidden `[..., H]` -> logits `[..., V]` (f32 under bf16 mixed precision, as
+    /// the fused log-prob head computes them).
     pub fn lm_logits(&self, hidden: &Tensor) -> candle_core::Result<Tensor> {
-        crate::nn::fake_quant::quantizable_linear(hidden, &self.head.weight, None, self.precision)
+        let precision = match self.precision {
+            Precision::Bf16Mixed => Precision::F32,
+            p => p,
+        };
+        crate::nn::fake_quant::quantizable_linear(hidden, &self.head.weight, None, precision)
     }
 
     /// Log-prob (nats) of each next token: `[B, T]` ids -> `[B, T-1]` where entry `t` is

@@ -67,7 +67,7 @@ impl Decoder {
     }
 
     /// Makes every layer's linear layers compute in `precision` (embedding and norms stay f32).
-    pub(crate) fn set_precision(&mut self, precision: crate::nn::fake_quant::Precision) {
+    pub(crate) fn set_precision(&mut self, precision: crate::nn::precision::Precision) {
         for layer in &mut self.layers {
             layer.set_precision(precision);
         }

@@ -59,7 +59,7 @@ impl DecoderLayer {
     }
 
     /// Makes the layer's linear layers compute in `precision` (norms stay f32).
-    pub(crate) fn set_precision(&mut self, precision: crate::nn::fake_quant::Precision) {
+    pub(crate) fn set_precision(&mut self, precision: crate::nn::precision::Precision) {
         self.attn.set_precision(precision);
         match &mut self.ffn {
             FeedForward::Dense(m) => m.set_precision(precision),

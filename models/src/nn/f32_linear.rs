@@ -2,17 +2,18 @@
 //! the trainer computes it: under [`Precision::FakeInt8`] with the engine's own f32 kernel
 //! ([`PackedF32Weight`], packed per call), so the router logits are the engine's bits and
 //! the experts and weights that follow cannot differ on one side only; under
-//! [`Precision::F32`] the plain [`crate::nn::layers::linear`]. The gradients are a linear
+//! [`Precision::F32`] and [`Precision::Bf16Mixed`] (routers stay f32) the plain [`crate::nn::layers::linear`]. The gradients are a linear
 //! layer's: `∂x = ∂y · W`, `∂W = ∂yᵀ · x`. CPU (host) only in the engine's numbers.
 
-use crate::nn::fake_quant::{host_linear, linear_grads, Precision};
+use crate::nn::fake_quant::{host_linear, linear_grads};
+use crate::nn::precision::Precision;
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 use oxalign_kernels::linear::PackedF32Weight;
 
 /// `x · Wᵀ`, `x` `[rows, in]`, `W` `[out, in]` -> `[rows, out]`, in `precision`'s numbers.
 pub(crate) fn f32_linear(x: &Tensor, weight: &Tensor, precision: Precision) -> Result<Tensor> {
     match precision {
-        Precision::F32 => crate::nn::layers::linear(x, weight, None),
+        Precision::F32 | Precision::Bf16Mixed => crate::nn::layers::linear(x, weight, None),
         Precision::FakeInt8 => x
             .contiguous()?
             .apply_op2(&weight.contiguous()?, PackedLinear),

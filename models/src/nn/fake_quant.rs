@@ -18,22 +18,13 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 use oxalign_kernels::linear::{fake_quantize_rows, Int8Operand, Int8Weight};
 
-/// The numbers a model's linear layers compute in.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Precision {
-    /// Plain f32 (or the weights' dtype).
-    #[default]
-    F32,
-    /// The int8 engine's W8A8 numbers with straight-through gradients.
-    FakeInt8,
-}
+use crate::nn::precision::Precision;
 
 /// `x` with each last-dim row fake-quantized as `operand` (a no-op under [`Precision::F32`]);
 /// differentiable, with the identity as its gradient.
 pub(crate) fn fake_quant(x: &Tensor, operand: Int8Operand, precision: Precision) -> Result<Tensor> {
     match precision {
-        Precision::F32 => Ok(x.clone()),
+        Precision::F32 | Precision::Bf16Mixed => Ok(x.clone()),
         Precision::FakeInt8 => x.contiguous()?.apply_op1(FakeQuantRows(operand)),
     }
 }
@@ -76,7 +67,8 @@ impl CustomOp1 for FakeQuantRows {
     }
 }
 
-/// A linear layer the int8 engine quantizes: `x · Wᵀ (+ b)`, `x` `[..., in]`. Under
+/// A linear layer the int8 engine quantizes: `x · Wᵀ (+ b)`, `x` `[..., in]`, in
+/// `precision`'s numbers (bf16 products under [`Precision::Bf16Mixed`]). Under
 /// [`Precision::FakeInt8`] the product is the engine's own int8 kernel
 /// ([`Int8Weight::matmul`]: the same rounding, exact integer sums and rescaling, so the
 /// same bits), with straight-through gradients: `∂x = ∂y · q(W)`, `∂W = ∂yᵀ · q(x)`.
@@ -86,8 +78,10 @@ pub(crate) fn quantizable_linear(
     bias: Option<&Tensor>,
     precision: Precision,
 ) -> Result<Tensor> {
-    if precision == Precision::F32 {
-        return crate::nn::layers::linear(x, weight, bias);
+    match precision {
+        Precision::F32 => return crate::nn::layers::linear(x, weight, bias),
+        Precision::Bf16Mixed => return crate::nn::layers::linear_bf16(x, weight, bias),
+        Precision::FakeInt8 => {}
     }
     let dims = x.dims().to_vec();
     let Some((&in_dim, lead)) = dims.split_last() else {

@@ -1,8 +1,8 @@
 //! The differentiable building blocks of the decoder — RMSNorm, RoPE application, softmax,
-//! linear, embedding, token log-probs, the SwiGLU gate. RMSNorm, RoPE, token log-probs and
-//! SwiGLU are the fused, differentiable kernels of `oxalign-kernels`; softmax, linear and embedding are composed
-//! candle ops with a backward pass. candle's fused `rms_norm`, `softmax_last_dim` and `rope*`
-//! (no backward) are deliberately not used.
+//! linear, embedding, token log-probs, the SwiGLU gate. RMSNorm, RoPE, token log-probs,
+//! SwiGLU and linear are the fused, differentiable kernels of `oxalign-kernels`; softmax and
+//! embedding are composed candle ops with a backward pass. candle's fused `rms_norm`,
+//! `softmax_last_dim` and `rope*` (no backward) are deliberately not used.
 
 use candle_core::{DType, Result, Tensor, D};
 
@@ -57,23 +57,26 @@ pub fn swiglu_engine_order(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     oxalign_kernels::ops::swiglu_engine_order(gate, up)
 }
 
-/// `x @ weight^T (+ bias)`. `x`: `[..., in]`, `weight`: `[out, in]`, `bias`: `[out]`.
+/// `x @ weight^T (+ bias)`. `x`: `[..., in]`, `weight`: `[out, in]`, `bias`: `[out]`. One
+/// differentiable op on the CPU in f32 ([`oxalign_kernels::ops::linear_f32`]: its backward
+/// writes both gradients straight into their layouts); f64 and other devices compose
+/// candle's matmul.
 pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-    let dims = x.dims().to_vec();
-    let (in_dim, lead) = match dims.split_last() {
-        Some((last, lead)) => (*last, lead.to_vec()),
-        None => candle_core::bail!("linear: input must have at least one dim"),
-    };
-    let out_dim = weight.dim(0)?;
-    let rows: usize = lead.iter().product();
-    let y = x.reshape((rows, in_dim))?.matmul(&weight.t()?)?;
-    let y = match bias {
-        Some(b) => y.broadcast_add(b)?,
-        None => y,
-    };
-    let mut out_shape = lead;
-    out_shape.push(out_dim);
-    y.reshape(out_shape)
+    with_bias(oxalign_kernels::ops::linear_f32(x, weight)?, bias)
+}
+
+/// [`linear`] in bf16 mixed precision: `x` and `weight` rounded to bf16, products summed
+/// in f32, the result (and the bias add) f32; gradients reach the f32 `weight`
+/// ([`oxalign_kernels::ops::linear_bf16`]).
+pub fn linear_bf16(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    with_bias(oxalign_kernels::ops::linear_bf16(x, weight)?, bias)
+}
+
+fn with_bias(y: Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    match bias {
+        Some(b) => y.broadcast_add(b),
+        None => Ok(y),
+    }
 }
 
 /// Embedding lookup. `weight`: `[V, H]`, `ids`: `[B, T]` u32 -> `[B, T, H]`.

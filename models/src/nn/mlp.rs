@@ -4,8 +4,9 @@
 
 use crate::config::layout::MlpParams;
 use crate::io::param_store::ParamStore;
-use crate::nn::fake_quant::{quantizable_linear, Precision};
+use crate::nn::fake_quant::quantizable_linear;
 use crate::nn::layers::{swiglu, swiglu_engine_order};
+use crate::nn::precision::Precision;
 use candle_core::{Result, Tensor};
 
 /// Weights of one MLP block (the tensors of an [`MlpParams`]).
@@ -41,7 +42,7 @@ impl Mlp {
         let up = quantizable_linear(x, &self.up_w, self.up_b.as_ref(), p)?;
         // In the engine's numbers the activation must be the engine's bits too.
         let act = match p {
-            Precision::F32 => swiglu(&gate, &up)?,
+            Precision::F32 | Precision::Bf16Mixed => swiglu(&gate, &up)?,
             Precision::FakeInt8 => swiglu_engine_order(&gate, &up)?,
         };
         quantizable_linear(&act, &self.down_w, self.down_b.as_ref(), p)

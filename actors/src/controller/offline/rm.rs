@@ -39,8 +39,9 @@ async fn spawn(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<Box<dyn RewardModel
         .map_err(|e| fail(Cause::placement("policy", e)))?;
     let mut trainers = Vec::new();
     for dev in devices {
-        let m = RewardModel::load_with_new_head(ctx.policy_dir, r.run.seed ^ 0x5C0E, &dev)
+        let mut m = RewardModel::load_with_new_head(ctx.policy_dir, r.run.seed ^ 0x5C0E, &dev)
             .map_err(|e| fail(e.into()))?;
+        m.set_precision(r.model.precision);
         let mut t = RewardTrainer::new(m, r.rm.lr, 0.0).map_err(|e| fail(e.into()))?;
         t.max_loss = r.guard.max_policy_loss;
         trainers.push(t);

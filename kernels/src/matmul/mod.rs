@@ -1,0 +1,146 @@
+//! The GEMMs of training, `C = A · B` with `C` f32 row-major and the operands f32 views with
+//! any strides, so the three products of a linear layer (forward `x · Wᵀ`, input gradient
+//! `∂y · W`, weight gradient `∂yᵀ · x`) read the f32 tensors in place, transposes included:
+//! - [`Numbers::F32`]: f32 throughout (`f32.rs`, the `gemm` crate);
+//! - [`Numbers::Bf16`]: bf16 mixed precision: both operands rounded to bf16 (nearest, ties
+//!   to even) and the products summed in f32. The rounding happens while packing, so the
+//!   f32 master weights are never overwritten.
+//!
+//! bf16 paths, chosen at run time from what the CPU has ([`Bf16Path::detect`]):
+//! - [`Bf16Path::Avx512Bf16`]: operands packed as bf16 pairs, a 12 × 32 register tile of
+//!   `vdpbf16ps` (two bf16 products per f32 lane and instruction), `avx512.rs`;
+//! - [`Bf16Path::RoundedF32`]: every other CPU (AVX2, AVX-512 without BF16, NEON): the
+//!   operands rounded to bf16 values held in f32 and multiplied by the f32 GEMM. The same
+//!   numbers up to summation order, at f32 speed.
+//!
+//! AMX tiles are not used yet (no machine with AMX enabled has run this code). Not here: the
+//! differentiable linear op (`ops/linear.rs`).
+
+#[cfg(target_arch = "x86_64")]
+mod bf16_avx512;
+#[cfg(target_arch = "x86_64")]
+mod bf16_blocked;
+mod bf16_pack;
+mod bf16_rounded;
+mod f32;
+#[cfg(test)]
+mod tests;
+
+/// A read-only f32 matrix view: element `(r, c)` is `data[r * row_stride + c * col_stride]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MatView<'a> {
+    pub data: &'a [f32],
+    pub rows: usize,
+    pub cols: usize,
+    pub row_stride: usize,
+    pub col_stride: usize,
+}
+
+impl<'a> MatView<'a> {
+    /// A row-major `[rows, cols]` matrix.
+    ///
+    /// # Panics
+    /// If `data` holds fewer than `rows · cols` values (a caller's shape bug).
+    pub fn row_major(data: &'a [f32], rows: usize, cols: usize) -> MatView<'a> {
+        assert!(
+            data.len() >= rows * cols,
+            "matmul: view larger than its data"
+        );
+        MatView {
+            data,
+            rows,
+            cols,
+            row_stride: cols,
+            col_stride: 1,
+        }
+    }
+
+    /// The transpose of this view (no copy).
+    pub fn t(self) -> MatView<'a> {
+        MatView {
+            data: self.data,
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+        }
+    }
+
+    #[inline]
+    fn at(&self, r: usize, c: usize) -> f32 {
+        self.data[r * self.row_stride + c * self.col_stride]
+    }
+}
+
+/// The kernel a bf16 GEMM runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bf16Path {
+    /// AVX-512 with the BF16 extension: `vdpbf16ps` on packed bf16 pairs.
+    Avx512Bf16,
+    /// bf16-rounded operands multiplied by the f32 GEMM (any CPU).
+    RoundedF32,
+}
+
+impl Bf16Path {
+    /// The fastest path this CPU has.
+    pub fn detect() -> Bf16Path {
+        #[cfg(target_arch = "x86_64")]
+        if bf16_avx512::available() {
+            return Bf16Path::Avx512Bf16;
+        }
+        Bf16Path::RoundedF32
+    }
+
+    /// Every path this CPU can run (for tests and benchmarks).
+    pub fn available() -> Vec<Bf16Path> {
+        let mut paths = vec![Bf16Path::RoundedF32];
+        if Bf16Path::detect() == Bf16Path::Avx512Bf16 {
+            paths.push(Bf16Path::Avx512Bf16);
+        }
+        paths
+    }
+}
+
+/// The numbers a GEMM computes in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Numbers {
+    /// f32 operands, f32 sums.
+    F32,
+    /// bf16-rounded operands, f32 sums, on the given path.
+    Bf16(Bf16Path),
+}
+
+/// `c = a · b` (`c` row-major `[a.rows, b.cols]`, overwritten) in `numbers` (a bf16 path
+/// must be available on this CPU).
+///
+/// # Panics
+/// If the inner dimensions or the output size do not match (a caller's shape bug).
+pub(crate) fn gemm(numbers: Numbers, a: MatView, b: MatView, c: &mut [f32]) {
+    assert_eq!(a.cols, b.rows, "matmul: inner dimensions differ");
+    assert_eq!(c.len(), a.rows * b.cols, "matmul: output size");
+    if c.is_empty() {
+        return;
+    }
+    if a.cols == 0 {
+        c.fill(0.0);
+        return;
+    }
+    match numbers {
+        Numbers::F32 => f32::gemm(a, b, c),
+        #[cfg(target_arch = "x86_64")]
+        Numbers::Bf16(Bf16Path::Avx512Bf16) => bf16_blocked::gemm(a, b, c),
+        Numbers::Bf16(_) => bf16_rounded::gemm(a, b, c),
+    }
+}
+
+/// `v` rounded to the nearest bf16 (ties to even), as its 16 bits.
+#[inline]
+pub(crate) fn bf16_bits(v: f32) -> u16 {
+    half::bf16::from_f32(v).to_bits()
+}
+
+/// `v` rounded to the nearest bf16 and widened back to f32 (exact).
+#[inline]
+pub(crate) fn round_to_bf16(v: f32) -> f32 {
+    f32::from_bits((bf16_bits(v) as u32) << 16)
+}

@@ -1,0 +1,114 @@
+//! The f32 GEMM and every bf16 GEMM path against an f64 product of the bf16-rounded operands, over shapes
+//! that cut every block and tile edge and over transposed (strided) views.
+
+use super::*;
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let h = (i as u32).wrapping_mul(2654435761) ^ seed.wrapping_mul(40503);
+            (h % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+/// The f64 product of the bf16-rounded views, and the sum of |a||b| per element (the scale
+/// of the f32 rounding error).
+fn reference(a: MatView, b: MatView) -> (Vec<f64>, Vec<f64>) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    let mut want = vec![0f64; m * n];
+    let mut scale = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            for kk in 0..k {
+                let p = round_to_bf16(a.at(i, kk)) as f64 * round_to_bf16(b.at(kk, j)) as f64;
+                want[i * n + j] += p;
+                scale[i * n + j] += p.abs();
+            }
+        }
+    }
+    (want, scale)
+}
+
+fn check(path: Bf16Path, a: MatView, b: MatView) {
+    let mut c = vec![f32::NAN; a.rows * b.cols];
+    gemm(Numbers::Bf16(path), a, b, &mut c);
+    let (want, scale) = reference(a, b);
+    for (idx, ((&got, &w), &s)) in c.iter().zip(&want).zip(&scale).enumerate() {
+        let err = (got as f64 - w).abs();
+        assert!(
+            err <= 1e-6 * s + 1e-30,
+            "{path:?} m={} k={} n={} at {idx}: got {got}, want {w} (scale {s})",
+            a.rows,
+            a.cols,
+            b.cols
+        );
+    }
+}
+
+#[test]
+fn every_path_multiplies_bf16_rounded_operands_with_f32_sums() {
+    let shapes = [
+        (1, 1, 1),
+        (3, 5, 7),
+        (13, 257, 33),
+        (25, 300, 65),
+        (100, 40, 31),
+    ];
+    for path in Bf16Path::available() {
+        for &(m, k, n) in &shapes {
+            let ad = values(m * k, 1);
+            let bd = values(k * n, 2);
+            let a = MatView::row_major(&ad, m, k);
+            let b = MatView::row_major(&bd, k, n);
+            check(path, a, b);
+            // The linear layer's three products: x·Wᵀ, ∂y·W, ∂yᵀ·x (strided views).
+            let wd = values(n * k, 3);
+            check(path, a, MatView::row_major(&wd, n, k).t());
+            let gd = values(k * m, 4);
+            check(path, MatView::row_major(&gd, k, m).t(), b);
+        }
+    }
+}
+
+#[test]
+fn an_empty_inner_dimension_gives_zeros() {
+    for path in Bf16Path::available() {
+        let mut c = vec![f32::NAN; 6];
+        gemm(
+            Numbers::Bf16(path),
+            MatView::row_major(&[], 2, 0),
+            MatView::row_major(&[], 0, 3),
+            &mut c,
+        );
+        assert_eq!(c, vec![0.0; 6]);
+    }
+}
+
+/// The rounding is to nearest, ties to even, as `torch.bfloat16` rounds.
+#[test]
+fn rounding_is_to_nearest_even() {
+    assert_eq!(round_to_bf16(1.0 + 1.0 / 256.0), 1.0); // tie: down to even
+    assert_eq!(round_to_bf16(1.0 + 3.0 / 256.0), 1.0 + 4.0 / 256.0); // tie: up to even
+    assert_eq!(round_to_bf16(1.0 + 1.5 / 256.0), 1.0 + 2.0 / 256.0);
+}
+
+/// The f32 GEMM reads transposed views in place and sums like an f64 product.
+#[test]
+fn the_f32_gemm_reads_strided_views() {
+    let (m, k, n) = (9, 33, 17);
+    let ad = values(m * k, 5);
+    let wd = values(n * k, 6);
+    let a = MatView::row_major(&ad, m, k);
+    let b = MatView::row_major(&wd, n, k).t();
+    let mut c = vec![f32::NAN; m * n];
+    gemm(Numbers::F32, a, b, &mut c);
+    for i in 0..m {
+        for j in 0..n {
+            let want: f64 = (0..k)
+                .map(|kk| a.at(i, kk) as f64 * b.at(kk, j) as f64)
+                .sum();
+            assert!((c[i * n + j] as f64 - want).abs() < 1e-5, "({i}, {j})");
+        }
+    }
+}

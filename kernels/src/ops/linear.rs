@@ -1,0 +1,195 @@
+//! The linear layer of training as one differentiable candle op, `y = x · Wᵀ`, in f32 or in
+//! bf16 mixed precision, with a backward that runs the two products it needs straight into
+//! their layouts: `∂x = ∂y · W` `[.., in]` and `∂W = ∂yᵀ · x` `[out, in]`.
+//!
+//! Why an op and not `x.reshape().matmul(&w.t())`: candle's autograd gives every node of that
+//! chain (two reshapes, a transpose, the matmul) a zero-filled gradient buffer plus an add,
+//! and the transpose's add walks the weight gradient with a stride. One node has two
+//! gradients and no strided pass.
+//!
+//! bf16 mixed precision is PyTorch's `torch.autocast(dtype=torch.bfloat16)` contract for
+//! linear layers (operands rounded to bf16, products summed in f32, the weight gradient
+//! landing in the f32 master weight's), except that the output stays f32 rather than being
+//! rounded to bf16 (one rounding less, twice the bytes of activations). Everything around
+//! the layer stays f32. On the CPU the GEMMs are `matmul/`'s; on other devices (and for f64)
+//! the composed candle ops run instead (cuBLAS on CUDA, casting to bf16 and back).
+
+use std::sync::OnceLock;
+
+use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
+
+use super::cpu_math::contiguous_slice;
+use super::validate;
+use crate::matmul::{gemm, Bf16Path, MatView, Numbers};
+
+const OP: &str = "linear";
+
+/// `x · Wᵀ` in f32: `x` `[.., in]`, `w` `[out, in]` -> `[.., out]`. Differentiable in both.
+/// f64 tensors and non-CPU devices run the composed candle ops.
+pub fn linear_f32(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    if x.dtype() != DType::F32 || !x.device().is_cpu() {
+        validate::same_device(OP, x, "w", w)?;
+        let (lead, in_dim) = lead_and_width(x)?;
+        let y = x
+            .reshape((lead.iter().product::<usize>(), in_dim))?
+            .matmul(&w.t()?)?;
+        return y.reshape(out_shape(&lead, w)?);
+    }
+    linear_op(Numbers::F32, x, w)
+}
+
+/// `x · Wᵀ` in bf16 with f32 sums: `x` `[.., in]` f32, `w` `[out, in]` f32 -> `[.., out]` f32.
+/// Differentiable in both, with bf16 products in the backward too. The CPU kernel is the
+/// fastest this CPU has ([`Bf16Path::detect`]).
+pub fn linear_bf16(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    static PATH: OnceLock<Bf16Path> = OnceLock::new();
+    linear_bf16_on(*PATH.get_or_init(Bf16Path::detect), x, w)
+}
+
+/// [`linear_bf16`] on a chosen CPU path (one of [`Bf16Path::available`]), for tests and
+/// benchmarks that compare the paths.
+pub fn linear_bf16_on(path: Bf16Path, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    for (name, t) in [("x", x), ("w", w)] {
+        if t.dtype() != DType::F32 {
+            candle_core::bail!(
+                "{OP}: `{name}` must be f32 (the master copy), got {:?}",
+                t.dtype()
+            );
+        }
+    }
+    if !x.device().is_cpu() {
+        validate::same_device(OP, x, "w", w)?;
+        let (lead, in_dim) = lead_and_width(x)?;
+        let xb = x
+            .reshape((lead.iter().product::<usize>(), in_dim))?
+            .to_dtype(DType::BF16)?;
+        let y = xb
+            .matmul(&w.to_dtype(DType::BF16)?.t()?)?
+            .to_dtype(DType::F32)?;
+        return y.reshape(out_shape(&lead, w)?);
+    }
+    linear_op(Numbers::Bf16(path), x, w)
+}
+
+fn linear_op(numbers: Numbers, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    validate::same_device(OP, x, "w", w)?;
+    let (_, in_dim) = lead_and_width(x)?;
+    let (_, w_in) = w.dims2()?;
+    if in_dim != w_in {
+        candle_core::bail!("{OP}: input width {in_dim} but weight {:?}", w.dims());
+    }
+    let op = Product {
+        kind: Kind::Forward,
+        numbers,
+    };
+    x.contiguous()?.apply_op2(&w.contiguous()?, op)
+}
+
+/// The leading dims of `x` and its last (the input width).
+fn lead_and_width(x: &Tensor) -> Result<(Vec<usize>, usize)> {
+    match x.dims().split_last() {
+        Some((&last, lead)) => Ok((lead.to_vec(), last)),
+        None => candle_core::bail!("{OP}: the input must have at least one dim"),
+    }
+}
+
+fn out_shape(lead: &[usize], w: &Tensor) -> Result<Vec<usize>> {
+    let mut shape = lead.to_vec();
+    shape.push(w.dim(0)?);
+    Ok(shape)
+}
+
+/// Which of a linear layer's three products an op computes (`r`: all leading dims).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// `(x [.., i], W [o, i]) -> x · Wᵀ [.., o]`.
+    Forward,
+    /// `(∂y [r, o], W [o, i]) -> ∂y · W [r, i]`.
+    GradInput,
+    /// `(∂y [r, o], x [r, i]) -> ∂yᵀ · x [o, i]`.
+    GradWeight,
+}
+
+struct Product {
+    kind: Kind,
+    numbers: Numbers,
+}
+
+/// A contiguous f32 tensor as a row-major matrix over its last dim.
+fn matrix<'a>(s: &'a CpuStorage, l: &Layout, arg: &str) -> Result<MatView<'a>> {
+    let data = contiguous_slice::<f32>(s, l, OP, arg)?;
+    let cols = *l.dims().last().unwrap_or(&1);
+    let rows = match cols {
+        0 => l.dims()[..l.dims().len().saturating_sub(1)]
+            .iter()
+            .product(),
+        c => data.len() / c,
+    };
+    Ok(MatView::row_major(data, rows, cols))
+}
+
+impl CustomOp2 for Product {
+    fn name(&self) -> &'static str {
+        "linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (m1, m2) = (matrix(s1, l1, "lhs")?, matrix(s2, l2, "rhs")?);
+        let (a, b) = match self.kind {
+            Kind::Forward => (m1, m2.t()),
+            Kind::GradInput => (m1, m2),
+            Kind::GradWeight => (m1.t(), m2),
+        };
+        if a.cols != b.rows {
+            candle_core::bail!(
+                "{OP}: {:?} of {:?} and {:?}",
+                self.kind,
+                l1.dims(),
+                l2.dims()
+            );
+        }
+        let mut out = vec![0f32; a.rows * b.cols];
+        gemm(self.numbers, a, b, &mut out);
+        let shape = match self.kind {
+            Kind::Forward => {
+                let mut dims = l1.dims().to_vec();
+                if let Some(last) = dims.last_mut() {
+                    *last = b.cols;
+                }
+                Shape::from(dims)
+            }
+            _ => Shape::from((a.rows, b.cols)),
+        };
+        Ok((CpuStorage::F32(out), shape))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        if self.kind != Kind::Forward {
+            candle_core::bail!("{OP}: no second derivative");
+        }
+        let grad = grad.contiguous()?;
+        let product = |kind| Product {
+            kind,
+            numbers: self.numbers,
+        };
+        let gx = grad.apply_op2_no_bwd(w, &product(Kind::GradInput))?;
+        let gw = grad.apply_op2_no_bwd(x, &product(Kind::GradWeight))?;
+        Ok((Some(gx.reshape(x.dims())?), Some(gw)))
+    }
+}
+
+#[cfg(test)]
+#[path = "linear_tests.rs"]
+mod tests;
