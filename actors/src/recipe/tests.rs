@@ -524,6 +524,37 @@ fn a_fake_int8_trainer_needs_the_cpu_int8_engine() {
     }
 }
 
+/// `model.precision` sets every trainer's numbers (both spellings of bf16 mixed read);
+/// `rl.trainer_precision` overrides it for the policy; `fake_int8` is the policy's alone.
+#[test]
+fn model_precision_sets_every_trainer_and_refuses_fake_int8() {
+    use oxalign_models::Precision;
+    for spelling in ["bf16_mixed", "bf16-mixed"] {
+        let r = parse(&format!("[model]\nprecision = \"{spelling}\"\n"), &[]).unwrap();
+        validate(&r, Path::new("r.toml")).unwrap();
+        assert_eq!(r.model.precision, Precision::Bf16Mixed);
+        assert_eq!(r.policy_precision(), Precision::Bf16Mixed);
+    }
+    let r = parse("[rl]\ntrainer_precision = \"bf16_mixed\"\n", &[]).unwrap();
+    validate(&r, Path::new("r.toml")).unwrap();
+    assert_eq!(
+        (r.model.precision, r.policy_precision()),
+        (Precision::F32, Precision::Bf16Mixed)
+    );
+    let r = parse("", &["model.precision=bf16_mixed"]).unwrap();
+    assert_eq!(r.model.precision, Precision::Bf16Mixed);
+    let bad = parse("[model]\nprecision = \"fake_int8\"\n", &[]).unwrap();
+    let e = validate(&bad, Path::new("r.toml")).unwrap_err().to_string();
+    assert!(
+        e.contains("model.precision") && e.contains("rl.trainer_precision"),
+        "{e}"
+    );
+    let e = parse("[model]\nprecision = \"fp8\"\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bf16_mixed"), "{e}");
+}
+
 #[test]
 fn an_engine_placement_is_checked() {
     let ok = parse("[placement]\nengine = \"cpu\"\n", &[]).unwrap();

@@ -6,7 +6,8 @@
 //!   to even) and the products summed in f32. The rounding happens while packing, so the
 //!   f32 master weights are never overwritten.
 //!
-//! bf16 paths, chosen at run time from what the CPU has ([`Bf16Path::detect`]):
+//! bf16 paths, chosen at run time from what the CPU has ([`Bf16Path::detect`]; the
+//! environment variable `OXALIGN_BF16_GEMM=avx512bf16|rounded` overrides):
 //! - [`Bf16Path::Avx512Bf16`]: operands packed as bf16 pairs, a 12 × 32 register tile of
 //!   `vdpbf16ps` (two bf16 products per f32 lane and instruction), `avx512.rs`;
 //! - [`Bf16Path::RoundedF32`]: every other CPU (AVX2, AVX-512 without BF16, NEON): the
@@ -82,23 +83,50 @@ pub enum Bf16Path {
 }
 
 impl Bf16Path {
-    /// The fastest path this CPU has.
+    /// The path this CPU runs: `OXALIGN_BF16_GEMM=avx512bf16` or `=rounded` when set (and
+    /// available), else the AVX-512 BF16 tile on AMD CPUs that have it, else
+    /// [`Bf16Path::RoundedF32`]. On Intel Xeons without AMX the dot-product instruction
+    /// issues on one port, so the tile reaches 0.5-0.8x of the f32 GEMM there (measured:
+    /// `oxalign bench matmul --precision bf16-mixed`, docs/PERFORMANCE.md) and the rounded
+    /// operands on the f32 GEMM are faster; on AMD Zen 4 it issues two bf16 products per lane
+    /// at the f32 FMA's rate.
     pub fn detect() -> Bf16Path {
-        #[cfg(target_arch = "x86_64")]
-        if bf16_avx512::available() {
-            return Bf16Path::Avx512Bf16;
+        let tile = Bf16Path::available().contains(&Bf16Path::Avx512Bf16);
+        match std::env::var("OXALIGN_BF16_GEMM").as_deref() {
+            Ok("avx512bf16") if tile => return Bf16Path::Avx512Bf16,
+            Ok("rounded") => return Bf16Path::RoundedF32,
+            _ => {}
         }
-        Bf16Path::RoundedF32
+        match tile && amd() {
+            true => Bf16Path::Avx512Bf16,
+            false => Bf16Path::RoundedF32,
+        }
     }
 
     /// Every path this CPU can run (for tests and benchmarks).
     pub fn available() -> Vec<Bf16Path> {
         let mut paths = vec![Bf16Path::RoundedF32];
-        if Bf16Path::detect() == Bf16Path::Avx512Bf16 {
+        #[cfg(target_arch = "x86_64")]
+        if bf16_avx512::available() {
             paths.push(Bf16Path::Avx512Bf16);
         }
         paths
     }
+}
+
+/// Whether the CPU's vendor string is AMD's.
+fn amd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let id = std::arch::x86_64::__cpuid(0);
+        let mut vendor = [0u8; 12];
+        vendor[..4].copy_from_slice(&id.ebx.to_le_bytes());
+        vendor[4..8].copy_from_slice(&id.edx.to_le_bytes());
+        vendor[8..].copy_from_slice(&id.ecx.to_le_bytes());
+        &vendor == b"AuthenticAMD"
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// The numbers a GEMM computes in.

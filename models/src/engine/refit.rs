@@ -6,6 +6,7 @@ use crate::engine::error::EngineResult;
 use crate::engine::weights::tensor_checksum;
 use crate::moe::routing::{ExpertChoices, RouterTrace};
 use crate::nn::causal_lm::CausalLm;
+use crate::nn::precision::Precision;
 use candle_core::Tensor;
 use oxalign_kernels::ops::TokenDistribution;
 use std::collections::HashMap;
@@ -65,8 +66,20 @@ pub struct Probe {
 impl Probe {
     /// A probe whose expected log-probs come from `model`'s training forward
     /// ([`CausalLm::next_token_logprobs`]), with the experts that forward chose when the
-    /// model has sparse layers.
+    /// model has sparse layers. A bf16 mixed-precision trainer's probe is computed in f32:
+    /// the engine receives the f32 master weights, and the probe checks those weights, not
+    /// the trainer's rounding (which the rollout corrections see as the engine/trainer gap).
     pub fn from_model(model: &CausalLm, tokens: Vec<u32>, tolerance: f32) -> EngineResult<Probe> {
+        let f32_twin;
+        let model = match model.precision() {
+            Precision::Bf16Mixed => {
+                let mut twin = model.clone();
+                twin.set_precision(Precision::F32);
+                f32_twin = twin;
+                &f32_twin
+            }
+            _ => model,
+        };
         let ids = Tensor::from_vec(tokens.clone(), (1, tokens.len()), model.device())?;
         let mut trace = RouterTrace::new();
         let expected_logprobs = model
