@@ -4,6 +4,7 @@
 //! Two passes, each owning its outputs (no atomics, deterministic): dK/dV per (batch, kv head,
 //! key tile), summed over the query heads of the group; then dQ per (batch, head, query tile).
 
+use multiversion::multiversion;
 use std::ops::Range;
 
 use rayon::prelude::*;
@@ -45,6 +46,7 @@ impl<'a, T: Real> GradView<'a, T> {
 
     /// For query `i` against the keys of a tile (`kt`, `vt`: its K and V rows): writes
     /// `P_ij` into `p` and `dS_ij` into `ds` at tile-local indices and returns their range.
+    #[inline(always)]
     fn tile_p_ds(
         &self,
         (kt, vt): (&TransposedTile<T>, &TransposedTile<T>),
@@ -124,6 +126,7 @@ fn backward_dq<T: Real>(
 
 /// `dq_i = hd^-0.5 sum_j dS_ij k_j` for query rows `i0..i0 + dq.len() / hd`; dead rows get 0
 /// (their scores are constants).
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn dq_block<T: Real>(g: &GradView<T>, tk: usize, i0: usize, dq: &mut [T]) {
     let h = &g.head;
     let rows = dq.len() / h.hd;
@@ -191,6 +194,7 @@ fn backward_dkv<T: Real>(
 
 /// Adds one query head's `dv_j += P_ij dO_i` and `dk_j += hd^-0.5 dS_ij q_i` for the key
 /// tile `kt`/`vt` (`dk`, `dv`: `[tile width, hd]`) over the live query rows that see it.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn dkv_block<T: Real>(
     g: &GradView<T>,
     tiles: (&TransposedTile<T>, &TransposedTile<T>),

@@ -3,6 +3,7 @@
 //! is never materialised. Also the shape and per-head views the backward kernel shares.
 //! Plain slices in, plain vectors out; argument checks live in `attention.rs`.
 
+use multiversion::multiversion;
 use std::ops::Range;
 
 use rayon::prelude::*;
@@ -160,6 +161,7 @@ struct RowState<T> {
 }
 
 /// Query rows `i0..i0 + lse.len()` of one head: `out` `[rows, hd]`, `lse` `[rows]`.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn forward_block<T: Real>(h: &HeadView<T>, tk: usize, i0: usize, out: &mut [T], lse: &mut [T]) {
     let (rows, hd) = (lse.len(), h.hd);
     let mut state: Vec<RowState<T>> = (0..rows)
@@ -192,6 +194,7 @@ fn forward_block<T: Real>(h: &HeadView<T>, tk: usize, i0: usize, out: &mut [T], 
 /// Folds the scores `s` of keys `j0..j0 + s.len()` into a row: rescales the unnormalised
 /// output `acc` `[hd]` to the new running max and adds `e^(s_j - max) v_j` (`s` is
 /// overwritten with those weights).
+#[inline(always)]
 fn online_update<T: Real>(
     h: &HeadView<T>,
     j0: usize,
@@ -223,6 +226,7 @@ fn online_update<T: Real>(
 
 /// Normalises row `i`'s output and returns its log-sum-exp. A dead row (no visible key)
 /// becomes the plain mean of all `t` values, as a softmax over `t` equal scores would give.
+#[inline(always)]
 fn finish_row<T: Real>(h: &HeadView<T>, i: usize, st: &RowState<T>, acc: &mut [T]) -> T {
     if h.vis.row_sees_any(h.b, i) {
         scale_in_place(acc, T::ONE / st.sum);

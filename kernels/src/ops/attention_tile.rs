@@ -4,6 +4,8 @@
 
 use std::ops::Range;
 
+use multiversion::multiversion;
+
 use super::cpu_math::Real;
 
 /// Rows `keys` of a `[t, hd]` matrix, transposed into `data[d * width + c]`.
@@ -43,34 +45,66 @@ impl<T: Real> TransposedTile<T> {
 
     /// `out[c] = alpha * (x . row(keys.start + c))` for the tile-local indices `local`
     /// (`x`: `[hd]`; `out`: at least `local.end` long; other entries untouched).
+    #[inline(always)]
     pub(crate) fn dots(&self, x: &[T], alpha: T, local: Range<usize>, out: &mut [T]) {
         let width = self.keys.len();
         let out = &mut out[local.clone()];
-        out.fill(T::ZERO);
-        for (d, &xd) in x.iter().enumerate().take(self.hd) {
-            let a = alpha * xd;
-            let col = &self.data[d * width + local.start..d * width + local.end];
-            for (o, &k) in out.iter_mut().zip(col) {
-                *o += a * k;
-            }
-        }
+        scaled_dots(&self.data, width, self.hd, x, alpha, local, out);
     }
 
     /// `out[c - local.start] = alpha * (Σ_d x_d k_(keys.start + c),d)` for the tile-local
     /// indices `local`, each dot product summed over `d` in order from zero before the one
     /// multiplication by `alpha` (`out`: `local.len()` long). The decoding engine's paged
     /// attention computes its scores in exactly this order.
+    #[inline(always)]
     pub(crate) fn dots_then_scale(&self, x: &[T], alpha: T, local: Range<usize>, out: &mut [T]) {
         let width = self.keys.len();
-        out.fill(T::ZERO);
-        for (d, &xd) in x.iter().enumerate().take(self.hd) {
-            let col = &self.data[d * width + local.start..d * width + local.end];
-            for (o, &k) in out.iter_mut().zip(col) {
-                *o += xd * k;
-            }
-        }
-        out.iter_mut().for_each(|o| *o *= alpha);
+        dots_scaled_after(&self.data, width, self.hd, x, alpha, local, out);
     }
+}
+
+/// The loop of [`TransposedTile::dots`], cloned for AVX-512 and AVX2+FMA (same arithmetic,
+/// wider vectors: Rust never fuses the multiply and the add, so every clone gives the same
+/// bits).
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn scaled_dots<T: Real>(
+    data: &[T],
+    width: usize,
+    hd: usize,
+    x: &[T],
+    alpha: T,
+    local: Range<usize>,
+    out: &mut [T],
+) {
+    out.fill(T::ZERO);
+    for (d, &xd) in x.iter().enumerate().take(hd) {
+        let a = alpha * xd;
+        let col = &data[d * width + local.start..d * width + local.end];
+        for (o, &k) in out.iter_mut().zip(col) {
+            *o += a * k;
+        }
+    }
+}
+
+/// The loop of [`TransposedTile::dots_then_scale`], cloned like [`scaled_dots`].
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn dots_scaled_after<T: Real>(
+    data: &[T],
+    width: usize,
+    hd: usize,
+    x: &[T],
+    alpha: T,
+    local: Range<usize>,
+    out: &mut [T],
+) {
+    out.fill(T::ZERO);
+    for (d, &xd) in x.iter().enumerate().take(hd) {
+        let col = &data[d * width + local.start..d * width + local.end];
+        for (o, &k) in out.iter_mut().zip(col) {
+            *o += xd * k;
+        }
+    }
+    out.iter_mut().for_each(|o| *o *= alpha);
 }
 
 #[cfg(test)]

@@ -125,7 +125,7 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
 
 /// Maximum of a row (`-inf` for an empty row). NaNs are skipped here; they still reach the
 /// result through the exponentials that follow.
-#[inline]
+#[inline(always)]
 pub(crate) fn row_max<T: Real>(row: &[T]) -> T {
     let mut acc = [T::NEG_INFINITY; LANES];
     let chunks = row.chunks_exact(LANES);
@@ -149,7 +149,7 @@ pub(crate) fn row_max<T: Real>(row: &[T]) -> T {
 /// `(sum_v e^(z_v - m), sum_v e^(z_v - m) (z_v - m))` for a row and its maximum `m`.
 ///
 /// The second sum is only accumulated when `with_weighted` (entropy needs it, log-probs not).
-#[inline]
+#[inline(always)]
 pub(crate) fn row_exp_sums<T: Real>(row: &[T], m: T, with_weighted: bool) -> (T, T) {
     let mut s = [T::ZERO; LANES];
     let mut w = [T::ZERO; LANES];

@@ -12,6 +12,7 @@
 //!
 //! Plain slices only; shapes and dtypes are checked by the op in `lm_head.rs`.
 
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::cpu_math::{row_exp_sums, row_max, Real};
@@ -52,6 +53,7 @@ impl<T: Real> RowStats<T> {
     }
 
     /// Folds one chunk of the row's logits in.
+    #[inline(always)]
     fn absorb(&mut self, chunk: &[T]) {
         let mc = row_max(chunk);
         let (sc, wc) = row_exp_sums(chunk, mc, true);
@@ -107,6 +109,7 @@ pub(crate) fn forward<T: Real + 'static>(
     out
 }
 
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn forward_block<T: Real + 'static>(
     out: &mut [T],
     hb: &[T],
@@ -144,6 +147,7 @@ fn forward_block<T: Real + 'static>(
 /// [`forward_block`] under a truncation: each row's logits are built whole (`ROW_BLOCK × V`
 /// floats at once), its kept threshold is found, lowered to the target's logit when the
 /// target fell below it, and only kept logits enter the softmax.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn forward_block_truncated<T: Real + 'static>(
     out: &mut [T],
     hb: &[T],
@@ -293,6 +297,7 @@ fn backward_rows<T: Real + 'static>(
 
 /// The rows of `span`, against vocabulary chunk `wc` (entries `c0..c0 + wc.rows`).
 #[allow(clippy::too_many_arguments)]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn backward_chunk<T: Real + 'static>(
     rows: &BackwardRows<T>,
     span: std::ops::Range<usize>,
@@ -324,7 +329,7 @@ fn backward_chunk<T: Real + 'static>(
 /// Overwrites one row's logits `z` (vocabulary `c0..`) with `∂loss/∂z`:
 /// `g_lp (1[y] − p) − g_ent · p (log p + H)`, with `log p = z − lse`, and 0 for logits below
 /// the kept threshold (the kept set is held fixed: the gradient almost everywhere).
-#[inline]
+#[inline(always)]
 fn logits_to_grad<T: Real>(z: &mut [T], rows: &BackwardRows<T>, i: usize, c0: usize) {
     let (lse, ent, tau) = (rows.lse[i], rows.entropy[i], rows.tau[i]);
     let (g_lp, g_ent) = (rows.g_logprob[i], rows.g_entropy[i]);

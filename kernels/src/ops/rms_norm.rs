@@ -3,6 +3,7 @@
 //! Deliberately no bias and no "(1 + weight)" (Gemma) variant: Llama/Qwen2/Mistral only.
 
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::cpu_math::{contiguous_slice, row_dot3, row_sum_sq, rows_per_task, Real};
@@ -67,6 +68,7 @@ fn inv_rms<T: Real>(row: &[T], eps: T) -> T {
     T::ONE / (ms + eps).sqrt()
 }
 
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn fwd_rows<T: Real>(x: &[T], w: &[T], eps: f64) -> Vec<T> {
     let d = w.len();
     let eps = T::from_f64(eps);
@@ -86,6 +88,7 @@ fn fwd_rows<T: Real>(x: &[T], w: &[T], eps: f64) -> Vec<T> {
 }
 
 /// `dx_i = r w_i g_i - (r^3 / D) x_i sum_j g_j w_j x_j`.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn bwd_x_rows<T: Real>(x: &[T], w: &[T], g: &[T], eps: f64) -> Vec<T> {
     let d = w.len();
     let eps = T::from_f64(eps);
@@ -109,6 +112,7 @@ fn bwd_x_rows<T: Real>(x: &[T], w: &[T], g: &[T], eps: f64) -> Vec<T> {
 }
 
 /// `dw_i = sum_rows g_i x_i r`, summed per fixed row block, then over blocks in order.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn bwd_w<T: Real>(x: &[T], g: &[T], d: usize, eps: f64) -> Vec<T> {
     let eps = T::from_f64(eps);
     let rows = x.len() / d;

@@ -3,6 +3,7 @@
 //! Gradients flow to `x` only; the cos/sin tables are constants (no learned frequencies).
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::cpu_math::{contiguous_slice, Real};
@@ -65,6 +66,7 @@ struct Rope {
     inverse: bool,
 }
 
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn rotate<T: Real>(
     x: &[T],
     cos: &[T],

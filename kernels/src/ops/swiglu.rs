@@ -5,6 +5,7 @@
 //! composed ops. The projections themselves are not here.
 
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::cpu_math::{contiguous_slice, Real};
@@ -65,6 +66,7 @@ fn sigmoid<T: Real>(x: T) -> T {
     T::ONE / (T::ONE + (-x).exp())
 }
 
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn fwd<T: Real>(g: &[T], u: &[T], engine_order: bool) -> Vec<T> {
     let mut out = vec![T::ZERO; g.len()];
     out.par_chunks_mut(CHUNK)
@@ -79,6 +81,7 @@ fn fwd<T: Real>(g: &[T], u: &[T], engine_order: bool) -> Vec<T> {
     out
 }
 
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn bwd<T: Real>(g: &[T], u: &[T], dy: &[T]) -> Vec<T> {
     let n = g.len();
     let mut out = vec![T::ZERO; 2 * n];

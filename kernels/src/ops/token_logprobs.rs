@@ -3,6 +3,7 @@
 //! `cuda` feature). No masking here: callers multiply the `[B, T]` result by their mask.
 
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::cpu_math::{
@@ -49,6 +50,7 @@ struct TokenLogprobs;
 /// Backward op: `(logits [rows, V], targets [rows], grad [rows]) -> grad_logits [rows, V]`.
 struct TokenLogprobsGrad;
 
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn fwd_rows<T: Real>(logits: &[T], targets: &[u32], vocab: usize) -> Vec<T> {
     let mut out = vec![T::ZERO; targets.len()];
     let per_task = rows_per_task(vocab);
@@ -63,6 +65,7 @@ fn fwd_rows<T: Real>(logits: &[T], targets: &[u32], vocab: usize) -> Vec<T> {
     out
 }
 
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn bwd_rows<T: Real>(logits: &[T], targets: &[u32], grad: &[T], vocab: usize) -> Vec<T> {
     let mut out = vec![T::ZERO; logits.len()];
     let per_task = rows_per_task(vocab);

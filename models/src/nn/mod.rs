@@ -1,6 +1,7 @@
 //! The network: the differentiable building blocks (layers, attention, MLP, RoPE, masks),
 //! the decoder and its layers (dense or streamed layer by layer), the heads a backbone wears
-//! (LM, value, reward), the precision the linear layers compute in (`precision`), the int8 engine's numbers in the trainer (`fake_quant`, `f32_linear`)
+//! (LM, value, reward), the precision the linear layers compute in (`precision`), the int8
+//! engine's numbers in the trainer (`fake_quant`, `f32_linear`)
 //! and the simple KV-cached generator the tests hold the engine against.
 
 pub mod attention;
