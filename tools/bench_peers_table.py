@@ -7,7 +7,8 @@ Each line is {"row", "label", "side": "ours"|"peer", "result": <one benchmark's 
 Throughput rows (generate, train) use tokens/s, higher is better; the GRPO step uses seconds
 per step, lower is better. A cell is the median over rounds of each run's median, with the
 min-max of those medians; each oxalign cell is divided by each peer of its row (so > 1 means
-oxalign is faster) using the medians.
+oxalign is faster) using the medians. Training rows also show the achieved GFLOP/s beside
+the GEMM peak each side measured for its precision.
 """
 import json
 import statistics
@@ -30,6 +31,9 @@ def main():
         value, higher = metric(r["result"])
         cell = cells.setdefault((r["row"], r["label"]), {"side": r["side"], "higher": higher, "v": []})
         cell["v"].append(value)
+        res = r["result"]
+        if "achieved_gflops" in res and res.get("peak_gflops"):
+            cell.setdefault("gflops", []).append((res["achieved_gflops"], res["peak_gflops"]))
     print(f"CPU: {model}; flags: {flags}; load average at the end: {load}\n")
     print("| workload | side | median | min-max over rounds | against each peer |")
     print("|---|---|---|---|---|")
@@ -45,6 +49,10 @@ def main():
             unit = "tok/s" if c["higher"] else "s/step"
             spread = f"{min(c['v']):.4g}-{max(c['v']):.4g}"
             ratios = ""
+            if c.get("gflops"):
+                achieved = statistics.median(g for g, _ in c["gflops"])
+                peak = statistics.median(p for _, p in c["gflops"])
+                label = f"{label} ({achieved:.0f} of {peak:.0f} GFLOP/s peak)"
             if c["side"] == "ours":
                 ratios = ", ".join(
                     f"{(med / p if c['higher'] else p / med):.2f}x {name}" for name, p in peers
