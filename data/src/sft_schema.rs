@@ -142,8 +142,8 @@ mod tests {
         (dir, tok)
     }
 
-    fn parse(row: Value, tok: Option<&Tokenizer>) -> Result<SftRow, String> {
-        SftRow::from_row(&row, &RowContext::new(tok)).map_err(|e| e.to_string())
+    fn parse(row: Value, tok: Option<&Tokenizer>) -> Result<SftRow, RowError> {
+        SftRow::from_row(&row, &RowContext::new(tok))
     }
 
     fn msgs(v: Value) -> Vec<ChatMessage> {
@@ -164,7 +164,7 @@ mod tests {
             json!({"prompt": "a", "completion": "b", "response": "c"}),
             None,
         );
-        let e = e.unwrap_err();
+        let e = e.unwrap_err().to_string();
         assert!(
             e.contains("`completion`") && e.contains("`response`"),
             "{e}"
@@ -184,7 +184,9 @@ mod tests {
     #[test]
     fn text_with_a_prompt_or_a_completion_is_refused_as_ambiguous() {
         for other in ["prompt", "completion", "response"] {
-            let e = parse(json!({"text": "a", other: "b"}), None).unwrap_err();
+            let e = parse(json!({"text": "a", other: "b"}), None)
+                .unwrap_err()
+                .to_string();
             assert!(
                 e.contains("`text`") && e.contains(&format!("`{other}`")),
                 "{e}"
@@ -249,7 +251,7 @@ mod tests {
             "prompt": [{"role": "user", "content": "q"}],
             "completion": [{"role": "assistant", "content": "a"}]
         });
-        let e = parse(row, Some(&tok)).unwrap_err();
+        let e = parse(row, Some(&tok)).unwrap_err().to_string();
         assert!(e.contains("not a prefix"), "{e}");
     }
 
@@ -264,7 +266,10 @@ mod tests {
             json!({"prompt": "q", "completion": [{"role": "assistant", "content": "a"}]}),
             None,
         );
-        assert!(e.unwrap_err().contains("give the prompt as messages"));
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .contains("give the prompt as messages"));
     }
 
     #[test]
@@ -288,7 +293,7 @@ mod tests {
 
     #[test]
     fn malformed_sft_rows_say_what_is_wrong() {
-        let e = |v: Value| parse(v, None).unwrap_err();
+        let e = |v: Value| parse(v, None).unwrap_err().to_string();
         let m = e(json!({"prompt": "a"}));
         assert!(
             m.contains("no `completion` (or its alias `response`)"),

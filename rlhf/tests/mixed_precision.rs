@@ -8,34 +8,21 @@
 //! mean |Δ| ≤ 0.01; the SFT loss curve within 0.05 nats of f32's at every step, and both end
 //! below a fifth of where they started.
 
+mod common;
+
 use candle_core::{DType, Device};
-use oxalign_models::{CausalLm, Family, ModelConfig, Precision, Preset, TokenDistribution};
+use oxalign_models::{CausalLm, Family, ModelConfig, Precision, TokenDistribution};
 use oxalign_rlhf::trainer::{PolicyTrainer, TokenBatch};
 
 /// Vocab 96, hidden 64, 2 layers, 4 heads over 2 kv heads: wide enough that every
 /// projection cuts the bf16 GEMM's register tiles.
 fn tiny(family: Family) -> ModelConfig {
-    let mut c = ModelConfig::preset(family, Preset::Tiny, 96);
-    c.hidden_size = 64;
-    c.intermediate_size = 112;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 16;
-    c
+    common::tiny_dense(family, 96, 64, 112)
 }
 
 /// Seeded ids in `1..96`.
 fn ids(seed: u64, n: usize) -> Vec<u32> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            1 + (x % 95) as u32
-        })
-        .collect()
+    common::seeded_ids(seed, n, 96)
 }
 
 /// Six (prompt, response) pairs of mixed lengths.

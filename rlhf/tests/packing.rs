@@ -3,8 +3,10 @@
 //! clipping, KL, entropy) under all three aggregations, and the critic's value loss agree
 //! to f32 rounding, and so do whole `sft_step` / `ppo_step` / critic `step` calls.
 
+mod common;
+
 use candle_core::{DType, Device, Tensor, Var};
-use oxalign_models::{CausalLm, Family, ModelConfig, Preset, TokenDistribution, ValueModel};
+use oxalign_models::{CausalLm, Family, ModelConfig, TokenDistribution, ValueModel};
 use oxalign_rlhf::losses::{
     entropy_bonus, kl_loss, ppo_policy_loss, sft_loss, KlEstimator, LossAgg, PpoConfig,
 };
@@ -14,27 +16,12 @@ use oxalign_rlhf::trainer::{
 
 /// Vocab 64, hidden 32, 2 layers, 4 heads over 2 kv heads (fast in the dev profile).
 fn tiny(family: Family) -> ModelConfig {
-    let mut c = ModelConfig::preset(family, Preset::Tiny, 64);
-    c.hidden_size = 32;
-    c.intermediate_size = 48;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c
+    common::tiny_dense(family, 64, 32, 48)
 }
 
 /// Seeded ids in `1..64`.
 fn ids(seed: u64, n: usize) -> Vec<u32> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            1 + (x % 63) as u32
-        })
-        .collect()
+    common::seeded_ids(seed, n, 64)
 }
 
 /// Seven (prompt, response) pairs of mixed lengths, one with an empty response.

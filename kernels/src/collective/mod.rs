@@ -99,8 +99,7 @@ pub trait Collective: Send + Sync {
     fn all_reduce_mean_f32(&self, buffers: &mut [&mut [f32]]) -> Result<(), CollectiveError>;
 
     /// Replaces each buffer with rank `root`'s copy of it.
-    fn broadcast_f32(&self, buffers: &mut [&mut [f32]], root: usize)
-        -> Result<(), CollectiveError>;
+    fn broadcast_f32(&self, bufs: &mut [&mut [f32]], root: usize) -> Result<(), CollectiveError>;
 
     /// Returns once every rank has called `barrier`.
     fn barrier(&self) -> Result<(), CollectiveError>;

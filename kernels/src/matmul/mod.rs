@@ -24,54 +24,14 @@ mod bf16_blocked;
 mod bf16_pack;
 mod bf16_rounded;
 mod f32;
+mod strided;
 #[cfg(test)]
 mod tests;
 
-/// A read-only f32 matrix view: element `(r, c)` is `data[r * row_stride + c * col_stride]`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct MatView<'a> {
-    pub data: &'a [f32],
-    pub rows: usize,
-    pub cols: usize,
-    pub row_stride: usize,
-    pub col_stride: usize,
-}
+pub(crate) use strided::{gemm_rm, MatRef};
 
-impl<'a> MatView<'a> {
-    /// A row-major `[rows, cols]` matrix.
-    ///
-    /// # Panics
-    /// If `data` holds fewer than `rows · cols` values (a caller's shape bug).
-    pub fn row_major(data: &'a [f32], rows: usize, cols: usize) -> MatView<'a> {
-        assert!(
-            data.len() >= rows * cols,
-            "matmul: view larger than its data"
-        );
-        MatView {
-            data,
-            rows,
-            cols,
-            row_stride: cols,
-            col_stride: 1,
-        }
-    }
-
-    /// The transpose of this view (no copy).
-    pub fn t(self) -> MatView<'a> {
-        MatView {
-            data: self.data,
-            rows: self.cols,
-            cols: self.rows,
-            row_stride: self.col_stride,
-            col_stride: self.row_stride,
-        }
-    }
-
-    #[inline]
-    fn at(&self, r: usize, c: usize) -> f32 {
-        self.data[r * self.row_stride + c * self.col_stride]
-    }
-}
+/// A strided f32 matrix view: the operands of every GEMM here.
+pub(crate) type MatView<'a> = MatRef<'a, f32>;
 
 /// The kernel a bf16 GEMM runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -49,7 +49,7 @@ impl<T: Real> TransposedTile<T> {
     pub(crate) fn dots(&self, x: &[T], alpha: T, local: Range<usize>, out: &mut [T]) {
         let width = self.keys.len();
         let out = &mut out[local.clone()];
-        scaled_dots(&self.data, width, self.hd, x, alpha, local, out);
+        tile_dots(&self.data, width, self.hd, x, alpha, true, local, out);
     }
 
     /// `out[c - local.start] = alpha * (Σ_d x_d k_(keys.start + c),d)` for the tile-local
@@ -59,54 +59,38 @@ impl<T: Real> TransposedTile<T> {
     #[inline(always)]
     pub(crate) fn dots_then_scale(&self, x: &[T], alpha: T, local: Range<usize>, out: &mut [T]) {
         let width = self.keys.len();
-        dots_scaled_after(&self.data, width, self.hd, x, alpha, local, out);
+        tile_dots(&self.data, width, self.hd, x, alpha, false, local, out);
     }
 }
 
-/// The loop of [`TransposedTile::dots`], cloned for AVX-512 and AVX2+FMA (same arithmetic,
-/// wider vectors: Rust never fuses the multiply and the add, so every clone gives the same
-/// bits).
+/// The loops of [`TransposedTile::dots`] (`scale_first`: each `x_d` scaled by `alpha` before
+/// its products) and [`TransposedTile::dots_then_scale`] (sums first, one multiplication by
+/// `alpha` after), cloned for AVX-512 and AVX2+FMA (same arithmetic, wider vectors: Rust never
+/// fuses the multiply and the add, so every clone gives the same bits).
+#[allow(clippy::too_many_arguments)]
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn scaled_dots<T: Real>(
+fn tile_dots<T: Real>(
     data: &[T],
     width: usize,
     hd: usize,
     x: &[T],
     alpha: T,
+    scale_first: bool,
     local: Range<usize>,
     out: &mut [T],
 ) {
     out.fill(T::ZERO);
     for (d, &xd) in x.iter().enumerate().take(hd) {
-        let a = alpha * xd;
+        let a = if scale_first { alpha * xd } else { xd };
         let col = &data[d * width + local.start..d * width + local.end];
         for (o, &k) in out.iter_mut().zip(col) {
             *o += a * k;
         }
     }
-}
-
-/// The loop of [`TransposedTile::dots_then_scale`], cloned like [`scaled_dots`].
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn dots_scaled_after<T: Real>(
-    data: &[T],
-    width: usize,
-    hd: usize,
-    x: &[T],
-    alpha: T,
-    local: Range<usize>,
-    out: &mut [T],
-) {
-    out.fill(T::ZERO);
-    for (d, &xd) in x.iter().enumerate().take(hd) {
-        let col = &data[d * width + local.start..d * width + local.end];
-        for (o, &k) in out.iter_mut().zip(col) {
-            *o += xd * k;
-        }
+    if !scale_first {
+        out.iter_mut().for_each(|o| *o *= alpha);
     }
-    out.iter_mut().for_each(|o| *o *= alpha);
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,8 +16,8 @@ use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::cpu_math::{row_exp_sums, row_max, Real};
-use super::head_gemm::{gemm_rm, MatRef};
 use super::truncation::{kept_threshold, Truncation};
+use crate::matmul::{gemm_rm, MatRef};
 
 /// Rows per forward task and per backward row block.
 const ROW_BLOCK: usize = 128;

@@ -31,7 +31,6 @@ mod cpu_math;
 #[cfg(feature = "cuda")]
 mod cuda_launch;
 mod entropy;
-mod head_gemm;
 mod linear;
 mod lm_head;
 mod lm_head_cpu;

@@ -106,17 +106,15 @@ fn number_regex() -> &'static Regex {
 fn last_boxed(text: &str) -> Option<&str> {
     const OPEN: &str = "\\boxed{";
     let start = text.rfind(OPEN)? + OPEN.len();
-    let mut depth = 1usize;
+    let mut depth = 1isize;
     for (i, c) in text[start..].char_indices() {
-        match c {
-            '{' => depth += 1,
-            '}' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(&text[start..start + i]);
-                }
-            }
-            _ => {}
+        depth += match c {
+            '{' => 1,
+            '}' => -1,
+            _ => 0,
+        };
+        if depth == 0 {
+            return Some(&text[start..start + i]);
         }
     }
     None

@@ -185,3 +185,34 @@ pub fn seeded_requests(rows: u64, new_tokens: usize, seed: u64) -> Vec<Generatio
         })
         .collect()
 }
+
+/// A tiny dense `family` config: `vocab` ids, width `hidden`, MLP width `intermediate`,
+/// 2 layers, 4 heads of `hidden / 4` over 2 kv heads (fast in the dev profile).
+pub fn tiny_dense(
+    family: oxalign_models::Family,
+    vocab: usize,
+    hidden: usize,
+    intermediate: usize,
+) -> oxalign_models::ModelConfig {
+    let mut c = oxalign_models::ModelConfig::preset(family, oxalign_models::Preset::Tiny, vocab);
+    c.hidden_size = hidden;
+    c.intermediate_size = intermediate;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = hidden / 4;
+    c
+}
+
+/// `n` seeded ids in `1..vocab` (xorshift; never the pad id 0).
+pub fn seeded_ids(seed: u64, n: usize, vocab: u32) -> Vec<u32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            1 + (x % (vocab as u64 - 1)) as u32
+        })
+        .collect()
+}

@@ -1,6 +1,7 @@
-//! A row-major view over the `gemm` crate for the chunked LM-head kernels: one safe function
-//! that multiplies two strided matrices into a row-major block, single-threaded (the callers
-//! parallelise over blocks with rayon). Not a general BLAS wrapper: f32 and f64 only.
+//! Strided matrix views ([`MatRef`]) and one safe function over the `gemm` crate that
+//! multiplies two of them into a row-major block ([`gemm_rm`]): single-threaded for the
+//! chunked LM-head kernels (which parallelise over blocks with rayon), on rayon's threads for
+//! the training GEMMs of this folder. Not a general BLAS wrapper: f32 and f64 only.
 
 use std::any::TypeId;
 
@@ -38,6 +39,15 @@ impl<'a, T> MatRef<'a, T> {
         }
     }
 
+    /// Element `(r, c)`.
+    #[inline]
+    pub fn at(&self, r: usize, c: usize) -> T
+    where
+        T: Copy,
+    {
+        self.data[r * self.row_stride + c * self.col_stride]
+    }
+
     fn last_index(&self) -> usize {
         if self.rows == 0 || self.cols == 0 {
             return 0;
@@ -47,8 +57,9 @@ impl<'a, T> MatRef<'a, T> {
 }
 
 /// `dst = beta · a · b` (or `dst += beta · a · b` with `accumulate`), where `dst` is a
-/// row-major `a.rows × b.cols` block. Panics on mismatched shapes or short slices (callers
-/// build the views from checked dimensions), or on a dtype other than f32/f64.
+/// row-major `a.rows × b.cols` block, on the calling thread. Panics on mismatched shapes or
+/// short slices (callers build the views from checked dimensions), or on a dtype other than
+/// f32/f64.
 pub(crate) fn gemm_rm<T: Copy + 'static>(
     dst: &mut [T],
     a: MatRef<'_, T>,
@@ -56,6 +67,25 @@ pub(crate) fn gemm_rm<T: Copy + 'static>(
     beta: T,
     accumulate: bool,
     one: T,
+) {
+    gemm_strided(
+        dst,
+        a,
+        b,
+        (beta, one),
+        accumulate,
+        ::gemm::Parallelism::None,
+    )
+}
+
+/// [`gemm_rm`] on `parallelism`'s threads; `(beta, one)` as there.
+pub(crate) fn gemm_strided<T: Copy + 'static>(
+    dst: &mut [T],
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    (beta, one): (T, T),
+    accumulate: bool,
+    parallelism: ::gemm::Parallelism,
 ) {
     assert!(
         TypeId::of::<T>() == TypeId::of::<f32>() || TypeId::of::<T>() == TypeId::of::<f64>(),
@@ -73,7 +103,7 @@ pub(crate) fn gemm_rm<T: Copy + 'static>(
     // SAFETY: every index the kernel touches is within the slices (checked above), `dst` is
     // exclusively borrowed and does not alias `a` or `b` (distinct borrows).
     unsafe {
-        gemm::gemm(
+        ::gemm::gemm(
             m,
             n,
             k,
@@ -92,7 +122,7 @@ pub(crate) fn gemm_rm<T: Copy + 'static>(
             false,
             false,
             false,
-            gemm::Parallelism::None,
+            parallelism,
         );
     }
 }
