@@ -9,7 +9,7 @@
 //! bf16 paths, chosen at run time from what the CPU has ([`Bf16Path::detect`]; the
 //! environment variable `OXALIGN_BF16_GEMM=avx512bf16|rounded` overrides):
 //! - [`Bf16Path::Avx512Bf16`]: operands packed as bf16 pairs, a 12 × 32 register tile of
-//!   `vdpbf16ps` (two bf16 products per f32 lane and instruction), `avx512.rs`;
+//!   `vdpbf16ps` (two bf16 products per f32 lane and instruction), `bf16_avx512.rs`;
 //! - [`Bf16Path::RoundedF32`]: every other CPU (AVX2, AVX-512 without BF16, NEON): the
 //!   operands rounded to bf16 values held in f32 and multiplied by the f32 GEMM. The same
 //!   numbers up to summation order, at f32 speed.
@@ -45,11 +45,11 @@ pub enum Bf16Path {
 impl Bf16Path {
     /// The path this CPU runs: `OXALIGN_BF16_GEMM=avx512bf16` or `=rounded` when set (and
     /// available), else the AVX-512 BF16 tile on AMD CPUs that have it, else
-    /// [`Bf16Path::RoundedF32`]. On Intel Xeons without AMX the dot-product instruction
-    /// issues on one port, so the tile reaches 0.5-0.8x of the f32 GEMM there (measured:
-    /// `oxalign bench matmul --precision bf16-mixed`, docs/PERFORMANCE.md) and the rounded
-    /// operands on the f32 GEMM are faster; on AMD Zen 4 it issues two bf16 products per lane
-    /// at the f32 FMA's rate.
+    /// [`Bf16Path::RoundedF32`]. On an Intel Xeon without AMX the tile reached 0.45x of the
+    /// f32 GEMM and the rounded operands 0.9x (`oxalign bench matmul --precision bf16-mixed`,
+    /// docs/PERFORMANCE.md); on AMD Zen 4 the tile is expected to beat f32 (the vendor's
+    /// instruction tables: two bf16 products per lane at the f32 FMA's rate; not measured
+    /// here).
     pub fn detect() -> Bf16Path {
         let tile = Bf16Path::available().contains(&Bf16Path::Avx512Bf16);
         match std::env::var("OXALIGN_BF16_GEMM").as_deref() {

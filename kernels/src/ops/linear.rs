@@ -28,12 +28,7 @@ const OP: &str = "linear";
 /// f64 tensors and non-CPU devices run the composed candle ops.
 pub fn linear_f32(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     if x.dtype() != DType::F32 || !x.device().is_cpu() {
-        validate::same_device(OP, x, "w", w)?;
-        let (lead, in_dim) = lead_and_width(x)?;
-        let y = x
-            .reshape((lead.iter().product::<usize>(), in_dim))?
-            .matmul(&w.t()?)?;
-        return y.reshape(out_shape(&lead, w)?);
+        return composed(x, w, x.dtype());
     }
     linear_op(Numbers::F32, x, w)
 }
@@ -58,15 +53,7 @@ pub fn linear_bf16_on(path: Bf16Path, x: &Tensor, w: &Tensor) -> Result<Tensor> 
         }
     }
     if !x.device().is_cpu() {
-        validate::same_device(OP, x, "w", w)?;
-        let (lead, in_dim) = lead_and_width(x)?;
-        let xb = x
-            .reshape((lead.iter().product::<usize>(), in_dim))?
-            .to_dtype(DType::BF16)?;
-        let y = xb
-            .matmul(&w.to_dtype(DType::BF16)?.t()?)?
-            .to_dtype(DType::F32)?;
-        return y.reshape(out_shape(&lead, w)?);
+        return composed(x, w, DType::BF16);
     }
     linear_op(Numbers::Bf16(path), x, w)
 }
@@ -85,18 +72,29 @@ fn linear_op(numbers: Numbers, x: &Tensor, w: &Tensor) -> Result<Tensor> {
     x.contiguous()?.apply_op2(&w.contiguous()?, op)
 }
 
+/// `x · Wᵀ` by candle's composed ops (other devices, f64): `x` flattened to rows and both
+/// operands cast to `compute` (a no-op when it is already their dtype), the product cast
+/// back to `x`'s dtype.
+fn composed(x: &Tensor, w: &Tensor, compute: DType) -> Result<Tensor> {
+    validate::same_device(OP, x, "w", w)?;
+    let (lead, in_dim) = lead_and_width(x)?;
+    let rows = x
+        .reshape((lead.iter().product::<usize>(), in_dim))?
+        .to_dtype(compute)?;
+    let y = rows
+        .matmul(&w.to_dtype(compute)?.t()?)?
+        .to_dtype(x.dtype())?;
+    let mut shape = lead;
+    shape.push(w.dim(0)?);
+    y.reshape(shape)
+}
+
 /// The leading dims of `x` and its last (the input width).
 fn lead_and_width(x: &Tensor) -> Result<(Vec<usize>, usize)> {
     match x.dims().split_last() {
         Some((&last, lead)) => Ok((lead.to_vec(), last)),
         None => candle_core::bail!("{OP}: the input must have at least one dim"),
     }
-}
-
-fn out_shape(lead: &[usize], w: &Tensor) -> Result<Vec<usize>> {
-    let mut shape = lead.to_vec();
-    shape.push(w.dim(0)?);
-    Ok(shape)
 }
 
 /// Which of a linear layer's three products an op computes (`r`: all leading dims).

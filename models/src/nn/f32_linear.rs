@@ -2,8 +2,9 @@
 //! the trainer computes it: under [`Precision::FakeInt8`] with the engine's own f32 kernel
 //! ([`PackedF32Weight`], packed per call), so the router logits are the engine's bits and
 //! the experts and weights that follow cannot differ on one side only; under
-//! [`Precision::F32`] and [`Precision::Bf16Mixed`] (routers stay f32) the plain [`crate::nn::layers::linear`]. The gradients are a linear
-//! layer's: `∂x = ∂y · W`, `∂W = ∂yᵀ · x`. CPU (host) only in the engine's numbers.
+//! [`Precision::F32`] and [`Precision::Bf16Mixed`] (routers stay f32) the plain
+//! [`crate::nn::layers::linear`]. The gradients are a linear layer's: `∂x = ∂y · W`,
+//! `∂W = ∂yᵀ · x`. CPU (host) only in the engine's numbers.
 
 use crate::nn::fake_quant::{host_linear, linear_grads};
 use crate::nn::precision::Precision;
