@@ -199,6 +199,12 @@ fn browser_shows_live_actors_statuses_and_reward_chart() {
         points, 8,
         "5 steps from the snapshot + 3 from the live stream: {chart}"
     );
+    let chart = start_tag(&dom, "id=\"chart-accuracy\"").expect("an accuracy chart");
+    assert_eq!(
+        attr(chart, "data-points"),
+        Some("2"),
+        "held-out accuracy of steps 3 and 7: {chart}"
+    );
     let timeline = start_tag(&dom, "id=\"timeline\"").expect("a timeline");
     let spans: usize = attr(timeline, "data-spans").unwrap().parse().unwrap();
     assert_eq!(spans, 4 * 8, "the last 4 steps, 8 spans each: {timeline}");

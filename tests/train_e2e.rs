@@ -128,7 +128,9 @@ fn resumed_run_matches_uninterrupted_run() {
         .replace("steps = 30", "steps = 4")
         .replace("steps = 100", "steps = 10");
     std::fs::write(full.path().join("r.toml"), &recipe).unwrap();
-    train(full.path(), &[]);
+    // The uninterrupted run also measures held-out accuracy during RL (steps 3 and 4, the
+    // last): that must change nothing it trains on.
+    train(full.path(), &["--set", "rl.eval_every=3"]);
 
     let split = tempfile::tempdir().unwrap();
     std::fs::write(split.path().join("r.toml"), &recipe).unwrap();
@@ -146,6 +148,18 @@ fn resumed_run_matches_uninterrupted_run() {
             assert_eq!(x[k], y[k], "step {}: {k} differs after resume", x["step"]);
         }
     }
+    let measured: Vec<u64> = a
+        .iter()
+        .filter(|m| (0.0..=1.0).contains(&m["heldout_greedy"].as_f64().unwrap_or(-1.0)))
+        .filter(|m| (0.0..=1.0).contains(&m["heldout_sampled"].as_f64().unwrap_or(-1.0)))
+        .map(|m| m["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        measured,
+        vec![3, 4],
+        "held-out accuracy every 3 steps and after the last"
+    );
+    assert!(b.iter().all(|m| m.get("heldout_greedy").is_none()));
 }
 
 /// Rollouts at T = 0.7 with top-k 20: every log-prob of the step (engine, trainer, reference)
@@ -236,4 +250,16 @@ fn sharded_run_checkpoints_and_resumes_exactly() {
             assert_eq!(x[k], y[k], "step {}: {k} differs after resume", x["step"]);
         }
     }
+    let measured: Vec<u64> = a
+        .iter()
+        .filter(|m| (0.0..=1.0).contains(&m["heldout_greedy"].as_f64().unwrap_or(-1.0)))
+        .filter(|m| (0.0..=1.0).contains(&m["heldout_sampled"].as_f64().unwrap_or(-1.0)))
+        .map(|m| m["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        measured,
+        vec![3, 4],
+        "held-out accuracy every 3 steps and after the last"
+    );
+    assert!(b.iter().all(|m| m.get("heldout_greedy").is_none()));
 }

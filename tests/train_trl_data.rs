@@ -2,7 +2,9 @@
 //! conversational prompt-completion and `{"text"}` files; a GRPO prompts file whose answers
 //! are in `solution` is refused at `--check` and at startup (not trained at reward 0) until
 //! `data.answer_field` names the column; `--check` reads the data and says when a file is
-//! in another schema. Tiny models, a few steps each.
+//! in another schema, and a bad row far into a file by its line; a model folder whose chat
+//! template is in `chat_template.jinja` (transformers 5) keeps it through SFT, DPO and RL
+//! checkpoints. Tiny models, a few steps each.
 
 mod cli_support;
 use cli_support::{ok, oxalign};
@@ -165,4 +167,118 @@ fn check_reads_the_data_and_names_a_file_in_another_schema() {
     );
     assert!(err.contains("data.on_bad_row = \"skip\""), "{err}");
     assert!(!dir.join("runs/qa").exists(), "--check made a run folder");
+}
+
+#[test]
+fn check_names_a_bad_row_far_into_the_file_and_counts_the_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut rows: Vec<Value> = (0..1200)
+        .map(|i| json!({"prompt": format!("{i}+1="), "completion": (i + 1).to_string()}))
+        .collect();
+    jsonl(dir, "big.jsonl", &rows);
+    let recipe = sft_recipe(dir, "big", "big.jsonl");
+    let check = ok(dir, &["train", &recipe, "--check"]);
+    assert!(check.contains("(1000 of 1200 rows checked)"), "{check}");
+
+    rows[499] = json!({"prompt": "500+1="});
+    jsonl(dir, "big.jsonl", &rows);
+    let err = refused(dir, &["train", &recipe, "--check"]);
+    for want in [
+        "big.jsonl: line 500",
+        "no `completion` (or its alias `response`)",
+        "expected {\"prompt\": string, \"completion\": string}",
+        "{\"text\": string}",
+        "data.on_bad_row = \"skip\"",
+    ] {
+        assert!(err.contains(want), "{want:?} missing in: {err}");
+    }
+    let skip = ["--set", "data.on_bad_row=\"skip\""];
+    let check = ok(dir, &["train", &recipe, "--check", skip[0], skip[1]]);
+    assert!(
+        check.contains("1000 of 1200 rows checked, 1 would be skipped"),
+        "{check}"
+    );
+    assert!(!dir.join("runs/big").exists(), "--check made a run folder");
+}
+
+/// A ChatML template as transformers 5 saves it, in `chat_template.jinja`, marked so a
+/// copy of another template would not pass for it.
+const JINJA: &str = "{#- oxalign test template -#}\n{% for message in messages %}\
+{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}\
+{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}\n";
+
+/// A tiny Llama in `dir/model` whose chat template is only in `chat_template.jinja`.
+fn model_with_jinja_template(dir: &Path) {
+    let args = ["init-model", "--family", "llama", "--preset", "tiny"];
+    ok(dir, &[&args[..], &["--out", "model"]].concat());
+    let cfg_path = dir.join("model/tokenizer_config.json");
+    let mut cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    cfg.as_object_mut().unwrap().remove("chat_template");
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    std::fs::write(dir.join("model/chat_template.jinja"), JINJA).unwrap();
+}
+
+/// Asserts `folder` (under `dir`) carries the template with the same bytes.
+fn assert_template(dir: &Path, folder: &str) {
+    let got = std::fs::read(dir.join(folder).join("chat_template.jinja"));
+    let got = got.unwrap_or_else(|e| panic!("{folder}/chat_template.jinja: {e}"));
+    assert_eq!(got, JINJA.as_bytes(), "{folder}");
+    assert!(
+        dir.join(folder).join("tokenizer_config.json").is_file(),
+        "{folder}"
+    );
+}
+
+/// Conversational rows: `n` sums as SFT prompt-completion, preference and prompt rows.
+fn chat_rows(n: u64) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
+    let user = |i: u64| json!([{"role": "user", "content": format!("{i}+{i}=")}]);
+    let said = |t: String| json!([{"role": "assistant", "content": t}]);
+    let sft = (1..=n)
+        .map(|i| json!({"prompt": user(i), "completion": said((2 * i).to_string())}))
+        .collect();
+    let prefs = (1..=n)
+        .map(|i| {
+            json!({"prompt": user(i), "chosen": said((2 * i).to_string()),
+                   "rejected": said((2 * i + 1).to_string())})
+        })
+        .collect();
+    let prompts = (1..=n)
+        .map(|i| json!({"prompt": user(i), "answer": (2 * i).to_string()}))
+        .collect();
+    (sft, prefs, prompts)
+}
+
+#[test]
+fn a_chat_template_in_chat_template_jinja_survives_sft_dpo_and_rl_checkpoints() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    model_with_jinja_template(dir);
+    let (sft, prefs, prompts) = chat_rows(4);
+    jsonl(dir, "sft.jsonl", &sft);
+    jsonl(dir, "prefs.jsonl", &prefs);
+    jsonl(dir, "prompts.jsonl", &prompts);
+    let stage = |name: &str, model: &str, data: &str, rest: &str| {
+        let recipe = format!(
+            "[run]\nname = \"{name}\"\n{rest}\n[model]\npath = \"{model}\"\n\
+             [data]\ntask = \"file\"\npath = \"{data}\"\n"
+        );
+        std::fs::write(dir.join(format!("{name}.toml")), recipe).unwrap();
+        ok(dir, &["train", &format!("{name}.toml"), "--quiet"]);
+    };
+    let sft_rest = "kind = \"sft\"\n[sft]\nsteps = 2\nbatch_size = 2\nlr = 1e-3";
+    stage("sft", "model", "sft.jsonl", sft_rest);
+    assert_template(dir, "runs/sft/final");
+
+    // The next stage loads the SFT output and renders chat rows with its template.
+    let dpo_rest = "kind = \"dpo\"\n[dpo]\nsteps = 1\nbatch_size = 2\nwarmup_steps = 0";
+    stage("dpo", "runs/sft/final", "prefs.jsonl", dpo_rest);
+    assert_template(dir, "runs/dpo/final");
+
+    let rl_rest = "steps = 1\n[rl]\nalgorithm = \"grpo\"\nprompts_per_step = 2\n\
+                   samples_per_prompt = 2\nminibatch_size = 4\nmax_new_tokens = 3";
+    stage("rl", "runs/dpo/final", "prompts.jsonl", rl_rest);
+    assert_template(dir, "runs/rl/checkpoints/step_000001/policy");
+    assert_template(dir, "runs/rl/final");
 }

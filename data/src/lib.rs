@@ -14,6 +14,7 @@ mod error;
 mod jsonl_rows;
 mod parquet_rows;
 mod prompt_file;
+mod row_check;
 mod row_error;
 mod row_file;
 mod row_scan;
@@ -26,8 +27,9 @@ pub use arithmetic_export::{distinct_train_items, near_misses, write_arithmetic_
 pub use dataset::{DataSpec, Dataset};
 pub use error::{DataError, NoAnswer, RowAt};
 pub use prompt_file::PromptFile;
+pub use row_check::{check_first_rows, RowCheck, CHECK_ROWS};
 pub use row_error::RowError;
-pub use row_scan::{check_first_rows, DataReport, OnBadRow, PROBE_ROWS};
+pub use row_scan::{DataReport, OnBadRow, PROBE_ROWS};
 pub use schema::{PreferencePair, RowContext, RowSchema, DEFAULT_ANSWER_FIELD};
 pub use sft_schema::{SftPair, SftRow};
 

@@ -7,7 +7,6 @@
 //! schema: skipping would skip all of it, so the error says the schema does not match and
 //! lists the accepted ones instead of suggesting `data.on_bad_row = "skip"`.
 
-use crate::answer_coverage::{first_columns, AnswerCoverage};
 use crate::error::DataError;
 use crate::row_file::RowFile;
 use crate::schema::{RowContext, RowSchema};
@@ -39,7 +38,7 @@ pub struct DataReport {
 const REPORTED_SKIPS: usize = 5;
 
 /// How many leading rows are looked at before a failing first row is called a schema
-/// mismatch (and how many `--check` reads).
+/// mismatch.
 pub const PROBE_ROWS: usize = 16;
 
 /// What a scan found.
@@ -109,31 +108,6 @@ fn mismatch<T: RowSchema>(
             expected: T::EXPECTED,
         },
         other => other,
-    })
-}
-
-/// Checks the first [`PROBE_ROWS`] rows of `path` as a run would (`oxalign train --check`):
-/// the same schema errors, and the answer coverage of those rows.
-pub fn check_first_rows<T: RowSchema>(
-    path: &Path,
-    cx: &RowContext<'_>,
-    policy: OnBadRow,
-) -> Result<AnswerCoverage, DataError> {
-    let mut file = RowFile::open(path)?;
-    let mut report = DataReport::default();
-    let scanned = scan::<T>(&mut file, path, cx, policy, PROBE_ROWS, &mut report)?;
-    if scanned.good.is_empty() {
-        return Err(DataError::Empty {
-            path: path.to_path_buf(),
-            skipped: report.skipped,
-            expected: T::EXPECTED,
-        });
-    }
-    Ok(AnswerCoverage {
-        rows: scanned.good.len() as u64,
-        lacking: scanned.lacking_answer,
-        whole_file: file.len() <= PROBE_ROWS,
-        first_columns: first_columns(&mut file)?,
     })
 }
 
@@ -250,29 +224,6 @@ mod tests {
             e.contains("the file's only row") && e.contains("accepted schemas"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn checking_the_first_rows_reads_no_further_and_counts_the_answers() {
-        let mut rows: String = (0..PROBE_ROWS)
-            .map(|i| format!("{{\"prompt\": \"{i}\", \"solution\": \"{i}\"}}\n"))
-            .collect();
-        rows.push_str("not json\n");
-        let (_d, p) = file(&rows);
-        let cx = RowContext::new(None);
-        let c = check_first_rows::<PromptItem>(&p, &cx, OnBadRow::Fail).unwrap();
-        assert_eq!((c.rows, c.lacking, c.whole_file), (16, 16, false));
-        assert_eq!(c.first_columns, ["prompt", "solution"]);
-        let cx = RowContext {
-            tok: None,
-            answer_field: "solution",
-        };
-        let c = check_first_rows::<PromptItem>(&p, &cx, OnBadRow::Fail).unwrap();
-        assert_eq!(c.lacking, 0);
-        let e = check_first_rows::<SftRow>(&p, &cx, OnBadRow::Fail).unwrap_err();
-        assert!(matches!(e, DataError::Schema { .. }), "{e}");
-        let e = check_first_rows::<SftRow>(&p, &cx, OnBadRow::Skip).unwrap_err();
-        assert!(matches!(e, DataError::Empty { skipped: 16, .. }), "{e}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `oxalign train RECIPE`: validates a recipe, then runs it (SFT warm-up, RL, checkpoints),
 //! optionally with the live dashboard. `--check` stops after validation and reading the first
-//! rows of the data files; `--resume RUN_DIR`
+//! 1000 rows of each data file; `--resume RUN_DIR`
 //! continues from the run's newest valid checkpoint (see `train_resume.rs` for the checks).
 
 use std::net::SocketAddr;
@@ -37,8 +37,8 @@ pub struct Args {
     /// Override a recipe key, e.g. `--set rl.lr=1e-5` (repeatable; value in TOML syntax).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
-    /// Validate the recipe (keys, types, paths, devices) and the first 16 rows of each data
-    /// file (schema, reference answers), then exit.
+    /// Validate the recipe (keys, types, paths, devices) and the first 1000 rows of each data
+    /// file (schema, reference answers) with the run's row parser, then exit.
     #[arg(long)]
     pub check: bool,
     /// Continue the run in this folder from its newest valid checkpoint. The recipe must be
@@ -126,21 +126,23 @@ fn print_offline(summary: &controller::RunSummary) {
     );
 }
 
-/// `--check` after the recipe passed: reads the first rows of each data file (schema and
-/// reference answers, as the run would), then says what the run would do.
+/// `--check` after the recipe passed: reads the first 1000 rows of each data file (schema
+/// and reference answers, as the run would) and counts the rest, then says what the run
+/// would do.
 fn check_only(args: &Args, recipe: &Recipe) -> anyhow::Result<()> {
     // The first rows of every data file, in the run's schema, with its answer checks.
-    let rows = controller::check_data(recipe).map_err(classify)?;
-    let checked = match rows {
+    let data = controller::check_data(recipe).map_err(classify)?;
+    let checked = match data.rows {
         0 => String::new(),
-        n => format!(", {n} data rows checked"),
+        _ => format!(", {}", data.describe("data rows")),
     };
     if recipe.run.kind != oxalign_actors::recipe::RunKind::Rl {
         println!(
-            "{}: ok ({:?} run on {} ({rows} rows checked), outputs in {})",
+            "{}: ok ({:?} run on {} ({}), outputs in {})",
             args.recipe.display(),
             recipe.run.kind,
             recipe.data.path.as_deref().unwrap_or("-"),
+            data.describe("rows"),
             recipe.run_dir().display()
         );
         return Ok(());
@@ -241,6 +243,11 @@ async fn train_live(
             Ok(())
         }
         Ok(summary) => {
+            if !args.quiet {
+                if let Some(picture) = super::curves::picture(&summary) {
+                    println!("\n{picture}");
+                }
+            }
             print_rl_summary(&summary);
             print_traffic();
             Ok(())

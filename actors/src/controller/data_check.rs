@@ -2,15 +2,16 @@
 //! is read in the schema of its run kind, and a prompts file must carry the reference
 //! answer when something in the recipe compares with it (an exact-match reward or
 //! verifier, or the SFT warm-up that trains on it). A run checks every row; `--check`
-//! checks the first [`oxalign_data::PROBE_ROWS`], so a file in the wrong schema exits 2
-//! before a model is loaded.
+//! checks the first [`oxalign_data::CHECK_ROWS`] of each file with the run's row parser and
+//! counts the rest, so a malformed row or a file in another schema exits 2 before a model
+//! is loaded.
 
 use crate::controller::error::{At, RunError};
 use crate::error::Cause;
 use crate::recipe::{Recipe, RewardKind, RunKind, TaskKind};
 use oxalign_data::{
-    check_first_rows, AnswerCoverage, DataError, PreferencePair, PromptItem, RowContext, RowSchema,
-    SftRow,
+    check_first_rows, AnswerCoverage, DataError, PreferencePair, PromptItem, RowCheck, RowContext,
+    RowSchema, SftRow,
 };
 use oxalign_models::text::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
@@ -82,38 +83,71 @@ fn data_files(recipe: &Recipe) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Checks the first `PROBE_ROWS` (16) rows of each data file as the run would (`oxalign train
-/// --check`); returns the number of rows read. Only `data.path` must carry answers.
-pub fn check_data(recipe: &Recipe) -> Result<u64, RunError> {
+/// What `--check` read of the recipe's data files, all files together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DataChecked {
+    /// Rows parsed (the first [`oxalign_data::CHECK_ROWS`] of each file).
+    pub checked: u64,
+    /// Rows in the files.
+    pub rows: u64,
+    /// Of the rows parsed, malformed ones the run would skip (`data.on_bad_row = "skip"`).
+    pub skipped: u64,
+}
+
+impl DataChecked {
+    fn add(&mut self, c: &RowCheck) {
+        self.checked += c.checked;
+        self.rows += c.file_rows;
+        self.skipped += c.skipped;
+    }
+
+    /// "4 rows checked", "1000 of 5000 rows checked", with ", 2 would be skipped" when
+    /// some would; `noun` names the rows ("rows", "data rows").
+    pub fn describe(&self, noun: &str) -> String {
+        let mut s = match self.checked == self.rows {
+            true => format!("{} {noun} checked", self.checked),
+            false => format!("{} of {} {noun} checked", self.checked, self.rows),
+        };
+        if self.skipped > 0 {
+            s += &format!(", {} would be skipped", self.skipped);
+        }
+        s
+    }
+}
+
+/// Checks the first `CHECK_ROWS` (1000) rows of each data file as the run would, with the
+/// run's row parser (`oxalign train --check`), and counts their rows. Only `data.path` must
+/// carry answers.
+pub fn check_data(recipe: &Recipe) -> Result<DataChecked, RunError> {
     let files = data_files(recipe);
+    let mut out = DataChecked::default();
     if files.is_empty() {
-        return Ok(0);
+        return Ok(out);
     }
     let tok = check_tokenizer(recipe)?;
     let cx = RowContext {
         tok: Some(&tok),
         answer_field: &recipe.data.answer_field,
     };
-    let mut rows = 0;
     for (i, path) in files.iter().enumerate() {
-        let answers = match recipe.run.kind {
+        let checked = match recipe.run.kind {
             RunKind::Rl => first_rows::<PromptItem>(recipe, path, &cx)?,
             RunKind::Sft => first_rows::<SftRow>(recipe, path, &cx)?,
             RunKind::Rm | RunKind::Dpo => first_rows::<PreferencePair>(recipe, path, &cx)?,
         };
         if i == 0 {
-            require_answers(recipe, path, &answers)?;
+            require_answers(recipe, path, &checked.answers)?;
         }
-        rows += answers.rows;
+        out.add(&checked);
     }
-    Ok(rows)
+    Ok(out)
 }
 
 fn first_rows<T: RowSchema>(
     recipe: &Recipe,
     path: &Path,
     cx: &RowContext<'_>,
-) -> Result<AnswerCoverage, RunError> {
+) -> Result<RowCheck, RunError> {
     check_first_rows::<T>(path, cx, recipe.data.on_bad_row).map_err(data_error)
 }
 
@@ -168,5 +202,24 @@ mod tests {
         );
         cov.lacking = 1;
         require_answers(&r, Path::new("p.jsonl"), &cov).unwrap();
+    }
+
+    #[test]
+    fn the_check_summary_says_how_much_was_read_and_what_would_be_skipped() {
+        let all = DataChecked {
+            checked: 4,
+            rows: 4,
+            skipped: 0,
+        };
+        assert_eq!(all.describe("rows"), "4 rows checked");
+        let part = DataChecked {
+            checked: 1000,
+            rows: 5000,
+            skipped: 2,
+        };
+        assert_eq!(
+            part.describe("data rows"),
+            "1000 of 5000 data rows checked, 2 would be skipped"
+        );
     }
 }

@@ -28,7 +28,7 @@ mod summary;
 mod supervisor;
 mod warmup;
 
-pub use data_check::{answers_needed_by, check_data};
+pub use data_check::{answers_needed_by, check_data, DataChecked};
 pub use error::{At, CheckpointError, ContextError, DivergenceError, RunError, StalenessError};
 pub use run::checkpoint::{latest_checkpoint, LoopState, Phase};
 pub(crate) use run::checksums::CHECKSUMS_FILE;

@@ -39,6 +39,15 @@ pub(crate) fn sft_pairs(
     Ok(out)
 }
 
+/// The stream position of row `i` of SFT step `step` (0-based): fresh rows from
+/// `data_position`, or, with `sft.examples = n`, the first `n` rows cycled.
+fn warmup_row(s: &crate::recipe::SftSection, state: &LoopState, step: u64, i: u64) -> u64 {
+    match s.examples {
+        0 => state.data_position + i,
+        n => (step * s.batch_size as u64 + i) % n,
+    }
+}
+
 /// Runs the supervised steps `state.sft_step + 1 ..= recipe.sft.steps` from the current
 /// data position, checkpointing every `sft.checkpoint_every` steps (not the last one: the
 /// RL-start checkpoint follows it).
@@ -60,10 +69,12 @@ pub(crate) async fn run_sft(
     let report_every = (s.steps / 10).max(1);
     for step in state.sft_step..s.steps {
         let items = (0..s.batch_size as u64)
-            .map(|i| data.train_item(state.data_position + i))
+            .map(|i| data.train_item(warmup_row(s, state, step, i)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| RunError::controller(At::Sft(step + 1), "data", e))?;
-        state.data_position += s.batch_size as u64;
+        if s.examples == 0 {
+            state.data_position += s.batch_size as u64;
+        }
         let at = At::Sft(step + 1);
         let pairs = sft_pairs(ctx, step + 1, &items)?;
         if pairs.is_empty() {

@@ -209,6 +209,11 @@ pub struct SftSection {
     /// `run.kind = "sft"` only: held-out loss every this many steps (and at the start and
     /// the end); 0 = only at the start and the end. Default `50`.
     pub eval_every: u64,
+    /// The warm-up before RL only: its labelled examples are the first `examples` rows of
+    /// the training stream, cycled, so SFT sees a small demonstration set while RL draws its
+    /// prompts from the whole stream (from its start). 0 = the warm-up reads fresh rows of
+    /// the stream and RL continues after them. Default `0`.
+    pub examples: u64,
 }
 
 impl Default for SftSection {
@@ -222,6 +227,7 @@ impl Default for SftSection {
             checkpoint_every: 50,
             packing: false,
             eval_every: 50,
+            examples: 0,
         }
     }
 }
@@ -395,6 +401,12 @@ pub struct RlSection {
     /// samples from, and the engine/trainer log-prob gap falls to f32 rounding on most
     /// tokens. The reference and the critic stay f32. Default `"f32"`.
     pub trainer_precision: oxalign_models::Precision,
+    /// Held-out accuracy (greedy and sampled, the measurement taken before and after RL)
+    /// every this many RL steps and after the last, on the engine's weights after the step's
+    /// refit: `heldout_greedy` / `heldout_sampled` in `metrics.jsonl`, a line in the table,
+    /// a chart on the dashboard and points of the end-of-run picture. It changes nothing the
+    /// run trains on. 0 = only before and after RL. Default `0`.
+    pub eval_every: u64,
 }
 
 /// Largest `rl.max_staleness`: each version of lag is one more batch held in memory.
@@ -507,6 +519,7 @@ impl Default for RlSection {
             routing_replay: false,
             trainer_precision: oxalign_models::Precision::F32,
             packing: false,
+            eval_every: 0,
         }
     }
 }

@@ -556,6 +556,18 @@ fn model_precision_sets_every_trainer_and_refuses_fake_int8() {
 }
 
 #[test]
+fn sft_examples_belong_to_the_warm_up_before_rl() {
+    let ok = parse("[sft]\nsteps = 10\nexamples = 32\n", &[]).unwrap();
+    validate(&ok, Path::new("r.toml")).unwrap();
+    assert_eq!(ok.sft.examples, 32);
+    let no_warm_up = parse("[sft]\nexamples = 32\n", &[]).unwrap();
+    let e = validate(&no_warm_up, Path::new("r.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sft.examples") && e.contains("sft.steps = 0"), "{e}");
+}
+
+#[test]
 fn an_engine_placement_is_checked() {
     let ok = parse("[placement]\nengine = \"cpu\"\n", &[]).unwrap();
     validate(&ok, Path::new("r.toml")).unwrap();

@@ -271,6 +271,16 @@ fn data_keys(r: &Recipe, bad: &impl Fn(&str, String) -> RecipeError) -> Result<(
     if r.data.task == TaskKind::Arithmetic && r.data.max_operand == 0 {
         return Err(bad("data.max_operand", "must be at least 1".into()));
     }
+    if r.sft.examples > 0 && (r.run.kind != RunKind::Rl || r.sft.steps == 0) {
+        return Err(bad(
+            "sft.examples",
+            format!(
+                "{}: only the SFT warm-up before RL reads it (run.kind = \"rl\" with \
+                 sft.steps > 0), and this recipe has run.kind = {:?}, sft.steps = {}",
+                r.sft.examples, r.run.kind, r.sft.steps
+            ),
+        ));
+    }
     Ok(())
 }
 

@@ -336,6 +336,12 @@
   // ---------------------------------------------------------------- charts
   var CHARTS = [
     { id: 'reward', title: 'Reward', unit: '', series: [{ key: 'reward_mean', label: 'mean ± std', color: '#7aa2f7', band: 'reward_std' }] },
+    // Held-out accuracy is measured every rl.eval_every steps: its points join across the
+    // steps between (sparse), where a missing value elsewhere is a gap.
+    { id: 'accuracy', title: 'Accuracy', unit: '', series: [
+      { key: 'heldout_greedy', label: 'held-out greedy', color: '#9ece6a', sparse: true },
+      { key: 'heldout_sampled', label: 'held-out sampled', color: '#e0af68', sparse: true },
+      { key: 'accuracy', label: 'training (sampled)', color: '#7dcfff' }] },
     { id: 'kl', title: 'KL (policy ‖ reference)', unit: 'nats', series: [{ key: 'kl', label: 'kl', color: '#bb9af7' }] },
     { id: 'loss', title: 'Losses', unit: '', series: [
       { key: 'policy_loss', label: 'policy', color: '#ff9e64' }, { key: 'value_loss', label: 'value', color: '#2ac3de' }] },
@@ -373,7 +379,7 @@
           var p = { x: m.step, y: y };
           if (s.band && isNum(m[s.band])) { p.lo = y - m[s.band]; p.hi = y + m[s.band]; }
           pts.push(p);
-        } else if (pts.length && pts[pts.length - 1] !== null) {
+        } else if (!s.sparse && pts.length && pts[pts.length - 1] !== null) {
           pts.push(null); // a gap: missing or non-finite value
         }
       });

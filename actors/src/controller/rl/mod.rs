@@ -41,6 +41,7 @@
 
 pub(crate) mod ahead;
 pub(crate) mod experience;
+pub(crate) mod heldout;
 pub(crate) mod loss_config;
 pub(crate) mod refit;
 pub(crate) mod report;

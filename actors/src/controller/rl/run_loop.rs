@@ -5,6 +5,8 @@
 //! rebuilt, the restart budget), within the restart budget. It sets the running step on the
 //! fault plan (`faults.rs`), so `[[faults]]` fire only inside RL steps.
 
+use super::heldout;
+use super::report::StepRow;
 use super::step as rl_step;
 use crate::controller::clock::WallClock;
 use crate::controller::context::Ctx;
@@ -91,10 +93,12 @@ pub(crate) async fn rl_loop(
         state.record_reward(row.reward_mean);
         state.step = step;
         if step > reported {
-            ctx.monitor
-                .report(row.metrics.with(RESTARTS, f64::from(restarts)));
-            progress.line(&row.line);
-            progress.step(row.brief);
+            let reported_now = report_step(ctx, roles, data, &progress, (step, restarts), row);
+            if let Err(e) = reported_now.await {
+                recover(ctx, pool, roles, state, &mut budget, &newest, step, e).await?;
+                restarts += 1;
+                continue;
+            }
             (reported, restarts) = (step, 0);
         }
         let every = recipe.run.checkpoint_every;
@@ -122,6 +126,27 @@ pub(crate) async fn rl_loop(
     pool.faults().set_step(0);
     progress.finish();
     Ok(Some(newest.dir))
+}
+
+/// Reports step `step` once, with `restarts` since the previous line: its held-out accuracy
+/// when `rl.eval_every` measures it (`heldout.rs`), its `metrics.jsonl` line, its table row.
+async fn report_step(
+    ctx: &Ctx<'_>,
+    roles: &Roles,
+    data: &dyn PromptSource,
+    progress: &progress::Progress,
+    (step, restarts): (u64, u32),
+    row: StepRow,
+) -> Result<(), RunError> {
+    let (row, heldout) = heldout::with_heldout(ctx, roles, data, step, row).await?;
+    ctx.monitor
+        .report(row.metrics.with(RESTARTS, f64::from(restarts)));
+    progress.line(&row.line);
+    if let Some(acc) = heldout {
+        progress.line(&heldout::line(step, acc));
+    }
+    progress.step(row.brief);
+    Ok(())
 }
 
 /// After `e` at RL step `step`: charges the restart budget (or returns `e` when it is not
