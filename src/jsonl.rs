@@ -52,16 +52,26 @@ fn next_line(reader: &mut impl BufRead) -> Result<Option<String>, Option<std::io
         .map_err(|e| Some(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
 }
 
-/// Reads every non-blank line of `path` as JSON. A missing file, a line over
-/// [`MAX_LINE_BYTES`] or a line that is not valid JSON is a [`UserError`] naming the file and
-/// line.
+/// The input path that means standard input.
+pub const STDIN: &str = "-";
+
+/// Reads every non-blank line of `path` as JSON; `-` ([`STDIN`]) reads standard input. A
+/// missing file, a line over [`MAX_LINE_BYTES`] or a line that is not valid JSON is a
+/// [`UserError`] naming the file (`-` for stdin) and line.
 pub fn read_jsonl(path: &Path) -> anyhow::Result<Vec<JsonlLine>> {
+    if path == Path::new(STDIN) {
+        return read_lines(path, &mut std::io::stdin().lock());
+    }
     let file = File::open(path)
         .map_err(|e| UserError::new(format!("cannot read input file {}: {e}", path.display())))?;
-    let mut reader = BufReader::new(file);
+    read_lines(path, &mut BufReader::new(file))
+}
+
+/// Every non-blank line of `reader` as JSON; `path` names it in errors.
+fn read_lines(path: &Path, reader: &mut impl BufRead) -> anyhow::Result<Vec<JsonlLine>> {
     let mut out = Vec::new();
     for line_no in 1.. {
-        let text = match next_line(&mut reader) {
+        let text = match next_line(reader) {
             Ok(Some(t)) => t,
             Ok(None) => break,
             Err(None) => {

@@ -11,9 +11,10 @@ mod user_error;
 
 use clap::{Parser, Subcommand};
 
-/// RLHF training system: SFT warm-up, then PPO/GRPO/RLOO/REINFORCE++ with an inference engine in the loop.
+/// RLHF training system: SFT, reward-model, DPO and RL runs (run.kind); RL with PPO, GRPO, Dr. GRPO,
+/// RLOO, REINFORCE++ (DAPO, GSPO and CISPO options) or on-policy distillation, with an inference engine in the loop.
 #[derive(Debug, Parser)]
-#[command(name = "oxalign", version, about, propagate_version = true)]
+#[command(name = "oxalign", version, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

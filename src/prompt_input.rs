@@ -69,6 +69,18 @@ pub fn read_records(path: &Path) -> anyhow::Result<Vec<InputRecord>> {
         .collect()
 }
 
+/// One `{"text": ...}` record per text, numbered from 1 in order (`generate --prompt`).
+pub fn text_records(texts: &[String]) -> Vec<InputRecord> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| InputRecord {
+            line: i + 1,
+            prompt: Prompt::Text(text.clone()),
+        })
+        .collect()
+}
+
 /// Parses one line's JSON value; the error says what is wrong and what was expected.
 pub fn parse_prompt(value: &Value) -> Result<Prompt, RecordError> {
     let Some(obj) = value.as_object() else {
@@ -318,6 +330,14 @@ mod tests {
         assert!(e.contains("exactly one"), "{e}");
         let e = parse_prompt(&json!({"text": 3})).unwrap_err().to_string();
         assert!(e.contains("must be a string"), "{e}");
+    }
+
+    #[test]
+    fn prompt_texts_are_text_records_numbered_in_order() {
+        let r = text_records(&["a".into(), "b c".into()]);
+        assert_eq!(r.len(), 2);
+        assert_eq!((r[0].line, &r[0].prompt), (1, &Prompt::Text("a".into())));
+        assert_eq!((r[1].line, &r[1].prompt), (2, &Prompt::Text("b c".into())));
     }
 
     #[test]

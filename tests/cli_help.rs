@@ -28,6 +28,44 @@ fn top_level_help_lists_subcommands() {
     }
 }
 
+/// Issue 29: the top level and `train` name every run kind and the RL algorithms.
+#[test]
+fn help_names_the_run_kinds_and_the_algorithms() {
+    let top = help(&["--help"]);
+    for want in [
+        "SFT",
+        "reward-model",
+        "DPO",
+        "run.kind",
+        "Dr. GRPO",
+        "distillation",
+    ] {
+        assert!(top.contains(want), "--help lacks {want}: {top}");
+    }
+    let short = help(&["train", "-h"]);
+    for want in ["SFT", "reward model", "DPO", "RL", "run.kind"] {
+        assert!(short.contains(want), "train -h lacks {want}: {short}");
+    }
+    let long = help(&["train", "--help"]);
+    for want in [
+        "\"sft\"",
+        "\"rm\"",
+        "\"dpo\"",
+        "\"rl\"",
+        "ppo",
+        "grpo",
+        "dr_grpo",
+        "rloo",
+        "reinforce_pp",
+        "distill",
+        "DAPO",
+        "GSPO",
+        "CISPO",
+    ] {
+        assert!(long.contains(want), "train --help lacks {want}: {long}");
+    }
+}
+
 #[test]
 fn data_arithmetic_has_help() {
     let text = help(&["data", "arithmetic", "--help"]);

@@ -363,6 +363,67 @@ fn sampling_is_seeded_and_chat_mode_wraps_text() {
     }
 }
 
+/// `oxalign args…` with `stdin` on its standard input.
+fn with_stdin(args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_oxalign"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the oxalign binary runs");
+    let mut pipe = child.stdin.take().unwrap();
+    pipe.write_all(stdin.as_bytes()).unwrap();
+    drop(pipe);
+    child.wait_with_output().unwrap()
+}
+
+/// Issue 29: `--input -` reads the prompts from stdin and `--prompt TEXT` (repeatable, with
+/// --chat a user message) gives them on the command line, with the same output as a file;
+/// exactly one of --input and --prompt is required (a clap error, exit 2).
+#[test]
+fn generate_reads_stdin_and_prompts_given_on_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = init(dir.path(), "m", "qwen2", "lm", "5");
+    let input = dir.path().join("in.jsonl");
+    write_jsonl(&input, &[json!({"text": "hi"}), json!({"text": "yo"})]);
+    let common = [
+        "generate",
+        "--model",
+        s(&model),
+        "--chat",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "4",
+    ];
+    fn with<'a>(common: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        [common, extra].concat()
+    }
+    let from_file = ok(&with(&common, &["--input", s(&input)]));
+    let text = std::fs::read_to_string(&input).unwrap();
+    let out = with_stdin(&with(&common, &["--input", "-"]), &text);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "--input -: {stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), from_file);
+    let prompts = ok(&with(&common, &["--prompt", "hi", "--prompt", "yo"]));
+    assert_eq!(prompts, from_file);
+    assert_eq!(
+        lines(&prompts)[0]["prompt"],
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    );
+    for extra in [&[][..], &["--input", s(&input), "--prompt", "hi"]] {
+        let out = oxalign(&with(&common, extra));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(
+            err.contains("--input") && err.contains("--prompt"),
+            "{extra:?}: {err}"
+        );
+    }
+}
+
 #[test]
 fn score_gives_one_finite_score_per_line() {
     let dir = tempfile::tempdir().unwrap();

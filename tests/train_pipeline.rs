@@ -105,24 +105,10 @@ fn sft_then_reward_model_then_dpo_and_ppo_against_the_reward_model() {
         .join("runs/dpo-variant/final/model.safetensors")
         .is_file());
 
-    // DPO scores policy and reference under the model's own distribution whatever the
-    // recipe's rollout sampling says: at the first step they are the same model, so the
-    // implicit reward margin is 0 and the loss is ln 2.
-    let tempered = [
-        "train",
-        &dpo,
-        "--quiet",
-        "--set",
-        "dpo.steps=1",
-        "--set",
-        "rl.temperature=0.7",
-        "--set",
-        "rl.top_p=0.9",
-        "--set",
-        "run.name=\"dpo-tempered\"",
-    ];
-    ok(dir, &tempered);
-    let line = std::fs::read_to_string(dir.join("runs/dpo-tempered/metrics.jsonl")).unwrap();
+    // DPO scores policy and reference under the model's own distribution: at the first step
+    // they are the same model, so the implicit reward margin is 0 and the loss is ln 2. The
+    // rollout sampling of `[rl]` is not DPO's: setting it in a DPO recipe is refused.
+    let line = std::fs::read_to_string(dir.join("runs/dpo/metrics.jsonl")).unwrap();
     let first: Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
     let (margin, loss) = (
         first["margin"].as_f64().unwrap(),
@@ -130,7 +116,16 @@ fn sft_then_reward_model_then_dpo_and_ppo_against_the_reward_model() {
     );
     assert!(
         margin.abs() < 1e-6 && (loss - std::f64::consts::LN_2).abs() < 1e-5,
-        "DPO at T=0.7 starts with margin {margin}, loss {loss}: policy and reference disagree"
+        "DPO starts with margin {margin}, loss {loss}: policy and reference disagree"
+    );
+    let tempered = ["train", &dpo, "--check", "--set", "rl.temperature=0.7"];
+    let out = oxalign(dir, &tempered);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("key `rl.temperature`")
+            && err.contains("run.kind = \"dpo\" does not read [rl]"),
+        "{err}"
     );
 
     // The critic starts from the reward model (score.weight, no bias).

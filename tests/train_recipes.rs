@@ -39,6 +39,26 @@ fn unknown_key_is_named_with_the_expected_keys() {
     );
 }
 
+/// Issue 29: a key of a section the run kind does not read (`[rl]` in an SFT run, in the
+/// file or by `--set`) is refused, not ignored.
+#[test]
+fn a_key_the_run_kind_does_not_read_is_refused() {
+    let sft = "[run]\nkind = \"sft\"\n[data]\npath = \"d.jsonl\"\n[sft]\nsteps = 2\n";
+    let wants = [
+        "r.toml",
+        "key `rl.lr`",
+        "run.kind = \"sft\" does not read [rl]",
+    ];
+    check_fails(sft, &["--set", "rl.lr=2e-5"], &wants);
+    check_fails(&format!("{sft}[rl]\nlr = 2e-5\n"), &["--check"], &wants);
+    let reward = format!("{sft}[reward]\nkind = \"model\"\n");
+    check_fails(
+        &reward,
+        &["--check"],
+        &["key `reward.kind`", "run.kind = \"rl\" reads it"],
+    );
+}
+
 #[test]
 fn wrong_type_is_named() {
     check_fails(

@@ -204,6 +204,16 @@ fn the_adaptive_kl_controller_tracks_the_per_sequence_kl() {
             "run.steps=5",
             "--set",
             "sft.steps=30",
+            // The single-digit task of the tests' earlier quickstart, which tells kl from
+            // kl_seq at this target.
+            "--set",
+            "rl.prompts_per_step=64",
+            "--set",
+            "data.max_operand=9",
+            "--set",
+            "data.eval_size=40",
+            "--set",
+            "rl.max_new_tokens=3",
             "--set",
             "rl.kl_coef=0.1",
             "--set",

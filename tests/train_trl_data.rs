@@ -134,6 +134,41 @@ fn a_grpo_file_with_its_answers_in_solution_is_refused_until_answer_field_names_
     assert!(text.contains("1 of 4 rows have no `solution`"), "{text}");
 }
 
+/// Issue 29: GRPO whose reward never tells a group's samples apart (an untrained model never
+/// gives the answer) records `zero_variance_groups` = 1 every step and, at the fifth such
+/// step, warns once that nothing is being learned and why.
+#[test]
+fn grpo_warns_when_no_group_has_a_reward_signal_for_five_steps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let rows: Vec<Value> = (1..=4)
+        .map(|i| json!({"prompt": format!("{i}+{i}="), "solution": format!("{}", 1000 + i)}))
+        .collect();
+    jsonl(dir, "prompts.jsonl", &rows);
+    let recipe = "[run]\nname = \"flat\"\nsteps = 6\n[data]\ntask = \"file\"\n\
+                  path = \"prompts.jsonl\"\nanswer_field = \"solution\"\n[rl]\n\
+                  algorithm = \"grpo\"\nprompts_per_step = 2\nsamples_per_prompt = 2\n\
+                  minibatch_size = 4\nmax_new_tokens = 2\n";
+    std::fs::write(dir.join("r.toml"), recipe).unwrap();
+    let out = ok(dir, &["train", "r.toml", "--quiet"]);
+    let warnings: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("nothing is being learned"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{out}");
+    assert!(
+        warnings[0].starts_with("warning: steps 1-5:")
+            && warnings[0].contains("all rewards equal to 0"),
+        "{out}"
+    );
+    let text = std::fs::read_to_string(dir.join("runs/flat/metrics.jsonl")).unwrap();
+    for line in text.lines() {
+        let m: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(m["zero_variance_groups"], 1.0, "{m}");
+    }
+    assert_eq!(text.lines().count(), 6);
+}
+
 #[test]
 fn check_reads_the_data_and_names_a_file_in_another_schema() {
     let tmp = tempfile::tempdir().unwrap();

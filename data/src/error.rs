@@ -120,6 +120,16 @@ pub enum DataError {
         /// The schema.
         expected: &'static str,
     },
+    /// A folder given as a dataset holds no Parquet shards.
+    #[error(
+        "{}: a folder with no .parquet files; expected a JSONL or Parquet file, or a folder \
+         of Parquet shards (the Hugging Face datasets layout, read in name order)",
+        path.display()
+    )]
+    NoShards {
+        /// The folder.
+        path: PathBuf,
+    },
     /// A split leaves nothing to train on or to evaluate.
     #[error("{}: {message}", path.display())]
     Split {

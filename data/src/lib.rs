@@ -1,5 +1,5 @@
 //! oxalign-data: the datasets of oxalign — a generated arithmetic task, and JSONL or Parquet
-//! files of prompts, SFT rows or preference pairs (schemas in `schema.rs` and
+//! files (or a folder of Parquet shards) of prompts, SFT rows or preference pairs (schemas in `schema.rs` and
 //! `sft_schema.rs`), streamed from disk. Errors are [`DataError`]s naming the file and row.
 //!
 //! A dataset is addressed by position: item `i` of the training stream is a pure function
@@ -13,6 +13,7 @@ mod dataset;
 mod error;
 mod jsonl_rows;
 mod parquet_rows;
+mod parquet_shards;
 mod prompt_file;
 mod row_check;
 mod row_error;

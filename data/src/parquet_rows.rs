@@ -76,6 +76,11 @@ impl ParquetRows {
             .ok_or(RowError::NoSuchRow { group, row }))
     }
 
+    /// Drops the decoded row group (a folder of shards keeps one decoded, in one shard).
+    pub fn forget_group(&mut self) {
+        self.cached = None;
+    }
+
     /// Decodes row group `group`. The parquet crate can panic on a damaged page (a flipped
     /// byte in its data), so the decoder runs under `catch_unwind` and a panic becomes a
     /// [`DataError::Parquet`] naming the file and the row group, like any decoding error.
@@ -96,6 +101,12 @@ impl ParquetRows {
         }
         Ok(out)
     }
+}
+
+/// True for a `.parquet` path.
+pub(crate) fn is_parquet(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("parquet"))
 }
 
 /// Runs `f`, a call into the parquet crate, turning a panic (the crate can panic on damaged
@@ -119,7 +130,7 @@ fn unpanicked<T>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use crate::{DataSpec, Dataset, OnBadRow, SftRow};
     use parquet::basic::Compression;
     use parquet::data_type::{ByteArray, ByteArrayType};
@@ -130,7 +141,7 @@ mod tests {
     use std::sync::Arc;
 
     /// Writes `groups` of `(prompt, response?)` rows, one row group each, snappy-compressed.
-    fn write(path: &Path, groups: &[&[(&str, Option<&str>)]]) {
+    pub(crate) fn write(path: &Path, groups: &[&[(&str, Option<&str>)]]) {
         let schema = parse_message_type(
             "message rows { REQUIRED BYTE_ARRAY prompt (UTF8); OPTIONAL BYTE_ARRAY response (UTF8); }",
         )
@@ -160,7 +171,7 @@ mod tests {
         w.close().unwrap();
     }
 
-    fn spec(path: &Path, on_bad_row: OnBadRow) -> DataSpec {
+    pub(crate) fn spec(path: &Path, on_bad_row: OnBadRow) -> DataSpec {
         DataSpec {
             path: path.to_path_buf(),
             eval_path: None,

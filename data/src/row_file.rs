@@ -1,9 +1,10 @@
-//! [`RowFile`]: a JSONL or Parquet file (chosen by the `.parquet` extension) addressed by
-//! row number, read on demand.
+//! [`RowFile`]: a JSONL or Parquet file (chosen by the `.parquet` extension), or a folder of
+//! Parquet shards, addressed by row number, read on demand.
 
 use crate::error::{DataError, RowAt};
 use crate::jsonl_rows::JsonlRows;
-use crate::parquet_rows::ParquetRows;
+use crate::parquet_rows::{is_parquet, ParquetRows};
+use crate::parquet_shards::ParquetShards;
 use crate::RowError;
 use std::path::Path;
 
@@ -13,12 +14,17 @@ pub(crate) enum RowFile {
     Jsonl(JsonlRows),
     /// A Parquet file.
     Parquet(ParquetRows),
+    /// A folder's Parquet shards, in name order.
+    Shards(ParquetShards),
 }
 
 impl RowFile {
-    /// Opens `path`: Parquet when its extension is `parquet`, JSONL otherwise.
+    /// Opens `path`: a folder's Parquet shards when it is a folder, Parquet when its
+    /// extension is `parquet`, JSONL otherwise.
     pub fn open(path: &Path) -> Result<Self, DataError> {
-        if is_parquet(path) {
+        if path.is_dir() {
+            Ok(RowFile::Shards(ParquetShards::open(path)?))
+        } else if is_parquet(path) {
             Ok(RowFile::Parquet(ParquetRows::open(path)?))
         } else {
             Ok(RowFile::Jsonl(JsonlRows::open(path)?))
@@ -30,6 +36,7 @@ impl RowFile {
         match self {
             RowFile::Jsonl(f) => f.len(),
             RowFile::Parquet(f) => f.len(),
+            RowFile::Shards(f) => f.len(),
         }
     }
 
@@ -43,6 +50,16 @@ impl RowFile {
         match self {
             RowFile::Jsonl(f) => f.at(i),
             RowFile::Parquet(f) => f.at(i),
+            RowFile::Shards(f) => f.at(i),
+        }
+    }
+
+    /// The file holding row `i` when `path` is a folder of shards (its row errors name the
+    /// shard); `None` for a single file.
+    pub fn shard_of(&self, i: usize) -> Option<&Path> {
+        match self {
+            RowFile::Shards(f) => Some(f.file_of(i)),
+            _ => None,
         }
     }
 
@@ -51,12 +68,7 @@ impl RowFile {
         match self {
             RowFile::Jsonl(f) => f.read(i),
             RowFile::Parquet(f) => f.read(i),
+            RowFile::Shards(f) => f.read(i),
         }
     }
-}
-
-/// True for a `.parquet` path.
-pub(crate) fn is_parquet(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("parquet"))
 }

@@ -130,7 +130,7 @@ pub(super) fn parse<T: RowSchema>(
 ) -> Result<Result<T, DataError>, DataError> {
     let parsed = file.read(i)?.and_then(|v| T::from_row(&v, cx));
     Ok(parsed.map_err(|message| DataError::Row {
-        path: path.to_path_buf(),
+        path: file.shard_of(i).unwrap_or(path).to_path_buf(),
         at: file.at(i),
         message: Box::new(message),
         expected: T::EXPECTED,

@@ -2,10 +2,10 @@
 //! RL loop uses (continuous batching over a paged KV cache, seeded sampling or greedy) and
 //! writes the completion with its per-token log-probs. A batch tool, not a server.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{ArgGroup, Parser};
 use oxalign_models::engine::{Engine, EngineConfig};
 use oxalign_models::text::tokenizer::Tokenizer;
 use oxalign_models::{CausalLm, Completion, FinishReason, GenerationRequest, SamplingParams};
@@ -14,15 +14,17 @@ use serde::Serialize;
 use crate::context_len::fit_generation;
 use crate::jsonl::JsonlWriter;
 use crate::model_dir::{check_model_dir, load_tokenizer, model_error, open_device};
-use crate::prompt_input::{read_records, record_ids, EncodeMode, InputRecord};
+use crate::prompt_input::{read_records, record_ids, text_records, EncodeMode, InputRecord};
 use crate::user_error::{user_error, IntoUserError};
 
 /// Arguments of `oxalign generate`.
 #[derive(Debug, Parser)]
+#[command(group(ArgGroup::new("prompts").required(true).args(["input", "prompt"])))]
 #[command(
     about = "Sample completions for prompts with a causal LM",
     long_about = "Sample completions for prompts with a causal LM (KV-cached, batched).\n\n\
-Each input line is {\"text\": \"...\"}, {\"input_ids\": [...]} or {\"messages\": [...]} (a chat, \
+The prompts come from --input (a JSONL file, `-` for standard input) or from --prompt \
+(repeatable; each is one {\"text\": ...} line). Each input line is {\"text\": \"...\"}, {\"input_ids\": [...]} or {\"messages\": [...]} (a chat, \
 rendered with the tokenizer's chat template and an assistant header). With --chat, \"text\" is \
 wrapped as one user message. Each output line is {\"prompt\", \"prompt_ids\", \"completion\", \
 \"completion_ids\", \"logprobs\", \"finish_reason\"}: prompt is the decoded prompt ids, \
@@ -37,9 +39,13 @@ pub struct Args {
     /// Model folder (config.json, model.safetensors, tokenizer.json).
     #[arg(long)]
     pub model: PathBuf,
-    /// Input JSONL file.
+    /// Input JSONL file; `-` reads standard input. Exactly one of --input and --prompt.
     #[arg(long)]
-    pub input: PathBuf,
+    pub input: Option<PathBuf>,
+    /// A prompt's text, as the line {"text": TEXT} (with --chat, a user message); repeatable,
+    /// one output line each, in order.
+    #[arg(long, value_name = "TEXT")]
+    pub prompt: Vec<String>,
     /// Output JSONL file (stdout when omitted).
     #[arg(long)]
     pub output: Option<PathBuf>,
@@ -102,7 +108,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return user_error(format!("invalid sampling option: {msg}"));
     }
     let device = open_device(&args.device)?;
-    let records = read_records(&args.input)?;
+    let (source, records) = match &args.input {
+        Some(path) => (path.clone(), read_records(path)?),
+        None => (PathBuf::from("--prompt"), text_records(&args.prompt)),
+    };
     let tokenizer = load_tokenizer(&args.model)?;
     if args.chat && tokenizer.as_ref().and_then(|t| t.chat_template()).is_none() {
         return user_error(format!(
@@ -111,7 +120,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ));
     }
     let model = CausalLm::load(&args.model, &device).map_err(|e| model_error(e, &args.model))?;
-    let requests = requests(&args, &records, tokenizer.as_ref(), &model, &sampling)?;
+    let input = Input {
+        source: &source,
+        records: &records,
+    };
+    let requests = requests(&args, input, tokenizer.as_ref(), &model, &sampling)?;
     let completions = generate(&args, &model, &requests)?;
     let mut out = JsonlWriter::create(args.output.as_deref())?;
     for (req, c) in requests.into_iter().zip(completions) {
@@ -120,11 +133,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     out.finish()
 }
 
+/// The prompts to complete, and what names them in messages (the input file, or `--prompt`
+/// with the prompt's 1-based position as its line).
+#[derive(Clone, Copy)]
+struct Input<'a> {
+    source: &'a Path,
+    records: &'a [InputRecord],
+}
+
 /// One generation request per input line: its prompt ids (fitted to the context), its
 /// seed `--seed + line index`, and the tokenizer's stop tokens unless `--ignore-eos`.
 fn requests(
     args: &Args,
-    records: &[InputRecord],
+    Input { source, records }: Input<'_>,
     tokenizer: Option<&Tokenizer>,
     model: &CausalLm,
     sampling: &SamplingParams,
@@ -143,17 +164,16 @@ fn requests(
     };
     let mut requests = Vec::with_capacity(records.len());
     for (i, rec) in records.iter().enumerate() {
-        let mut prompt = record_ids(&args.input, rec, tokenizer, vocab, mode)?;
+        let mut prompt = record_ids(source, rec, tokenizer, vocab, mode)?;
         if prompt.is_empty() {
             return user_error(format!(
                 "{}:{}: the prompt has no tokens",
-                args.input.display(),
+                source.display(),
                 rec.line
             ));
         }
         let (line, want) = (rec.line, args.max_new_tokens);
-        let max_new_tokens =
-            fit_generation(&args.input, line, &mut prompt, want, ctx, args.truncate)?;
+        let max_new_tokens = fit_generation(source, line, &mut prompt, want, ctx, args.truncate)?;
         requests.push(GenerationRequest {
             prompt,
             max_new_tokens,

@@ -27,7 +27,7 @@ pub struct Args {
     /// Reward model folder.
     #[arg(long)]
     pub model: PathBuf,
-    /// Input JSONL file.
+    /// Input JSONL file; `-` reads standard input.
     #[arg(long)]
     pub input: PathBuf,
     /// Output JSONL file (stdout when omitted).

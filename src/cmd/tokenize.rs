@@ -26,7 +26,7 @@ pub struct Args {
     /// Model or tokenizer folder (tokenizer.json, tokenizer_config.json).
     #[arg(long)]
     pub model: PathBuf,
-    /// Input JSONL file.
+    /// Input JSONL file; `-` reads standard input.
     #[arg(long)]
     pub input: PathBuf,
     /// Output JSONL file (stdout when omitted).

@@ -1,4 +1,4 @@
-//! `oxalign train RECIPE`: validates a recipe, then runs it (SFT warm-up, RL, checkpoints),
+//! `oxalign train RECIPE`: validates a recipe, then runs it (an `sft`, `rm`, `dpo` or `rl` run),
 //! optionally with the live dashboard. `--check` stops after validation and reading the first
 //! 1000 rows of each data file; `--resume RUN_DIR`
 //! continues from the run's newest valid checkpoint (see `train_resume.rs` for the checks).
@@ -18,11 +18,18 @@ use crate::user_error::{IntoUserError, UserError};
 /// Arguments of `oxalign train`.
 #[derive(Debug, Parser)]
 #[command(
-    about = "Run a training recipe (SFT warm-up, then PPO/GRPO/RLOO/REINFORCE++)",
-    long_about = "Run a training recipe (a TOML file, see configs/). Outputs go to \
+    about = "Run a training recipe: SFT, reward model, DPO or RL (run.kind)",
+    long_about = "Run a training recipe (a TOML file, see configs/ and docs/RECIPES.md). run.kind \
+picks what it trains: \"sft\" (supervised fine-tuning), \"rm\" (a Bradley-Terry reward model), \
+\"dpo\" (DPO, cDPO or IPO against the frozen initial policy) or \"rl\" (the default: an optional \
+SFT warm-up, then RL with rl.algorithm = ppo, grpo, dr_grpo, rloo, reinforce_pp or distill \
+(on-policy distillation from model.teacher_path), with DAPO's options (clip-higher, dynamic \
+sampling, overlong shaping) and the GSPO or CISPO objective (rl.policy_loss)).\n\n\
+Outputs go to \
 <run.out_dir>/<run.name>/: the resolved recipe.toml, metrics.jsonl (one line per step), \
 timeline.jsonl, checkpoints/sft_N/ and step_N/ (policy and critic in HF layout with optimizer \
-states, and a SHA-256 of every file) and summary.json at the end.\n\n\
+states, and a SHA-256 of every file; RL runs) or final/ (sft, rm and dpo runs), and \
+summary.json at the end.\n\n\
 --resume continues from the newest checkpoint that verifies (a damaged newer one is set aside \
 with a warning), cuts metrics.jsonl back to that step, and refuses a recipe that changed \
 except for the keys named with --allow-change. A step whose loss, gradient or weights diverge \

@@ -34,6 +34,14 @@ impl Progress {
         }
     }
 
+    /// Prints a warning line on stderr, above the bar (also with `--quiet`).
+    pub(crate) fn warn(&self, text: &str) {
+        match &self.bar {
+            Some(b) if !b.is_hidden() => b.suspend(|| eprintln!("warning: {text}")),
+            _ => eprintln!("warning: {text}"),
+        }
+    }
+
     /// One step done; `brief` is shown next to the bar.
     pub(crate) fn step(&self, brief: String) {
         if let Some(b) = &self.bar {

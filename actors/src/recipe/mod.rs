@@ -10,6 +10,7 @@ mod engine_placement_check;
 mod expert_parallel_check;
 mod head_check;
 mod host_name;
+mod kind_sections;
 mod moe_switches;
 mod numbers;
 mod offline;
@@ -147,7 +148,8 @@ impl Recipe {
         Self::parse(&text, path, overrides)
     }
 
-    /// Parses recipe text; `path` is only used in messages.
+    /// Parses recipe text; `path` is only used in messages. A key set in a section the run
+    /// kind does not read is refused (`kind_sections.rs`).
     pub fn parse(text: &str, path: &Path, overrides: &[String]) -> Result<Self, RecipeError> {
         let mut tree: toml::Table =
             text.parse()
@@ -158,19 +160,21 @@ impl Recipe {
         for spec in overrides {
             apply_override(&mut tree, spec)?;
         }
-        let value = toml::Value::Table(tree);
-        serde_path_to_error::deserialize(value).map_err(|e| {
-            let key = e.path().to_string();
-            RecipeError::Key {
-                path: path.to_path_buf(),
-                key: if key == "." {
-                    "(top level)".into()
-                } else {
-                    key
-                },
-                message: e.into_inner().to_string().trim_end().to_string(),
-            }
-        })
+        let recipe: Self = serde_path_to_error::deserialize(toml::Value::Table(tree.clone()))
+            .map_err(|e| {
+                let key = e.path().to_string();
+                RecipeError::Key {
+                    path: path.to_path_buf(),
+                    key: if key == "." {
+                        "(top level)".into()
+                    } else {
+                        key
+                    },
+                    message: e.into_inner().to_string().trim_end().to_string(),
+                }
+            })?;
+        kind_sections::check(&tree, &recipe, path)?;
+        Ok(recipe)
     }
 
     /// The recipe as TOML, with every default filled in (what `runs/<name>/recipe.toml` holds).

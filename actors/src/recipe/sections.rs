@@ -148,9 +148,12 @@ pub struct DataSection {
     /// from `path`, in the schema of `run.kind`: see docs/RECIPES.md). `sft`, `rm` and `dpo`
     /// runs always read `path`. Default `"arithmetic"`.
     pub task: TaskKind,
-    /// Data file (JSONL, or Parquet when it ends in `.parquet`). Default: none.
+    /// Data file (JSONL, or Parquet when it ends in `.parquet`), or a folder of Parquet
+    /// shards (the Hugging Face datasets layout: its `*.parquet` files, in name order, read
+    /// as one dataset). Default: none.
     pub path: Option<String>,
-    /// Held-out file of the same schema. Default: none (see `eval_fraction`).
+    /// Held-out file (or folder of Parquet shards) of the same schema. Default: none (see
+    /// `eval_fraction`).
     pub eval_path: Option<String>,
     /// Without `eval_path`: the fraction of `path`'s rows held out (seeded by `run.seed`),
     /// in `[0, 1)`. Default `0.0`.

@@ -66,7 +66,11 @@ fn library_enum_values_keep_their_spelling_and_unknown_ones_list_the_choices() {
             &["none", "token_tis", "seq_mask", "icepop"],
         ),
         ("[rl]\n", "truncated", &["terminal", "bootstrap"]),
-        ("[dpo]\n", "loss", &["sigmoid", "ipo"]),
+        (
+            "[run]\nkind = \"dpo\"\n[dpo]\n",
+            "loss",
+            &["sigmoid", "ipo"],
+        ),
         (
             verifier,
             "extract",
@@ -464,9 +468,12 @@ fn routing_replay_needs_a_mixture_of_experts_policy_in_an_rl_run() {
             "run.kind",
         ),
     ] {
-        let e = validate(&parse(&text, &[]).unwrap(), Path::new("r.toml"))
-            .unwrap_err()
-            .to_string();
+        // A non-RL run does not read `[rl]`: refused as the recipe is parsed.
+        let e = match parse(&text, &[]) {
+            Ok(r) => validate(&r, Path::new("r.toml")).unwrap_err(),
+            Err(e) => e,
+        };
+        let e = e.to_string();
         assert!(e.contains("rl.routing_replay") && e.contains(want), "{e}");
     }
 }
@@ -564,7 +571,10 @@ fn sft_examples_belong_to_the_warm_up_before_rl() {
     let e = validate(&no_warm_up, Path::new("r.toml"))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("sft.examples") && e.contains("sft.steps = 0"), "{e}");
+    assert!(
+        e.contains("sft.examples") && e.contains("sft.steps = 0"),
+        "{e}"
+    );
 }
 
 #[test]

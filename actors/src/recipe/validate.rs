@@ -244,7 +244,7 @@ fn placement_devices(
 }
 
 /// Refuses a run that reads `data.path` (a file task, or an SFT, RM or DPO run) without an
-/// existing file there, an empty `answer_field` or one naming the prompt column, and an arithmetic
+/// existing file or folder (of Parquet shards) there, an empty `answer_field` or one naming the prompt column, and an arithmetic
 /// task whose operands would all be 0.
 fn data_keys(r: &Recipe, bad: &impl Fn(&str, String) -> RecipeError) -> Result<(), RecipeError> {
     if r.data.task != TaskKind::Arithmetic || r.run.kind != RunKind::Rl {
@@ -254,10 +254,10 @@ fn data_keys(r: &Recipe, bad: &impl Fn(&str, String) -> RecipeError) -> Result<(
                 "data.task = \"jsonl\" needs a prompts file".into(),
             )
         })?;
-        if !Path::new(p).is_file() {
+        if !Path::new(p).exists() {
             return Err(bad(
             "data.path",
-            format!("{p}: no such file (expected a JSONL or Parquet file in the {:?} schema, see docs/RECIPES.md)", r.run.kind),
+            format!("{p}: no such file or folder (expected a JSONL or Parquet file, or a folder of Parquet shards, in the {:?} schema, see docs/RECIPES.md)", r.run.kind),
         ));
         }
     }

@@ -5,6 +5,7 @@
 
 use super::loss_config::rollout_correction;
 use super::shaping::RewardShaping;
+use super::zero_variance::{group_spread, GroupSpread};
 use crate::batch::{ExperienceBatch, ScoredBatch, TokenArray};
 use crate::controller::error::{At, RunError};
 use crate::error::Cause;
@@ -29,6 +30,9 @@ pub(crate) struct Experience {
     pub mismatch: Option<(f64, f64)>,
     /// What the rollout correction did over the whole batch, when one is on.
     pub correction: Option<CorrectionStats>,
+    /// The groups whose scores were all equal, with group-relative advantages (GRPO,
+    /// Dr. GRPO, RLOO); `None` for the others.
+    pub spread: Option<GroupSpread>,
 }
 
 fn config(rl: &RlSection, beta: f64) -> ExperienceConfig {
@@ -110,6 +114,12 @@ fn build(
         }),
     });
     let exp = build_experience(&scores, &old_lp, &ref_lp, critic, &mask, cfg)?;
+    let spread = match cfg.kind {
+        AdvantageKind::Grpo | AdvantageKind::DrGrpo | AdvantageKind::Rloo => {
+            group_spread(&scores, cfg.group_size)
+        }
+        _ => None,
+    };
     let mismatch = if scored.trainer_scored_old {
         Some(masked_abs_diff(&old_lp, &rollout_lp, &mask)?)
     } else {
@@ -140,6 +150,7 @@ fn build(
         stats: exp.stats,
         mismatch,
         correction,
+        spread,
     })
 }
 

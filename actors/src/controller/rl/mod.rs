@@ -37,7 +37,9 @@
 //!    `refit_transfer_seconds`).
 //! 6. **Report** ([`report`]). Metrics, spans and health go to the monitor. [`run_loop`] sends
 //!    the step's metrics, so a replayed step is reported once, and writes a checkpoint, with a
-//!    SHA-256 per file, every `run.checkpoint_every` steps and after the last step.
+//!    SHA-256 per file, every `run.checkpoint_every` steps and after the last step. With
+//!    group-relative advantages it also watches the fraction of groups whose rewards were all
+//!    equal ([`zero_variance`]) and warns when no group carried a signal for 5 steps in a row.
 
 pub(crate) mod ahead;
 pub(crate) mod experience;
@@ -52,3 +54,4 @@ pub(crate) mod seeds;
 pub(crate) mod shaping;
 pub(crate) mod step;
 pub(crate) mod update;
+pub(crate) mod zero_variance;

@@ -5,6 +5,7 @@
 use super::experience::Experience;
 use super::refit::Moved;
 use super::rollout::DynamicReport;
+use super::zero_variance::GroupSpread;
 use crate::monitor::{metric, StepMetrics};
 use crate::roles::PolicyTrainSummary;
 use oxalign_models::engine::RefitReport;
@@ -14,6 +15,8 @@ pub(crate) struct StepRow {
     /// Every key of the step's `metrics.jsonl` line (the loop adds `restarts`).
     pub metrics: StepMetrics,
     pub reward_mean: f64,
+    /// The groups whose rewards were all equal (group-relative advantages only).
+    pub spread: Option<GroupSpread>,
     /// The step's line of the live table.
     pub line: String,
     /// Key metrics for the progress bar.
@@ -76,6 +79,11 @@ fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
         ("routing_overridden", o.policy.routing_overridden),
         ("router_aux_loss", o.policy.stats.router_aux_loss),
         (metric::VALUE_LOSS, o.value_loss),
+        // Group-relative advantages only: the groups that taught nothing.
+        (
+            "zero_variance_groups",
+            o.exp.spread.map(|s| s.zero_variance),
+        ),
         // Only a reward with an exact-match check defines accuracy; otherwise there is
         // none (not a 0).
         (
@@ -204,6 +212,7 @@ pub(crate) fn row(o: &StepOutcome<'_>) -> StepRow {
     StepRow {
         metrics: metrics(o),
         reward_mean: s.score_mean,
+        spread: o.exp.spread,
         line,
         brief,
     }

@@ -8,6 +8,7 @@
 use super::heldout;
 use super::report::StepRow;
 use super::step as rl_step;
+use super::zero_variance::ZeroVarianceWatch;
 use crate::controller::clock::WallClock;
 use crate::controller::context::Ctx;
 use crate::controller::error::{At, RunError};
@@ -77,6 +78,7 @@ pub(crate) async fn rl_loop(
     // Steps up to `reported` have their metrics line; a replay runs them again silently.
     let mut reported = state.step;
     let mut restarts = 0u32;
+    let mut zero_variance = ZeroVarianceWatch::default();
     while state.step < recipe.run.steps {
         let step = state.step + 1;
         ctx.monitor
@@ -93,6 +95,10 @@ pub(crate) async fn rl_loop(
         state.record_reward(row.reward_mean);
         state.step = step;
         if step > reported {
+            let group = recipe.rl.samples_per_prompt;
+            if let Some(w) = zero_variance.observe(step, row.spread, group) {
+                progress.warn(&w);
+            }
             let reported_now = report_step(ctx, roles, data, &progress, (step, restarts), row);
             if let Err(e) = reported_now.await {
                 recover(ctx, pool, roles, state, &mut budget, &newest, step, e).await?;
