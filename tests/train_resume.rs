@@ -1,7 +1,8 @@
 //! A run folder that never lies: kills emulated at several points (during SFT, at the start
 //! of RL, mid-RL with a half-written metrics line) resume to exactly the uninterrupted run's
-//! `metrics.jsonl` and `summary.json`; damaged checkpoints fall back or fail with exit 2; a
-//! fresh start never appends to an old run; a resume refuses a recipe that changed.
+//! `metrics.jsonl`, `samples.jsonl` and `summary.json`; damaged checkpoints fall back or
+//! fail with exit 2; a fresh start never appends to an old run; a resume refuses a recipe
+//! that changed.
 
 mod cli_support;
 mod recipe_support;
@@ -52,6 +53,11 @@ fn metrics(dir: &Path) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).expect("whole JSON lines only"))
         .collect()
+}
+
+/// The run's `samples.jsonl`.
+fn samples(dir: &Path) -> String {
+    std::fs::read_to_string(run_dir(dir).join("samples.jsonl")).unwrap()
 }
 
 fn summary(dir: &Path) -> Value {
@@ -166,6 +172,9 @@ fn kills_at_any_point_resume_to_the_uninterrupted_run() {
         let killed = killed_copy(full.path(), keep, metrics_steps);
         train_ok(killed.path(), &["--resume", "runs/r"]);
         assert_same_run(full.path(), killed.path(), keep);
+        // rl.log_samples (default 4) per step, none repeated or lost by the resume
+        assert_eq!(samples(killed.path()).lines().count(), 3 * 4, "{keep}");
+        assert_eq!(samples(killed.path()), samples(full.path()), "{keep}");
     }
 
     // Several resumes in a row: 1 step, then 2, then 3.

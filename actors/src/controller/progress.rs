@@ -1,25 +1,32 @@
 //! The terminal view of a run: a progress bar with ETA and the key metrics, drawn under the
-//! per-step table. `--quiet` turns both off; when stderr is not a terminal the bar hides
+//! per-step table (RL) or the evaluation lines (SFT, RM, DPO). `--quiet` turns both off; when stderr is not a terminal the bar hides
 //! itself and the table still goes to stdout.
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-/// Progress over the RL steps of a run.
+/// Progress over the steps of a run.
 pub(crate) struct Progress {
     bar: Option<ProgressBar>,
 }
 
 impl Progress {
-    /// A bar for `total` steps, `done` of them already finished (resume); none when `quiet`.
+    /// A bar for `total` RL steps, `done` of them already finished (resume); none when
+    /// `quiet`.
     pub(crate) fn new(total: u64, done: u64, quiet: bool) -> Self {
+        Self::counting(total, done, quiet, "RL")
+    }
+
+    /// A bar for `total` steps of a `kind` run (`"RL"`, `"SFT"`, `"RM"`, `"DPO"`), `done`
+    /// of them already finished; none when `quiet`.
+    pub(crate) fn counting(total: u64, done: u64, quiet: bool, kind: &str) -> Self {
         if quiet {
             return Self { bar: None };
         }
         let bar = ProgressBar::new(total);
-        let style = ProgressStyle::with_template(
-            "{bar:30.cyan/blue} {pos}/{len} RL steps  ETA {eta}  {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
+        let template =
+            format!("{{bar:30.cyan/blue}} {{pos}}/{{len}} {kind} steps  ETA {{eta}}  {{msg}}");
+        let style = ProgressStyle::with_template(&template)
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
         bar.set_style(style);
         bar.set_position(done);
         Self { bar: Some(bar) }

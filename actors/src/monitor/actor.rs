@@ -19,7 +19,7 @@ use super::state::{ActorChange, MonitorLimits, MonitorState};
 /// How to start a [`Monitor`].
 #[derive(Debug, Clone)]
 pub struct MonitorConfig {
-    /// Run directory to write `metrics.jsonl`, `timeline.jsonl`, `actors.json`,
+    /// Run directory to write `metrics.jsonl`, `timeline.jsonl`, `samples.jsonl`, `actors.json`,
     /// `recipe.toml` and `run.json` into (created if missing); `None` keeps everything in
     /// memory only. Default `None`.
     pub run_dir: Option<PathBuf>,
@@ -108,6 +108,7 @@ impl MonitorActorState {
             let result = match &event {
                 MonitorEvent::Metrics(m) => log.append_metrics(m),
                 MonitorEvent::Span(s) => log.append_span(s),
+                MonitorEvent::Samples(s) => log.append_samples(s),
                 MonitorEvent::Run(r) => log.write_run(r),
                 MonitorEvent::Finished(f) => log
                     .write_finished(f)

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::actor_info::{ActorInfo, ActorUpdate};
 use super::checkpoint_info::CheckpointInfo;
+use super::samples::StepSamples;
 use super::span::Span;
 use super::step_metrics::StepMetrics;
 
@@ -48,7 +49,7 @@ pub struct RunFinished {
 /// One thing that happened, reported to the monitor.
 ///
 /// JSON form (SSE payloads, logs): `{"type":"span","data":{...}}`, with `type` one of
-/// `run`, `actor`, `actor_update`, `span`, `metrics`, `checkpoint`, `finished`.
+/// `run`, `actor`, `actor_update`, `span`, `metrics`, `samples`, `checkpoint`, `finished`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "data", rename_all = "snake_case")]
 pub enum MonitorEvent {
@@ -62,6 +63,8 @@ pub enum MonitorEvent {
     Span(Span),
     /// Metrics of one step (a second report for the same step is merged into the first).
     Metrics(StepMetrics),
+    /// A few rollout samples of one RL step (`rl.log_samples`), one `samples.jsonl` line each.
+    Samples(StepSamples),
     /// A checkpoint was written.
     Checkpoint(CheckpointInfo),
     /// The run ended.
@@ -91,6 +94,11 @@ impl From<Span> for MonitorEvent {
 impl From<StepMetrics> for MonitorEvent {
     fn from(v: StepMetrics) -> Self {
         MonitorEvent::Metrics(v)
+    }
+}
+impl From<StepSamples> for MonitorEvent {
+    fn from(v: StepSamples) -> Self {
+        MonitorEvent::Samples(v)
     }
 }
 impl From<CheckpointInfo> for MonitorEvent {

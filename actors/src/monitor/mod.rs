@@ -1,5 +1,5 @@
 //! The run monitor: the event types every actor reports (health, spans, step metrics,
-//! checkpoints), the `Monitor` actor that keeps the live state, writes the run's logs and
+//! rollout samples, checkpoints), the `Monitor` actor that keeps the live state, writes the run's logs and
 //! broadcasts events to the dashboard, and a loader that rebuilds the state from a run
 //! directory for replay. It serves no HTTP itself (the root crate's `dashboard` does).
 //!
@@ -27,6 +27,7 @@ mod handle;
 mod msg;
 mod replay;
 mod run_log;
+mod samples;
 mod span;
 mod state;
 mod step_metrics;
@@ -41,6 +42,7 @@ pub use handle::{MonitorHandle, SpanTimer};
 pub use msg::MonitorMsg;
 pub use replay::load_run_dir;
 pub use run_log::{files, RunLog, RunRecord};
+pub use samples::{SampleRecord, StepSamples};
 pub use span::{phase, Span};
 pub use state::{ActorChange, MonitorLimits, MonitorSnapshot, MonitorState};
 pub use step_metrics::{metric, StepMetrics};

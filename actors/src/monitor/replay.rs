@@ -11,6 +11,7 @@ use super::checkpoint_info::CheckpointInfo;
 use super::error::MonitorError;
 use super::event::{MonitorEvent, RunInfo};
 use super::run_log::{files, RunRecord};
+use super::samples::{SampleRecord, StepSamples};
 use super::span::Span;
 use super::state::{MonitorLimits, MonitorSnapshot, MonitorState};
 use super::step_metrics::StepMetrics;
@@ -19,6 +20,7 @@ use super::step_metrics::StepMetrics;
 /// * `metrics.jsonl`, `timeline.jsonl`: every line applied in order (a last line without
 ///   its newline, cut by a crash mid-write, is skipped; any other bad line is an error
 ///   naming the file and line);
+/// * `samples.jsonl`: optional; the last step's samples are kept;
 /// * `recipe.toml` and `run.json` (name, start, outcome): optional; without `run.json`
 ///   the run is named after the folder and starts at its earliest record;
 /// * `actors.json`: optional; without it every actor seen on the timeline is listed as
@@ -34,6 +36,7 @@ pub fn load_run_dir(dir: &Path, limits: MonitorLimits) -> Result<MonitorSnapshot
         "StepMetrics object (with a \"step\" key)",
     )?;
     let spans: Vec<Span> = read_jsonl(&dir.join(files::TIMELINE), "Span object")?;
+    let samples: Vec<SampleRecord> = read_jsonl(&dir.join(files::SAMPLES), "sample record")?;
     let recipe = read_optional_text(&dir.join(files::RECIPE))?;
     let record: Option<RunRecord> = read_optional_json(&dir.join(files::RUN), "a run record")?;
     let actors: Option<Vec<ActorInfo>> =
@@ -65,6 +68,9 @@ pub fn load_run_dir(dir: &Path, limits: MonitorLimits) -> Result<MonitorSnapshot
     }
     for c in checkpoints {
         state.apply(&MonitorEvent::Checkpoint(c));
+    }
+    if let Some(s) = StepSamples::latest_of(samples) {
+        state.apply(&MonitorEvent::Samples(s));
     }
     if let Some(f) = record.and_then(|r| r.finished) {
         state.apply(&MonitorEvent::Finished(f));

@@ -1,5 +1,5 @@
-//! Writes a run directory as events arrive: `metrics.jsonl` and `timeline.jsonl` (one line
-//! per event, flushed per line), `actors.json`, `recipe.toml`, `run.json`. It does not write
+//! Writes a run directory as events arrive: `metrics.jsonl`, `timeline.jsonl` and
+//! `samples.jsonl` (one line per record, flushed per line), `actors.json`, `recipe.toml`, `run.json`. It does not write
 //! checkpoints (the checkpoint writer does) and never reads anything back (see `replay.rs`).
 
 use std::fs::{self, File, OpenOptions};
@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::actor_info::ActorInfo;
 use super::error::MonitorError;
 use super::event::{RunFinished, RunInfo};
+use super::samples::StepSamples;
 use super::span::Span;
 use super::step_metrics::StepMetrics;
 
@@ -18,6 +19,9 @@ use super::step_metrics::StepMetrics;
 pub mod files {
     /// One [`StepMetrics`](crate::monitor::StepMetrics) JSON object per line.
     pub const METRICS: &str = "metrics.jsonl";
+    /// One [`SampleRecord`](crate::monitor::SampleRecord) JSON object per line
+    /// (`rl.log_samples` per RL step).
+    pub const SAMPLES: &str = "samples.jsonl";
     /// One [`Span`](crate::monitor::Span) JSON object per line.
     pub const TIMELINE: &str = "timeline.jsonl";
     /// The resolved recipe (TOML), as received in `RunInfo::recipe_toml`.
@@ -51,6 +55,7 @@ pub struct RunLog {
     dir: PathBuf,
     metrics: File,
     timeline: File,
+    samples: File,
     run: Option<RunRecord>,
     last_actors_write_ms: u64,
 }
@@ -81,13 +86,14 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), MonitorError> {
 }
 
 impl RunLog {
-    /// Opens (creating if needed) the run directory and its two logs for appending.
+    /// Opens (creating if needed) the run directory and its three logs for appending.
     pub fn open(dir: &Path) -> Result<Self, MonitorError> {
         fs::create_dir_all(dir).map_err(io_err("cannot create run directory", dir))?;
         Ok(RunLog {
             dir: dir.to_path_buf(),
             metrics: open_append(&dir.join(files::METRICS))?,
             timeline: open_append(&dir.join(files::TIMELINE))?,
+            samples: open_append(&dir.join(files::SAMPLES))?,
             run: None,
             last_actors_write_ms: 0,
         })
@@ -123,7 +129,16 @@ impl RunLog {
         Self::append(&mut self.timeline, path, s)
     }
 
-    /// Flushes both logs to stable storage (`fsync`), so every line appended so far
+    /// Appends one line per sample of `s` to `samples.jsonl`.
+    pub fn append_samples(&mut self, s: &StepSamples) -> Result<(), MonitorError> {
+        let path = self.dir.join(files::SAMPLES);
+        for record in &s.samples {
+            Self::append(&mut self.samples, path.clone(), record)?;
+        }
+        Ok(())
+    }
+
+    /// Flushes the three logs to stable storage (`fsync`), so every line appended so far
     /// survives a crash.
     pub fn sync(&mut self) -> Result<(), MonitorError> {
         let metrics = self.dir.join(files::METRICS);
@@ -133,7 +148,11 @@ impl RunLog {
         let timeline = self.dir.join(files::TIMELINE);
         self.timeline
             .sync_data()
-            .map_err(io_err("cannot fsync", &timeline))
+            .map_err(io_err("cannot fsync", &timeline))?;
+        let samples = self.dir.join(files::SAMPLES);
+        self.samples
+            .sync_data()
+            .map_err(io_err("cannot fsync", &samples))
     }
 
     /// Writes `recipe.toml` (unless it already holds exactly this text) and `run.json`.

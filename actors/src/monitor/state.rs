@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::actor_info::{ActorInfo, ActorUpdate};
 use super::checkpoint_info::CheckpointInfo;
 use super::event::{MonitorEvent, RunFinished, RunInfo};
+use super::samples::StepSamples;
 use super::span::Span;
 use super::step_metrics::StepMetrics;
 
@@ -59,6 +60,9 @@ pub struct MonitorSnapshot {
     pub spans: Vec<Span>,
     /// Checkpoints written, ascending by step.
     pub checkpoints: Vec<CheckpointInfo>,
+    /// The rollout samples of the latest step that logged some (`rl.log_samples`).
+    #[serde(default)]
+    pub samples: Option<StepSamples>,
     /// The retention limits that produced this snapshot.
     pub limits: MonitorLimits,
 }
@@ -111,6 +115,7 @@ pub struct MonitorState {
     spans: VecDeque<Span>,
     max_span_step: Option<u64>,
     checkpoints: Vec<CheckpointInfo>,
+    samples: Option<StepSamples>,
 }
 
 impl MonitorState {
@@ -141,6 +146,7 @@ impl MonitorState {
         for c in &snapshot.checkpoints {
             state.push_checkpoint(c.clone());
         }
+        state.samples = snapshot.samples.clone();
         state.finished = snapshot.finished.clone();
         state
     }
@@ -167,6 +173,10 @@ impl MonitorState {
                 self.push_metrics(m);
                 ActorChange::None
             }
+            MonitorEvent::Samples(s) => {
+                self.samples = Some(s.clone());
+                ActorChange::None
+            }
             MonitorEvent::Checkpoint(c) => {
                 self.push_checkpoint(c.clone());
                 ActorChange::None
@@ -187,6 +197,7 @@ impl MonitorState {
             metrics: self.metrics.values().cloned().collect(),
             spans: self.spans.iter().cloned().collect(),
             checkpoints: self.checkpoints.clone(),
+            samples: self.samples.clone(),
             limits: self.limits,
         }
     }

@@ -160,6 +160,9 @@ async fn replay_loader_round_trips_a_finished_run() {
         }
     }
     monitor.report(StepMetrics::new(3).with(metric::ENTROPY, f64::NAN));
+    for step in [2u64, 3] {
+        monitor.report(sample_step(step));
+    }
     monitor.report(RunFinished {
         outcome: RunOutcome::Completed,
         steps_completed: 4,
@@ -189,6 +192,26 @@ async fn replay_loader_round_trips_a_finished_run() {
     let ckpt: Vec<u64> = replayed.checkpoints.iter().map(|c| c.step).collect();
     assert_eq!(ckpt, [2, 4]);
     assert!(replayed.checkpoints[0].path.ends_with("step_000002"));
+    // samples.jsonl: every step's lines on disk, the latest step's on the dashboard
+    assert_eq!(read_lines(&run_dir.join(files::SAMPLES)).len(), 4);
+    assert_eq!(replayed.samples, Some(sample_step(3)));
+    assert_eq!(live.samples, Some(sample_step(3)));
+}
+
+/// Two logged samples of RL step `step`.
+fn sample_step(step: u64) -> StepSamples {
+    let record = |completion: &str, reward: f64| SampleRecord {
+        step,
+        prompt: "2+2=".into(),
+        completion: completion.into(),
+        reward,
+        answer: Some("4".into()),
+        finish_reason: "stop".into(),
+    };
+    StepSamples {
+        step,
+        samples: vec![record("4", 1.0), record("5", 0.0)],
+    }
 }
 
 #[tokio::test]

@@ -410,6 +410,11 @@ pub struct RlSection {
     /// a chart on the dashboard and points of the end-of-run picture. It changes nothing the
     /// run trains on. 0 = only before and after RL. Default `0`.
     pub eval_every: u64,
+    /// Rollout samples each RL step logs: the first this many of its batch (prompt, decoded
+    /// completion, reward, reference answer, finish reason), one line each in the run's
+    /// `samples.jsonl` and the dashboard's "Samples" table (TRL's `log_completions`).
+    /// 0 = none. Default `4`.
+    pub log_samples: usize,
 }
 
 /// Largest `rl.max_staleness`: each version of lag is one more batch held in memory.
@@ -523,6 +528,7 @@ impl Default for RlSection {
             trainer_precision: oxalign_models::Precision::F32,
             packing: false,
             eval_every: 0,
+            log_samples: 4,
         }
     }
 }

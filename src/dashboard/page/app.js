@@ -13,7 +13,7 @@
   // ---------------------------------------------------------------- state
   var S = {
     mode: null, monitorRunning: false, serverNow: 0, clientAt: 0,
-    run: null, finished: null, actors: [], metrics: [], spans: [], checkpoints: [],
+    run: null, finished: null, actors: [], metrics: [], spans: [], checkpoints: [], samples: null,
     limits: { metric_steps: 10000, span_steps: 8, max_spans: 20000 }, maxSpanStep: null
   };
 
@@ -39,6 +39,7 @@
     S.metrics = v.metrics || [];
     S.spans = v.spans || [];
     S.checkpoints = v.checkpoints || [];
+    S.samples = v.samples || null;
     if (v.limits) S.limits = v.limits;
     S.maxSpanStep = null;
     for (var i = 0; i < S.spans.length; i++) {
@@ -109,6 +110,10 @@
           if (S.checkpoints[c].step === d.step) { S.checkpoints[c] = d; found = true; }
         }
         if (!found) { S.checkpoints.push(d); S.checkpoints.sort(function (x, y) { return x.step - y.step; }); }
+        break;
+      }
+      case 'samples': {
+        if (!S.samples || d.step >= S.samples.step) S.samples = d;
         break;
       }
       default: return; // an event type from a newer server: ignore
@@ -639,6 +644,25 @@
     document.getElementById('checkpoints-empty').hidden = S.checkpoints.length > 0;
   }
 
+  // ---------------------------------------------------------------- samples
+  function renderSamples() {
+    var table = document.getElementById('samples');
+    var body = table.querySelector('tbody');
+    body.textContent = '';
+    var rows = S.samples ? S.samples.samples : [];
+    rows.forEach(function (r) {
+      var tr = el('tr', { 'data-step': String(r.step) });
+      tr.appendChild(el('td', { 'class': 'sample-text' }, r.prompt));
+      var done = r.completion + (r.finish_reason === 'length' ? ' …' : '');
+      tr.appendChild(el('td', { 'class': 'sample-text', 'title': r.answer == null ? '' : 'answer: ' + r.answer }, done));
+      tr.appendChild(el('td', null, typeof r.reward === 'number' ? r.reward.toFixed(3) : String(r.reward)));
+      body.appendChild(tr);
+    });
+    table.setAttribute('data-count', String(rows.length));
+    document.getElementById('samples-sub').textContent = S.samples ? 'step ' + S.samples.step : '';
+    document.getElementById('samples-empty').hidden = rows.length > 0;
+  }
+
   var shownRecipe = null;
   function renderRecipe() {
     var text = S.run ? S.run.recipe_toml : null;
@@ -671,6 +695,7 @@
     renderCharts();
     renderTimeline();
     renderCheckpoints();
+    renderSamples();
     renderRecipe();
     document.body.setAttribute('data-rendered', String(S.metrics.length));
   }

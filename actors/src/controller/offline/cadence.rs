@@ -1,7 +1,6 @@
-//! The cadence of a data-file run: its learning-rate schedule, the steps that evaluate, and
-//! the progress lines it prints.
+//! The cadence of a data-file run: its learning-rate schedule, the steps that evaluate, the
+//! evaluation lines it prints and the brief shown next to its progress bar.
 
-use crate::controller::context::Ctx;
 use crate::monitor::StepMetrics;
 use oxalign_rlhf::optim::LrSchedule;
 
@@ -20,27 +19,47 @@ pub(crate) fn evaluates(step: u64, steps: u64, every: u64) -> bool {
     step == steps || (every > 0 && step.is_multiple_of(every))
 }
 
-/// Prints one progress line unless quiet.
-pub(crate) fn progress(ctx: &Ctx<'_>, line: String) {
-    if !ctx.quiet {
-        println!("{line}");
-    }
+/// The step's loss as shown: four decimals, or `-` when the step has none.
+fn loss_of(metrics: &StepMetrics) -> String {
+    metrics
+        .values
+        .get("loss")
+        .map_or("-".into(), |l| format!("{l:.4}"))
 }
 
-/// Prints an evaluated step's line: `<kind> <step>/<steps>  loss <step loss or ->  <held_out>`.
-pub(crate) fn eval_progress(
-    ctx: &Ctx<'_>,
+/// An evaluated step's line: `<kind> <step>/<steps>  loss <step loss or ->  <held_out>`.
+pub(crate) fn eval_line(
     kind: &str,
     (step, steps): (u64, u64),
     metrics: &StepMetrics,
-    held_out: String,
-) {
-    let loss = metrics
-        .values
-        .get("loss")
-        .map_or("-".into(), |l| format!("{l:.4}"));
-    progress(
-        ctx,
-        format!("{kind} {step:>5}/{steps}  loss {loss}  {held_out}"),
-    );
+    held_out: &str,
+) -> String {
+    let loss = loss_of(metrics);
+    format!("{kind} {step:>5}/{steps}  loss {loss}  {held_out}")
+}
+
+/// What the progress bar shows next to it after a step: the step's training loss.
+pub(crate) fn brief(metrics: &StepMetrics) -> String {
+    format!("loss {}", loss_of(metrics))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn brief_shows_the_loss_or_a_dash() {
+        let m = StepMetrics::new(3).with("loss", 0.123456);
+        assert_eq!(brief(&m), "loss 0.1235");
+        assert_eq!(brief(&StepMetrics::new(3)), "loss -");
+    }
+
+    #[test]
+    fn eval_line_keeps_its_format() {
+        let m = StepMetrics::new(5).with("loss", 1.5);
+        assert_eq!(
+            eval_line("sft", (5, 10), &m, "eval_loss 1.2"),
+            "sft     5/10  loss 1.5000  eval_loss 1.2"
+        );
+    }
 }

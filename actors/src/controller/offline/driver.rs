@@ -1,15 +1,17 @@
 //! The one loop of every data-file run: evaluate before the first step; then per step, the
 //! step's rows, the task's update at the scheduled learning rate, an evaluation every
 //! `eval_every` steps and at the end, the step's metrics to the monitor; then the model
-//! saved as `<run>/final/`. What differs between SFT, RM and DPO is the [`OfflineTask`].
+//! saved as `<run>/final/`. A progress bar with ETA and the latest loss runs under the
+//! evaluation lines (hidden with `--quiet` or when stderr is not a terminal). What differs between SFT, RM and DPO is the [`OfflineTask`].
 
-use super::cadence::{eval_progress, evaluates, schedule};
+use super::cadence::{brief, eval_line, evaluates, schedule};
 use super::eval_log::EvalLog;
 use super::pairs::step_rows;
 use super::report::OfflineSummary;
 use super::task::OfflineTask;
 use crate::controller::context::Ctx;
 use crate::controller::error::{At, RunError};
+use crate::controller::progress::Progress;
 use crate::monitor::StepMetrics;
 use oxalign_data::Dataset;
 
@@ -37,6 +39,7 @@ pub(crate) async fn drive<T: OfflineTask>(
 ) -> Result<OfflineSummary, RunError> {
     let lr_at = schedule(s.lr, s.warmup_steps, s.steps);
     let mut log = EvalLog::default();
+    let bar = Progress::counting(s.steps, 0, ctx.quiet, kind);
     for step in 0..=s.steps {
         let mut m = StepMetrics::new(step);
         if step > 0 {
@@ -47,13 +50,15 @@ pub(crate) async fn drive<T: OfflineTask>(
         if step == 0 || evaluates(step, s.steps, s.eval_every) {
             if let Some((values, text)) = task.evaluate(ctx).await? {
                 m = log.record(step, &values, m);
-                eval_progress(ctx, task.name(), (step, s.steps), &m, text);
+                bar.line(&eval_line(task.name(), (step, s.steps), &m, &text));
             }
         }
         if step > 0 {
+            bar.step(brief(&m));
             ctx.monitor.report(m);
         }
     }
+    bar.finish();
     let model_dir = task.save(ctx).await?;
     task.shutdown();
     Ok(OfflineSummary {

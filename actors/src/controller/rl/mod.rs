@@ -36,7 +36,8 @@
 //!    role (the step's metrics then carry `refit_bytes`, `refit_buckets` and
 //!    `refit_transfer_seconds`).
 //! 6. **Report** ([`report`]). Metrics, spans and health go to the monitor. [`run_loop`] sends
-//!    the step's metrics, so a replayed step is reported once, and writes a checkpoint, with a
+//!    the step's metrics and its first `rl.log_samples` samples as text ([`logged_samples`],
+//!    `samples.jsonl`), so a replayed step is reported once, and writes a checkpoint, with a
 //!    SHA-256 per file, every `run.checkpoint_every` steps and after the last step. With
 //!    group-relative advantages it also watches the fraction of groups whose rewards were all
 //!    equal ([`zero_variance`]) and warns when no group carried a signal for 5 steps in a row.
@@ -44,6 +45,7 @@
 pub(crate) mod ahead;
 pub(crate) mod experience;
 pub(crate) mod heldout;
+pub(crate) mod logged_samples;
 pub(crate) mod loss_config;
 pub(crate) mod refit;
 pub(crate) mod report;

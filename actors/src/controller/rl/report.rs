@@ -6,7 +6,7 @@ use super::experience::Experience;
 use super::refit::Moved;
 use super::rollout::DynamicReport;
 use super::zero_variance::GroupSpread;
-use crate::monitor::{metric, StepMetrics};
+use crate::monitor::{metric, StepMetrics, StepSamples};
 use crate::roles::PolicyTrainSummary;
 use oxalign_models::engine::RefitReport;
 
@@ -21,6 +21,15 @@ pub(crate) struct StepRow {
     pub line: String,
     /// Key metrics for the progress bar.
     pub brief: String,
+    /// The samples the step logs (`rl.log_samples`); set by the step, not by [`row`].
+    pub samples: Option<StepSamples>,
+}
+
+impl StepRow {
+    /// The row with the samples the step logs.
+    pub(crate) fn with_samples(self, samples: Option<StepSamples>) -> Self {
+        StepRow { samples, ..self }
+    }
 }
 
 /// The header of the live table.
@@ -215,5 +224,6 @@ pub(crate) fn row(o: &StepOutcome<'_>) -> StepRow {
         spread: o.exp.spread,
         line,
         brief,
+        samples: None,
     }
 }

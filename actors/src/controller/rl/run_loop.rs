@@ -135,7 +135,8 @@ pub(crate) async fn rl_loop(
 }
 
 /// Reports step `step` once, with `restarts` since the previous line: its held-out accuracy
-/// when `rl.eval_every` measures it (`heldout.rs`), its `metrics.jsonl` line, its table row.
+/// when `rl.eval_every` measures it (`heldout.rs`), its `samples.jsonl` lines, its
+/// `metrics.jsonl` line, its table row.
 async fn report_step(
     ctx: &Ctx<'_>,
     roles: &Roles,
@@ -144,7 +145,10 @@ async fn report_step(
     (step, restarts): (u64, u32),
     row: StepRow,
 ) -> Result<(), RunError> {
-    let (row, heldout) = heldout::with_heldout(ctx, roles, data, step, row).await?;
+    let (mut row, heldout) = heldout::with_heldout(ctx, roles, data, step, row).await?;
+    if let Some(samples) = row.samples.take() {
+        ctx.monitor.report(samples);
+    }
     ctx.monitor
         .report(row.metrics.with(RESTARTS, f64::from(restarts)));
     progress.line(&row.line);

@@ -5,6 +5,7 @@
 
 use super::ahead::{check_staleness, take_or_generate, AheadPlan};
 use super::experience::{experience, Experience};
+use super::logged_samples;
 use super::refit::{self as rl_refit, RefitDone};
 use super::report::{self as rl_report, StepOutcome, StepRow};
 use super::rollout::Rollout;
@@ -14,6 +15,7 @@ use crate::controller::context::Ctx;
 use crate::controller::error::{check_rollout, At, RunError};
 use crate::controller::run::checkpoint::LoopState;
 use crate::controller::setup::Roles;
+use crate::monitor::StepSamples;
 use crate::roles::PolicyTrainSummary;
 use oxalign_data::PromptSource;
 use std::time::Instant;
@@ -28,6 +30,8 @@ struct Trained {
     value_loss: Option<f64>,
     score_secs: f64,
     train_secs: f64,
+    /// The samples the step logs (`rl.log_samples`), with their rewards.
+    samples: Option<StepSamples>,
     /// When the update finished.
     done: Instant,
 }
@@ -44,7 +48,9 @@ async fn score_and_update(
     updating: oneshot::Sender<()>,
 ) -> Result<Trained, RunError> {
     let t_score = Instant::now();
+    let picked = logged_samples::pick(&ro, ctx.recipe.rl.log_samples);
     let scored = score(ctx, roles, ro, stale).await?;
+    let samples = logged_samples::with_rewards(step, picked, &scored.rewards);
     let score_secs = t_score.elapsed().as_secs_f64();
     let exp = experience(At::Rl(step), &ctx.recipe.rl, beta, scored, ctx.pad_id).await?;
     let guard = &ctx.recipe.guard;
@@ -60,6 +66,7 @@ async fn score_and_update(
         value_loss,
         score_secs,
         train_secs: t_train.elapsed().as_secs_f64(),
+        samples,
         done: Instant::now(),
     })
 }
@@ -203,5 +210,5 @@ pub(crate) async fn run_step(
         score_secs: trained.score_secs,
         train_secs: trained.train_secs,
     };
-    Ok(rl_report::row(&outcome))
+    Ok(rl_report::row(&outcome).with_samples(trained.samples))
 }

@@ -1,8 +1,8 @@
 //! Claiming a run folder for a new process, so the folder never mixes two runs or repeats a
 //! step. A fresh start is refused over an old run's checkpoints or a finished run's outputs
 //! (`summary.json`, `final/`, which later stages may read) unless the user asks to
-//! overwrite, and otherwise clears the old run's files; a resume rewinds `metrics.jsonl` and `timeline.jsonl` to the checkpoint's
-//! step (dropping a partly written last line) and removes the stale `summary.json`.
+//! overwrite, and otherwise clears the old run's files; a resume rewinds `metrics.jsonl`, `samples.jsonl` and `timeline.jsonl` to the
+//! checkpoint's step (dropping a partly written last line) and removes the stale `summary.json`.
 //! Checkpoints themselves are chosen in `resume_point.rs`. While a process uses the folder
 //! it holds [`RunLock`], so a second writer is refused instead of interleaving its logs.
 
@@ -129,6 +129,7 @@ fn host_name() -> String {
 /// Files and folders a run writes (besides `checkpoints/`), removed by a fresh start.
 const RUN_OUTPUTS: &[&str] = &[
     files::METRICS,
+    files::SAMPLES,
     files::TIMELINE,
     files::RUN,
     files::ACTORS,
@@ -213,13 +214,15 @@ pub struct Rewound {
     pub metrics_dropped: usize,
     /// Lines of `timeline.jsonl` for steps after the checkpoint.
     pub timeline_dropped: usize,
+    /// Lines of `samples.jsonl` for steps after the checkpoint.
+    pub samples_dropped: usize,
     /// Lines that were not whole JSON objects (a write cut short by a kill).
     pub partial_dropped: usize,
 }
 
 /// Rewinds the logs of `run_dir` to the checkpoint state `state`: keeps each line of
-/// `metrics.jsonl` and `timeline.jsonl` whose `step` is at most the checkpoint's RL step
-/// (none of the metrics for an SFT checkpoint), drops lines that are not whole JSON objects,
+/// `metrics.jsonl`, `samples.jsonl` and `timeline.jsonl` whose `step` is at most the
+/// checkpoint's RL step (none of the metrics or samples for an SFT checkpoint), drops lines that are not whole JSON objects,
 /// and removes `summary.json`. Files are rewritten atomically.
 pub fn rewind_logs(run_dir: &Path, state: &LoopState) -> Result<Rewound, RunFolderError> {
     let last = match state.phase {
@@ -231,10 +234,14 @@ pub fn rewind_logs(run_dir: &Path, state: &LoopState) -> Result<Rewound, RunFold
         last.is_some_and(|l| s <= l)
     })?;
     r.metrics_dropped = kept_m;
+    let (kept_s, partial_s) = rewind_file(&run_dir.join(files::SAMPLES), |s| {
+        last.is_some_and(|l| s <= l)
+    })?;
+    r.samples_dropped = kept_s;
     let (kept_t, partial_t) =
         rewind_file(&run_dir.join(files::TIMELINE), |s| s <= last.unwrap_or(0))?;
     r.timeline_dropped = kept_t;
-    r.partial_dropped = partial_m + partial_t;
+    r.partial_dropped = partial_m + partial_s + partial_t;
     let summary = run_dir.join("summary.json");
     if summary.exists() {
         std::fs::remove_file(&summary).map_err(io("cannot remove", &summary))?;
@@ -295,6 +302,8 @@ mod tests {
         let metrics = "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n{\"st";
         std::fs::write(d.join(files::METRICS), metrics).unwrap();
         std::fs::write(d.join(files::TIMELINE), "{\"step\":0}\n{\"step\":3}\n").unwrap();
+        let samples = "{\"step\":2}\n{\"step\":2}\n{\"step\":3}\n{\"step\":3}\n";
+        std::fs::write(d.join(files::SAMPLES), samples).unwrap();
         std::fs::write(d.join("summary.json"), "{}").unwrap();
         let r = rewind_logs(d, &rl_state(2)).unwrap();
         assert_eq!(
@@ -306,10 +315,15 @@ mod tests {
             "{\"step\":0}\n"
         );
         assert_eq!(
+            std::fs::read_to_string(d.join(files::SAMPLES)).unwrap(),
+            "{\"step\":2}\n{\"step\":2}\n"
+        );
+        assert_eq!(
             r,
             Rewound {
                 metrics_dropped: 1,
                 timeline_dropped: 1,
+                samples_dropped: 2,
                 partial_dropped: 1
             }
         );
