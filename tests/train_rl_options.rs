@@ -215,6 +215,8 @@ fn the_adaptive_kl_controller_tracks_the_per_sequence_kl() {
             "--set",
             "rl.max_new_tokens=3",
             "--set",
+            "sft.lr=3e-3",
+            "--set",
             "rl.kl_coef=0.1",
             "--set",
             "rl.kl_target=0.03",
