@@ -102,15 +102,20 @@ fn number_regex() -> &'static Regex {
     })
 }
 
+/// An opening and a closing brace, spelled by code point so that no brace stands in a
+/// literal here (line-based brace counters read this file right).
+const LEFT_BRACE: char = '\u{7b}';
+const RIGHT_BRACE: char = '\u{7d}';
+
 /// The inside of the last `\boxed{...}` whose braces balance.
 fn last_boxed(text: &str) -> Option<&str> {
-    const OPEN: &str = "\\boxed{";
+    const OPEN: &str = "\\boxed\u{7b}";
     let start = text.rfind(OPEN)? + OPEN.len();
     let mut depth = 1isize;
     for (i, c) in text[start..].char_indices() {
         depth += match c {
-            '{' => 1,
-            '}' => -1,
+            LEFT_BRACE => 1,
+            RIGHT_BRACE => -1,
             _ => 0,
         };
         if depth == 0 {
