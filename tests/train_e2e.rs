@@ -121,6 +121,29 @@ const EXACT: &[&str] = &[
     "policy_version",
 ];
 
+/// `measured` (uninterrupted, `rl.eval_every=3` over 4 steps) and `resumed` (no held-out
+/// measurement) trained alike: every exact metric equal step by step, and held-out accuracy
+/// only in `measured`, after steps 3 and 4 (the last).
+fn assert_resumed_equals_measured_run(measured: &[Value], resumed: &[Value]) {
+    for (x, y) in measured.iter().zip(resumed) {
+        for k in EXACT {
+            assert_eq!(x[k], y[k], "step {}: {k} differs after resume", x["step"]);
+        }
+    }
+    let steps: Vec<u64> = measured
+        .iter()
+        .filter(|m| (0.0..=1.0).contains(&m["heldout_greedy"].as_f64().unwrap_or(-1.0)))
+        .filter(|m| (0.0..=1.0).contains(&m["heldout_sampled"].as_f64().unwrap_or(-1.0)))
+        .map(|m| m["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        steps,
+        vec![3, 4],
+        "held-out accuracy every 3 steps and after the last"
+    );
+    assert!(resumed.iter().all(|m| m.get("heldout_greedy").is_none()));
+}
+
 #[test]
 fn resumed_run_matches_uninterrupted_run() {
     let full = tempfile::tempdir().unwrap();
@@ -143,23 +166,7 @@ fn resumed_run_matches_uninterrupted_run() {
     let (a, b) = (metrics(full.path()), metrics(split.path()));
     assert_eq!(a.len(), 4);
     assert_eq!(b.len(), 4, "resume must neither replay nor skip steps");
-    for (x, y) in a.iter().zip(&b) {
-        for k in EXACT {
-            assert_eq!(x[k], y[k], "step {}: {k} differs after resume", x["step"]);
-        }
-    }
-    let measured: Vec<u64> = a
-        .iter()
-        .filter(|m| (0.0..=1.0).contains(&m["heldout_greedy"].as_f64().unwrap_or(-1.0)))
-        .filter(|m| (0.0..=1.0).contains(&m["heldout_sampled"].as_f64().unwrap_or(-1.0)))
-        .map(|m| m["step"].as_u64().unwrap())
-        .collect();
-    assert_eq!(
-        measured,
-        vec![3, 4],
-        "held-out accuracy every 3 steps and after the last"
-    );
-    assert!(b.iter().all(|m| m.get("heldout_greedy").is_none()));
+    assert_resumed_equals_measured_run(&a, &b);
 }
 
 /// Rollouts at T = 0.7 with top-k 20: every log-prob of the step (engine, trainer, reference)
@@ -247,21 +254,5 @@ fn sharded_run_checkpoints_and_resumes_exactly() {
     );
     let (a, b) = (metrics(full.path()), metrics(split.path()));
     assert_eq!((a.len(), b.len()), (4, 4));
-    for (x, y) in a.iter().zip(&b) {
-        for k in EXACT {
-            assert_eq!(x[k], y[k], "step {}: {k} differs after resume", x["step"]);
-        }
-    }
-    let measured: Vec<u64> = a
-        .iter()
-        .filter(|m| (0.0..=1.0).contains(&m["heldout_greedy"].as_f64().unwrap_or(-1.0)))
-        .filter(|m| (0.0..=1.0).contains(&m["heldout_sampled"].as_f64().unwrap_or(-1.0)))
-        .map(|m| m["step"].as_u64().unwrap())
-        .collect();
-    assert_eq!(
-        measured,
-        vec![3, 4],
-        "held-out accuracy every 3 steps and after the last"
-    );
-    assert!(b.iter().all(|m| m.get("heldout_greedy").is_none()));
+    assert_resumed_equals_measured_run(&a, &b);
 }

@@ -24,7 +24,8 @@ pub(crate) fn measures(step: u64, steps: u64, every: u64) -> bool {
 
 /// `row` with the held-out accuracy of the policy after step `step` when
 /// [`measures`] says so and there are held-out prompts with an exact-match check;
-/// otherwise `row` unchanged.
+/// otherwise `row` unchanged. The last step's measurement and the run's final one
+/// (`controller/mod.rs`) are of the same weights; both are taken.
 pub(crate) async fn with_heldout(
     ctx: &Ctx<'_>,
     roles: &Roles,
@@ -33,10 +34,11 @@ pub(crate) async fn with_heldout(
     row: StepRow,
 ) -> Result<(StepRow, Option<Accuracy>), RunError> {
     let (steps, every) = (ctx.recipe.run.steps, ctx.recipe.rl.eval_every);
-    if !measures(step, steps, every) || data.eval_items().is_empty() {
+    if !measures(step, steps, every) {
         return Ok((row, None));
     }
     let items = data.eval_items();
+    // `None` without held-out prompts or an exact-match check: nothing to measure.
     let Some(acc) = evaluate::accuracy(ctx, &roles.generator(), items, "eval during RL").await?
     else {
         return Ok((row, None));
