@@ -120,6 +120,7 @@ impl<T: Send + 'static> Replicas<T> {
     {
         let job = Arc::new(job);
         let world = self.world();
+        let in_pool = self.runs_in_compute_pool();
         let jobs: Vec<_> = (0..world)
             .map(|rank| {
                 let job = job.clone();
@@ -143,7 +144,13 @@ impl<T: Send + 'static> Replicas<T> {
                         world,
                         collective: coll.as_deref(),
                     };
-                    let out = job(&ctx, &mut guard);
+                    let out = match in_pool {
+                        true => {
+                            let state: &mut T = &mut guard;
+                            rayon::scope(|_| job(&ctx, state))
+                        }
+                        false => job(&ctx, &mut guard),
+                    };
                     if out.is_ok() {
                         std::mem::forget(abort);
                     }
@@ -160,6 +167,21 @@ impl<T: Send + 'static> Replicas<T> {
             }
         }
         Ok(out)
+    }
+}
+
+impl<T> Replicas<T> {
+    /// Whether jobs run inside the process's compute pool (rayon's global pool) rather than
+    /// on the executor thread: for one CPU replica without a collective. The kernels'
+    /// parallel loops then split among the pool's threads directly; called from the executor
+    /// thread, each of them (hundreds per update of a small model) would be handed to the
+    /// pool and waited for, a futex wake and sleep per operation (on 2 cores the PPO update
+    /// of the quickstart spent a quarter of its time in the scheduler). Replicas that wait
+    /// on each other in a collective keep their own threads: blocked pool threads would
+    /// starve the peers they wait for. GPU jobs keep theirs: a CUDA context is bound to the
+    /// thread that uses it. The hang a fault plan injects fires on the executor thread.
+    fn runs_in_compute_pool(&self) -> bool {
+        self.specs.len() == 1 && self.collectives[0].is_none() && !self.specs[0].is_cuda()
     }
 }
 

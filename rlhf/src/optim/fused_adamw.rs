@@ -5,6 +5,7 @@
 //! tensors on the CPU; anything else takes the composed path.
 
 use candle_core::{CpuStorage, DType, InplaceOp2, InplaceOp3, Layout, Result, Tensor};
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 /// Elements per rayon task.
@@ -79,16 +80,7 @@ impl InplaceOp2 for MomentUpdate {
         let squared = self.squared;
         m.par_chunks_mut(CHUNK)
             .zip(g.par_chunks(CHUNK))
-            .for_each(|(m, g)| {
-                for (m, &g) in m.iter_mut().zip(g) {
-                    let g = match scale {
-                        Some(s) => g * s,
-                        None => g,
-                    };
-                    let x = if squared { g * g } else { g };
-                    *m = *m * keep + x * take;
-                }
-            });
+            .for_each(|(m, g)| moment_chunk(m, g, (keep, take), scale, squared));
         Ok(())
     }
 }
@@ -127,16 +119,48 @@ impl InplaceOp3 for ParamUpdate {
         let step = self.step_size as f32;
         p.par_chunks_mut(CHUNK)
             .zip(m.par_chunks(CHUNK).zip(v.par_chunks(CHUNK)))
-            .for_each(|(p, (m, v))| {
-                for ((p, &m), &v) in p.iter_mut().zip(m).zip(v) {
-                    let denom = v.sqrt() * c2 + eps;
-                    let base = match decay {
-                        Some(d) => *p * d,
-                        None => *p,
-                    };
-                    *p = base - (m / denom) * step;
-                }
-            });
+            .for_each(|(p, (m, v))| param_chunk(p, m, v, decay, (c2, eps), step));
         Ok(())
+    }
+}
+
+/// One chunk of [`MomentUpdate`], cloned for AVX-512 and AVX2 (the crate is built for
+/// baseline x86-64: 4-lane SSE); every clone does the same f32 operations in the same order
+/// (Rust never fuses a multiply and an add), so all give the same bits.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn moment_chunk(
+    m: &mut [f32],
+    g: &[f32],
+    (keep, take): (f32, f32),
+    scale: Option<f32>,
+    squared: bool,
+) {
+    for (m, &g) in m.iter_mut().zip(g) {
+        let g = match scale {
+            Some(s) => g * s,
+            None => g,
+        };
+        let x = if squared { g * g } else { g };
+        *m = *m * keep + x * take;
+    }
+}
+
+/// One chunk of [`ParamUpdate`], cloned as [`moment_chunk`] is.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn param_chunk(
+    p: &mut [f32],
+    m: &[f32],
+    v: &[f32],
+    decay: Option<f32>,
+    (c2, eps): (f32, f32),
+    step: f32,
+) {
+    for ((p, &m), &v) in p.iter_mut().zip(m).zip(v) {
+        let denom = v.sqrt() * c2 + eps;
+        let base = match decay {
+            Some(d) => *p * d,
+            None => *p,
+        };
+        *p = base - (m / denom) * step;
     }
 }
