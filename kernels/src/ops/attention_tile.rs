@@ -1,6 +1,8 @@
-//! A key (or value) tile of the attention kernels stored transposed, `[hd, width]`, so the
+//! A key (or value) tile of the attention kernels stored transposed, `[hd, stride]`, so the
 //! dot products of one query row with every key of the tile vectorise over the keys (no
 //! horizontal reductions). Loaded once per tile and reused by every query row of a block.
+//! The stride is the tile's width rounded up to [`LANES`] with zero columns, so the dot
+//! products run in whole vectors even for the few keys a query row of a short sequence sees.
 
 use std::ops::Range;
 
@@ -8,10 +10,15 @@ use multiversion::multiversion;
 
 use super::cpu_math::Real;
 
-/// Rows `keys` of a `[t, hd]` matrix, transposed into `data[d * width + c]`.
+/// Keys per vector chunk of the dot products (one AVX-512 register of f32).
+const LANES: usize = 16;
+
+/// Rows `keys` of a `[t, hd]` matrix, transposed into `data[d * stride + c]`; the columns
+/// from `keys.len()` to `stride` are zero.
 pub(crate) struct TransposedTile<T> {
     keys: Range<usize>,
     hd: usize,
+    stride: usize,
     data: Vec<T>,
 }
 
@@ -21,21 +28,23 @@ impl<T: Real> TransposedTile<T> {
         TransposedTile {
             keys: 0..0,
             hd,
-            data: Vec::with_capacity(hd * cap),
+            stride: 0,
+            data: Vec::with_capacity(hd * cap.next_multiple_of(LANES)),
         }
     }
 
     /// Loads rows `keys` of `rows` (`[t, hd]` row-major).
     pub(crate) fn load(&mut self, rows: &[T], keys: Range<usize>) {
-        let (hd, width) = (self.hd, keys.len());
+        let (hd, stride) = (self.hd, keys.len().next_multiple_of(LANES));
         self.data.clear();
-        self.data.resize(hd * width, T::ZERO);
+        self.data.resize(hd * stride, T::ZERO);
         for (c, row) in rows[keys.start * hd..keys.end * hd].chunks(hd).enumerate() {
             for (d, &x) in row.iter().enumerate() {
-                self.data[d * width + c] = x;
+                self.data[d * stride + c] = x;
             }
         }
         self.keys = keys;
+        self.stride = stride;
     }
 
     /// The absolute row indices the tile holds.
@@ -47,9 +56,8 @@ impl<T: Real> TransposedTile<T> {
     /// (`x`: `[hd]`; `out`: at least `local.end` long; other entries untouched).
     #[inline(always)]
     pub(crate) fn dots(&self, x: &[T], alpha: T, local: Range<usize>, out: &mut [T]) {
-        let width = self.keys.len();
         let out = &mut out[local.clone()];
-        tile_dots(&self.data, width, self.hd, x, alpha, true, local, out);
+        tile_dots(&self.data, self.stride, self.hd, x, alpha, true, local, out);
     }
 
     /// `out[c - local.start] = alpha * (Σ_d x_d k_(keys.start + c),d)` for the tile-local
@@ -58,20 +66,31 @@ impl<T: Real> TransposedTile<T> {
     /// attention computes its scores in exactly this order.
     #[inline(always)]
     pub(crate) fn dots_then_scale(&self, x: &[T], alpha: T, local: Range<usize>, out: &mut [T]) {
-        let width = self.keys.len();
-        tile_dots(&self.data, width, self.hd, x, alpha, false, local, out);
+        tile_dots(
+            &self.data,
+            self.stride,
+            self.hd,
+            x,
+            alpha,
+            false,
+            local,
+            out,
+        );
     }
 }
 
 /// The loops of [`TransposedTile::dots`] (`scale_first`: each `x_d` scaled by `alpha` before
 /// its products) and [`TransposedTile::dots_then_scale`] (sums first, one multiplication by
-/// `alpha` after), cloned for AVX-512 and AVX2+FMA (same arithmetic, wider vectors: Rust never
-/// fuses the multiply and the add, so every clone gives the same bits).
+/// `alpha` after), in whole chunks of [`LANES`] keys (the zero columns of the stride fill
+/// the last chunk; their sums are never written out). Each
+/// key's sum runs over `d` in order whatever the chunking, and the clones for AVX-512 and
+/// AVX2+FMA do the same arithmetic in wider or narrower vectors (Rust never fuses the multiply
+/// and the add), so every clone gives the same bits.
 #[allow(clippy::too_many_arguments)]
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn tile_dots<T: Real>(
     data: &[T],
-    width: usize,
+    stride: usize,
     hd: usize,
     x: &[T],
     alpha: T,
@@ -79,16 +98,24 @@ fn tile_dots<T: Real>(
     local: Range<usize>,
     out: &mut [T],
 ) {
-    out.fill(T::ZERO);
-    for (d, &xd) in x.iter().enumerate().take(hd) {
-        let a = if scale_first { alpha * xd } else { xd };
-        let col = &data[d * width + local.start..d * width + local.end];
-        for (o, &k) in out.iter_mut().zip(col) {
-            *o += a * k;
+    let mut start = local.start / LANES * LANES;
+    while start < local.end {
+        // One chunk at a time: a fixed-size accumulator stays in registers across `d`.
+        let mut acc = [T::ZERO; LANES];
+        for (d, &xd) in x.iter().enumerate().take(hd) {
+            let a = if scale_first { alpha * xd } else { xd };
+            let col = &data[d * stride + start..d * stride + start + LANES];
+            for (o, &k) in acc.iter_mut().zip(col) {
+                *o += a * k;
+            }
         }
-    }
-    if !scale_first {
-        out.iter_mut().for_each(|o| *o *= alpha);
+        if !scale_first {
+            acc.iter_mut().for_each(|o| *o *= alpha);
+        }
+        let keys = start.max(local.start)..(start + LANES).min(local.end);
+        out[keys.start - local.start..keys.end - local.start]
+            .copy_from_slice(&acc[keys.start - start..keys.end - start]);
+        start += LANES;
     }
 }
 #[cfg(test)]
