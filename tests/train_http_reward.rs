@@ -4,6 +4,8 @@
 //! mid-run fails it with exit code 1, a message naming the URL, the attempts and the last
 //! failure, and no checkpoint past the last good step. A verifier sum of one exact-match
 //! verifier is the built-in reward, accuracy included. `--check` names bad reward settings.
+//! TRL-style Python reward functions served by `tools/reward_server.py` train like the
+//! built-in reward, and one that raises fails the run with the Python error in the message.
 
 mod recipe_support;
 use axum::routing::post;
@@ -245,6 +247,91 @@ fn a_service_that_dies_fails_the_run_after_the_last_good_checkpoint() {
         ["step_000000", "step_000001", "step_000002"],
         "nothing saved past the last good step"
     );
+    assert!(r.summary.is_none());
+}
+
+/// TRL-style reward functions: `exact` scores as the built-in exact match; `broken` raises.
+const PYTHON_REWARDS: &str = r#"
+def exact(prompts, completions, answer, **kwargs):
+    return [
+        1.0 if a is not None and c.split("\n")[0].strip() == a.strip() else 0.0
+        for c, a in zip(completions, answer)
+    ]
+
+def broken(prompts, completions, **kwargs):
+    raise ZeroDivisionError("the user's bug")
+"#;
+
+/// `tools/reward_server.py` serving `function` of [`PYTHON_REWARDS`] (written into `dir`) on a
+/// free port of 127.0.0.1; killed when dropped. Returns it and its URL.
+fn python_service(dir: &Path, function: &str) -> (KillOnDrop, String) {
+    use std::io::BufRead;
+    let file = dir.join("rewards.py");
+    std::fs::write(&file, PYTHON_REWARDS).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/reward_server.py");
+    let mut child = Command::new("python3")
+        .arg(script)
+        .args(["--file", file.to_str().unwrap(), "--function", function])
+        .args(["--port", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3 runs tools/reward_server.py");
+    let mut url = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut url)
+        .unwrap();
+    assert!(url.starts_with("http://127.0.0.1:"), "server said {url:?}");
+    (KillOnDrop(child), url.trim().to_string())
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_python_reward_function_trains_like_the_built_in_reward() {
+    let l = local();
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, url) = python_service(dir.path(), "exact");
+    let p = train(
+        dir.path(),
+        &format!("{}{}", recipe(), http_reward(&url)),
+        &[],
+    );
+    assert!(p.out.status.success(), "Python run: {}", stderr(&p));
+    assert_eq!(p.metrics.len(), 3);
+    for (x, y) in l.metrics.iter().zip(&p.metrics) {
+        for k in SAME {
+            assert_eq!(x[k], y[k], "step {}: {k} differs", x["step"]);
+        }
+    }
+    assert_eq!(l.checkpoints, p.checkpoints);
+}
+
+#[test]
+fn a_python_reward_function_that_raises_fails_the_run_with_its_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, url) = python_service(dir.path(), "broken");
+    let r = train(
+        dir.path(),
+        &format!("{}{}", recipe(), http_reward(&url)),
+        &["--set", "supervision.max_restarts=0"],
+    );
+    let err = stderr(&r);
+    assert_eq!(r.out.status.code(), Some(1), "{err}");
+    for want in [
+        "500",
+        "reward function 'broken' raised ZeroDivisionError: the user's bug",
+    ] {
+        assert!(err.contains(want), "expected {want:?} in: {err}");
+    }
+    assert!(r.metrics.is_empty(), "no step trains on a failed reward");
     assert!(r.summary.is_none());
 }
 

@@ -2,7 +2,7 @@
 //! be longer than [`MAX_RESPONSE_BYTES`] is refused as soon as that is known, so a service
 //! cannot make the trainer buffer more than the limit (plus one network chunk).
 
-use super::breaker::error_chain;
+use super::error::error_chain;
 
 /// The largest answer read from a reward service, bytes (8 MiB: hundreds of thousands of
 /// rewards).
@@ -43,4 +43,15 @@ pub(super) async fn read_limited(
         body.extend_from_slice(&chunk);
     }
     Ok(body)
+}
+
+/// `": <first 200 bytes of the body>"`, or nothing for an empty body.
+pub(super) fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
+    let text = text.trim();
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!(": {text}")
+    }
 }

@@ -8,6 +8,8 @@
 //! open): a success closes the breaker, a failure opens it again for another cool-down.
 //! Attempts that succeed reset the count. It does not decide retries (reqwest-retry does).
 
+use super::body::{read_limited, snippet};
+use super::error::error_chain;
 use async_trait::async_trait;
 use http::Extensions;
 use reqwest::{Request, Response};
@@ -143,10 +145,16 @@ impl Middleware for Guard {
             Ok(r) => default_on_request_success(r),
             Err(e) => default_on_request_failure(e),
         };
-        let what = match &result {
-            Ok(r) if !r.status().is_success() => Some(format!("HTTP {}", r.status())),
-            Ok(_) => None,
-            Err(e) => Some(error_chain(e)),
+        let (result, what) = match result {
+            Ok(r) if !r.status().is_success() && !r.status().is_redirection() => {
+                let (r, what) = with_read_body(r).await;
+                (Ok(r), Some(what))
+            }
+            Ok(r) => (Ok(r), None),
+            Err(e) => {
+                let what = error_chain(&e);
+                (Err(e), Some(what))
+            }
         };
         match verdict {
             Some(Retryable::Transient) => self
@@ -160,22 +168,32 @@ impl Middleware for Guard {
     }
 }
 
-/// `e` and its sources, joined by ": ", without reqwest's repeated "for url (...)".
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if parts.last() != Some(&text) {
-            parts.push(text);
+/// The most of a failed answer's body kept for the failure message (a service's own error
+/// text, such as a reward function's exception).
+const FAILURE_BODY_BYTES: usize = 4 << 10;
+
+/// A failed (non-2xx) answer rebuilt with its body read, and `"HTTP <status>: <start of the
+/// body>"` for the failure message, so the breaker's and the last attempt's reports carry
+/// the service's own words. A body over [`FAILURE_BODY_BYTES`] or unreadable is dropped.
+async fn with_read_body(r: Response) -> (Response, String) {
+    let mut rebuilt = http::Response::builder()
+        .status(r.status())
+        .version(r.version());
+    if let Some(headers) = rebuilt.headers_mut() {
+        headers.extend(r.headers().iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    let status = r.status();
+    let (body, what) = match read_limited(r, FAILURE_BODY_BYTES).await {
+        Ok(body) => {
+            let what = format!("HTTP {status}{}", snippet(&body));
+            (body, what)
         }
-        source = s.source();
-    }
-    let joined = parts.join(": ");
-    match (joined.find(" for url ("), joined.find("): ")) {
-        (Some(a), Some(b)) if b > a => format!("{}{}", &joined[..a], &joined[b + 1..]),
-        _ => joined,
-    }
+        Err(e) => (Vec::new(), format!("HTTP {status} ({e})")),
+    };
+    let rebuilt = rebuilt
+        .body(body)
+        .expect("status, version and headers come from a valid response");
+    (Response::from(rebuilt), what)
 }
 
 #[cfg(test)]

@@ -21,8 +21,9 @@ pub mod schema;
 pub(crate) use body::MAX_RESPONSE_BYTES;
 pub use error::HttpRewardError;
 
-use body::{read_limited, BodyError};
-use breaker::{error_chain, AttemptLog, Attempts, Breaker, Guard};
+use body::{read_limited, snippet, BodyError};
+use breaker::{AttemptLog, Attempts, Breaker, Guard};
+use error::error_chain;
 use futures::{StreamExt, TryStreamExt};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use reqwest_retry::policies::ExponentialBackoff;
@@ -225,16 +226,5 @@ impl HttpReward {
             status: response.status().as_u16(),
             location: location.unwrap_or_else(|| "(none)".into()),
         }
-    }
-}
-
-/// `": <first 200 bytes of the body>"`, or nothing for an empty body.
-fn snippet(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
-    let text = text.trim();
-    if text.is_empty() {
-        String::new()
-    } else {
-        format!(": {text}")
     }
 }
