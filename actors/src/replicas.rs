@@ -281,6 +281,19 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn one_cpu_replica_runs_in_the_compute_pool_and_collective_peers_do_not() {
+        let on_pool = |_: &ReplicaCtx<'_>, _: &mut ()| -> Result<bool, Cause> {
+            Ok(rayon::current_thread_index().is_some())
+        };
+        let one = vec![DeviceSpec::cpu(0)];
+        let r = Replicas::new("reward", one, vec![()], ExecutorPool::new()).unwrap();
+        assert_eq!(r.each("reward", on_pool).await.unwrap(), [true]);
+        let two = vec![DeviceSpec::cpu(0), DeviceSpec::cpu(1)];
+        let r = Replicas::new("policy", two, vec![(), ()], ExecutorPool::new()).unwrap();
+        assert_eq!(r.each("policy", on_pool).await.unwrap(), [false, false]);
+    }
+
     #[test]
     fn shards_cover_rows_in_order() {
         assert_eq!(shard_ranges(5, 2), vec![0..3, 3..5]);
