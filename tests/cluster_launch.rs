@@ -5,8 +5,10 @@
 //! that is no host name (a shell payload) exits 2 naming its line and runs nothing, and paths
 //! with spaces, quotes or `$` are quoted in what is printed and run.
 
+mod child_support;
 mod cluster_support;
 
+use child_support::spawn_announced;
 use cluster_support::*;
 use std::process::{Command, Output, Stdio};
 
@@ -61,18 +63,9 @@ fn the_printed_commands_run_the_three_process_training() {
             line.ends_with(" &") && line.contains("worker --listen"),
             "{line}"
         );
-        let mut w = run(line)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        use std::io::BufRead;
-        std::io::BufReader::new(w.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
+        let (w, first) = spawn_announced(run(line).stderr(Stdio::null()));
         assert!(first.starts_with("listening on "), "{first}");
-        workers.push(KillOnDrop(w));
+        workers.push(w);
     }
     assert!(
         lines[2].starts_with("oxalign train r.toml --set cluster.nodes.node1="),
@@ -86,15 +79,6 @@ fn the_printed_commands_run_the_three_process_training() {
         stdout.contains("cluster traffic"),
         "the roles ran on the workers: {stdout}"
     );
-}
-
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]

@@ -7,9 +7,11 @@
 //! TRL-style Python reward functions served by `tools/reward_server.py` train like the
 //! built-in reward, and one that raises fails the run with the Python error in the message.
 
+mod child_support;
 mod recipe_support;
 use axum::routing::post;
 use axum::{Json, Router};
+use child_support::{spawn_announced, KillOnDrop};
 use recipe_support::tiny_start;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -128,6 +130,24 @@ fn train(dir: &Path, recipe: &str, args: &[&str]) -> Run {
     }
 }
 
+/// [`train`] with the reward service at `url`.
+fn train_scored_by(dir: &Path, url: &str, args: &[&str]) -> Run {
+    train(dir, &format!("{}{}", recipe(), http_reward(url)), args)
+}
+
+/// `run` succeeded and trained as the built-in reward's `local` run did: every metric of
+/// [`SAME`] equal step for step, the same checkpoints.
+fn assert_trained_like(local: &Run, run: &Run) {
+    assert!(run.out.status.success(), "run: {}", stderr(run));
+    assert_eq!(run.metrics.len(), 3);
+    for (x, y) in local.metrics.iter().zip(&run.metrics) {
+        for k in SAME {
+            assert_eq!(x[k], y[k], "step {}: {k} differs", x["step"]);
+        }
+    }
+    assert_eq!(local.checkpoints, run.checkpoints);
+}
+
 fn stderr(r: &Run) -> String {
     String::from_utf8_lossy(&r.out.stderr).into_owned()
 }
@@ -163,13 +183,8 @@ fn a_service_scoring_exact_match_trains_like_the_built_in_reward() {
     let l = local();
     let served = tempfile::tempdir().unwrap();
     let url = exact_match_service(usize::MAX);
-    let h = train(
-        served.path(),
-        &format!("{}{}", recipe(), http_reward(&url)),
-        &[],
-    );
-    assert!(h.out.status.success(), "HTTP run: {}", stderr(&h));
-    assert_eq!(h.metrics.len(), 3);
+    let h = train_scored_by(served.path(), &url, &[]);
+    assert_trained_like(l, &h);
     let rewarded: f64 = l
         .metrics
         .iter()
@@ -180,16 +195,12 @@ fn a_service_scoring_exact_match_trains_like_the_built_in_reward() {
         "the warm-up earns some reward, so the comparison means something"
     );
     for (x, y) in l.metrics.iter().zip(&h.metrics) {
-        for k in SAME {
-            assert_eq!(x[k], y[k], "step {}: {k} differs", x["step"]);
-        }
         assert!(
             x["accuracy"].is_number(),
             "exact match defines accuracy: {x}"
         );
         assert!(y.get("accuracy").is_none(), "a service defines none: {y}");
     }
-    assert_eq!(l.checkpoints, h.checkpoints);
     let (ls, hs) = (l.summary.as_ref().unwrap(), h.summary.as_ref().unwrap());
     assert!(ls["accuracy_final"].is_number(), "{ls}");
     assert!(
@@ -222,12 +233,7 @@ fn a_service_that_dies_fails_the_run_after_the_last_good_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     // Two requests a step: steps 1 and 2 are scored, then the service is gone.
     let url = exact_match_service(4);
-    let recipe = format!("{}{}", recipe(), http_reward(&url));
-    let r = train(
-        dir.path(),
-        &recipe,
-        &["--set", "supervision.max_restarts=1"],
-    );
+    let r = train_scored_by(dir.path(), &url, &["--set", "supervision.max_restarts=1"]);
     let err = stderr(&r);
     assert_eq!(r.out.status.code(), Some(1), "{err}");
     for want in [
@@ -265,33 +271,18 @@ def broken(prompts, completions, **kwargs):
 /// `tools/reward_server.py` serving `function` of [`PYTHON_REWARDS`] (written into `dir`) on a
 /// free port of 127.0.0.1; killed when dropped. Returns it and its URL.
 fn python_service(dir: &Path, function: &str) -> (KillOnDrop, String) {
-    use std::io::BufRead;
     let file = dir.join("rewards.py");
     std::fs::write(&file, PYTHON_REWARDS).unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/reward_server.py");
-    let mut child = Command::new("python3")
-        .arg(script)
-        .args(["--file", file.to_str().unwrap(), "--function", function])
-        .args(["--port", "0"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("python3 runs tools/reward_server.py");
-    let mut url = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut url)
-        .unwrap();
+    let (server, url) = spawn_announced(
+        Command::new("python3")
+            .arg(script)
+            .args(["--file", file.to_str().unwrap(), "--function", function])
+            .args(["--port", "0"])
+            .stderr(std::process::Stdio::null()),
+    );
     assert!(url.starts_with("http://127.0.0.1:"), "server said {url:?}");
-    (KillOnDrop(child), url.trim().to_string())
-}
-
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    (server, url)
 }
 
 #[test]
@@ -299,30 +290,15 @@ fn a_python_reward_function_trains_like_the_built_in_reward() {
     let l = local();
     let dir = tempfile::tempdir().unwrap();
     let (_server, url) = python_service(dir.path(), "exact");
-    let p = train(
-        dir.path(),
-        &format!("{}{}", recipe(), http_reward(&url)),
-        &[],
-    );
-    assert!(p.out.status.success(), "Python run: {}", stderr(&p));
-    assert_eq!(p.metrics.len(), 3);
-    for (x, y) in l.metrics.iter().zip(&p.metrics) {
-        for k in SAME {
-            assert_eq!(x[k], y[k], "step {}: {k} differs", x["step"]);
-        }
-    }
-    assert_eq!(l.checkpoints, p.checkpoints);
+    let p = train_scored_by(dir.path(), &url, &[]);
+    assert_trained_like(l, &p);
 }
 
 #[test]
 fn a_python_reward_function_that_raises_fails_the_run_with_its_error() {
     let dir = tempfile::tempdir().unwrap();
     let (_server, url) = python_service(dir.path(), "broken");
-    let r = train(
-        dir.path(),
-        &format!("{}{}", recipe(), http_reward(&url)),
-        &["--set", "supervision.max_restarts=0"],
-    );
+    let r = train_scored_by(dir.path(), &url, &["--set", "supervision.max_restarts=0"]);
     let err = stderr(&r);
     assert_eq!(r.out.status.code(), Some(1), "{err}");
     for want in [

@@ -82,10 +82,10 @@ impl<T: Real> TransposedTile<T> {
 /// The loops of [`TransposedTile::dots`] (`scale_first`: each `x_d` scaled by `alpha` before
 /// its products) and [`TransposedTile::dots_then_scale`] (sums first, one multiplication by
 /// `alpha` after), in whole chunks of [`LANES`] keys (the zero columns of the stride fill
-/// the last chunk; their sums are never written out). Each
-/// key's sum runs over `d` in order whatever the chunking, and the clones for AVX-512 and
-/// AVX2+FMA do the same arithmetic in wider or narrower vectors (Rust never fuses the multiply
-/// and the add), so every clone gives the same bits.
+/// the last chunk; their sums are never written out). Each key's sum runs over `d` in order
+/// whatever the chunking, and the clones for AVX-512 and AVX2+FMA do the same arithmetic in
+/// wider or narrower vectors (Rust never fuses the multiply and the add), so every clone
+/// gives the same bits.
 #[allow(clippy::too_many_arguments)]
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn tile_dots<T: Real>(

@@ -176,13 +176,13 @@ const FAILURE_BODY_BYTES: usize = 4 << 10;
 /// body>"` for the failure message, so the breaker's and the last attempt's reports carry
 /// the service's own words. A body over [`FAILURE_BODY_BYTES`] or unreadable is dropped.
 async fn with_read_body(r: Response) -> (Response, String) {
+    let status = r.status();
     let mut rebuilt = http::Response::builder()
-        .status(r.status())
+        .status(status)
         .version(r.version());
     if let Some(headers) = rebuilt.headers_mut() {
         headers.extend(r.headers().iter().map(|(k, v)| (k.clone(), v.clone())));
     }
-    let status = r.status();
     let (body, what) = match read_limited(r, FAILURE_BODY_BYTES).await {
         Ok(body) => {
             let what = format!("HTTP {status}{}", snippet(&body));
