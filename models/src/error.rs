@@ -108,6 +108,8 @@ pub enum ModelError {
         message: String,
     },
     #[error(transparent)]
+    Lora(#[from] crate::lora::LoraError),
+    #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }
 

@@ -182,9 +182,20 @@ impl CustomOp2 for Product {
             kind,
             numbers: self.numbers,
         };
-        let gx = grad.apply_op2_no_bwd(w, &product(Kind::GradInput))?;
-        let gw = grad.apply_op2_no_bwd(x, &product(Kind::GradWeight))?;
-        Ok((Some(gx.reshape(x.dims())?), Some(gw)))
+        // A frozen operand (a LoRA model's base weight, the frozen embedding's output) is
+        // not tracked: its product is skipped, not computed and dropped.
+        let gx = match x.track_op() {
+            true => Some(
+                grad.apply_op2_no_bwd(w, &product(Kind::GradInput))?
+                    .reshape(x.dims())?,
+            ),
+            false => None,
+        };
+        let gw = match w.track_op() {
+            true => Some(grad.apply_op2_no_bwd(x, &product(Kind::GradWeight))?),
+            false => None,
+        };
+        Ok((gx, gw))
     }
 }
 

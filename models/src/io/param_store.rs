@@ -8,8 +8,9 @@ use crate::config::param_spec::ParamSpec;
 use crate::error::{ModelError, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Named trainable parameters of a model (HF tensor names).
 #[derive(Clone)]
@@ -20,6 +21,11 @@ pub struct ParamStore {
     specs: Vec<ParamSpec>,
     dtype: DType,
     device: Device,
+    /// Names whose [`ParamStore::get`] hands out a detached tensor (same storage, no
+    /// gradient): the frozen base of a LoRA model's binding store ([`ParamStore::overlay`]).
+    frozen: Option<Arc<HashSet<String>>>,
+    /// `alpha / r` of the LoRA adapters this store binds (see [`ParamStore::lora_pair`]).
+    lora_scale: Option<f64>,
 }
 
 impl ParamStore {
@@ -59,7 +65,74 @@ impl ParamStore {
             specs,
             dtype,
             device: device.clone(),
+            frozen: None,
+            lora_scale: None,
         })
+    }
+
+    /// The store a LoRA model's layers bind to: every parameter of `base` (frozen: its
+    /// tensors come out detached, so no gradient is computed for them) with `top`'s on top
+    /// (trainable: the adapters `*.lora_A.weight` / `*.lora_B.weight` and any module trained
+    /// whole, which then hides the base's tensor of that name). Shares every `Var` with the
+    /// two stores; `lora_scale` is what [`ParamStore::lora_pair`] reports.
+    pub fn overlay(base: &ParamStore, top: &ParamStore, lora_scale: f64) -> Result<ParamStore> {
+        let varmap = VarMap::new();
+        let lock = |m: &VarMap| {
+            m.data()
+                .lock()
+                .map(|d| d.clone())
+                .map_err(|_| candle_core::Error::Msg("VarMap lock poisoned".into()))
+        };
+        let top_vars = lock(&top.varmap)?;
+        let mut all = lock(&base.varmap)?;
+        let frozen: HashSet<String> = all
+            .keys()
+            .filter(|n| !top_vars.contains_key(*n))
+            .cloned()
+            .collect();
+        all.extend(top_vars);
+        let mut names: Vec<String> = all.keys().cloned().collect();
+        names.sort();
+        let mut specs: Vec<ParamSpec> = base
+            .specs
+            .iter()
+            .filter(|s| frozen.contains(&s.name))
+            .chain(top.specs.iter())
+            .cloned()
+            .collect();
+        specs.sort_by(|a, b| a.name.cmp(&b.name));
+        *varmap
+            .data()
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("VarMap lock poisoned".into()))? = all;
+        Ok(ParamStore {
+            varmap,
+            names,
+            specs,
+            dtype: base.dtype,
+            device: base.device.clone(),
+            frozen: Some(Arc::new(frozen)),
+            lora_scale: Some(lora_scale),
+        })
+    }
+
+    /// The LoRA adapter of the linear layer whose weight is `weight_name`
+    /// (`{prefix}.weight`): `(A [r, in], B [out, r], alpha / r)` when this store binds one
+    /// (`{prefix}.lora_A.weight` and `{prefix}.lora_B.weight`), else `None`.
+    pub fn lora_pair(
+        &self,
+        weight_name: &str,
+    ) -> candle_core::Result<Option<(Tensor, Tensor, f64)>> {
+        let Some(scale) = self.lora_scale else {
+            return Ok(None);
+        };
+        let prefix = weight_name.strip_suffix(".weight").unwrap_or(weight_name);
+        let a_name = format!("{prefix}.lora_A.weight");
+        if self.spec(&a_name).is_none() {
+            return Ok(None);
+        }
+        let b_name = format!("{prefix}.lora_B.weight");
+        Ok(Some((self.get(&a_name)?, self.get(&b_name)?, scale)))
     }
 
     /// The tensor behind parameter `name` (shares storage with the `Var`, so it sees updates).
@@ -69,8 +142,12 @@ impl ParamStore {
             .data()
             .lock()
             .map_err(|_| candle_core::Error::Msg("VarMap lock poisoned".into()))?;
+        let frozen = self.frozen.as_ref().is_some_and(|f| f.contains(name));
         data.get(name)
-            .map(|v| v.as_tensor().clone())
+            .map(|v| match frozen {
+                true => v.as_tensor().detach(),
+                false => v.as_tensor().clone(),
+            })
             .ok_or_else(|| candle_core::Error::Msg(format!("no parameter named {name}")))
     }
 

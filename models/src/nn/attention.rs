@@ -8,25 +8,21 @@
 use crate::config::layout::AttentionParams;
 use crate::config::model_config::ModelConfig;
 use crate::io::param_store::ParamStore;
-use crate::nn::fake_quant::quantizable_linear;
 use crate::nn::kv_cache::KvCache;
 use crate::nn::layers::{apply_rope, rms_norm, softmax_last_dim};
 use crate::nn::mask::{mask_scores, Visibility};
 use crate::nn::precision::Precision;
+use crate::nn::proj::Proj;
 use candle_core::{DType, Result, Tensor};
 use oxalign_kernels::ops::{causal_attention_engine_order, causal_attention_segmented};
 
 /// Weights and shape of one attention block (the tensors of an [`AttentionParams`]).
 #[derive(Clone, Debug)]
 pub struct Attention {
-    q_w: Tensor,
-    q_b: Option<Tensor>,
-    k_w: Tensor,
-    k_b: Option<Tensor>,
-    v_w: Tensor,
-    v_b: Option<Tensor>,
-    o_w: Tensor,
-    o_b: Option<Tensor>,
+    q: Proj,
+    k: Proj,
+    v: Proj,
+    o: Proj,
     q_norm: Option<Tensor>,
     k_norm: Option<Tensor>,
     eps: f64,
@@ -44,14 +40,10 @@ impl Attention {
         decl: &AttentionParams,
     ) -> Result<Attention> {
         Ok(Attention {
-            q_w: params.get(&decl.q.weight.name)?,
-            q_b: params.bias(&decl.q)?,
-            k_w: params.get(&decl.k.weight.name)?,
-            k_b: params.bias(&decl.k)?,
-            v_w: params.get(&decl.v.weight.name)?,
-            v_b: params.bias(&decl.v)?,
-            o_w: params.get(&decl.o.weight.name)?,
-            o_b: params.bias(&decl.o)?,
+            q: Proj::new(params, &decl.q)?,
+            k: Proj::new(params, &decl.k)?,
+            v: Proj::new(params, &decl.v)?,
+            o: Proj::new(params, &decl.o)?,
             q_norm: decl
                 .q_norm
                 .as_ref()
@@ -89,17 +81,17 @@ impl Attention {
         let (b, t, _) = x.dims3()?;
         let (nh, nkv, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let p = self.precision;
-        let heads = |w: &Tensor, bias: Option<&Tensor>, n: usize, norm: Option<&Tensor>| {
-            let y = quantizable_linear(x, w, bias, p)?.reshape((b, t, n, hd))?;
+        let heads = |proj: &Proj, n: usize, norm: Option<&Tensor>| {
+            let y = proj.forward(x, p)?.reshape((b, t, n, hd))?;
             let y = match norm {
                 Some(g) => rms_norm(&y, g, self.eps)?,
                 None => y,
             };
             y.transpose(1, 2)?.contiguous()
         };
-        let q = heads(&self.q_w, self.q_b.as_ref(), nh, self.q_norm.as_ref())?;
-        let k = heads(&self.k_w, self.k_b.as_ref(), nkv, self.k_norm.as_ref())?;
-        let v = heads(&self.v_w, self.v_b.as_ref(), nkv, None)?;
+        let q = heads(&self.q, nh, self.q_norm.as_ref())?;
+        let k = heads(&self.k, nkv, self.k_norm.as_ref())?;
+        let v = heads(&self.v, nkv, None)?;
         let q = apply_rope(&q, cos, sin)?;
         let k = apply_rope(&k, cos, sin)?;
         let fused = cache.is_none()
@@ -129,7 +121,7 @@ impl Attention {
             composed_attention(&q, &k, &v, visible.mask()?)?
         };
         let out = out.transpose(1, 2)?.reshape((b, t, nh * hd))?;
-        quantizable_linear(&out, &self.o_w, self.o_b.as_ref(), p)
+        self.o.forward(&out, p)
     }
 }
 

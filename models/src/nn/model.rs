@@ -11,6 +11,7 @@ use crate::io::param_store::ParamStore;
 use crate::moe::expert_parallel::{gather_experts, ExpertNames, ExpertParallel};
 use crate::nn::decoder::Decoder;
 use crate::nn::head::Head;
+use crate::nn::lora_model::LoraParts;
 use crate::nn::precision::Precision;
 use candle_core::{DType, Device, Tensor, Var};
 use serde_json::json;
@@ -24,14 +25,17 @@ use std::path::Path;
 /// [`Model::deep_clone`] for an independent copy (e.g. a frozen reference model).
 #[derive(Clone)]
 pub struct Model<H: Head> {
-    config: ModelConfig,
-    params: ParamStore,
-    decoder: Decoder,
+    pub(crate) config: ModelConfig,
+    pub(crate) params: ParamStore,
+    pub(crate) decoder: Decoder,
     pub(crate) head: H,
     /// The expert-parallel group when this rank holds only its share of the routed experts.
-    ep: Option<ExpertParallel>,
+    pub(crate) ep: Option<ExpertParallel>,
     /// The numbers the linear layers compute in (the LM head's included).
     pub(crate) precision: Precision,
+    /// With LoRA adapters: their settings and the frozen base weights (`params` then holds
+    /// only what trains: the adapters and any module trained whole). See `lora_model.rs`.
+    pub(crate) lora: Option<LoraParts>,
 }
 
 const WEIGHTS_MAP: &str = "<weights map>";
@@ -46,7 +50,7 @@ impl<H: Head> Model<H> {
     }
 
     /// Builds the model over `params` (which hold exactly [`Model::param_specs`]).
-    fn build(config: ModelConfig, params: ParamStore) -> Result<Self> {
+    pub(crate) fn build(config: ModelConfig, params: ParamStore) -> Result<Self> {
         Self::build_with(config, params, None)
     }
 
@@ -65,6 +69,7 @@ impl<H: Head> Model<H> {
             head,
             ep,
             precision: Precision::F32,
+            lora: None,
         })
     }
 
@@ -101,6 +106,11 @@ impl<H: Head> Model<H> {
     pub fn with_expert_parallel(&self, ep: ExpertParallel) -> Result<Self> {
         let world = ep.world();
         let bad = |message: String| ModelError::ExpertParallel { world, message };
+        if self.lora.is_some() {
+            return Err(bad(
+                "a model with LoRA adapters cannot spread its experts".into()
+            ));
+        }
         if self.ep.is_some() {
             return Err(bad("the model's experts are already spread".into()));
         }
@@ -201,8 +211,12 @@ impl<H: Head> Model<H> {
         Self::assemble(config, tensors, source, Some(head_seed), dtype, device)
     }
 
-    /// An independent copy (own `Var`s, same values, same dtype and device).
+    /// An independent copy (own `Var`s, same values, same dtype and device; adapters and
+    /// base both copied for a LoRA model).
     pub fn deep_clone(&self) -> Result<Self> {
+        if self.lora.is_some() {
+            return self.deep_clone_lora();
+        }
         let specs: Vec<ParamSpec> = self.params.specs().to_vec();
         let source = Path::new(WEIGHTS_MAP);
         let params = ParamStore::from_tensors(
@@ -253,7 +267,9 @@ impl<H: Head> Model<H> {
 
     /// Writes `config.json` (`architectures: [<Family><Head>]`; one label for scalar heads),
     /// `model.safetensors` (f32) and `generation_config.json` into `dir` (created if needed),
-    /// loadable by the matching `transformers.AutoModelFor*.from_pretrained`.
+    /// loadable by the matching `transformers.AutoModelFor*.from_pretrained`. With LoRA
+    /// adapters the weights are the merged ones and PEFT's adapter files are written beside
+    /// them (`lora_model.rs`).
     ///
     /// Expert-parallel: every rank of the group must call it; the experts are gathered
     /// ([`Model::full_weights`]) and rank 0 writes the whole model (the others write nothing).
@@ -265,7 +281,10 @@ impl<H: Head> Model<H> {
             self.config.clone()
         };
         let Some(ep) = &self.ep else {
-            return write_checkpoint(dir, &config, &arch, &self.params);
+            return match &self.lora {
+                None => write_checkpoint(dir, &config, &arch, &self.params),
+                Some(_) => self.save_lora(dir, &config, &arch),
+            };
         };
         let all = self.full_weights()?;
         if ep.rank() != 0 {
@@ -287,7 +306,7 @@ impl<H: Head> Model<H> {
         &self.config
     }
 
-    /// The trainable parameters.
+    /// The trainable parameters (with LoRA: the adapters and the modules trained whole).
     pub fn params(&self) -> &ParamStore {
         &self.params
     }
@@ -302,13 +321,18 @@ impl<H: Head> Model<H> {
         self.params.vars()
     }
 
-    /// Detached copies of all weights, keyed by HF name (for refit / checkpoints).
+    /// Detached copies of all weights, keyed by HF name (for refit / checkpoints); with LoRA
+    /// adapters, the merged weights `W + (α/r)·B·A` (the model's function as a plain model).
     pub fn weights(&self) -> candle_core::Result<HashMap<String, Tensor>> {
-        self.params.snapshot()
+        match &self.lora {
+            Some(_) => self.merged_weights(),
+            None => self.params.snapshot(),
+        }
     }
 
-    /// Overwrites all weights in place from `tensors` (every parameter required, shapes
-    /// checked, extra entries ignored). Existing clones of this model see the new values.
+    /// Overwrites all trainable weights in place from `tensors` (every parameter of
+    /// [`Model::params`] required, shapes checked, extra entries ignored; with LoRA the
+    /// adapters). Existing clones of this model see the new values.
     pub fn load_weights_from(&self, tensors: &HashMap<String, Tensor>) -> Result<()> {
         self.params.load_from(tensors)
     }

@@ -1,0 +1,225 @@
+//! A model wearing LoRA adapters: [`Model::with_lora`] (fresh adapters, PEFT's init),
+//! [`Model::load_adapter`] (a PEFT folder), the merged weights, saving as an HF folder with
+//! PEFT's files beside it, and [`Model::base_model`] (the same weights with the adapters
+//! off: a reference policy that costs no second copy).
+//!
+//! The base weights stay in their own store and are frozen: the layers bind detached
+//! tensors of them ([`ParamStore::overlay`]), so the backward computes no gradient for them
+//! and the optimizer, which works over [`Model::params`], sees only the adapters (and the
+//! modules trained whole).
+
+use crate::config::model_config::ModelConfig;
+use crate::error::{ModelError, Result};
+use crate::io::checkpoint::write_checkpoint;
+use crate::io::param_store::ParamStore;
+use crate::lora::config::{LoraConfig, LoraError};
+use crate::lora::init::fresh_adapters;
+use crate::lora::merge::merge_into;
+use crate::lora::peft_files::{read_adapter, write_adapter};
+use crate::lora::targets::{adapter_specs, saved_modules, targeted_linears};
+use crate::nn::decoder::Decoder;
+use crate::nn::head::Head;
+use crate::nn::model::Model;
+use candle_core::Tensor;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// What a LoRA model keeps beside its trainable store.
+#[derive(Clone)]
+pub(crate) struct LoraParts {
+    config: LoraConfig,
+    /// The frozen base weights (every parameter of the plain model).
+    base: ParamStore,
+    /// The PEFT module names that carry an adapter (`q_proj`, ...), for `adapter_config.json`.
+    modules: Vec<String>,
+    /// What `adapter_config.json` records as `base_model_name_or_path`.
+    base_name: String,
+}
+
+/// The folder inside a saved LoRA model that holds PEFT's adapter files. Not the model
+/// folder itself: transformers would take a folder with `adapter_config.json` for an
+/// adapter and load the base beneath it, applying the adapter twice to merged weights.
+pub const ADAPTER_SUBDIR: &str = "adapter";
+
+const ADAPTERS: &str = "<LoRA adapters>";
+
+impl<H: Head> Model<H> {
+    /// This model with fresh adapters (`A` uniform in `±1/√in`, seeded by `seed`; `B` zero, so
+    /// the function is unchanged) on the linear layers `lora` targets, and copies of the
+    /// `modules_to_save` parameters trained whole. The base weights are shared with `self`
+    /// and frozen. Errors: a model that already has adapters or spreads its experts, bad
+    /// settings ([`LoraError`]).
+    pub fn with_lora(&self, lora: &LoraConfig, seed: u64) -> Result<Self> {
+        let linears = targeted_linears(&self.config, lora).map_err(lora_error)?;
+        let specs = adapter_specs(&linears, lora.r);
+        let mut tensors = fresh_adapters(&specs, seed, self.dtype(), self.device())?;
+        for spec in saved_modules(lora, &H::params(&self.config)).map_err(lora_error)? {
+            tensors.insert(spec.name.clone(), self.params.get(&spec.name)?.detach());
+        }
+        self.with_adapters(lora, &tensors, Path::new(ADAPTERS))
+    }
+
+    /// This model with the adapters of the PEFT folder `dir` (`adapter_config.json`,
+    /// `adapter_model.safetensors`). Errors name the file and the setting or tensor that
+    /// does not fit (a missing adapter, a wrong shape, a tensor the settings do not explain).
+    pub fn load_adapter(&self, dir: &Path) -> Result<Self> {
+        let (lora, tensors) = read_adapter(dir, self.device())?;
+        let path = dir.join(crate::lora::ADAPTER_WEIGHTS_FILE);
+        let tensors = tensors
+            .into_iter()
+            .map(|(n, t)| Ok((n, t.to_dtype(self.dtype())?)))
+            .collect::<candle_core::Result<HashMap<_, _>>>()?;
+        self.with_adapters(&lora, &tensors, &path)
+    }
+
+    /// Builds the LoRA model over `self`'s weights with the adapter set `tensors` (which
+    /// must hold exactly what `lora` declares on this model; `source` names it in errors).
+    fn with_adapters(
+        &self,
+        lora: &LoraConfig,
+        tensors: &HashMap<String, Tensor>,
+        source: &Path,
+    ) -> Result<Self> {
+        if self.lora.is_some() {
+            return Err(lora_error(LoraError::Mismatch(
+                "the model already has adapters".into(),
+            )));
+        }
+        if self.ep.is_some() {
+            return Err(lora_error(LoraError::Mismatch(
+                "the model spreads its experts over a group".into(),
+            )));
+        }
+        let linears = targeted_linears(&self.config, lora).map_err(lora_error)?;
+        let mut specs = adapter_specs(&linears, lora.r);
+        specs.extend(saved_modules(lora, &H::params(&self.config)).map_err(lora_error)?);
+        let mut names: Vec<&String> = tensors.keys().collect();
+        names.sort();
+        if let Some(extra) = names
+            .into_iter()
+            .find(|n| !specs.iter().any(|s| &s.name == *n))
+        {
+            return Err(lora_error(LoraError::Mismatch(format!(
+                "{}: tensor `{extra}` is not an adapter these settings put on this model",
+                source.display()
+            ))));
+        }
+        let trainable =
+            ParamStore::from_tensors(&specs, tensors, source, self.dtype(), self.device())?;
+        let binding = ParamStore::overlay(&self.params, &trainable, lora.scale())?;
+        let decoder = Decoder::with_experts(&self.config, &binding, None)?;
+        let head = H::bind(&self.config, &binding, &decoder)?;
+        let mut modules: Vec<String> = linears
+            .iter()
+            .filter_map(|l| l.weight.name.rsplit('.').nth(1).map(str::to_string))
+            .collect();
+        modules.sort();
+        modules.dedup();
+        let mut model = Model {
+            config: self.config.clone(),
+            params: trainable,
+            decoder,
+            head,
+            ep: None,
+            precision: self.precision,
+            lora: Some(LoraParts {
+                config: lora.clone(),
+                base: self.params.clone(),
+                modules,
+                base_name: String::new(),
+            }),
+        };
+        model.set_precision(self.precision);
+        Ok(model)
+    }
+
+    /// Records `name` (the base model's folder or hub id) as the adapter's
+    /// `base_model_name_or_path` in the files [`Model::save`] writes. No-op without adapters.
+    pub fn set_adapter_base(&mut self, name: &str) {
+        if let Some(l) = &mut self.lora {
+            l.base_name = name.to_string();
+        }
+    }
+
+    /// The adapter settings, when the model wears adapters.
+    pub fn lora(&self) -> Option<&LoraConfig> {
+        self.lora.as_ref().map(|l| &l.config)
+    }
+
+    /// The same model with the adapters off: the base weights (shared, not copied), in the
+    /// same precision. A model without adapters returns a clone of itself.
+    pub fn base_model(&self) -> Result<Self> {
+        let Some(l) = &self.lora else {
+            return Ok(self.clone());
+        };
+        let mut base = Model::build(self.config.clone(), l.base.clone())?;
+        base.set_precision(self.precision);
+        Ok(base)
+    }
+
+    /// The merged weights `W + (α/r)·B·A` of every adapted layer, the base's elsewhere,
+    /// and the modules trained whole (detached copies, HF names).
+    pub(crate) fn merged_weights(&self) -> candle_core::Result<HashMap<String, Tensor>> {
+        let Some(l) = &self.lora else {
+            return self.params.snapshot();
+        };
+        let mut all = l.base.snapshot()?;
+        merge_into(&mut all, &self.params.snapshot()?, l.config.scale())?;
+        Ok(all)
+    }
+
+    /// An independent copy of a LoRA model: base and adapters copied.
+    pub(crate) fn deep_clone_lora(&self) -> Result<Self> {
+        let Some(l) = &self.lora else {
+            return self.deep_clone();
+        };
+        let base = Model::<H>::build(self.config.clone(), l.base.clone())?.deep_clone()?;
+        base.with_adapters(&l.config, &self.params.snapshot()?, Path::new(ADAPTERS))
+    }
+
+    /// Writes the merged model as an HF folder (`config` and `architecture` as
+    /// [`Model::save`] decided) and PEFT's adapter files in its [`ADAPTER_SUBDIR`].
+    pub(crate) fn save_lora(&self, dir: &Path, config: &ModelConfig, arch: &str) -> Result<()> {
+        let merged = self.merged_weights()?;
+        let specs = Self::param_specs(&self.config);
+        let store = ParamStore::from_tensors(
+            &specs,
+            &merged,
+            Path::new(ADAPTERS),
+            self.dtype(),
+            self.device(),
+        )?;
+        write_checkpoint(dir, config, arch, &store)?;
+        let base = self.lora.as_ref().map_or("", |l| l.base_name.as_str());
+        self.save_adapter(&dir.join(ADAPTER_SUBDIR), base)
+    }
+
+    /// Writes only PEFT's adapter files (`adapter_config.json`, `adapter_model.safetensors`)
+    /// into `dir`; `base` is recorded as `base_model_name_or_path`. Errors for a model
+    /// without adapters.
+    pub fn save_adapter(&self, dir: &Path, base: &str) -> Result<()> {
+        let Some(l) = &self.lora else {
+            return Err(lora_error(LoraError::Mismatch(
+                "the model has no adapters to save".into(),
+            )));
+        };
+        let task = match H::ARCHITECTURE {
+            "ForSequenceClassification" => "SEQ_CLS",
+            "ForTokenClassification" => "TOKEN_CLS",
+            _ => "CAUSAL_LM",
+        };
+        write_adapter(
+            dir,
+            &l.config,
+            &l.modules,
+            &self.params.snapshot()?,
+            task,
+            base,
+        )
+    }
+}
+
+/// A [`LoraError`] as the crate's error.
+fn lora_error(e: LoraError) -> ModelError {
+    ModelError::Lora(e)
+}

@@ -1,0 +1,58 @@
+//! One projection of a decoder layer (q/k/v/o, gate/up/down): its weight, optional bias and
+//! optional LoRA adapter, `y = x·Wᵀ + b + (α/r)·(x·Aᵀ)·Bᵀ` (PEFT's `lora.Linear` with no
+//! dropout). The base product runs in the layer's [`Precision`]; the adapter's two small
+//! products run in f32. Which projections carry an adapter is decided by the store the
+//! layer binds to ([`ParamStore::lora_pair`]); the adapters themselves are `lora/`'s.
+
+use crate::config::layout::LinearParams;
+use crate::io::param_store::ParamStore;
+use crate::nn::fake_quant::quantizable_linear;
+use crate::nn::layers::linear;
+use crate::nn::precision::Precision;
+use candle_core::{Result, Tensor};
+
+/// The low-rank update of one projection.
+#[derive(Clone, Debug)]
+struct Adapter {
+    /// `[r, in]`.
+    a: Tensor,
+    /// `[out, r]`.
+    b: Tensor,
+    /// `alpha / r`.
+    scale: f64,
+}
+
+/// Weight `[out, in]`, optional bias `[out]` and optional LoRA adapter of a linear layer.
+#[derive(Clone, Debug)]
+pub(crate) struct Proj {
+    weight: Tensor,
+    bias: Option<Tensor>,
+    adapter: Option<Adapter>,
+}
+
+impl Proj {
+    /// Picks up the tensors `decl` names from `params`, with the adapter the store binds to
+    /// that weight, if any.
+    pub fn new(params: &ParamStore, decl: &LinearParams) -> Result<Proj> {
+        let adapter = params
+            .lora_pair(&decl.weight.name)?
+            .map(|(a, b, scale)| Adapter { a, b, scale });
+        Ok(Proj {
+            weight: params.get(&decl.weight.name)?,
+            bias: params.bias(decl)?,
+            adapter,
+        })
+    }
+
+    /// `x` `[.., in]` -> `[.., out]`, the base product in `precision`'s numbers.
+    pub fn forward(&self, x: &Tensor, precision: Precision) -> Result<Tensor> {
+        let y = quantizable_linear(x, &self.weight, self.bias.as_ref(), precision)?;
+        match &self.adapter {
+            None => Ok(y),
+            Some(ad) => {
+                let low = linear(&linear(x, &ad.a, None)?, &ad.b, None)?;
+                y + (low * ad.scale)?
+            }
+        }
+    }
+}

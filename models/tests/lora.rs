@@ -1,0 +1,292 @@
+//! LoRA adapters on the decoders: a fresh adapter leaves the function unchanged; only the
+//! adapters (and modules trained whole) get gradients, and those match finite differences;
+//! the merged weights compute what the adapter path computes; saved folders load back (the
+//! merged HF folder and PEFT's adapter files); bad settings and files are refused by name.
+
+mod common;
+
+use candle_core::{DType, Device, Tensor};
+use common::{batch, ids, max_abs_diff, tiny};
+use oxalign_models::{CausalLm, Family, LoraConfig, RewardModel};
+
+fn inputs() -> (Tensor, Tensor) {
+    let rows = [ids(1, 7, 64), ids(2, 7, 64)];
+    let mask = Tensor::new(&[[0u32, 1, 1, 1, 1, 1, 1], [1; 7]], &Device::Cpu).unwrap();
+    (batch(&rows), mask)
+}
+
+fn lora(targets: &[&str]) -> LoraConfig {
+    LoraConfig {
+        r: 4,
+        alpha: 8.0,
+        dropout: 0.0,
+        target_modules: targets.iter().map(|s| s.to_string()).collect(),
+        modules_to_save: vec![],
+        use_rslora: false,
+    }
+}
+
+/// Gives every `B` (zero when fresh) seeded values so the adapters change the function.
+fn perturb_b(m: &CausalLm, scale: f64) {
+    for (i, (name, var)) in m.vars().into_iter().enumerate() {
+        if name.ends_with("lora_B.weight") {
+            let n = var.elem_count();
+            let v: Vec<f64> = ids(40 + i as u64, n, 1000)
+                .iter()
+                .map(|&x| (x as f64 / 500.0 - 1.0) * scale)
+                .collect();
+            let t = Tensor::from_vec(v, var.dims(), &Device::Cpu)
+                .unwrap()
+                .to_dtype(var.dtype())
+                .unwrap();
+            var.set(&t).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_fresh_adapter_leaves_the_function_unchanged_and_only_adapters_train() {
+    let (x, mask) = inputs();
+    for family in [Family::Llama, Family::Qwen2, Family::Qwen3] {
+        let base = CausalLm::init_random(&tiny(family), 3, &Device::Cpu).unwrap();
+        let adapted = base.with_lora(&lora(&["all-linear"]), 7).unwrap();
+        let want = base.forward(&x, Some(&mask)).unwrap();
+        let got = adapted.forward(&x, Some(&mask)).unwrap();
+        assert_eq!(max_abs_diff(&want, &got), 0.0, "{family}");
+
+        let layers = tiny(family).num_hidden_layers;
+        let vars = adapted.vars();
+        assert_eq!(
+            vars.len(),
+            layers * 7 * 2,
+            "{family}: A and B for 7 linears a layer"
+        );
+        assert!(vars.iter().all(|(n, _)| n.contains(".lora_")));
+        let loss = got.sqr().unwrap().sum_all().unwrap();
+        let grads = loss.backward().unwrap();
+        // B is zero, so only B's gradient is non-zero (A's is B^T·(...) = 0).
+        for (name, var) in &vars {
+            let g = grads.get(var.as_tensor()).expect(name);
+            let norm = g
+                .sqr()
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert_eq!(
+                name.ends_with("lora_B.weight"),
+                norm > 0.0,
+                "{family} {name}: {norm}"
+            );
+        }
+        for (name, var) in base.vars() {
+            assert!(
+                grads.get(var.as_tensor()).is_none(),
+                "{family}: frozen {name} has a gradient"
+            );
+        }
+    }
+}
+
+#[test]
+fn adapter_gradients_match_finite_differences() {
+    let cfg = tiny(Family::Llama);
+    let base = CausalLm::init_random_with_dtype(&cfg, 11, DType::F64, &Device::Cpu).unwrap();
+    let m = base
+        .with_lora(&lora(&["q_proj", "v_proj", "down_proj"]), 5)
+        .unwrap();
+    perturb_b(&m, 0.3);
+    let (x, mask) = inputs();
+    let probe = Tensor::randn(0f64, 1.0, (2, 7, cfg.vocab_size), &Device::Cpu).unwrap();
+    let loss_of = |m: &CausalLm| -> f64 {
+        let l = m.forward(&x, Some(&mask)).unwrap();
+        (l * &probe)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f64>()
+            .unwrap()
+    };
+    let l = m.forward(&x, Some(&mask)).unwrap();
+    let grads = (l * &probe).unwrap().sum_all().unwrap().backward().unwrap();
+    let eps = 1e-5;
+    for (name, var) in m.vars().into_iter().take(6) {
+        let g: Vec<f64> = grads
+            .get(var.as_tensor())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let orig: Vec<f64> = var.flatten_all().unwrap().to_vec1().unwrap();
+        for idx in [0, orig.len() / 2, orig.len() - 1] {
+            let at = |delta: f64| {
+                let mut v = orig.clone();
+                v[idx] += delta;
+                var.set(&Tensor::from_vec(v, var.dims(), &Device::Cpu).unwrap())
+                    .unwrap();
+                loss_of(&m)
+            };
+            let fd = (at(eps) - at(-eps)) / (2.0 * eps);
+            var.set(&Tensor::from_vec(orig.clone(), var.dims(), &Device::Cpu).unwrap())
+                .unwrap();
+            let err = (fd - g[idx]).abs() / (1.0 + fd.abs());
+            assert!(
+                err < 1e-6,
+                "{name}[{idx}]: backprop {} vs finite difference {fd}",
+                g[idx]
+            );
+        }
+    }
+}
+
+#[test]
+fn merged_weights_compute_the_adapter_path_and_the_base_model_has_adapters_off() {
+    let cfg = tiny(Family::Qwen2);
+    let base = CausalLm::init_random(&cfg, 4, &Device::Cpu).unwrap();
+    let m = base.with_lora(&lora(&["all-linear"]), 9).unwrap();
+    perturb_b(&m, 0.05);
+    let (x, mask) = inputs();
+    let adapted = m.forward(&x, Some(&mask)).unwrap();
+    let plain = base.forward(&x, Some(&mask)).unwrap();
+    assert!(
+        max_abs_diff(&adapted, &plain) > 1e-3,
+        "the adapters must change the function"
+    );
+    let merged =
+        CausalLm::from_weights(cfg.clone(), &m.weights().unwrap(), DType::F32, &Device::Cpu)
+            .unwrap()
+            .forward(&x, Some(&mask))
+            .unwrap();
+    assert!(
+        max_abs_diff(&adapted, &merged) < 1e-5,
+        "{}",
+        max_abs_diff(&adapted, &merged)
+    );
+    let off = m.base_model().unwrap().forward(&x, Some(&mask)).unwrap();
+    assert_eq!(max_abs_diff(&off, &plain), 0.0);
+}
+
+#[test]
+fn a_saved_lora_model_is_a_merged_hf_folder_with_peft_files_that_load_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny(Family::Llama);
+    let base = CausalLm::init_random(&cfg, 6, &Device::Cpu).unwrap();
+    let mut m = base
+        .with_lora(&lora(&["q_proj", "o_proj", "up_proj"]), 2)
+        .unwrap();
+    m.set_adapter_base("my-base");
+    perturb_b(&m, 0.05);
+    m.save(dir.path()).unwrap();
+    let (x, mask) = inputs();
+    let want = m.forward(&x, Some(&mask)).unwrap();
+
+    let merged = CausalLm::load(dir.path(), &Device::Cpu).unwrap();
+    assert!(merged.lora().is_none());
+    assert!(max_abs_diff(&want, &merged.forward(&x, Some(&mask)).unwrap()) < 1e-5);
+
+    let adapter = dir.path().join("adapter");
+    let text = std::fs::read_to_string(adapter.join("adapter_config.json")).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["peft_type"], "LORA");
+    assert_eq!(doc["task_type"], "CAUSAL_LM");
+    assert_eq!(doc["base_model_name_or_path"], "my-base");
+    assert_eq!(
+        doc["target_modules"],
+        serde_json::json!(["o_proj", "q_proj", "up_proj"])
+    );
+    let reloaded = base.load_adapter(&adapter).unwrap();
+    let (got, set) = (reloaded.lora().unwrap(), m.lora().unwrap());
+    assert_eq!(
+        (got.r, got.alpha, got.use_rslora),
+        (set.r, set.alpha, set.use_rslora)
+    );
+    assert_eq!(
+        max_abs_diff(&want, &reloaded.forward(&x, Some(&mask)).unwrap()),
+        0.0
+    );
+}
+
+#[test]
+fn a_reward_model_trains_its_score_head_whole() {
+    let cfg = tiny(Family::Llama);
+    let base = RewardModel::init_random(&cfg, 8, &Device::Cpu).unwrap();
+    let mut settings = lora(&["q_proj", "v_proj"]);
+    settings.modules_to_save = vec!["score".into()];
+    let m = base.with_lora(&settings, 1).unwrap();
+    assert!(m.vars().iter().any(|(n, _)| n == "score.weight"));
+    let (x, mask) = inputs();
+    let scores = m.forward(&x, Some(&mask)).unwrap();
+    let grads = scores.sum_all().unwrap().backward().unwrap();
+    let (_, score) = m
+        .vars()
+        .into_iter()
+        .find(|(n, _)| n == "score.weight")
+        .unwrap();
+    assert!(grads.get(score.as_tensor()).is_some());
+    // The trained copy is the model's own: changing it leaves the base untouched.
+    score.set(&score.zeros_like().unwrap()).unwrap();
+    let base_score = base
+        .vars()
+        .into_iter()
+        .find(|(n, _)| n == "score.weight")
+        .unwrap()
+        .1;
+    assert!(
+        base_score
+            .abs()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+            > 0.0
+    );
+}
+
+#[test]
+fn bad_settings_and_adapter_files_are_refused_by_name() {
+    let cfg = tiny(Family::Llama);
+    let base = CausalLm::init_random(&cfg, 6, &Device::Cpu).unwrap();
+    let err = |s: LoraConfig| base.with_lora(&s, 0).err().unwrap().to_string();
+    assert!(err(lora(&["qkv"])).contains("unknown module \"qkv\""));
+    let mut s = lora(&["q_proj"]);
+    s.r = 0;
+    assert!(err(s).contains("lora.r"));
+    let mut s = lora(&["q_proj"]);
+    s.dropout = 0.1;
+    assert!(err(s).contains("lora.dropout"));
+    let mut s = lora(&["q_proj"]);
+    s.modules_to_save = vec!["score".into()];
+    assert!(err(s).contains("\"score\" names no parameter"));
+
+    // An adapter saved for other layers does not fit, and PEFT settings oxalign lacks are named.
+    let dir = tempfile::tempdir().unwrap();
+    let m = base.with_lora(&lora(&["q_proj", "k_proj"]), 1).unwrap();
+    m.save_adapter(dir.path(), "b").unwrap();
+    let cfg_path = dir.path().join("adapter_config.json");
+    let text = std::fs::read_to_string(&cfg_path).unwrap();
+    std::fs::write(&cfg_path, text.replace("\"k_proj\"", "\"v_proj\"")).unwrap();
+    let e = base.load_adapter(dir.path()).err().unwrap().to_string();
+    assert!(
+        e.contains("k_proj.lora_A.weight") && e.contains("not an adapter"),
+        "{e}"
+    );
+    std::fs::write(
+        &cfg_path,
+        text.replace("\"use_dora\": false", "\"use_dora\": true"),
+    )
+    .unwrap();
+    let e = base.load_adapter(dir.path()).err().unwrap().to_string();
+    assert!(
+        e.contains("use_dora") && e.contains("adapter_config.json"),
+        "{e}"
+    );
+    let e = base
+        .load_adapter(&dir.path().join("nope"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("adapter_config.json"), "{e}");
+}
