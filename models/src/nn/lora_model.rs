@@ -50,6 +50,7 @@ impl<H: Head> Model<H> {
     /// and frozen. Errors: a model that already has adapters or spreads its experts, bad
     /// settings ([`LoraError`]).
     pub fn with_lora(&self, lora: &LoraConfig, seed: u64) -> Result<Self> {
+        let lora = &head_trained_whole::<H>(lora);
         let linears = targeted_linears(&self.config, lora).map_err(lora_error)?;
         let specs = adapter_specs(&linears, lora.r);
         let mut tensors = fresh_adapters(&specs, seed, self.dtype(), self.device())?;
@@ -63,7 +64,15 @@ impl<H: Head> Model<H> {
     /// `adapter_model.safetensors`). Errors name the file and the setting or tensor that
     /// does not fit (a missing adapter, a wrong shape, a tensor the settings do not explain).
     pub fn load_adapter(&self, dir: &Path) -> Result<Self> {
-        let (lora, tensors) = read_adapter(dir, self.device())?;
+        let (mut lora, tensors) = read_adapter(dir, self.device())?;
+        // PEFT lists modules it would train whole for a task (`classifier` for SEQ_CLS)
+        // whether the model has them or not; only those the file holds count.
+        lora.modules_to_save.retain(|m| {
+            let (inner, start) = (format!(".{m}."), format!("{m}."));
+            tensors
+                .keys()
+                .any(|n| n.starts_with(&start) || n.contains(&inner))
+        });
         let path = dir.join(crate::lora::ADAPTER_WEIGHTS_FILE);
         let tensors = tensors
             .into_iter()
@@ -217,6 +226,16 @@ impl<H: Head> Model<H> {
             base,
         )
     }
+}
+
+/// `lora` with a scalar head (`score` of a reward model or critic) trained whole, as PEFT
+/// does for `SEQ_CLS`: a head made fresh for the task cannot stay frozen at its init.
+fn head_trained_whole<H: Head>(lora: &LoraConfig) -> LoraConfig {
+    let mut lora = lora.clone();
+    if H::SCALAR && !lora.modules_to_save.iter().any(|m| m == "score") {
+        lora.modules_to_save.push("score".into());
+    }
+    lora
 }
 
 /// A [`LoraError`] as the crate's error.
