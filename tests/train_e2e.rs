@@ -256,3 +256,68 @@ fn sharded_run_checkpoints_and_resumes_exactly() {
     assert_eq!((a.len(), b.len()), (4, 4));
     assert_resumed_equals_measured_run(&a, &b);
 }
+
+/// The tensors of `dir/model.safetensors`.
+fn weights_of(dir: &Path) -> std::collections::HashMap<String, candle_core::Tensor> {
+    candle_core::safetensors::load(dir.join("model.safetensors"), &candle_core::Device::Cpu)
+        .unwrap()
+}
+
+/// With `[lora]` (the SFT warm-up trains adapters and RL continues them): a run resumed
+/// from a checkpoint equals the uninterrupted one step for step (the adapters and their
+/// optimizer come back exactly, the frozen base from the folder the adapter names); the
+/// base never moves (the merged final policy's embeddings and norms are the initial
+/// model's bits, its projections are not); `final/` is a merged HF folder with PEFT's
+/// files in `adapter/`, naming the base.
+#[test]
+fn a_lora_run_resumes_exactly_and_leaves_the_base_frozen() {
+    let recipe = RECIPE
+        .replace("steps = 30", "steps = 4")
+        .replace("steps = 100", "steps = 10")
+        + "\n[lora]\nr = 4\nalpha = 8\n";
+    let full = tempfile::tempdir().unwrap();
+    std::fs::write(full.path().join("r.toml"), &recipe).unwrap();
+    train(full.path(), &[]);
+    let split = tempfile::tempdir().unwrap();
+    std::fs::write(split.path().join("r.toml"), &recipe).unwrap();
+    train(split.path(), &["--set", "run.steps=2"]);
+    train(
+        split.path(),
+        &["--resume", "runs/e2e", "--allow-change", "run.steps"],
+    );
+    let (a, b) = (metrics(full.path()), metrics(split.path()));
+    assert_eq!((a.len(), b.len()), (4, 4));
+    for (x, y) in a.iter().zip(&b) {
+        for k in EXACT {
+            assert_eq!(x[k], y[k], "step {}: {k} differs after resume", x["step"]);
+        }
+    }
+    let run = full.path().join("runs/e2e");
+    let (init, last) = (
+        weights_of(&run.join("init")),
+        weights_of(&run.join("final")),
+    );
+    for (name, t) in &init {
+        let same = t
+            .eq(&last[name])
+            .unwrap()
+            .min_all()
+            .unwrap()
+            .to_scalar::<u8>()
+            .unwrap()
+            == 1;
+        let adapted = name.contains("_proj.");
+        assert_eq!(
+            same, !adapted,
+            "{name}: frozen base or merged adapter expected"
+        );
+    }
+    let config = std::fs::read_to_string(run.join("final/adapter/adapter_config.json")).unwrap();
+    let config: Value = serde_json::from_str(&config).unwrap();
+    let base = config["base_model_name_or_path"].as_str().unwrap();
+    assert!(
+        Path::new(base).is_absolute() && base.ends_with("runs/e2e/init"),
+        "{base}"
+    );
+    assert_eq!(config["r"], 4);
+}

@@ -195,3 +195,35 @@ fn check_accepts_the_shipped_recipes() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
     }
 }
+
+/// Issue 30: `[lora]` settings PEFT users could write but oxalign cannot honour are named
+/// at the door: a rank of 0, dropout (RL scores and trains one deterministic function), an
+/// unknown module, a start adapter that is no PEFT folder, and sharded training.
+#[test]
+fn bad_lora_settings_are_named() {
+    let cases: [(&str, &[&str]); 5] = [
+        ("[lora]\nr = 0\n", &["lora.r", "at least 1"]),
+        ("[lora]\nlora_dropout = 0.05\n", &["lora.dropout", "only 0"]),
+        (
+            "[lora]\ntarget_modules = [\"qkv\"]\n",
+            &[
+                "lora.target_modules",
+                "unknown module \"qkv\"",
+                "all-linear",
+            ],
+        ),
+        (
+            "[lora]\nadapter = \"nowhere\"\n",
+            &["lora.adapter", "adapter_config.json"],
+        ),
+        (
+            "[placement]\nsharding = \"sharded\"\n[lora]\n",
+            &["key `lora`", "sharded"],
+        ),
+    ];
+    for (recipe, wants) in cases {
+        let mut wants = wants.to_vec();
+        wants.push("r.toml");
+        check_fails(recipe, &["--check"], &wants);
+    }
+}

@@ -18,6 +18,7 @@ mod evaluate;
 mod expert_setup;
 pub(crate) mod generator;
 mod lengths;
+mod lora_models;
 mod offline;
 mod progress;
 mod rl;

@@ -5,6 +5,7 @@
 
 use crate::cluster::{Remote, RemoteSources, RoleKind};
 use crate::controller::error::{At, RunError};
+use crate::controller::lora_models::load_trained;
 use crate::error::{Cause, Missing, RoleError};
 use crate::executor::ExecutorPool;
 use crate::monitor::{ActorInfo, MonitorHandle};
@@ -269,7 +270,11 @@ fn policy_trainer(
     weights: &Path,
     dev: &candle_core::Device,
 ) -> Result<PolicyTrainer, Cause> {
-    let m = CausalLm::load(weights, dev)?;
+    let start = recipe.lora.as_ref().and_then(|l| l.adapter.as_deref());
+    let seed = recipe.run.seed ^ 0x10AA;
+    let m = load_trained(recipe, weights, start.map(Path::new), seed, |d| {
+        Ok(CausalLm::load(d, dev)?)
+    })?;
     if recipe.rl.routing_replay && m.config().moe.is_none() {
         return Err(Cause::RoutingReplayDense {
             weights: weights.to_path_buf(),
@@ -560,12 +565,7 @@ pub(crate) async fn spawn_critic(
     let world = devices.len();
     let cgroup = replica_group(&cg.specs, pool).map_err(&fail)?;
     for (rank, dev) in devices.into_iter().enumerate() {
-        let mut model = match &src.critic {
-            // A reward model has `score.weight` but no bias: the bias starts at zero.
-            Some(p) => ValueModel::load_with_new_head(p, recipe.run.seed ^ 0xC217, &dev)
-                .map_err(|e| fail(e.into()))?,
-            None => critic_from_backbone(recipe, &src.reference, &dev).map_err(&fail)?,
-        };
+        let mut model = critic_model(recipe, src, &dev).map_err(&fail)?;
         model.set_precision(recipe.model.precision);
         let mut trainer =
             CriticTrainer::new(model, recipe.rl.critic_lr, 0.0).map_err(|e| fail(e.into()))?;
@@ -590,6 +590,24 @@ pub(crate) async fn spawn_critic(
 }
 
 /// A value model on the backbone of the policy at `weights`, predicting 0 everywhere.
+/// The critic of one device: `model.critic_path` (a reward model has `score.weight` but no
+/// bias: the bias starts at zero) or the policy's backbone, with `[lora]`'s adapters.
+fn critic_model(
+    recipe: &Recipe,
+    src: &RoleSources,
+    dev: &candle_core::Device,
+) -> Result<ValueModel, Cause> {
+    let seed = recipe.run.seed ^ 0xC217;
+    match &src.critic {
+        Some(p) => load_trained(recipe, p, None, seed, |d| {
+            Ok(ValueModel::load_with_new_head(d, seed, dev)?)
+        }),
+        None => load_trained(recipe, &src.reference, None, seed, |d| {
+            critic_from_backbone(recipe, d, dev)
+        }),
+    }
+}
+
 fn critic_from_backbone(
     recipe: &Recipe,
     weights: &Path,

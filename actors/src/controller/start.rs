@@ -36,7 +36,11 @@ pub(crate) async fn through_sft(
     let r = ctx.recipe;
     let reference_dir = ctx.run_dir.join(run_copies::REFERENCE_DIR);
     let weights = from.map_or_else(|| ctx.policy_dir.to_path_buf(), |c| c.join("policy"));
-    let mut policy = setup::spawn_policy(r, &weights, ctx.monitor, pool).await?;
+    let first = match from {
+        None if r.sft.steps > 0 => r.warmup_recipe(),
+        _ => std::borrow::Cow::Borrowed(r),
+    };
+    let mut policy = setup::spawn_policy(&first, &weights, ctx.monitor, pool).await?;
     // The engine role (`placement.engine`), when the recipe places one: spawned from the
     // weights RL starts with, or here already for the evaluation before SFT.
     let mut engine = None;

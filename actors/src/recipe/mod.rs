@@ -11,6 +11,7 @@ mod expert_parallel_check;
 mod head_check;
 mod host_name;
 mod kind_sections;
+mod lora;
 mod moe_switches;
 mod numbers;
 mod offline;
@@ -30,6 +31,7 @@ pub use cluster::{
     is_loopback, is_loopback_host, role_placements, split_addr, AddressError, ClusterSection,
     DEFAULT_COOKIE_ENV,
 };
+pub use lora::LoraSection;
 pub use offline::{DpoSection, RmSection, RunKind};
 pub(crate) use overrides::apply_override;
 pub use resume_check::{changed_keys, check_resume, RESUMABLE_KEYS};
@@ -77,6 +79,9 @@ pub struct Recipe {
     /// `[cluster]`: worker nodes that `[placement]` may name (none by default).
     #[serde(skip_serializing_if = "ClusterSection::is_default")]
     pub cluster: ClusterSection,
+    /// `[lora]`: train LoRA adapters with the base frozen (absent: every weight trains).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraSection>,
     /// `[[faults]]`: failures to inject (none by default).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<FaultSpec>,

@@ -31,6 +31,7 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
     super::cluster::validate(r, &bad)?;
     super::engine_placement_check::validate(r, &bad)?;
     super::sharding_check::validate(r, &bad)?;
+    super::lora::validate(r, &bad)?;
     super::expert_parallel_check::validate(r, &bad)?;
     super::moe_switches::validate(r, &bad)?;
     super::precision::validate(r, &bad)?;

@@ -113,6 +113,28 @@ pub(crate) fn read_adapter(
     Ok((config, tensors))
 }
 
+/// What an adapter folder's `adapter_config.json` records of its origin: the base
+/// (`base_model_name_or_path`, when non-empty) and PEFT's `task_type` (when present).
+pub fn recorded_origin(dir: &Path) -> Result<(Option<String>, Option<String>)> {
+    let path = dir.join(ADAPTER_CONFIG_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
+        action: "read",
+        path: path.clone(),
+        source,
+    })?;
+    let doc: Map<String, Value> = serde_json::from_str(&text).map_err(|e| ModelError::Json {
+        path,
+        message: e.to_string(),
+    })?;
+    let text_of = |k: &str| {
+        doc.get(k)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    Ok((text_of("base_model_name_or_path"), text_of("task_type")))
+}
+
 /// The [`LoraConfig`] of an `adapter_config.json`, or the key that cannot be used and why.
 fn lora_config_of(
     doc: &Map<String, Value>,

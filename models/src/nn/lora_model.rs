@@ -212,11 +212,7 @@ impl<H: Head> Model<H> {
                 "the model has no adapters to save".into(),
             )));
         };
-        let task = match H::ARCHITECTURE {
-            "ForSequenceClassification" => "SEQ_CLS",
-            "ForTokenClassification" => "TOKEN_CLS",
-            _ => "CAUSAL_LM",
-        };
+        let task = Self::peft_task_type();
         write_adapter(
             dir,
             &l.config,
@@ -225,6 +221,16 @@ impl<H: Head> Model<H> {
             task,
             base,
         )
+    }
+
+    /// PEFT's `task_type` for this head: `CAUSAL_LM`, `SEQ_CLS` (reward model) or
+    /// `TOKEN_CLS` (critic).
+    pub fn peft_task_type() -> &'static str {
+        match H::ARCHITECTURE {
+            "ForSequenceClassification" => "SEQ_CLS",
+            "ForTokenClassification" => "TOKEN_CLS",
+            _ => "CAUSAL_LM",
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use super::report::OfflineSummary;
 use super::task::{HeldOut, OfflineTask};
 use crate::controller::context::Ctx;
 use crate::controller::error::{At, DivergenceError, RunError};
+use crate::controller::lora_models::load_trained;
 use crate::controller::run::saving;
 use crate::error::{Cause, RoleError};
 use crate::executor::ExecutorPool;
@@ -39,8 +40,11 @@ async fn spawn(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<Box<dyn RewardModel
         .map_err(|e| fail(Cause::placement("policy", e)))?;
     let mut trainers = Vec::new();
     for dev in devices {
-        let mut m = RewardModel::load_with_new_head(ctx.policy_dir, r.run.seed ^ 0x5C0E, &dev)
-            .map_err(|e| fail(e.into()))?;
+        let seed = r.run.seed ^ 0x5C0E;
+        let mut m = load_trained(r, ctx.policy_dir, None, seed, |d| {
+            Ok(RewardModel::load_with_new_head(d, seed, &dev)?)
+        })
+        .map_err(&fail)?;
         m.set_precision(r.model.precision);
         let mut t = RewardTrainer::new(m, r.rm.lr, 0.0).map_err(|e| fail(e.into()))?;
         t.max_loss = r.guard.max_policy_loss;

@@ -140,17 +140,42 @@ pub(crate) fn write_final_policy(ctx: &Ctx<'_>, ckpt: &Path) -> Result<PathBuf, 
     })?;
     for entry in entries.flatten() {
         let name = entry.file_name();
+        if name == oxalign_models::lora::ADAPTER_SUBDIR {
+            copy_files(&entry.path(), &dir.join(&name))?;
+        }
         if entry.path().is_dir() || name == crate::controller::CHECKSUMS_FILE {
             continue; // the optimizer state stays in the checkpoint
         }
-        std::fs::copy(entry.path(), dir.join(&name)).map_err(|source| RunError::Io {
-            action: "copy",
-            path: entry.path(),
-            source,
-        })?;
+        copy_files(&entry.path(), &dir.join(&name))?;
     }
     seal_model(ctx, &dir)?;
     Ok(dir)
+}
+
+/// Copies the file `from` to `to`, or the files directly inside the folder `from` into
+/// the folder `to` (created).
+fn copy_files(from: &Path, to: &Path) -> Result<(), RunError> {
+    let io = |action: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RunError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    if from.is_file() {
+        return std::fs::copy(from, to)
+            .map(|_| ())
+            .map_err(io("copy", from));
+    }
+    std::fs::create_dir_all(to).map_err(io("create", to))?;
+    for entry in std::fs::read_dir(from).map_err(io("read", from))?.flatten() {
+        if entry.path().is_file() {
+            let target = to.join(entry.file_name());
+            std::fs::copy(entry.path(), target).map_err(io("copy", &entry.path()))?;
+        }
+    }
+    Ok(())
 }
 
 /// Loads the optimizer state saved in `dir/optimizer` into every replica of the policy.

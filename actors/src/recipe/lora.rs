@@ -1,0 +1,127 @@
+//! `[lora]`: train LoRA adapters instead of every weight (PEFT's keys), and the door
+//! checks of a recipe that has the section. The adapters themselves are
+//! `oxalign_models::lora`; which trainers wear them is `controller/setup.rs`'s.
+
+use super::{Recipe, RecipeError, Sharding};
+use oxalign_models::LoraConfig;
+use serde::{Deserialize, Serialize};
+
+/// `[lora]`: when present, every trainer of the run (SFT, reward model, DPO, the RL policy
+/// and critic) trains adapters on its linear layers and keeps the base weights frozen.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoraSection {
+    /// Rank of each adapter. Default 16.
+    pub r: usize,
+    /// The scale's numerator: updates are `(alpha / r)·B·A`. Default 32.
+    #[serde(alias = "lora_alpha")]
+    pub alpha: f64,
+    /// Dropout on the adapter's input; only 0 (RL scores and trains the same function).
+    #[serde(alias = "lora_dropout")]
+    pub dropout: f64,
+    /// The linear layers with adapters: `q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`,
+    /// `up_proj`, `down_proj`, or `all-linear`. Default `["all-linear"]`.
+    pub target_modules: Vec<String>,
+    /// Head modules trained whole (e.g. `lm_head`); a reward model's or critic's `score`
+    /// always is. Default none.
+    pub modules_to_save: Vec<String>,
+    /// rsLoRA's scale `alpha / √r`. Default false.
+    pub use_rslora: bool,
+    /// A PEFT adapter folder (`adapter_config.json`, `adapter_model.safetensors`) the
+    /// policy starts from instead of fresh adapters; its own settings then apply. Default
+    /// none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
+    /// Whether the SFT warm-up before RL trains adapters too. `false`: the warm-up trains
+    /// every weight and RL's adapters start on its result (the frozen reference). Default
+    /// true.
+    pub warmup: bool,
+}
+
+impl Default for LoraSection {
+    fn default() -> Self {
+        Self {
+            r: 16,
+            alpha: 32.0,
+            dropout: 0.0,
+            target_modules: vec!["all-linear".into()],
+            modules_to_save: vec![],
+            use_rslora: false,
+            adapter: None,
+            warmup: true,
+        }
+    }
+}
+
+impl Recipe {
+    /// The recipe the SFT warm-up before RL trains with: without `[lora]` when
+    /// `lora.warmup = false`.
+    pub fn warmup_recipe(&self) -> std::borrow::Cow<'_, Recipe> {
+        match &self.lora {
+            Some(l) if !l.warmup => {
+                let mut r = self.clone();
+                r.lora = None;
+                std::borrow::Cow::Owned(r)
+            }
+            _ => std::borrow::Cow::Borrowed(self),
+        }
+    }
+}
+
+impl LoraSection {
+    /// The adapter settings.
+    pub fn config(&self) -> LoraConfig {
+        LoraConfig {
+            r: self.r,
+            alpha: self.alpha,
+            dropout: self.dropout,
+            target_modules: self.target_modules.clone(),
+            modules_to_save: self.modules_to_save.clone(),
+            use_rslora: self.use_rslora,
+        }
+    }
+}
+
+/// Refuses bad adapter settings, an `adapter` that is no PEFT folder, and what LoRA does
+/// not support yet: sharded training (the shards would be the adapters while the frozen
+/// base streams) and roles on worker nodes.
+pub(crate) fn validate(
+    r: &Recipe,
+    bad: &impl Fn(&str, String) -> RecipeError,
+) -> Result<(), RecipeError> {
+    let Some(l) = &r.lora else {
+        return Ok(());
+    };
+    if let Err(e) = l.config().check() {
+        let (key, message) = match e {
+            oxalign_models::LoraError::Setting { key, message } => (format!("lora.{key}"), message),
+            other => ("lora".into(), other.to_string()),
+        };
+        return Err(bad(&key, message));
+    }
+    if let Some(a) = &l.adapter {
+        let file = std::path::Path::new(a).join(oxalign_models::lora::ADAPTER_CONFIG_FILE);
+        if !file.is_file() {
+            return Err(bad(
+                "lora.adapter",
+                format!("{a}: no adapter_config.json (expected a PEFT LoRA adapter folder)"),
+            ));
+        }
+    }
+    if r.placement.sharding == Sharding::Sharded {
+        return Err(bad(
+            "lora",
+            "LoRA with placement.sharding = \"sharded\" is not supported; use \"replicated\""
+                .into(),
+        ));
+    }
+    if !r.cluster.nodes.is_empty() {
+        return Err(bad(
+            "lora",
+            "LoRA with roles on worker nodes ([cluster]) is not supported yet; run the roles \
+             in this process"
+                .into(),
+        ));
+    }
+    Ok(())
+}
