@@ -108,7 +108,7 @@ pub enum ModelError {
         message: String,
     },
     #[error(transparent)]
-    Lora(#[from] crate::lora::LoraError),
+    Lora(#[from] crate::lora::config::LoraError),
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }

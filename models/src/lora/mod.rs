@@ -12,9 +12,9 @@
 pub(crate) mod config;
 pub(crate) mod init;
 pub(crate) mod merge;
+pub(crate) mod parts;
 pub(crate) mod peft_files;
 pub(crate) mod targets;
 
-pub use crate::nn::lora_model::ADAPTER_SUBDIR;
 pub use config::{LoraConfig, LoraError};
-pub use peft_files::{recorded_origin, ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE};
+pub use peft_files::{recorded_origin, ADAPTER_CONFIG_FILE, ADAPTER_SUBDIR, ADAPTER_WEIGHTS_FILE};

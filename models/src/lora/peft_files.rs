@@ -17,6 +17,10 @@ use std::path::Path;
 pub const ADAPTER_CONFIG_FILE: &str = "adapter_config.json";
 /// The adapter weights file of a PEFT folder.
 pub const ADAPTER_WEIGHTS_FILE: &str = "adapter_model.safetensors";
+/// The folder inside a saved LoRA model that holds PEFT's adapter files. Not the model
+/// folder itself: transformers would take a folder with `adapter_config.json` for an
+/// adapter and load the base beneath it, applying the adapter twice to merged weights.
+pub const ADAPTER_SUBDIR: &str = "adapter";
 /// The prefix PEFT's `PeftModel` puts before the wrapped model's parameter names.
 const PEFT_PREFIX: &str = "base_model.model.";
 

@@ -15,7 +15,8 @@ use crate::io::param_store::ParamStore;
 use crate::lora::config::{LoraConfig, LoraError};
 use crate::lora::init::fresh_adapters;
 use crate::lora::merge::merge_into;
-use crate::lora::peft_files::{read_adapter, write_adapter};
+use crate::lora::parts::LoraParts;
+use crate::lora::peft_files::{read_adapter, write_adapter, ADAPTER_SUBDIR};
 use crate::lora::targets::{adapter_specs, saved_modules, targeted_linears};
 use crate::nn::decoder::Decoder;
 use crate::nn::head::Head;
@@ -23,23 +24,6 @@ use crate::nn::model::Model;
 use candle_core::Tensor;
 use std::collections::HashMap;
 use std::path::Path;
-
-/// What a LoRA model keeps beside its trainable store.
-#[derive(Clone)]
-pub(crate) struct LoraParts {
-    config: LoraConfig,
-    /// The frozen base weights (every parameter of the plain model).
-    base: ParamStore,
-    /// The PEFT module names that carry an adapter (`q_proj`, ...), for `adapter_config.json`.
-    modules: Vec<String>,
-    /// What `adapter_config.json` records as `base_model_name_or_path`.
-    base_name: String,
-}
-
-/// The folder inside a saved LoRA model that holds PEFT's adapter files. Not the model
-/// folder itself: transformers would take a folder with `adapter_config.json` for an
-/// adapter and load the base beneath it, applying the adapter twice to merged weights.
-pub const ADAPTER_SUBDIR: &str = "adapter";
 
 const ADAPTERS: &str = "<LoRA adapters>";
 
@@ -73,7 +57,7 @@ impl<H: Head> Model<H> {
                 .keys()
                 .any(|n| n.starts_with(&start) || n.contains(&inner))
         });
-        let path = dir.join(crate::lora::ADAPTER_WEIGHTS_FILE);
+        let path = dir.join(crate::lora::peft_files::ADAPTER_WEIGHTS_FILE);
         let tensors = tensors
             .into_iter()
             .map(|(n, t)| Ok((n, t.to_dtype(self.dtype())?)))

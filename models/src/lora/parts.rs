@@ -1,0 +1,17 @@
+//! [`LoraParts`]: what a model wearing adapters keeps beside its trainable store (the
+//! methods are `nn/lora_model.rs`'s).
+
+use crate::io::param_store::ParamStore;
+use crate::lora::config::LoraConfig;
+
+/// What a LoRA model keeps beside its trainable store.
+#[derive(Clone)]
+pub(crate) struct LoraParts {
+    pub(crate) config: LoraConfig,
+    /// The frozen base weights (every parameter of the plain model).
+    pub(crate) base: ParamStore,
+    /// The PEFT module names that carry an adapter (`q_proj`, ...), for `adapter_config.json`.
+    pub(crate) modules: Vec<String>,
+    /// What `adapter_config.json` records as `base_model_name_or_path`.
+    pub(crate) base_name: String,
+}
