@@ -263,12 +263,12 @@ fn weights_of(dir: &Path) -> std::collections::HashMap<String, candle_core::Tens
         .unwrap()
 }
 
-/// With `[lora]` (the SFT warm-up trains adapters and RL continues them): a run resumed
-/// from a checkpoint equals the uninterrupted one step for step (the adapters and their
-/// optimizer come back exactly, the frozen base from the folder the adapter names); the
-/// base never moves (the merged final policy's embeddings and norms are the initial
-/// model's bits, its projections are not); `final/` is a merged HF folder with PEFT's
-/// files in `adapter/`, naming the base.
+/// With `[lora]` (the SFT warm-up trains adapters; RL puts fresh ones on the merged result,
+/// the reference): a run resumed from a checkpoint equals the uninterrupted one step for
+/// step (the adapters and their optimizer come back exactly, the frozen base from the
+/// folder the adapter names); nothing but adapters ever trains (the merged final policy's
+/// embeddings and norms are the initial model's bits, its projections are not); `final/`
+/// is a merged HF folder with PEFT's files in `adapter/` naming the reference as its base.
 #[test]
 fn a_lora_run_resumes_exactly_and_leaves_the_base_frozen() {
     let recipe = RECIPE
@@ -316,8 +316,9 @@ fn a_lora_run_resumes_exactly_and_leaves_the_base_frozen() {
     let config: Value = serde_json::from_str(&config).unwrap();
     let base = config["base_model_name_or_path"].as_str().unwrap();
     assert!(
-        Path::new(base).is_absolute() && base.ends_with("runs/e2e/init"),
+        Path::new(base).is_absolute() && base.ends_with("runs/e2e/reference"),
         "{base}"
     );
+    assert!(!run.join("reference/adapter").exists());
     assert_eq!(config["r"], 4);
 }

@@ -4,7 +4,9 @@
 //! stage's policy) is rebuilt exactly as the base its `adapter_config.json` names plus that
 //! adapter, so training continues the same adapter; any other folder (a critic started
 //! from a LoRA policy's folder included) gets fresh adapters (or, for the policy,
-//! `lora.adapter`).
+//! `lora.adapter`). The reference folder of an RL run holds no adapter (`start.rs`), so RL
+//! after a LoRA warm-up starts fresh adapters on the warm-up's merged result: the
+//! adapters' frozen base is exactly the reference.
 
 use crate::error::Cause;
 use crate::recipe::Recipe;

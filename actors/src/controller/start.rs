@@ -61,6 +61,7 @@ pub(crate) async fn through_sft(
         .await
         .map_err(RunError::at(At::Setup))?;
     copy_tokenizer(ctx.policy_dir, &reference_dir)?;
+    drop_adapter(&reference_dir)?;
     run_copies::seal_reference(&reference_dir).map_err(|source| RunError::Io {
         action: "record the checksums of",
         path: reference_dir.clone(),
@@ -123,4 +124,19 @@ pub(crate) async fn from_rl_checkpoint(
         load_critic_optimizer(critic.as_ref(), ckpt.join("critic")).await?;
     }
     Ok(roles)
+}
+
+/// Removes the adapter files a LoRA policy saved beside its merged weights in the
+/// reference folder: the reference is the merged model, and RL's policy puts fresh adapters
+/// on it, so its adapters' frozen base is exactly the reference.
+fn drop_adapter(reference_dir: &Path) -> Result<(), RunError> {
+    let adapter = reference_dir.join(oxalign_models::lora::ADAPTER_SUBDIR);
+    match adapter.is_dir() {
+        true => std::fs::remove_dir_all(&adapter).map_err(|source| RunError::Io {
+            action: "remove",
+            path: adapter,
+            source,
+        }),
+        false => Ok(()),
+    }
 }
