@@ -14,6 +14,7 @@ pub mod generate;
 pub mod init_model;
 pub mod launch;
 pub mod logprobs;
+pub mod merge_lora;
 pub mod proc_stats;
 pub mod score;
 pub mod spread;

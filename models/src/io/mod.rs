@@ -5,3 +5,4 @@ pub mod checkpoint;
 pub(crate) mod init_dir;
 pub mod machine_memory;
 pub mod param_store;
+pub mod tokenizer_files;

@@ -12,35 +12,15 @@ use crate::monitor::{unix_ms_now, CheckpointInfo};
 use crate::roles::{CriticRole, PolicyRole};
 use std::path::{Path, PathBuf};
 
-/// Tokenizer files copied next to saved policy weights, so the folder is a whole HF model:
-/// the fast tokenizer and its config, the chat template where transformers 5 keeps it
-/// (`chat_template.jinja`; older processors wrote `chat_template.json`), the special-token
-/// map, the slow tokenizer's vocabularies and the generation defaults.
-const TOKENIZER_FILES: &[&str] = &[
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "chat_template.jinja",
-    "chat_template.json",
-    "special_tokens_map.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "generation_config.json",
-];
-
 /// Copies the tokenizer files present in `from` into `to`.
 pub(crate) fn copy_tokenizer(from: &Path, to: &Path) -> Result<(), RunError> {
-    for f in TOKENIZER_FILES {
-        let src = from.join(f);
-        if src.is_file() {
-            std::fs::copy(&src, to.join(f)).map_err(|source| RunError::Io {
-                action: "copy",
-                path: src.clone(),
-                source,
-            })?;
+    oxalign_models::io::tokenizer_files::copy_tokenizer_files(from, to).map_err(|(path, source)| {
+        RunError::Io {
+            action: "copy",
+            path,
+            source,
         }
-    }
-    Ok(())
+    })
 }
 
 /// Saves `policy` (and `critic`) with `state` as the checkpoint of `state`'s phase and step,
