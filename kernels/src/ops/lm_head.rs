@@ -225,8 +225,12 @@ impl CustomOp3 for LmHead {
             }
         };
         let dh = flat.narrow(0, 0, n * h)?.reshape((n, h))?;
-        let dw = flat.narrow(0, n * h, v * h)?.reshape((v, h))?;
-        Ok((Some(dh), Some(dw), None))
+        // A frozen head (a LoRA model's) gets no gradient kept through the backward.
+        let dw = match weight.track_op() {
+            true => Some(flat.narrow(0, n * h, v * h)?.reshape((v, h))?),
+            false => None,
+        };
+        Ok((Some(dh), dw, None))
     }
 }
 

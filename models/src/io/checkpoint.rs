@@ -174,9 +174,42 @@ pub(crate) fn write_checkpoint(
     architecture: &str,
     store: &crate::io::param_store::ParamStore,
 ) -> Result<()> {
+    write_folder(dir, config, architecture, |path| {
+        store.save_safetensors(path)
+    })
+}
+
+/// [`write_checkpoint`] of named tensors (written as f32) instead of a store.
+pub(crate) fn write_checkpoint_tensors(
+    dir: &Path,
+    config: &ModelConfig,
+    architecture: &str,
+    tensors: &[(String, Tensor)],
+) -> Result<()> {
+    write_folder(dir, config, architecture, |path| {
+        let f32s: Vec<(String, Tensor)> = tensors
+            .iter()
+            .map(|(n, t)| {
+                Ok((
+                    n.clone(),
+                    t.to_dtype(candle_core::DType::F32)?.contiguous()?,
+                ))
+            })
+            .collect::<candle_core::Result<_>>()?;
+        crate::io::param_store::write_safetensors(path, &f32s)
+    })
+}
+
+/// The folder of [`write_checkpoint`], its weights file written by `weights`.
+fn write_folder(
+    dir: &Path,
+    config: &ModelConfig,
+    architecture: &str,
+    weights: impl FnOnce(&Path) -> Result<()>,
+) -> Result<()> {
     ensure_dir(dir)?;
     config.save(&dir.join(CONFIG_FILE), architecture)?;
-    store.save_safetensors(&dir.join(WEIGHTS_FILE))?;
+    weights(&dir.join(WEIGHTS_FILE))?;
     let index = dir.join(INDEX_FILE);
     if index.is_file() {
         std::fs::remove_file(&index).map_err(|source| ModelError::Io {

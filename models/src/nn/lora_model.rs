@@ -10,7 +10,7 @@
 
 use crate::config::model_config::ModelConfig;
 use crate::error::{ModelError, Result};
-use crate::io::checkpoint::write_checkpoint;
+use crate::io::checkpoint::write_checkpoint_tensors;
 use crate::io::param_store::ParamStore;
 use crate::lora::config::{LoraConfig, LoraError};
 use crate::lora::init::fresh_adapters;
@@ -156,7 +156,15 @@ impl<H: Head> Model<H> {
         let Some(l) = &self.lora else {
             return self.params.snapshot();
         };
-        let mut all = l.base.snapshot()?;
+        // The base never changes, so its tensors are shared, not copied: only the adapted
+        // weights are new tensors (a refit or save of a LoRA model costs their size, not
+        // the model's).
+        let mut all: HashMap<String, Tensor> = l
+            .base
+            .vars()
+            .into_iter()
+            .map(|(n, v)| (n, v.as_tensor().detach()))
+            .collect();
         merge_into(&mut all, &self.params.snapshot()?, l.config.scale())?;
         Ok(all)
     }
@@ -173,16 +181,9 @@ impl<H: Head> Model<H> {
     /// Writes the merged model as an HF folder (`config` and `architecture` as
     /// [`Model::save`] decided) and PEFT's adapter files in its [`ADAPTER_SUBDIR`].
     pub(crate) fn save_lora(&self, dir: &Path, config: &ModelConfig, arch: &str) -> Result<()> {
-        let merged = self.merged_weights()?;
-        let specs = Self::param_specs(&self.config);
-        let store = ParamStore::from_tensors(
-            &specs,
-            &merged,
-            Path::new(ADAPTERS),
-            self.dtype(),
-            self.device(),
-        )?;
-        write_checkpoint(dir, config, arch, &store)?;
+        let mut merged: Vec<(String, Tensor)> = self.merged_weights()?.into_iter().collect();
+        merged.sort_by(|a, b| a.0.cmp(&b.0));
+        write_checkpoint_tensors(dir, config, arch, &merged)?;
         let base = self.lora.as_ref().map_or("", |l| l.base_name.as_str());
         self.save_adapter(&dir.join(ADAPTER_SUBDIR), base)
     }
