@@ -17,6 +17,7 @@ fn top_level_help_lists_subcommands() {
     for sub in [
         "init-model",
         "logprobs",
+        "merge-lora",
         "generate",
         "score",
         "tokenize",
@@ -82,7 +83,8 @@ fn data_arithmetic_has_help() {
 
 #[test]
 fn every_subcommand_has_help() {
-    let cases: [(&str, &[&str]); 5] = [
+    let cases: [(&str, &[&str]); 6] = [
+        ("merge-lora", &["--adapter", "--base", "--out", "--force", "PEFT"]),
         (
             "init-model",
             &[
