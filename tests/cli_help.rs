@@ -84,7 +84,10 @@ fn data_arithmetic_has_help() {
 #[test]
 fn every_subcommand_has_help() {
     let cases: [(&str, &[&str]); 6] = [
-        ("merge-lora", &["--adapter", "--base", "--out", "--force", "PEFT"]),
+        (
+            "merge-lora",
+            &["--adapter", "--base", "--out", "--force", "PEFT"],
+        ),
         (
             "init-model",
             &[

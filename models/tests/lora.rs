@@ -164,8 +164,24 @@ fn merged_weights_compute_the_adapter_path_and_the_base_model_has_adapters_off()
         "{}",
         max_abs_diff(&adapted, &merged)
     );
-    let off = m.base_model().unwrap().forward(&x, Some(&mask)).unwrap();
-    assert_eq!(max_abs_diff(&off, &plain), 0.0);
+    let off = m.base_model().unwrap();
+    assert_eq!(
+        max_abs_diff(&off.forward(&x, Some(&mask)).unwrap(), &plain),
+        0.0
+    );
+    // The base is shared, not copied: the model with adapters off sees a change to it.
+    let (_, embed) = base
+        .vars()
+        .into_iter()
+        .find(|(n, _)| n.contains("embed"))
+        .unwrap();
+    embed.set(&embed.zeros_like().unwrap()).unwrap();
+    let moved = off.forward(&x, Some(&mask)).unwrap();
+    assert!(max_abs_diff(&moved, &plain) > 1e-3);
+    assert_eq!(
+        max_abs_diff(&moved, &base.forward(&x, Some(&mask)).unwrap()),
+        0.0
+    );
 }
 
 #[test]

@@ -24,6 +24,7 @@ mod progress;
 mod rl;
 pub mod run;
 pub(crate) mod setup;
+mod shared_reference;
 mod start;
 mod summary;
 mod supervisor;

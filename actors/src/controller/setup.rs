@@ -6,6 +6,7 @@
 use crate::cluster::{Remote, RemoteSources, RoleKind};
 use crate::controller::error::{At, RunError};
 use crate::controller::lora_models::load_trained;
+use crate::controller::shared_reference::{base_as_reference, start_reference};
 use crate::error::{Cause, Missing, RoleError};
 use crate::executor::ExecutorPool;
 use crate::monitor::{ActorInfo, MonitorHandle};
@@ -15,8 +16,8 @@ use crate::replicas::Replicas;
 use crate::roles::reward::http::HttpReward;
 use crate::roles::{
     spawn_local_policy, Critic, CriticRole, CriticState, EngineReplica, EngineRole, Local,
-    PolicyReplica, PolicyRole, Reference, ReferenceRole, ReferenceState, Reward, RewardRole,
-    RewardState, Scorer, Scoring, ENGINE_LANE,
+    PolicyReplica, PolicyRole, ReferenceModel, ReferenceRole, Reward, RewardRole, RewardState,
+    Scorer, Scoring, ENGINE_LANE,
 };
 use candle_core::{DType, Tensor};
 use oxalign_data::{ArithmeticTask, DataSpec, PromptFile, PromptSource};
@@ -418,7 +419,11 @@ pub(crate) async fn spawn_others(
     monitor: &MonitorHandle,
     pool: &ExecutorPool,
 ) -> Result<Roles, RunError> {
-    let reference = spawn_reference(recipe, &src.reference, monitor, pool).await?;
+    let shared = base_as_reference(recipe, policy.as_ref(), &src.reference, monitor, pool);
+    let reference = match shared.await? {
+        Some(r) => r,
+        None => spawn_reference(recipe, &src.reference, monitor, pool).await?,
+    };
     let reward = spawn_reward(recipe, monitor, pool).await?;
     let critic = if recipe.rl.algorithm == crate::recipe::Algorithm::Ppo {
         Some(spawn_critic(recipe, src, monitor, pool).await?)
@@ -456,24 +461,12 @@ pub(crate) async fn spawn_reference(
         .iter()
         .map(|d| {
             let model = CausalLm::load(weights, d)?;
-            Ok(Engine::from_model(&model, scoring_engine_config(recipe))?)
+            let engine = Engine::from_model(&model, scoring_engine_config(recipe))?;
+            Ok(ReferenceModel::Engine(engine))
         })
         .collect::<Result<Vec<_>, Cause>>()
         .map_err(&fail)?;
-    monitor.report(ActorInfo::new("reference", "reference", rg.names()));
-    let (reference, _) = Actor::spawn(
-        Some("reference".into()),
-        Reference,
-        ReferenceState::new(
-            Replicas::new("reference", rg.specs.clone(), refs, pool.clone()).map_err(&fail)?,
-            monitor.clone(),
-            recipe.scoring_distribution(),
-        ),
-    )
-    .await
-    .map_err(|e| fail(e.into()))?;
-    let timeout = recipe.supervision.call_timeout();
-    Ok(Arc::new(Local::new("reference", reference, timeout)))
+    start_reference(recipe, &rg, refs, monitor, pool).await
 }
 
 /// The reward: verifiers or a reward model per device of its group, or the client of a

@@ -67,7 +67,7 @@ pub(crate) async fn through_sft(
         path: reference_dir.clone(),
         source,
     })?;
-    if r.sft.steps > 0 {
+    if r.sft.steps > 0 || fresh_adapters(r) {
         // RL starts from the SFT weights with a fresh optimizer (no SFT moments).
         policy
             .stop(POLICY_STOP_WAIT)
@@ -139,4 +139,10 @@ fn drop_adapter(reference_dir: &Path) -> Result<(), RunError> {
         }),
         false => Ok(()),
     }
+}
+
+/// Whether RL's policy gets fresh LoRA adapters: they go on the reference folder itself, so
+/// that their frozen base is the reference (which then shares it: `shared_reference.rs`).
+fn fresh_adapters(r: &crate::recipe::Recipe) -> bool {
+    r.lora.as_ref().is_some_and(|l| l.adapter.is_none())
 }

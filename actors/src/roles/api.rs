@@ -84,6 +84,20 @@ pub trait TrainPolicy: Send + Sync {
     ) -> Result<SftStepSummary, RoleError>;
     /// One preference (DPO) update.
     async fn dpo(&self, work: DpoWork) -> Result<DpoSummary, RoleError>;
+    /// A LoRA policy's frozen base with its adapters off, one model per replica (sharing
+    /// the weights, not copying them), for a reference that scores with it; `None` for a
+    /// policy without adapters or in another process.
+    async fn frozen_base(&self) -> Result<Option<FrozenBase>, RoleError> {
+        Ok(None)
+    }
+}
+
+/// The frozen base of a LoRA policy's replicas ([`TrainPolicy::frozen_base`]).
+pub struct FrozenBase {
+    /// The folder the base was loaded from (as the adapters record it).
+    pub folder: PathBuf,
+    /// One model per replica, in rank order, on that replica's device.
+    pub models: Vec<oxalign_models::CausalLm>,
 }
 
 /// The critic's updates.
@@ -292,6 +306,11 @@ impl TrainPolicy for Local<PolicyMsg> {
     async fn dpo(&self, work: DpoWork) -> Result<DpoSummary, RoleError> {
         let work = Box::new(work);
         self.call("dpo", |reply| PolicyMsg::Dpo { work, reply })
+            .await
+    }
+
+    async fn frozen_base(&self) -> Result<Option<FrozenBase>, RoleError> {
+        self.call("frozen_base", |reply| PolicyMsg::FrozenBase { reply })
             .await
     }
 }

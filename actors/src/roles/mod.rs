@@ -40,9 +40,9 @@ mod sharded;
 
 pub use crate::batch::Sequences;
 pub use api::{
-    CriticRole, EngineRole, ExportWeights, Generate, Local, Logprobs, Persist, PolicyRole,
-    ReferenceRole, Refit, RewardModelRole, RewardRequest, RewardRole, Rewards, Stop, TakeWeights,
-    TrainCritic, TrainPolicy, TrainRewardModel, Values,
+    CriticRole, EngineRole, ExportWeights, FrozenBase, Generate, Local, Logprobs, Persist,
+    PolicyRole, ReferenceRole, Refit, RewardModelRole, RewardRequest, RewardRole, Rewards, Stop,
+    TakeWeights, TrainCritic, TrainPolicy, TrainRewardModel, Values,
 };
 pub use critic::{split_state_values, CriticTrainSummary, CriticWork};
 pub(crate) use critic::{Critic, CriticMsg, CriticState};
@@ -53,7 +53,7 @@ pub use policy::{
     DpoSummary, DpoWork, EngineReplica, PolicyReplica, PolicyTrainSummary, PolicyWork,
     SftStepSummary, ENGINE_LANE,
 };
-pub(crate) use reference::{Reference, ReferenceMsg, ReferenceState};
+pub(crate) use reference::{Reference, ReferenceModel, ReferenceMsg, ReferenceState};
 pub(crate) use reward::{Reward, RewardMsg, RewardState};
 pub use reward::{Scorer, Scoring};
 pub use reward_trainer::RmStepSummary;

@@ -3,16 +3,20 @@
 //! trainer), since the reference never trains. With `rl.algorithm = "distill"` it is loaded
 //! from `model.teacher_path` instead (`controller::setup::reference_weights`, which first
 //! checks the teacher's vocabulary and tokenizer against the policy's,
-//! `recipe/teacher_check.rs`), and its log-probs give the distillation advantages.
+//! `recipe/teacher_check.rs`), and its log-probs give the distillation advantages. With
+//! LoRA the reference is the policy's frozen base (`ReferenceModel::Base`): the same
+//! weights the policy's adapters sit on, shared rather than copied, scored with the
+//! trainer's forward (adapters off).
 
 use super::rows::concat_rows;
 use super::{Busy, Sequences};
 use crate::batch::TokenArray;
+use crate::error::Cause;
 use crate::error::RoleError;
 use crate::monitor::MonitorHandle;
 use crate::replicas::{shard_ranges, Replicas};
 use oxalign_models::engine::Engine;
-use oxalign_models::TokenDistribution;
+use oxalign_models::{CausalLm, TokenDistribution};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::sync::Arc;
 use std::time::Instant;
@@ -29,12 +33,40 @@ pub enum ReferenceMsg {
     },
 }
 
+/// What one reference replica scores with.
+pub enum ReferenceModel {
+    /// Its own f32 scoring engine (a copy of the reference weights).
+    Engine(Engine),
+    /// A LoRA policy's frozen base, shared with the policy's replica on the same device.
+    Base(CausalLm),
+}
+
+impl ReferenceModel {
+    /// Next-token log-probs of rows `range` of `seqs` under `dist`, laid out like
+    /// [`Sequences::engine_logprobs`].
+    fn logprobs(
+        &mut self,
+        seqs: &Sequences,
+        range: std::ops::Range<usize>,
+        dist: TokenDistribution,
+    ) -> Result<TokenArray, Cause> {
+        match self {
+            ReferenceModel::Engine(e) => seqs.engine_logprobs(e, range, dist),
+            ReferenceModel::Base(m) => {
+                let b = seqs.batch_rows(range, m.device())?;
+                let out = m.next_token_outputs(&b.ids, Some(&b.attention_mask), dist)?;
+                Ok(TokenArray::from_tensor(&out.logprobs)?)
+            }
+        }
+    }
+}
+
 /// The reference actor.
 pub struct Reference;
 
 /// Its replicas and monitor.
 pub struct ReferenceState {
-    replicas: Replicas<Engine>,
+    replicas: Replicas<ReferenceModel>,
     monitor: MonitorHandle,
     dist: TokenDistribution,
 }
@@ -43,7 +75,7 @@ impl ReferenceState {
     /// State over built replicas, scoring under `dist` (the rollouts' distribution, so the
     /// KL compares like with like and is exactly 0 before the policy moves).
     pub fn new(
-        replicas: Replicas<Engine>,
+        replicas: Replicas<ReferenceModel>,
         monitor: MonitorHandle,
         dist: TokenDistribution,
     ) -> Self {
@@ -87,7 +119,7 @@ impl Actor for Reference {
                 if range.is_empty() {
                     return Ok(None);
                 }
-                seqs.engine_logprobs(m, range, dist).map(Some)
+                m.logprobs(&seqs, range, dist).map(Some)
             })
             .await
             .and_then(|parts| concat_rows("reference", "reference_logprobs", parts));

@@ -152,7 +152,7 @@ impl CustomOp2 for Product {
                 l2.dims()
             );
         }
-        let mut out = vec![0f32; a.rows * b.cols];
+        let mut out = crate::host_memory::zeros_touched(a.rows * b.cols, 0f32);
         gemm(self.numbers, a, b, &mut out);
         let shape = match self.kind {
             Kind::Forward => {

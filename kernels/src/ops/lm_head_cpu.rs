@@ -238,8 +238,8 @@ pub(crate) fn backward<T: Real + 'static>(
     d: HeadDims,
     scale: T,
 ) -> (Vec<T>, Vec<T>) {
-    let mut dh = vec![T::ZERO; d.n * d.hidden];
-    let mut dw = vec![T::ZERO; d.vocab * d.hidden];
+    let mut dh = crate::host_memory::zeros_touched(d.n * d.hidden, T::ZERO);
+    let mut dw = crate::host_memory::zeros_touched(d.vocab * d.hidden, T::ZERO);
     for r0 in (0..rows.len()).step_by(BACKWARD_ROWS) {
         let r1 = (r0 + BACKWARD_ROWS).min(rows.len());
         let part = backward_rows(rows, r0..r1, w, &mut dw, d, scale);

@@ -116,6 +116,14 @@ impl ParamStore {
         })
     }
 
+    /// This store with every parameter frozen (same `Var`s; [`ParamStore::get`] hands out
+    /// detached tensors): a model bound to it computes no gradient and keeps no graph.
+    pub fn frozen_view(&self) -> ParamStore {
+        let mut view = self.clone();
+        view.frozen = Some(Arc::new(self.names.iter().cloned().collect()));
+        view
+    }
+
     /// The LoRA adapter of the linear layer whose weight is `weight_name`
     /// (`{prefix}.weight`): `(A [r, in], B [out, r], alpha / r)` when this store binds one
     /// (`{prefix}.lora_A.weight` and `{prefix}.lora_B.weight`), else `None`.

@@ -134,18 +134,28 @@ impl<H: Head> Model<H> {
         }
     }
 
+    /// The folder the adapters' base was loaded from, as [`Model::set_adapter_base`]
+    /// recorded it (`None` without adapters or without a record).
+    pub fn adapter_base(&self) -> Option<&str> {
+        self.lora
+            .as_ref()
+            .map(|l| l.base_name.as_str())
+            .filter(|n| !n.is_empty())
+    }
+
     /// The adapter settings, when the model wears adapters.
     pub fn lora(&self) -> Option<&LoraConfig> {
         self.lora.as_ref().map(|l| &l.config)
     }
 
-    /// The same model with the adapters off: the base weights (shared, not copied), in the
-    /// same precision. A model without adapters returns a clone of itself.
+    /// The same model with the adapters off: the base weights (shared, not copied, and
+    /// frozen: its forwards track no gradient), in the same precision. A model without
+    /// adapters returns a clone of itself.
     pub fn base_model(&self) -> Result<Self> {
         let Some(l) = &self.lora else {
             return Ok(self.clone());
         };
-        let mut base = Model::build(self.config.clone(), l.base.clone())?;
+        let mut base = Model::build(self.config.clone(), l.base.frozen_view())?;
         base.set_precision(self.precision);
         Ok(base)
     }

@@ -27,7 +27,7 @@ use crate::roles::finite::refuse_non_finite;
 use crate::roles::minibatch::local_weight;
 use crate::roles::rows::concat_rows;
 use crate::roles::sharded;
-use crate::roles::Busy;
+use crate::roles::{Busy, FrozenBase};
 use oxalign_models::engine::RefitReport;
 use oxalign_rlhf::losses::LossAgg;
 use oxalign_rlhf::trainer::Sharded;
@@ -111,6 +111,11 @@ pub enum PolicyMsg {
         dir: PathBuf,
         /// Done.
         reply: RpcReplyPort<Result<(), RoleError>>,
+    },
+    /// The frozen base of a LoRA policy's replicas (`None` without adapters).
+    FrozenBase {
+        /// The base models and their folder.
+        reply: RpcReplyPort<Result<Option<FrozenBase>, RoleError>>,
     },
 }
 
@@ -276,6 +281,23 @@ impl PolicyState {
         })
     }
 
+    async fn frozen_base(&self) -> Result<Option<FrozenBase>, RoleError> {
+        let bases = self
+            .replicas
+            .each("frozen_base", |_, rep| {
+                let m = &rep.trainer.model;
+                let folder = m.adapter_base().map(PathBuf::from);
+                Ok(folder.map(|f| m.base_model().map(|b| (f, b))).transpose()?)
+            })
+            .await?;
+        let Some(Some((folder, _))) = bases.first() else {
+            return Ok(None);
+        };
+        let folder = folder.clone();
+        let models = bases.into_iter().flatten().map(|(_, m)| m).collect();
+        Ok(Some(FrozenBase { folder, models }))
+    }
+
     async fn load_optimizer(&self, dir: PathBuf) -> Result<(), RoleError> {
         self.replicas
             .each(LOAD_OPTIMIZER, move |_, rep| {
@@ -383,6 +405,9 @@ impl Actor for Policy {
             }
             PolicyMsg::LoadOptimizer { dir, reply } => {
                 let _ = reply.send(st.load_optimizer(dir).await);
+            }
+            PolicyMsg::FrozenBase { reply } => {
+                let _ = reply.send(st.frozen_base().await);
             }
         }
         Ok(())
