@@ -213,3 +213,97 @@ fn a_malformed_row_is_named_or_skipped_and_counted() {
     assert!(text.contains("skipped 1 malformed row"), "{text}");
     assert_eq!(summary(dir, "run")["offline"]["data"]["skipped"], 1);
 }
+
+/// The tensors of `dir/model.safetensors`.
+fn tensors(dir: &Path) -> std::collections::HashMap<String, candle_core::Tensor> {
+    candle_core::safetensors::load(dir.join("model.safetensors"), &candle_core::Device::Cpu)
+        .unwrap()
+}
+
+fn same(a: &candle_core::Tensor, b: &candle_core::Tensor) -> bool {
+    a.eq(b)
+        .unwrap()
+        .min_all()
+        .unwrap()
+        .to_scalar::<u8>()
+        .unwrap()
+        == 1
+}
+
+/// Issue 30: with `[lora]` the reward model and DPO stages train adapters on the SFT model
+/// and still learn (held-out pairwise accuracy; DPO's margin and accuracy), the base stays
+/// the SFT model's bits (embeddings), the reward model's `score` head is trained whole and
+/// saved in its PEFT file (`SEQ_CLS`), and `oxalign merge-lora` of the DPO adapter gives
+/// exactly the merged folder the run wrote.
+#[test]
+fn lora_reward_model_and_dpo_learn_on_the_frozen_sft_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    ok(dir, &["data", "arithmetic", "--out", "data/arithmetic"]);
+    ok(dir, &["train", &config("sft.toml"), "--quiet"]);
+    let lora = ["--set", "lora.r=8", "--quiet"];
+    ok(dir, &[&["train", &config("rm.toml")][..], &lora].concat());
+    let s = summary(dir, "rm");
+    let (a0, a1) = (
+        eval(&s, "eval_first", "eval_accuracy"),
+        eval(&s, "eval_last", "eval_accuracy"),
+    );
+    assert!(a1 >= 0.6 && a1 > a0 + 0.1, "LoRA RM accuracy {a0} -> {a1}");
+    let adapter = dir.join("runs/rm/final/adapter");
+    let cfg: Value = serde_json::from_str(
+        &std::fs::read_to_string(adapter.join("adapter_config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(cfg["task_type"], "SEQ_CLS");
+    let saved = candle_core::safetensors::load(
+        adapter.join("adapter_model.safetensors"),
+        &candle_core::Device::Cpu,
+    )
+    .unwrap();
+    assert!(saved.contains_key("base_model.model.score.weight"));
+    let (sft, rm) = (
+        tensors(&dir.join("runs/sft/final")),
+        tensors(&dir.join("runs/rm/final")),
+    );
+    let embed = "model.embed_tokens.weight";
+    assert!(
+        same(&sft[embed], &rm[embed]),
+        "the reward model's base moved"
+    );
+
+    ok(dir, &[&["train", &config("dpo.toml")][..], &lora].concat());
+    let s = summary(dir, "dpo");
+    let (m0, m1) = (
+        eval(&s, "eval_first", "eval_margin"),
+        eval(&s, "eval_last", "eval_margin"),
+    );
+    let (a0, a1) = (
+        eval(&s, "eval_first", "eval_accuracy"),
+        eval(&s, "eval_last", "eval_accuracy"),
+    );
+    assert!(
+        m1 > m0 + 0.1 && a1 > a0,
+        "LoRA DPO margin {m0} -> {m1}, accuracy {a0} -> {a1}"
+    );
+    ok(
+        dir,
+        &[
+            "merge-lora",
+            "--adapter",
+            "runs/dpo/final/adapter",
+            "--out",
+            "merged",
+        ],
+    );
+    let (run, merged) = (
+        tensors(&dir.join("runs/dpo/final")),
+        tensors(&dir.join("merged")),
+    );
+    assert_eq!(run.len(), merged.len());
+    for (name, t) in &run {
+        assert!(
+            same(t, &merged[name]),
+            "{name}: merge-lora differs from the run's merge"
+        );
+    }
+}
