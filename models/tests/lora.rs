@@ -444,3 +444,34 @@ fn oxalign_adapters_load_in_peft_and_merged_folders_in_transformers() {
         }
     }
 }
+
+/// The fused LM head's backward for a frozen head (no weight gradient computed) gives the
+/// adapters the same gradients as the composed logits path.
+#[test]
+fn a_frozen_fused_head_passes_the_same_gradients_to_the_adapters() {
+    let cfg = tiny(Family::Llama);
+    let base = CausalLm::init_random(&cfg, 12, &Device::Cpu).unwrap();
+    let m = base.with_lora(&lora(&["all-linear"]), 4).unwrap();
+    perturb_b(&m, 0.05);
+    let (x, mask) = inputs();
+    let dist = oxalign_models::TokenDistribution::MODEL;
+    let fused = m
+        .next_token_outputs(&x, Some(&mask), dist)
+        .unwrap()
+        .logprobs;
+    let logits = m.forward(&x, Some(&mask)).unwrap().narrow(1, 0, 6).unwrap();
+    let targets = x.narrow(1, 1, 6).unwrap();
+    let composed = oxalign_models::nn::layers::token_logprobs(&logits, &targets).unwrap();
+    assert!(max_abs_diff(&fused, &composed) < 1e-4);
+    let (g1, g2) = (
+        fused.sum_all().unwrap().backward().unwrap(),
+        composed.sum_all().unwrap().backward().unwrap(),
+    );
+    for (name, var) in m.vars() {
+        let d = max_abs_diff(
+            g1.get(var.as_tensor()).unwrap(),
+            g2.get(var.as_tensor()).unwrap(),
+        );
+        assert!(d < 1e-4, "{name}: fused head gradient differs by {d}");
+    }
+}

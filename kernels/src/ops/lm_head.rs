@@ -134,6 +134,8 @@ struct LmHead {
 /// weight flattened one after the other. Carries the forward output and its gradient.
 struct LmHeadGrad<T> {
     temperature: f64,
+    /// Whether the weight's gradient is wanted (not for a frozen head).
+    want_dw: bool,
     res: Vec<T>,
     grad: Vec<T>,
 }
@@ -206,10 +208,13 @@ impl CustomOp3 for LmHead {
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let (n, h) = hidden.dims2()?;
         let v = weight.dim(0)?;
+        // A frozen head (a LoRA model's) gets no gradient: its products are skipped.
+        let want_dw = weight.track_op();
         let flat = match hidden.dtype() {
             DType::F64 => {
                 let op = LmHeadGrad::<f64> {
                     temperature: self.dist.temperature,
+                    want_dw,
                     res: res.flatten_all()?.to_vec1()?,
                     grad: grad_res.flatten_all()?.to_vec1()?,
                 };
@@ -218,6 +223,7 @@ impl CustomOp3 for LmHead {
             _ => {
                 let op = LmHeadGrad::<f32> {
                     temperature: self.dist.temperature,
+                    want_dw,
                     res: res.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?,
                     grad: grad_res.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?,
                 };
@@ -225,8 +231,7 @@ impl CustomOp3 for LmHead {
             }
         };
         let dh = flat.narrow(0, 0, n * h)?.reshape((n, h))?;
-        // A frozen head (a LoRA model's) gets no gradient kept through the backward.
-        let dw = match weight.track_op() {
+        let dw = match want_dw {
             true => Some(flat.narrow(0, n * h, v * h)?.reshape((v, h))?),
             false => None,
         };
@@ -248,7 +253,7 @@ impl<T: Real + 'static> LmHeadGrad<T> {
         let w = contiguous_slice::<T>(s2, l2, OP, "weight")?;
         let rows = BackwardRows::select(h, targets, &self.res, &self.grad, d.hidden);
         let scale = T::from_f64(1.0 / self.temperature);
-        let (mut dh, dw) = lm_head_cpu::backward(&rows, w, d, scale);
+        let (mut dh, dw) = lm_head_cpu::backward(&rows, w, d, scale, self.want_dw);
         dh.extend_from_slice(&dw);
         Ok(dh)
     }
@@ -276,7 +281,8 @@ impl<T: Real + 'static> CustomOp3 for LmHeadGrad<T> {
             (CpuStorage::F64(_), CpuStorage::F64(_)) => CpuStorage::F64(cast(flat)),
             (a, _) => validate::unsupported_cpu_dtype(OP, a)?,
         };
-        Ok((storage, Shape::from(d.n * d.hidden + d.vocab * d.hidden)))
+        let dw_len = if self.want_dw { d.vocab * d.hidden } else { 0 };
+        Ok((storage, Shape::from(d.n * d.hidden + dw_len)))
     }
 }
 

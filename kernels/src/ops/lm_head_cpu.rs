@@ -231,18 +231,24 @@ impl<T: Real> BackwardRows<T> {
     }
 }
 
-/// Backward: `(dh [n, hidden], dW [vocab, hidden])` for the selected rows.
+/// Backward: `(dh [n, hidden], dW [vocab, hidden])` for the selected rows; with
+/// `want_dw = false` (a frozen head) `dW` is empty and its products are skipped.
 pub(crate) fn backward<T: Real + 'static>(
     rows: &BackwardRows<T>,
     w: &[T],
     d: HeadDims,
     scale: T,
+    want_dw: bool,
 ) -> (Vec<T>, Vec<T>) {
     let mut dh = crate::host_memory::zeros_touched(d.n * d.hidden, T::ZERO);
-    let mut dw = crate::host_memory::zeros_touched(d.vocab * d.hidden, T::ZERO);
+    let mut dw = match want_dw {
+        true => crate::host_memory::zeros_touched(d.vocab * d.hidden, T::ZERO),
+        false => Vec::new(),
+    };
     for r0 in (0..rows.len()).step_by(BACKWARD_ROWS) {
         let r1 = (r0 + BACKWARD_ROWS).min(rows.len());
-        let part = backward_rows(rows, r0..r1, w, &mut dw, d, scale);
+        let dw_all = want_dw.then_some(dw.as_mut_slice());
+        let part = backward_rows(rows, r0..r1, w, dw_all, d, scale);
         for (k, &i) in rows.index[r0..r1].iter().enumerate() {
             let src = &part[k * d.hidden..(k + 1) * d.hidden];
             for (o, &v) in dh[i * d.hidden..(i + 1) * d.hidden].iter_mut().zip(src) {
@@ -253,8 +259,8 @@ pub(crate) fn backward<T: Real + 'static>(
     (dh, dw)
 }
 
-/// One pass over the vocabulary for rows `span` of `rows`: accumulates into `dw` and returns
-/// `dh` of those rows, row-major `[span.len(), hidden]`.
+/// One pass over the vocabulary for rows `span` of `rows`: accumulates into `dw` (when
+/// given) and returns `dh` of those rows, row-major `[span.len(), hidden]`.
 ///
 /// The vocabulary is cut into one contiguous group of chunks per task (twice the rayon
 /// threads, for balance), so there are that many `dh` partial sums, not one per chunk.
@@ -262,29 +268,38 @@ fn backward_rows<T: Real + 'static>(
     rows: &BackwardRows<T>,
     span: std::ops::Range<usize>,
     w: &[T],
-    dw: &mut [T],
+    dw: Option<&mut [T]>,
     d: HeadDims,
     scale: T,
 ) -> Vec<T> {
     let len = span.len() * d.hidden;
     let chunks = d.vocab.div_ceil(VOCAB_CHUNK);
     let tasks = (2 * rayon::current_num_threads()).clamp(1, chunks);
-    let group = chunks.div_ceil(tasks) * VOCAB_CHUNK * d.hidden;
-    let partials: Vec<Vec<T>> = dw
-        .par_chunks_mut(group)
-        .enumerate()
-        .map(|(g, dw_group)| {
-            let mut dh = vec![T::ZERO; len];
-            let first = g * group / d.hidden;
-            for (k, dw_chunk) in dw_group.chunks_mut(VOCAB_CHUNK * d.hidden).enumerate() {
-                let c0 = first + k * VOCAB_CHUNK;
-                let cw = dw_chunk.len() / d.hidden;
-                let wc = MatRef::row_major(&w[c0 * d.hidden..(c0 + cw) * d.hidden], cw, d.hidden);
-                backward_chunk(rows, span.clone(), wc, c0, dw_chunk, &mut dh, d, scale);
-            }
-            dh
-        })
-        .collect();
+    let group_rows = chunks.div_ceil(tasks) * VOCAB_CHUNK;
+    let run_group = |g: usize, mut dw_group: Option<&mut [T]>| {
+        let mut dh = vec![T::ZERO; len];
+        let first = g * group_rows;
+        let end = (first + group_rows).min(d.vocab);
+        for c0 in (first..end).step_by(VOCAB_CHUNK) {
+            let cw = VOCAB_CHUNK.min(end - c0);
+            let wc = MatRef::row_major(&w[c0 * d.hidden..(c0 + cw) * d.hidden], cw, d.hidden);
+            let at = (c0 - first) * d.hidden..(c0 - first + cw) * d.hidden;
+            let dw_chunk = dw_group.as_deref_mut().map(|g| &mut g[at]);
+            backward_chunk(rows, span.clone(), wc, c0, dw_chunk, &mut dh, d, scale);
+        }
+        dh
+    };
+    let partials: Vec<Vec<T>> = match dw {
+        Some(dw) => dw
+            .par_chunks_mut(group_rows * d.hidden)
+            .enumerate()
+            .map(|(g, dw_group)| run_group(g, Some(dw_group)))
+            .collect(),
+        None => (0..d.vocab.div_ceil(group_rows))
+            .into_par_iter()
+            .map(|g| run_group(g, None))
+            .collect(),
+    };
     let mut partials = partials.into_iter();
     let mut dh = partials.next().unwrap_or_else(|| vec![T::ZERO; len]);
     for p in partials {
@@ -303,7 +318,7 @@ fn backward_chunk<T: Real + 'static>(
     span: std::ops::Range<usize>,
     wc: MatRef<'_, T>,
     c0: usize,
-    dw_chunk: &mut [T],
+    mut dw_chunk: Option<&mut [T]>,
     dh: &mut [T],
     d: HeadDims,
     scale: T,
@@ -320,7 +335,9 @@ fn backward_chunk<T: Real + 'static>(
             logits_to_grad(zr, rows, b0 + k, c0);
         }
         let dz = MatRef::row_major(&*z, n_rows, cw);
-        gemm_rm(dw_chunk, dz.t(), hb, scale, true, T::ONE);
+        if let Some(dw) = dw_chunk.as_deref_mut() {
+            gemm_rm(dw, dz.t(), hb, scale, true, T::ONE);
+        }
         let local = (b0 - span.start) * d.hidden..(b1 - span.start) * d.hidden;
         gemm_rm(&mut dh[local], dz, wc, scale, true, T::ONE);
     }
