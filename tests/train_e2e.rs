@@ -121,15 +121,20 @@ const EXACT: &[&str] = &[
     "policy_version",
 ];
 
-/// `measured` (uninterrupted, `rl.eval_every=3` over 4 steps) and `resumed` (no held-out
-/// measurement) trained alike: every exact metric equal step by step, and held-out accuracy
-/// only in `measured`, after steps 3 and 4 (the last).
-fn assert_resumed_equals_measured_run(measured: &[Value], resumed: &[Value]) {
-    for (x, y) in measured.iter().zip(resumed) {
+/// Every [`EXACT`] metric of `uninterrupted` equal to `resumed`'s, step by step.
+fn assert_same_exact_metrics(uninterrupted: &[Value], resumed: &[Value]) {
+    for (x, y) in uninterrupted.iter().zip(resumed) {
         for k in EXACT {
             assert_eq!(x[k], y[k], "step {}: {k} differs after resume", x["step"]);
         }
     }
+}
+
+/// `measured` (uninterrupted, `rl.eval_every=3` over 4 steps) and `resumed` (no held-out
+/// measurement) trained alike: every exact metric equal step by step, and held-out accuracy
+/// only in `measured`, after steps 3 and 4 (the last).
+fn assert_resumed_equals_measured_run(measured: &[Value], resumed: &[Value]) {
+    assert_same_exact_metrics(measured, resumed);
     let steps: Vec<u64> = measured
         .iter()
         .filter(|m| (0.0..=1.0).contains(&m["heldout_greedy"].as_f64().unwrap_or(-1.0)))
@@ -287,11 +292,7 @@ fn a_lora_run_resumes_exactly_and_leaves_the_base_frozen() {
     );
     let (a, b) = (metrics(full.path()), metrics(split.path()));
     assert_eq!((a.len(), b.len()), (4, 4));
-    for (x, y) in a.iter().zip(&b) {
-        for k in EXACT {
-            assert_eq!(x[k], y[k], "step {}: {k} differs after resume", x["step"]);
-        }
-    }
+    assert_same_exact_metrics(&a, &b);
     let run = full.path().join("runs/e2e");
     let (init, last) = (
         weights_of(&run.join("init")),

@@ -326,17 +326,7 @@ fn a_peft_adapter_loads_and_matches_peft_logprobs_and_gradients() {
     let rows: Vec<Vec<u32>> = serde_json::from_value(golden["rows"].clone()).unwrap();
     let mut total: Option<Tensor> = None;
     for (which, model) in [("logprobs", &m), ("logprobs_base", &base)] {
-        for (i, row) in rows.iter().enumerate() {
-            let x = Tensor::new(&row[..row.len() - 1], &Device::Cpu)
-                .unwrap()
-                .unsqueeze(0)
-                .unwrap();
-            let y = Tensor::new(&row[1..], &Device::Cpu)
-                .unwrap()
-                .unsqueeze(0)
-                .unwrap();
-            let logits = model.forward(&x, None).unwrap();
-            let lp = oxalign_models::nn::layers::token_logprobs(&logits, &y).unwrap();
+        for (i, lp) in row_logprob_tensors(model, &rows).into_iter().enumerate() {
             let got: Vec<f32> = lp.flatten_all().unwrap().to_vec1().unwrap();
             let want: Vec<f64> = serde_json::from_value(golden[which][i].clone()).unwrap();
             for (g, w) in got.iter().zip(&want) {
@@ -371,21 +361,28 @@ fn a_peft_adapter_loads_and_matches_peft_logprobs_and_gradients() {
     }
 }
 
-/// Per-row next-token log-probs of `rows` under `m`, each row alone.
-fn row_logprobs(m: &CausalLm, rows: &[Vec<u32>]) -> Vec<Vec<f32>> {
+/// Per-row next-token log-probs of `rows` under `m`, each row alone (differentiable).
+fn row_logprob_tensors(m: &CausalLm, rows: &[Vec<u32>]) -> Vec<Tensor> {
+    let ids = |ids: &[u32]| {
+        Tensor::new(ids, &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap()
+    };
     rows.iter()
         .map(|row| {
-            let x = Tensor::new(&row[..row.len() - 1], &Device::Cpu)
-                .unwrap()
-                .unsqueeze(0)
-                .unwrap();
-            let y = Tensor::new(&row[1..], &Device::Cpu)
-                .unwrap()
-                .unsqueeze(0)
-                .unwrap();
-            let lp = oxalign_models::nn::layers::token_logprobs(&m.forward(&x, None).unwrap(), &y);
-            lp.unwrap().flatten_all().unwrap().to_vec1().unwrap()
+            let (x, y) = (ids(&row[..row.len() - 1]), ids(&row[1..]));
+            let logits = m.forward(&x, None).unwrap();
+            oxalign_models::nn::layers::token_logprobs(&logits, &y).unwrap()
         })
+        .collect()
+}
+
+/// [`row_logprob_tensors`] as numbers.
+fn row_logprobs(m: &CausalLm, rows: &[Vec<u32>]) -> Vec<Vec<f32>> {
+    row_logprob_tensors(m, rows)
+        .iter()
+        .map(|lp| lp.flatten_all().unwrap().to_vec1().unwrap())
         .collect()
 }
 

@@ -153,14 +153,18 @@ pub(crate) fn write_generation_config(dir: &Path, config: &ModelConfig) -> Resul
     if let Some(p) = config.pad_token_id {
         o.insert("pad_token_id".into(), p.into());
     }
-    let path = dir.join(GENERATION_CONFIG_FILE);
-    let text = serde_json::to_string_pretty(&Value::Object(o)).map_err(|e| ModelError::Json {
-        path: path.clone(),
+    write_json(&dir.join(GENERATION_CONFIG_FILE), &Value::Object(o))
+}
+
+/// Writes `doc` to `path` as pretty JSON with a final newline.
+pub(crate) fn write_json(path: &Path, doc: &Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(doc).map_err(|e| ModelError::Json {
+        path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    std::fs::write(&path, text + "\n").map_err(|source| ModelError::Io {
+    std::fs::write(path, text + "\n").map_err(|source| ModelError::Io {
         action: "write",
-        path,
+        path: path.to_path_buf(),
         source,
     })
 }

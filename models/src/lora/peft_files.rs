@@ -5,7 +5,7 @@
 //! DoRA, trained biases, regex targets) are refused by name, never ignored.
 
 use crate::error::{ModelError, Result};
-use crate::io::checkpoint::{ensure_dir, read_safetensors};
+use crate::io::checkpoint::{ensure_dir, read_safetensors, write_json};
 use crate::io::param_store::write_safetensors;
 use crate::lora::config::{LoraConfig, ALL_LINEAR};
 use candle_core::{DType, Device, Tensor};
@@ -59,16 +59,7 @@ pub(crate) fn write_adapter(
         "alpha_pattern": {},
         "layers_to_transform": null,
     });
-    let path = dir.join(ADAPTER_CONFIG_FILE);
-    let text = serde_json::to_string_pretty(&doc).map_err(|e| ModelError::Json {
-        path: path.clone(),
-        message: e.to_string(),
-    })?;
-    std::fs::write(&path, text + "\n").map_err(|source| ModelError::Io {
-        action: "write",
-        path,
-        source,
-    })?;
+    write_json(&dir.join(ADAPTER_CONFIG_FILE), &doc)?;
     let mut named: Vec<(String, Tensor)> = adapters
         .iter()
         .map(|(n, t)| Ok((format!("{PEFT_PREFIX}{n}"), t.to_dtype(DType::F32)?)))
@@ -89,15 +80,7 @@ pub(crate) fn read_adapter(
             path,
         });
     }
-    let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
-        action: "read",
-        path: path.clone(),
-        source,
-    })?;
-    let doc: Map<String, Value> = serde_json::from_str(&text).map_err(|e| ModelError::Json {
-        path: path.clone(),
-        message: e.to_string(),
-    })?;
+    let doc = read_config_doc(&path)?;
     let config = lora_config_of(&doc).map_err(|(key, message)| ModelError::InvalidConfig {
         path: path.clone(),
         key: key.into(),
@@ -120,16 +103,7 @@ pub(crate) fn read_adapter(
 /// What an adapter folder's `adapter_config.json` records of its origin: the base
 /// (`base_model_name_or_path`, when non-empty) and PEFT's `task_type` (when present).
 pub fn recorded_origin(dir: &Path) -> Result<(Option<String>, Option<String>)> {
-    let path = dir.join(ADAPTER_CONFIG_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
-        action: "read",
-        path: path.clone(),
-        source,
-    })?;
-    let doc: Map<String, Value> = serde_json::from_str(&text).map_err(|e| ModelError::Json {
-        path,
-        message: e.to_string(),
-    })?;
+    let doc = read_config_doc(&dir.join(ADAPTER_CONFIG_FILE))?;
     let text_of = |k: &str| {
         doc.get(k)
             .and_then(Value::as_str)
@@ -137,6 +111,19 @@ pub fn recorded_origin(dir: &Path) -> Result<(Option<String>, Option<String>)> {
             .map(str::to_string)
     };
     Ok((text_of("base_model_name_or_path"), text_of("task_type")))
+}
+
+/// The JSON object of the `adapter_config.json` at `path`.
+fn read_config_doc(path: &Path) -> Result<Map<String, Value>> {
+    let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io {
+        action: "read",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|e| ModelError::Json {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
 }
 
 /// The [`LoraConfig`] of an `adapter_config.json`, or the key that cannot be used and why.
