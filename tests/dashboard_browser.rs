@@ -371,3 +371,84 @@ fn browser_follows_a_live_training_run() {
     let points: usize = attr(chart, "data-points").unwrap().parse().unwrap();
     assert!(points >= 1, "no reward point on the chart: {chart}");
 }
+
+/// An SFT run with `--dashboard-keep`: the dashboard outlives the run, and its charts are
+/// the SFT run's own (training and held-out loss, gradient norm, learning rate), the RL
+/// charts hidden. Ctrl-C then stops `oxalign train`, which exits 0.
+#[test]
+fn an_sft_run_kept_on_the_dashboard_charts_its_loss() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let rows: String = (0..40)
+        .map(|i| format!("{{\"prompt\": \"{i}+1=\", \"response\": \"{}\"}}\n", i + 1))
+        .collect();
+    std::fs::write(dir.path().join("sft.jsonl"), rows).unwrap();
+    std::fs::write(
+        dir.path().join("r.toml"),
+        "[run]\nname = \"kept\"\nkind = \"sft\"\n[model]\ninit_family = \"llama\"\ninit_preset = \"tiny\"\n\
+         [data]\ntask = \"file\"\npath = \"sft.jsonl\"\neval_fraction = 0.25\n\
+         [sft]\nsteps = 6\nbatch_size = 4\neval_every = 3\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_oxalign"))
+        .args(["train", "r.toml", "--quiet", "--dashboard", "127.0.0.1:0"])
+        .arg("--dashboard-keep")
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start oxalign train");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut log = Vec::new();
+    let url = loop {
+        let line = match lines.next() {
+            Some(l) => l.unwrap(),
+            None => panic!("oxalign train ended without keeping the dashboard:\n{log:?}"),
+        };
+        log.push(line.clone());
+        if let Some(rest) = line.strip_prefix("the run ended; the dashboard stays up at ") {
+            break rest.trim_end_matches(" until Ctrl-C").to_string();
+        }
+    };
+    let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let profile = tempfile::tempdir().unwrap();
+    let dom = run_chromium(profile.path(), &["--dump-dom".to_string()], &url);
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let status = child.wait().unwrap();
+    let rest = drain.join().unwrap().join("\n");
+    assert!(
+        status.success(),
+        "oxalign train after Ctrl-C: {status}\n{rest}"
+    );
+
+    let chart = |id: &str| {
+        start_tag(&dom, &format!("id=\"chart-{id}\""))
+            .unwrap_or_else(|| panic!("no {id} chart:\n{dom}"))
+    };
+    let loss = chart("loss");
+    assert_eq!(attr(loss, "data-metric"), Some("loss"), "{loss}");
+    assert_eq!(
+        attr(loss, "data-points"),
+        Some("6"),
+        "one point per step: {loss}"
+    );
+    assert!(!loss.contains("hidden"), "{loss}");
+    for id in ["gradnorm", "lr"] {
+        assert_eq!(attr(chart(id), "data-points"), Some("6"), "{}", chart(id));
+    }
+    assert!(
+        dom.contains("data-key=\"eval_loss\""),
+        "the held-out loss is drawn"
+    );
+    for id in ["reward", "kl", "entropy", "margin"] {
+        assert!(
+            chart(id).contains("hidden"),
+            "an SFT run has no {id}: {}",
+            chart(id)
+        );
+    }
+    let status = start_tag(&dom, "id=\"run-status\"").unwrap();
+    assert_eq!(attr(status, "data-state"), Some("completed"), "{status}");
+}

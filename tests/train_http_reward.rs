@@ -5,7 +5,8 @@
 //! failure, and no checkpoint past the last good step. A verifier sum of one exact-match
 //! verifier is the built-in reward, accuracy included. `--check` names bad reward settings.
 //! TRL-style Python reward functions served by `tools/reward_server.py` train like the
-//! built-in reward, and one that raises fails the run with the Python error in the message.
+//! built-in reward, and one that raises fails the run with the Python error in the message;
+//! a prompt file's own columns reach the function as keyword arguments.
 
 mod child_support;
 mod recipe_support;
@@ -266,6 +267,15 @@ def exact(prompts, completions, answer, **kwargs):
 
 def broken(prompts, completions, **kwargs):
     raise ZeroDivisionError("the user's bug")
+
+def by_columns(prompts, completions, solution, bonus, **kwargs):
+    # TRL passes dataset columns as keyword arguments, one value per row, in row order
+    for p, b in zip(prompts, bonus):
+        if b != int(p.split("+")[0]):
+            raise ValueError(f"bonus {b!r} is not the row of {p!r}")
+    return [
+        1.0 + 0.5 * (c.split("\n")[0].strip() == s) for c, s in zip(completions, solution)
+    ]
 "#;
 
 /// `tools/reward_server.py` serving `function` of [`PYTHON_REWARDS`] (written into `dir`) on a
@@ -309,6 +319,58 @@ fn a_python_reward_function_that_raises_fails_the_run_with_its_error() {
     }
     assert!(r.metrics.is_empty(), "no step trains on a failed reward");
     assert!(r.summary.is_none());
+}
+
+/// A TRL-style prompt file (`solution` as the answer column, a `bonus` column) scored by a
+/// Python function that reads both by name: every sample's reward is 1.5 for a response
+/// equal to its row's `solution`, else 1.0, and the function checks each `bonus` against its
+/// row's prompt.
+#[test]
+fn a_prompt_files_columns_reach_the_python_reward_function() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows: String = (0..10)
+        .flat_map(|a| (0..10).map(move |b| (a, b)))
+        .map(|(a, b)| {
+            let row =
+                json!({"prompt": format!("{a}+{b}="), "solution": (a + b).to_string(), "bonus": a});
+            format!("{row}\n")
+        })
+        .collect();
+    std::fs::write(dir.path().join("prompts.jsonl"), rows).unwrap();
+    let (_server, url) = python_service(dir.path(), "by_columns");
+    let recipe = recipe().replace(
+        "[data]\n",
+        "[data]\ntask = \"file\"\npath = \"prompts.jsonl\"\nanswer_field = \"solution\"\n",
+    );
+    let r = train(
+        dir.path(),
+        &format!("{recipe}{}", http_reward(&url)),
+        &[
+            "--set",
+            "rl.log_samples=16",
+            "--set",
+            "supervision.max_restarts=0",
+        ],
+    );
+    assert!(r.out.status.success(), "{}", stderr(&r));
+    let samples = std::fs::read_to_string(dir.path().join("runs/h/samples.jsonl")).unwrap();
+    let mut right = 0;
+    for line in samples.lines() {
+        let s: Value = serde_json::from_str(line).unwrap();
+        let first = s["completion"]
+            .as_str()
+            .unwrap()
+            .split('\n')
+            .next()
+            .unwrap()
+            .trim();
+        let correct = first == s["answer"].as_str().unwrap();
+        right += usize::from(correct);
+        let want = if correct { 1.5 } else { 1.0 };
+        assert_eq!(s["reward"].as_f64(), Some(want), "{s}");
+    }
+    assert_eq!(samples.lines().count(), 3 * 16);
+    assert!(right > 0, "the warm-up gets some sums right:\n{samples}");
 }
 
 #[test]

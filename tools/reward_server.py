@@ -9,7 +9,9 @@ A TRL reward function takes the batch as lists and returns one number per row:
 This server imports such functions from a file and answers oxalign's reward requests
 (docs/REWARDS.md, "Python reward functions"): each request's `prompts`, `responses` (passed
 as `completions`) and `answers` (passed as `answer`, a list holding None where a row has no
-answer) go to every function named, and the weighted sum per row comes back as
+answer) go to every function named, and so do the dataset's other columns, each as a
+keyword argument holding one value per row (None where a row lacks it), as TRL passes them
+(a column named like a fixed argument is not passed again); the weighted sum per row comes back as
 `{"rewards": [...]}`. A function that raises, returns the wrong number of values, or returns
 anything but finite numbers makes the request fail with HTTP 500 and a message naming the
 function and the row, so the run fails loudly (after its retries) instead of training on
@@ -66,7 +68,8 @@ def load_functions(path, names, weights):
 
 
 def parse_request(body):
-    """`(prompts, completions, answers)` of a request body, or raises ValueError."""
+    """`(prompts, completions, answers, columns)` of a request body, or raises ValueError;
+    `columns` maps each dataset column to its values per row."""
     try:
         req = json.loads(body)
     except json.JSONDecodeError as e:
@@ -81,15 +84,25 @@ def parse_request(body):
         cols.append(col)
     if len({len(c) for c in cols}) != 1:
         raise ValueError("prompts, responses and answers differ in length")
-    return cols
+    rows = req.get("columns", [{}] * len(cols[0]))
+    if not isinstance(rows, list) or len(rows) != len(cols[0]):
+        raise ValueError("`columns` must be a list with one object per row")
+    if not all(isinstance(r, dict) for r in rows):
+        raise ValueError("`columns` must hold one JSON object per row")
+    names = sorted({k for r in rows for k in r} - FIXED_ARGUMENTS)
+    return cols + [{k: [r.get(k) for r in rows] for k in names}]
 
 
-def score(funcs, prompts, completions, answers):
+# What every function gets by name; dataset columns with these names are not passed again.
+FIXED_ARGUMENTS = {"prompts", "completions", "answer", "prompt", "completion"}
+
+
+def score(funcs, prompts, completions, answers, columns):
     """The weighted sum of every function's rewards per row, or raises ValueError."""
     total = [0.0] * len(completions)
     for name, f, weight in funcs:
         try:
-            values = f(prompts=prompts, completions=completions, answer=answers)
+            values = f(prompts=prompts, completions=completions, answer=answers, **columns)
         except Exception as e:
             raise ValueError(
                 f"reward function {name!r} raised {type(e).__name__}: {e}\n"

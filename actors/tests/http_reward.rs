@@ -90,7 +90,7 @@ fn rows(n: usize) -> (Vec<String>, Vec<String>, Vec<Option<String>>) {
 
 async fn score(cfg: HttpRewardConfig, n: usize) -> Result<Vec<f64>, HttpRewardError> {
     let (p, r, a) = rows(n);
-    HttpReward::new(cfg).unwrap().score(&p, &r, &a).await
+    HttpReward::new(cfg).unwrap().score(&p, &r, &a, &[]).await
 }
 
 /// Exact match of each response with its answer: 1 or 0.
@@ -298,7 +298,7 @@ async fn the_open_breaker_fails_fast_without_sending() {
     };
     let (p, r, a) = rows(1);
     let client = HttpReward::new(cfg).unwrap();
-    let e = client.score(&p, &r, &a).await.unwrap_err();
+    let e = client.score(&p, &r, &a, &[]).await.unwrap_err();
     let (attempts, last) = failed(&e);
     assert_eq!(attempts, 3, "two failures, then the open breaker: {e}");
     assert!(last.contains("circuit breaker open after 2"), "{e}");
@@ -309,7 +309,7 @@ async fn the_open_breaker_fails_fast_without_sending() {
     assert_eq!(seen.requests.load(Ordering::SeqCst), 2);
     // Still open: the next batch fails at once, sending nothing.
     let started = Instant::now();
-    let e = client.score(&p, &r, &a).await.unwrap_err();
+    let e = client.score(&p, &r, &a, &[]).await.unwrap_err();
     assert!(failed(&e).1.contains("circuit breaker open"), "{e}");
     assert_eq!(seen.requests.load(Ordering::SeqCst), 2);
     assert!(started.elapsed() < Duration::from_millis(500));

@@ -57,6 +57,7 @@ fn item((a, b): (u32, u32)) -> PromptItem {
     PromptItem {
         prompt: format!("{a}+{b}="),
         answer: Some((a as u64 + b as u64).to_string()),
+        columns: None,
     }
 }
 

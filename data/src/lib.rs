@@ -42,6 +42,12 @@ pub struct PromptItem {
     /// The reference answer (for rule-based rewards, SFT targets and accuracy).
     #[serde(default)]
     pub answer: Option<String>,
+    /// The row's other columns (all but `prompt`/`messages`, the answer column included)
+    /// as the text of one JSON object, for rewards that read them (a Python reward
+    /// function's keyword arguments, as TRL passes dataset columns); `None` when the row has
+    /// none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<String>,
 }
 
 /// A source of prompts addressed by position.

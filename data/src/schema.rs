@@ -136,6 +136,18 @@ fn answer(row: &Value, key: &str) -> Result<Option<String>, RowError> {
     }
 }
 
+/// The JSON text of a prompt row's columns other than the prompt itself; `None` when
+/// there are none.
+fn other_columns(row: &Value) -> Option<String> {
+    let Value::Object(map) = row else { return None };
+    let rest: serde_json::Map<String, Value> = map
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "prompt" | "messages"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    (!rest.is_empty()).then(|| Value::Object(rest).to_string())
+}
+
 pub(super) fn need_object(row: &Value) -> Result<(), RowError> {
     match row {
         Value::Object(_) => Ok(()),
@@ -186,7 +198,11 @@ impl RowSchema for PromptItem {
             (None, None) => return Err(RowError::Missing("`prompt` or `messages`")),
             _ => return Err(RowError::PromptAndMessages),
         };
-        Ok(PromptItem { prompt, answer })
+        Ok(PromptItem {
+            prompt,
+            answer,
+            columns: other_columns(row),
+        })
     }
 
     fn lacks_answer(&self) -> bool {
@@ -282,6 +298,21 @@ mod tests {
         assert!(none.lacks_answer());
         let e = PromptItem::from_row(&json!({"prompt": "a", "solution": [1]}), &cx).unwrap_err();
         assert!(e.to_string().contains("`solution` is a list"), "{e}");
+    }
+
+    #[test]
+    fn every_column_but_the_prompt_is_kept_for_the_rewards() {
+        let row = json!({"prompt": "2+2=", "solution": "4", "tests": [{"in": 1, "out": 2}]});
+        let item = PromptItem::from_row(&row, &RowContext::new(None)).unwrap();
+        let columns: serde_json::Value =
+            serde_json::from_str(item.columns.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            columns,
+            json!({"solution": "4", "tests": [{"in": 1, "out": 2}]})
+        );
+        let bare =
+            PromptItem::from_row(&json!({"prompt": "2+2="}), &RowContext::new(None)).unwrap();
+        assert_eq!(bare.columns, None);
     }
 
     #[test]

@@ -54,7 +54,7 @@ pub struct Args {
     pub resume: Option<PathBuf>,
     /// With --resume: let this key differ from the run's recipe.toml (repeatable). Only
     /// run.steps, run.checkpoint_every, run.keep_checkpoints, sft.checkpoint_every, the
-    /// supervision.* keys, faults, a node's address (cluster.nodes.NODE) and
+    /// supervision.* keys, faults, log.tensorboard, a node's address (cluster.nodes.NODE) and
     /// cluster.connect_timeout_s, cluster.max_frame_mb and cluster.cookie_env may.
     #[arg(long = "allow-change", value_name = "KEY", requires = "resume")]
     pub allow_change: Vec<String>,
@@ -65,6 +65,10 @@ pub struct Args {
     /// Serve the live dashboard on this address, e.g. 127.0.0.1:8265.
     #[arg(long, value_name = "ADDR")]
     pub dashboard: Option<SocketAddr>,
+    /// Keep serving the dashboard after the run ends (its final state, charts and
+    /// timeline) until Ctrl-C.
+    #[arg(long = "dashboard-keep", requires = "dashboard")]
+    pub dashboard_keep: bool,
     /// Bearer token required by the dashboard (mandatory for non-loopback addresses).
     #[arg(long)]
     pub token: Option<String>,
@@ -224,6 +228,7 @@ async fn train_live(
 ) -> anyhow::Result<()> {
     let mut cfg = MonitorConfig::with_run_dir(run_dir);
     cfg.resume = args.resume.is_some();
+    cfg.tensorboard = recipe.log.tensorboard;
     let (monitor, _join) = Monitor::spawn(cfg).await.context("starting the monitor")?;
     let server = match args.dashboard {
         Some(addr) => {
@@ -241,9 +246,33 @@ async fn train_live(
     };
     let result = controller::train(recipe, &monitor, &opts).await;
     let _ = monitor.shutdown().await;
+    let outcome = report(result, args, run_dir);
     if let Some(s) = server {
-        let _ = s.shutdown().await;
+        if args.dashboard_keep {
+            let ended = if outcome.is_ok() {
+                "ended"
+            } else {
+                "failed (the error follows when the dashboard stops)"
+            };
+            eprintln!(
+                "the run {ended}; the dashboard stays up at {} until Ctrl-C",
+                s.url()
+            );
+            s.run_until_ctrl_c().await.context("the dashboard")?;
+        } else {
+            let _ = s.shutdown().await;
+        }
     }
+    outcome
+}
+
+/// Prints what a finished run reports (an RL run's picture and summary, an offline run's
+/// lines), or turns its failure into the error `oxalign train` exits with.
+fn report(
+    result: Result<controller::RunSummary, RunError>,
+    args: &Args,
+    run_dir: &Path,
+) -> anyhow::Result<()> {
     match result {
         Ok(summary) if summary.offline.is_some() => {
             print_offline(&summary);

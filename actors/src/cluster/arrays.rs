@@ -9,7 +9,7 @@ use super::blob::{Blob, Tensors};
 use super::error::TensorError;
 use super::wire::{Request, Response};
 use crate::batch::{ExperienceBatch, RolloutBatch, RolloutRequest, Sequences, TokenArray};
-use crate::roles::DpoWork;
+use crate::roles::{DpoWork, RewardRequest};
 
 /// A value whose arrays travel as tensors.
 pub(crate) trait Arrays {
@@ -170,7 +170,7 @@ impl Arrays for Request {
         match self {
             Request::Generate { request, .. } => request.take("request", blob),
             Request::Logprobs { seqs, .. }
-            | Request::Rewards { seqs, .. }
+            | Request::Rewards(RewardRequest { seqs, .. })
             | Request::Values(seqs)
             | Request::Sft { seqs, .. } => seqs.take("seqs", blob),
             Request::TrainPolicy(w) => w.batch.take("batch", blob),
@@ -187,7 +187,7 @@ impl Arrays for Request {
         match self {
             Request::Generate { request, .. } => request.put("request", t),
             Request::Logprobs { seqs, .. }
-            | Request::Rewards { seqs, .. }
+            | Request::Rewards(RewardRequest { seqs, .. })
             | Request::Values(seqs)
             | Request::Sft { seqs, .. } => seqs.put("seqs", t),
             Request::TrainPolicy(w) => w.batch.put("batch", t),

@@ -14,9 +14,7 @@ use crate::executor::ExecutorPool;
 use crate::monitor::MonitorHandle;
 use crate::placement::DeviceGroup;
 use crate::recipe::Recipe;
-use crate::roles::{
-    CriticRole, EngineRole, PolicyRole, ReferenceRole, RewardRequest, RewardRole, ENGINE_LANE,
-};
+use crate::roles::{CriticRole, EngineRole, PolicyRole, ReferenceRole, RewardRole, ENGINE_LANE};
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
@@ -260,23 +258,7 @@ async fn dispatch(role: &Hosted, request: Request) -> Result<Response, RoleError
         }
         (H::Policy(p), Q::LoadOptimizer(dir)) => load(p.load_optimizer(dir)).await?,
         (H::Critic(c), Q::LoadOptimizer(dir)) => load(c.load_optimizer(dir)).await?,
-        (
-            H::Reward(w),
-            Q::Rewards {
-                seqs,
-                prompts,
-                texts,
-                answers,
-            },
-        ) => {
-            let r = RewardRequest {
-                seqs,
-                prompts,
-                texts,
-                answers,
-            };
-            Response::Rewards(w.rewards(r).await?)
-        }
+        (H::Reward(w), Q::Rewards(r)) => Response::Rewards(w.rewards(r).await?),
         (H::Critic(c), Q::Values(seqs)) => Response::Tokens(c.values(seqs).await?),
         (H::Critic(c), Q::TrainCritic(w)) => Response::CriticTrained(c.train(*w).await?),
         (role, request) => return Err(wrong_role(role, &request)),

@@ -359,12 +359,7 @@ impl Logprobs for Remote {
 #[async_trait]
 impl Rewards for Remote {
     async fn rewards(&self, r: RewardRequest) -> Result<Vec<f32>, RoleError> {
-        let req = Request::Rewards {
-            seqs: r.seqs,
-            prompts: r.prompts,
-            texts: r.texts,
-            answers: r.answers,
-        };
+        let req = Request::Rewards(r);
         expect!(self, "reward", req, Rewards(v) => v)
     }
 }

@@ -20,7 +20,7 @@ use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray, WeightBu
 use crate::monitor::MonitorEvent;
 use crate::roles::{
     CriticTrainSummary, CriticWork, DpoSummary, DpoWork, PolicyTrainSummary, PolicyWork,
-    SftStepSummary,
+    RewardRequest, SftStepSummary,
 };
 use oxalign_kernels::collective::NcclUniqueId;
 use oxalign_models::engine::{Probe, RefitReport};
@@ -128,16 +128,7 @@ pub enum Request {
         seqs: Sequences,
     },
     /// `Rewards::rewards`.
-    Rewards {
-        /// Token ids.
-        seqs: Sequences,
-        /// Prompt texts.
-        prompts: Vec<String>,
-        /// Decoded responses.
-        texts: Vec<String>,
-        /// Reference answers.
-        answers: Vec<Option<String>>,
-    },
+    Rewards(RewardRequest),
     /// `Values::values`.
     Values(Sequences),
     /// `TrainPolicy::train`.
@@ -231,7 +222,7 @@ impl Request {
             Request::Spawn(_) => "spawn",
             Request::Generate { .. } => "generate",
             Request::Logprobs { .. } => "logprobs",
-            Request::Rewards { .. } => "rewards",
+            Request::Rewards(_) => "rewards",
             Request::Values(_) => "values",
             Request::TrainPolicy(_) => "train_policy",
             Request::Sft { .. } => "sft",

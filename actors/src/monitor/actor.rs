@@ -32,6 +32,9 @@ pub struct MonitorConfig {
     /// keep appending; when `false` the old logs are appended to but not loaded.
     /// Default `false`.
     pub resume: bool,
+    /// Also write the step metrics as TensorBoard event files in `run_dir/tensorboard/`.
+    /// Default `false`.
+    pub tensorboard: bool,
 }
 
 impl Default for MonitorConfig {
@@ -41,6 +44,7 @@ impl Default for MonitorConfig {
             limits: MonitorLimits::default(),
             broadcast_capacity: 4096,
             resume: false,
+            tensorboard: false,
         }
     }
 }
@@ -173,7 +177,11 @@ impl Actor for Monitor {
                     snap.finished = None;
                     state = MonitorState::from_snapshot(&snap, config.limits);
                 }
-                Some(RunLog::open(dir)?)
+                let mut log = RunLog::open(dir)?;
+                if config.tensorboard {
+                    log.enable_tensorboard()?;
+                }
+                Some(log)
             }
         };
         let (tx, _) = broadcast::channel(config.broadcast_capacity.max(16));

@@ -31,6 +31,7 @@ mod samples;
 mod span;
 mod state;
 mod step_metrics;
+pub mod tensorboard;
 
 pub use actor::{Monitor, MonitorActorState, MonitorConfig};
 pub use actor_info::{ActorInfo, ActorStatus, ActorUpdate};

@@ -1,5 +1,6 @@
 //! Writes a run directory as events arrive: `metrics.jsonl`, `timeline.jsonl` and
-//! `samples.jsonl` (one line per record, flushed per line), `actors.json`, `recipe.toml`, `run.json`. It does not write
+//! `samples.jsonl` (one line per record, flushed per line), `actors.json`, `recipe.toml`, `run.json`, and when asked
+//! TensorBoard event files of the metrics (`tensorboard/`). It does not write
 //! checkpoints (the checkpoint writer does) and never reads anything back (see `replay.rs`).
 
 use std::fs::{self, File, OpenOptions};
@@ -14,6 +15,7 @@ use super::event::{RunFinished, RunInfo};
 use super::samples::StepSamples;
 use super::span::Span;
 use super::step_metrics::StepMetrics;
+use super::tensorboard::TensorBoardLog;
 
 /// File and folder names inside a run directory.
 pub mod files {
@@ -56,6 +58,7 @@ pub struct RunLog {
     metrics: File,
     timeline: File,
     samples: File,
+    tensorboard: Option<TensorBoardLog>,
     run: Option<RunRecord>,
     last_actors_write_ms: u64,
 }
@@ -94,9 +97,17 @@ impl RunLog {
             metrics: open_append(&dir.join(files::METRICS))?,
             timeline: open_append(&dir.join(files::TIMELINE))?,
             samples: open_append(&dir.join(files::SAMPLES))?,
+            tensorboard: None,
             run: None,
             last_actors_write_ms: 0,
         })
+    }
+
+    /// Also writes every step's metrics to a new TensorBoard event file in
+    /// `tensorboard/`.
+    pub fn enable_tensorboard(&mut self) -> Result<(), MonitorError> {
+        self.tensorboard = Some(TensorBoardLog::create(&self.dir)?);
+        Ok(())
     }
 
     /// The run directory.
@@ -117,10 +128,15 @@ impl RunLog {
             .map_err(io_err("cannot append to", &path))
     }
 
-    /// Appends one line to `metrics.jsonl`.
+    /// Appends one line to `metrics.jsonl` (and one event to the TensorBoard file).
     pub fn append_metrics(&mut self, m: &StepMetrics) -> Result<(), MonitorError> {
         let path = self.dir.join(files::METRICS);
-        Self::append(&mut self.metrics, path, m)
+        let jsonl = Self::append(&mut self.metrics, path, m);
+        let events = match self.tensorboard.as_mut() {
+            Some(tb) => tb.append(m),
+            None => Ok(()),
+        };
+        jsonl.and(events)
     }
 
     /// Appends one line to `timeline.jsonl`.
@@ -138,9 +154,12 @@ impl RunLog {
         Ok(())
     }
 
-    /// Flushes the three logs to stable storage (`fsync`), so every line appended so far
+    /// Flushes the logs to stable storage (`fsync`), so every line appended so far
     /// survives a crash.
     pub fn sync(&mut self) -> Result<(), MonitorError> {
+        if let Some(tb) = self.tensorboard.as_mut() {
+            tb.sync()?;
+        }
         let metrics = self.dir.join(files::METRICS);
         self.metrics
             .sync_data()

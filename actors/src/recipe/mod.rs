@@ -11,6 +11,7 @@ mod expert_parallel_check;
 mod head_check;
 mod host_name;
 mod kind_sections;
+mod log;
 mod lora;
 mod moe_switches;
 mod numbers;
@@ -31,6 +32,7 @@ pub use cluster::{
     is_loopback, is_loopback_host, role_placements, split_addr, AddressError, ClusterSection,
     DEFAULT_COOKIE_ENV,
 };
+pub use log::LogSection;
 pub use lora::LoraSection;
 pub use offline::{DpoSection, RmSection, RunKind};
 pub(crate) use overrides::apply_override;
@@ -79,6 +81,9 @@ pub struct Recipe {
     /// `[cluster]`: worker nodes that `[placement]` may name (none by default).
     #[serde(skip_serializing_if = "ClusterSection::is_default")]
     pub cluster: ClusterSection,
+    /// `[log]`: experiment-tracking outputs (TensorBoard).
+    #[serde(skip_serializing_if = "LogSection::is_default")]
+    pub log: LogSection,
     /// `[lora]`: train LoRA adapters with the base frozen (absent: every weight trains).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lora: Option<LoraSection>,

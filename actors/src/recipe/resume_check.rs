@@ -19,6 +19,7 @@ pub const RESUMABLE_KEYS: &[&str] = &[
     "supervision.max_restarts",
     "supervision.restart_window",
     "faults",
+    "log.tensorboard",
     "cluster.connect_timeout_s",
     "cluster.max_frame_mb",
     "cluster.cookie_env",

@@ -44,7 +44,7 @@ pub trait Logprobs: Send + Sync {
 }
 
 /// One reward request: the sequences and their texts.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct RewardRequest {
     /// Token ids (for a reward model; response lengths for verifiers).
     pub seqs: Sequences,
@@ -54,6 +54,10 @@ pub struct RewardRequest {
     pub texts: Vec<String>,
     /// Reference answers.
     pub answers: Vec<Option<String>>,
+    /// The rows' other dataset columns, each row's as JSON object text (for a reward
+    /// service); empty when the data has none.
+    #[serde(default)]
+    pub columns: Vec<Option<String>>,
 }
 
 /// Scores responses (the reward).
@@ -422,6 +426,7 @@ impl Rewards for Local<RewardMsg> {
             prompts: r.prompts,
             texts: r.texts,
             answers: r.answers,
+            columns: r.columns,
             reply,
         })
         .await

@@ -339,6 +339,9 @@
   }
 
   // ---------------------------------------------------------------- charts
+  // RL runs chart reward, KL, entropy and throughput; SFT, reward-model and DPO runs their
+  // loss, accuracy and margins (eval_* every eval_every steps). A chart none of whose
+  // series the run reports is hidden once metrics arrive.
   var CHARTS = [
     { id: 'reward', title: 'Reward', unit: '', series: [{ key: 'reward_mean', label: 'mean ± std', color: '#7aa2f7', band: 'reward_std' }] },
     // Held-out accuracy is measured every rl.eval_every steps: its points join across the
@@ -346,11 +349,21 @@
     { id: 'accuracy', title: 'Accuracy', unit: '', series: [
       { key: 'heldout_greedy', label: 'held-out greedy', color: '#9ece6a', sparse: true },
       { key: 'heldout_sampled', label: 'held-out sampled', color: '#e0af68', sparse: true },
-      { key: 'accuracy', label: 'training (sampled)', color: '#7dcfff' }] },
+      { key: 'eval_accuracy', label: 'held-out', color: '#9ece6a', sparse: true },
+      { key: 'accuracy', label: 'training', color: '#7dcfff' }] },
     { id: 'kl', title: 'KL (policy ‖ reference)', unit: 'nats', series: [{ key: 'kl', label: 'kl', color: '#bb9af7' }] },
     { id: 'loss', title: 'Losses', unit: '', series: [
+      { key: 'loss', label: 'training', color: '#ff9e64' },
+      { key: 'eval_loss', label: 'held-out', color: '#9ece6a', sparse: true },
       { key: 'policy_loss', label: 'policy', color: '#ff9e64' }, { key: 'value_loss', label: 'value', color: '#2ac3de' }] },
+    { id: 'margin', title: 'Reward margin (chosen − rejected)', unit: '', series: [
+      { key: 'margin', label: 'training', color: '#7aa2f7' },
+      { key: 'eval_margin', label: 'held-out', color: '#9ece6a', sparse: true },
+      { key: 'chosen_reward', label: 'chosen', color: '#73daca' },
+      { key: 'rejected_reward', label: 'rejected', color: '#f7768e' }] },
     { id: 'entropy', title: 'Entropy', unit: 'nats', series: [{ key: 'entropy', label: 'entropy', color: '#9ece6a' }] },
+    { id: 'gradnorm', title: 'Gradient norm', unit: '', series: [{ key: 'grad_norm', label: 'before clipping', color: '#e0af68' }] },
+    { id: 'lr', title: 'Learning rate', unit: '', series: [{ key: 'lr', label: 'lr', color: '#c0caf5' }] },
     { id: 'tokens', title: 'Throughput', unit: 'tokens/s', series: [{ key: 'tokens_per_sec', label: 'tokens/s', color: '#e0af68' }] },
     { id: 'steptime', title: 'Step time', unit: 's', timePrefix: 'time_',
       series: [{ key: 'step_seconds', label: 'step', color: '#c0caf5' }] }
@@ -422,8 +435,12 @@
   function renderChart(spec) {
     var fig = ensureChart(spec);
     var all = seriesFor(spec);
-    var main = all[0];
+    // the chart's headline series: the first one the run reports
+    var main = all.filter(function (s) { return s.count; })[0] || all[0];
+    var total = all.reduce(function (n, s) { return n + s.count; }, 0);
     fig.setAttribute('data-points', String(main.count));
+    fig.setAttribute('data-metric', main.spec.key);
+    fig.hidden = S.metrics.length > 0 && total === 0;
     var root = fig.querySelector('svg');
     root.textContent = '';
     var xs = [], ys = [];

@@ -20,11 +20,14 @@ use oxalign_data::PromptSource;
 use oxalign_rlhf::advantages::{informative_count, informative_groups, select_groups};
 use serde::{Deserialize, Serialize};
 
-/// Each sample's prompt text and reference answer, in sample order.
+/// Each sample's prompt text, reference answer and other dataset columns (JSON object
+/// text; empty in a batch saved before columns were kept), in sample order.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct RowTexts {
     pub prompts: Vec<String>,
     pub answers: Vec<Option<String>>,
+    #[serde(default)]
+    pub columns: Vec<Option<String>>,
 }
 
 /// The rollout stage's output: the samples the step trains on, and what generating cost.
@@ -103,6 +106,7 @@ fn rollout_request(
             });
             rows.prompts.push(it.prompt.clone());
             rows.answers.push(it.answer.clone());
+            rows.columns.push(it.columns.clone());
         }
     }
     Ok((request, rows))
@@ -175,6 +179,7 @@ async fn rewards(
         prompts: ro.rows.prompts.clone(),
         texts: ro.texts.clone(),
         answers: ro.rows.answers.clone(),
+        columns: ro.rows.columns.clone(),
     };
     roles
         .reward
@@ -262,6 +267,9 @@ fn merge(
                 .prompts
                 .push(std::mem::take(&mut ro.rows.prompts[i]));
             out.rows.answers.push(ro.rows.answers[i].take());
+            if let Some(c) = ro.rows.columns.get_mut(i) {
+                out.rows.columns.push(c.take());
+            }
             rewards.push(ro.rewards.as_ref().map_or(0.0, |v| v[i]));
         }
     }

@@ -46,6 +46,7 @@ pub(crate) async fn score(
             prompts: rows.prompts,
             texts,
             answers: rows.answers,
+            columns: rows.columns,
         };
         roles.reward.rewards(request).await
     };

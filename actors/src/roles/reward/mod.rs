@@ -56,6 +56,8 @@ pub(crate) enum RewardMsg {
         texts: Vec<String>,
         /// Reference answers (for verifiers and services).
         answers: Vec<Option<String>>,
+        /// The rows' other columns, JSON object text (for services).
+        columns: Vec<Option<String>>,
         /// Scores.
         reply: RpcReplyPort<Result<Vec<f32>, RoleError>>,
     },
@@ -101,6 +103,7 @@ impl Actor for Reward {
             prompts,
             texts,
             answers,
+            columns,
             reply,
         } = msg;
         let started = Instant::now();
@@ -108,7 +111,7 @@ impl Actor for Reward {
         let n = seqs.len();
         let r = match &st.scoring {
             Scoring::Service(http) => http
-                .score(&prompts, &texts, &answers)
+                .score(&prompts, &texts, &answers, &columns)
                 .await
                 .map(|v| v.into_iter().map(|x| x as f32).collect())
                 .map_err(|e| RoleError::new("reward", "reward", Cause::from(e))),

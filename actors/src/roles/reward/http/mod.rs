@@ -28,7 +28,7 @@ use futures::{StreamExt, TryStreamExt};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use reqwest_retry::policies::ExponentialBackoff;
 use reqwest_retry::{Jitter, RetryTransientMiddleware};
-use schema::{parse_rewards, RewardRequest};
+use schema::{column_objects, parse_rewards, RewardRequest};
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,24 +125,34 @@ impl HttpReward {
         &self.cfg.url
     }
 
-    /// One reward per row of `responses` (with the same rows of `prompts` and `answers`),
-    /// or the first chunk's failure. Nothing is returned unless every row was scored.
+    /// One reward per row of `responses` (with the same rows of `prompts`, `answers` and
+    /// `columns`, the rows' other columns as JSON object text; `columns` may be empty), or
+    /// the first chunk's failure. Nothing is returned unless every row was scored.
     pub async fn score(
         &self,
         prompts: &[String],
         responses: &[String],
         answers: &[Option<String>],
+        columns: &[Option<String>],
     ) -> Result<Vec<f64>, HttpRewardError> {
         let n = responses.len();
         assert!(
-            prompts.len() == n && answers.len() == n,
+            prompts.len() == n && answers.len() == n && (columns.is_empty() || columns.len() == n),
             "one prompt and one answer per response"
         );
         let step = self.cfg.rows_per_request;
         let chunks: Vec<Range<usize>> =
             (0..n).step_by(step).map(|s| s..(s + step).min(n)).collect();
         let parts: Vec<Vec<f64>> = futures::stream::iter(chunks)
-            .map(|r| self.post(&prompts[r.clone()], &responses[r.clone()], &answers[r]))
+            .map(|r| {
+                let cols = columns.get(r.clone()).unwrap_or_default();
+                self.post(
+                    &prompts[r.clone()],
+                    &responses[r.clone()],
+                    &answers[r],
+                    cols,
+                )
+            })
             .buffered(self.cfg.concurrency)
             .try_collect()
             .await?;
@@ -155,12 +165,14 @@ impl HttpReward {
         prompts: &[String],
         responses: &[String],
         answers: &[Option<String>],
+        columns: &[Option<String>],
     ) -> Result<Vec<f64>, HttpRewardError> {
         let rows = responses.len();
         let body = serde_json::to_vec(&RewardRequest {
             prompts,
             responses,
             answers,
+            columns: column_objects(columns),
         })
         .expect("strings serialize");
         let log = Arc::new(AttemptLog::default());

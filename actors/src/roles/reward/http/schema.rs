@@ -2,7 +2,9 @@
 //!
 //! Request (`POST`, `Content-Type: application/json`), one entry per row, in row order:
 //! `{"prompts": ["7+8="], "responses": ["15"], "answers": ["15"]}`; an answer is `null`
-//! when the data has none.
+//! when the data has none. When the prompt rows have columns besides the prompt (TRL's
+//! `solution`, test cases, ...), `"columns": [{"solution": "15"}]` carries each row's as an
+//! object (`{}` for a row without).
 //!
 //! Response (any 2xx): `{"rewards": [1.0]}`, exactly one finite number per row, in the same
 //! order. Other keys are ignored. Anything else is a bad response, never a default reward.
@@ -18,6 +20,23 @@ pub struct RewardRequest<'a> {
     pub responses: &'a [String],
     /// Reference answers (`null` when none).
     pub answers: &'a [Option<String>],
+    /// Each row's other columns, or nothing when no row has any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub columns: Vec<serde_json::Value>,
+}
+
+/// The `columns` of a request: one object per row (`{}` for a row without), or none at all
+/// when no row has columns.
+pub(crate) fn column_objects(columns: &[Option<String>]) -> Vec<serde_json::Value> {
+    if columns.iter().all(Option::is_none) {
+        return Vec::new();
+    }
+    let object = |text: &Option<String>| match text {
+        // written by the data loader from a parsed JSON object
+        Some(t) => serde_json::from_str(t).unwrap_or(serde_json::Value::Null),
+        None => serde_json::Value::Object(Default::default()),
+    };
+    columns.iter().map(object).collect()
 }
 
 #[derive(Debug, Deserialize)]
@@ -103,11 +122,17 @@ mod tests {
             prompts: &p,
             responses: &r,
             answers: &a,
+            columns: column_objects(&[None]),
         })
         .unwrap();
         assert_eq!(
             body,
             r#"{"prompts":["1+1="],"responses":["2"],"answers":[null]}"#
+        );
+        let columns = column_objects(&[Some(r#"{"solution":"2"}"#.into()), None]);
+        assert_eq!(
+            serde_json::to_string(&columns).unwrap(),
+            r#"[{"solution":"2"},{}]"#
         );
     }
 
