@@ -315,12 +315,49 @@ fn browser_needs_the_token_and_replays_a_finished_run() {
     rt.block_on(server.shutdown()).unwrap();
 }
 
+/// Starts `oxalign train r.toml --quiet --dashboard 127.0.0.1:0 EXTRA` in `dir` and reads
+/// its stderr up to the line starting with `announce`. Returns the child, the rest of that
+/// line, and a thread that drains (and returns) the rest of stderr.
+fn train_with_dashboard(
+    dir: &Path,
+    extra: &[&str],
+    announce: &str,
+) -> (
+    std::process::Child,
+    String,
+    std::thread::JoinHandle<Vec<String>>,
+) {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_oxalign"))
+        .args(["train", "r.toml", "--quiet", "--dashboard", "127.0.0.1:0"])
+        .args(extra)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start oxalign train");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let rest = loop {
+        let Some(line) = lines.next() else {
+            panic!("oxalign train ended before printing {announce:?}:\n{seen:#?}")
+        };
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix(announce) {
+            break rest.trim().to_string();
+        }
+        seen.push(line);
+    };
+    // Keep draining stderr so the child never blocks on a full pipe.
+    let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    (child, rest, drain)
+}
+
 /// A real `oxalign train --dashboard` run: Chromium connects while it trains and the DOM,
 /// dumped when the run ends and the event stream closes, shows every actor of the run and
 /// the reward points of its steps.
 #[test]
 fn browser_follows_a_live_training_run() {
-    use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("r.toml"),
@@ -328,25 +365,7 @@ fn browser_follows_a_live_training_run() {
          [sft]\nsteps = 10\nbatch_size = 16\n[rl]\nprompts_per_step = 16\nminibatch_size = 16\nmax_new_tokens = 3\n",
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_oxalign"))
-        .args(["train", "r.toml", "--quiet", "--dashboard", "127.0.0.1:0"])
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start oxalign train");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("oxalign train ended before printing the dashboard address")
-            .unwrap();
-        if let Some(u) = line.strip_prefix("dashboard: ") {
-            break u.trim().to_string();
-        }
-    };
-    // Keep draining stderr so the child never blocks on a full pipe.
-    let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let (mut child, url, drain) = train_with_dashboard(dir.path(), &[], "dashboard: ");
     let profile = tempfile::tempdir().unwrap();
     let dom = run_chromium(profile.path(), &["--dump-dom".to_string()], &url);
     let status = child.wait().unwrap();
@@ -377,7 +396,6 @@ fn browser_follows_a_live_training_run() {
 /// charts hidden. Ctrl-C then stops `oxalign train`, which exits 0.
 #[test]
 fn an_sft_run_kept_on_the_dashboard_charts_its_loss() {
-    use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let rows: String = (0..40)
         .map(|i| format!("{{\"prompt\": \"{i}+1=\", \"response\": \"{}\"}}\n", i + 1))
@@ -390,27 +408,12 @@ fn an_sft_run_kept_on_the_dashboard_charts_its_loss() {
          [sft]\nsteps = 6\nbatch_size = 4\neval_every = 3\n",
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_oxalign"))
-        .args(["train", "r.toml", "--quiet", "--dashboard", "127.0.0.1:0"])
-        .arg("--dashboard-keep")
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start oxalign train");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut log = Vec::new();
-    let url = loop {
-        let line = match lines.next() {
-            Some(l) => l.unwrap(),
-            None => panic!("oxalign train ended without keeping the dashboard:\n{log:?}"),
-        };
-        log.push(line.clone());
-        if let Some(rest) = line.strip_prefix("the run ended; the dashboard stays up at ") {
-            break rest.trim_end_matches(" until Ctrl-C").to_string();
-        }
-    };
-    let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let (mut child, url, drain) = train_with_dashboard(
+        dir.path(),
+        &["--dashboard-keep"],
+        "the run ended; the dashboard stays up at ",
+    );
+    let url = url.trim_end_matches(" until Ctrl-C").to_string();
     let profile = tempfile::tempdir().unwrap();
     let dom = run_chromium(profile.path(), &["--dump-dom".to_string()], &url);
     let _ = Command::new("kill")

@@ -63,7 +63,10 @@ pub struct RunLog {
     last_actors_write_ms: u64,
 }
 
-fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> MonitorError {
+pub(super) fn io_err(
+    action: &'static str,
+    path: &Path,
+) -> impl FnOnce(std::io::Error) -> MonitorError {
     let path = path.to_path_buf();
     move |source| MonitorError::Io {
         action,

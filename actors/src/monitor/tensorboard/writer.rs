@@ -10,6 +10,7 @@ use prost::Message;
 use super::proto::{Event, SessionLog, Summary, SummaryValue};
 use super::record::frame;
 use crate::monitor::error::MonitorError;
+use crate::monitor::run_log::io_err;
 use crate::monitor::step_metrics::StepMetrics;
 
 /// The run directory's folder of event files (`tensorboard --logdir <run>/tensorboard`).
@@ -22,15 +23,6 @@ pub struct TensorBoardLog {
     file: File,
     /// Whether this file has logged a step yet (its first step opens a session).
     started: bool,
-}
-
-fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> MonitorError {
-    let path = path.to_path_buf();
-    move |source| MonitorError::Io {
-        action,
-        path,
-        source,
-    }
 }
 
 impl TensorBoardLog {
