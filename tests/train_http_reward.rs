@@ -6,7 +6,8 @@
 //! verifier is the built-in reward, accuracy included. `--check` names bad reward settings.
 //! TRL-style Python reward functions served by `tools/reward_server.py` train like the
 //! built-in reward, and one that raises fails the run with the Python error in the message;
-//! a prompt file's own columns reach the function as keyword arguments.
+//! a prompt file's own columns reach the function as keyword arguments. `reward.kind =
+//! "python"` starts that server itself and trains the same way.
 
 mod child_support;
 mod recipe_support;
@@ -373,6 +374,41 @@ fn a_prompt_files_columns_reach_the_python_reward_function() {
     assert!(right > 0, "the warm-up gets some sums right:\n{samples}");
 }
 
+/// `reward.kind = "python"` with `function` of [`PYTHON_REWARDS`] (written into `dir`) and
+/// the test client settings of [`http_reward`] but the URL.
+fn python_kind(dir: &Path, function: &str) -> String {
+    std::fs::write(dir.join("rewards.py"), PYTHON_REWARDS).unwrap();
+    let client = http_reward("").replace("url = \"\"\n", "");
+    format!(
+        "{}{}\n[reward.python]\nfile = \"rewards.py\"\nfunctions = [\"{function}\"]\n",
+        recipe(),
+        client.replace("kind = \"http\"", "kind = \"python\"")
+    )
+}
+
+#[test]
+fn reward_kind_python_starts_the_server_and_trains_like_the_built_in_reward() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = train(dir.path(), &python_kind(dir.path(), "exact"), &[]);
+    assert_trained_like(local(), &run);
+}
+
+#[test]
+fn reward_kind_python_names_a_missing_function_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = train(
+        dir.path(),
+        &python_kind(dir.path(), "no_such_function"),
+        &[],
+    );
+    let err = stderr(&run);
+    assert_eq!(run.out.status.code(), Some(2), "{err}");
+    for want in ["reward.python", "defines no function 'no_such_function'"] {
+        assert!(err.contains(want), "expected {want:?} in: {err}");
+    }
+    assert!(run.metrics.is_empty());
+}
+
 #[test]
 fn check_names_bad_reward_settings() {
     let dir = tempfile::tempdir().unwrap();
@@ -396,6 +432,21 @@ fn check_names_bad_reward_settings() {
             "[reward]\nkind = \"http\"\n[reward.http]\nurl = \"http://h/s\"\ntimeout_s = 0\n",
             "reward.http.timeout_s",
             "seconds",
+        ),
+        (
+            "[reward]\nkind = \"python\"\n[reward.python]\nfile = \"nowhere.py\"\nfunctions = [\"f\"]\n",
+            "reward.python.file",
+            "nowhere.py",
+        ),
+        (
+            "[reward]\nkind = \"python\"\n",
+            "reward.python",
+            "file and functions",
+        ),
+        (
+            "[reward]\nkind = \"python\"\n[reward.python]\nfile = \"r.toml\"\nfunctions = [\"f\"]\n[reward.http]\nurl = \"http://h/\"\n",
+            "reward.http.url",
+            "leave it out",
         ),
     ] {
         std::fs::write(dir.path().join("r.toml"), format!("{}{reward}", recipe())).unwrap();

@@ -31,6 +31,7 @@ import argparse
 import importlib.util
 import json
 import math
+import os
 import sys
 import threading
 import traceback
@@ -182,7 +183,14 @@ def main():
     p.add_argument("--max-body-bytes", type=int, default=64 << 20)
     p.add_argument("--max-connections", type=int, default=16)
     p.add_argument("--read-timeout-s", type=float, default=30.0)
+    p.add_argument(
+        "--exit-with-stdin",
+        action="store_true",
+        help="exit when standard input closes (oxalign's reward.kind = \"python\" holds it open)",
+    )
     args = p.parse_args()
+    if args.exit_with_stdin:
+        threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
     funcs = load_functions(args.file, args.function, args.weight)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(funcs, args))
     server.daemon_threads = True

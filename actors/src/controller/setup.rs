@@ -511,12 +511,19 @@ pub(crate) async fn spawn_reward(
                 .map(|m| Scorer::Model(Box::new(m)))
                 .collect()
         }
-        RewardKind::Http => Vec::new(),
+        RewardKind::Http | RewardKind::Python => Vec::new(),
     };
+    let mut server = None;
     let scoring = match w.kind {
-        RewardKind::Http => {
-            let section = w.http.clone().unwrap_or_default();
-            let cfg = section.config().map_err(bad_key)?;
+        RewardKind::Http | RewardKind::Python => {
+            let mut cfg = w.service_config().map_err(bad_key)?;
+            if let Some(section) = &w.python {
+                let (child, url) = crate::roles::reward::python::start(section)
+                    .await
+                    .map_err(bad_key)?;
+                cfg.url = url;
+                server = Some(child);
+            }
             Scoring::Service(Arc::new(HttpReward::new(cfg).map_err(|e| fail(e.into()))?))
         }
         _ => Scoring::Local(
@@ -527,7 +534,7 @@ pub(crate) async fn spawn_reward(
     let (reward, _) = Actor::spawn(
         Some("reward".into()),
         Reward,
-        RewardState::with(scoring, monitor.clone()),
+        RewardState::with(scoring, monitor.clone()).serving(server),
     )
     .await
     .map_err(|e| fail(e.into()))?;

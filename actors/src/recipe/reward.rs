@@ -4,6 +4,8 @@
 //! scorers (`oxalign-rlhf`'s verifiers, the config of `roles/reward/http/`). It scores nothing
 //! itself. docs/REWARDS.md has examples and the service's JSON schema.
 
+use super::python_reward::PythonRewardSection;
+pub(super) use super::reward_key::{key_error, RewardKeyError};
 use super::{Recipe, RecipeError};
 use crate::roles::reward::http::{check_url, HttpRewardConfig};
 use oxalign_rlhf::reward::VerifierKind;
@@ -25,6 +27,9 @@ pub enum RewardKind {
     Model,
     /// A reward service over HTTP (`[reward.http]`).
     Http,
+    /// TRL-style Python reward functions (`[reward.python]`), served over HTTP on
+    /// 127.0.0.1 by a child process (`[reward.http]` may tune the client, without `url`).
+    Python,
 }
 
 /// `[reward]`: how a response is scored.
@@ -48,6 +53,9 @@ pub struct RewardSection {
     /// `[reward.http]`, the reward service when `kind = "http"`. Default: none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpRewardSection>,
+    /// `[reward.python]`, the functions when `kind = "python"`. Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub python: Option<PythonRewardSection>,
 }
 
 impl Default for RewardSection {
@@ -58,6 +66,7 @@ impl Default for RewardSection {
             incorrect: 0.0,
             verifiers: Vec::new(),
             http: None,
+            python: None,
         }
     }
 }
@@ -141,23 +150,6 @@ impl Default for HttpRewardSection {
     }
 }
 
-/// A reward setting that cannot be used, naming its key.
-#[derive(Debug, thiserror::Error)]
-#[error("key `{key}`: {message}")]
-pub struct RewardKeyError {
-    /// Dotted key, e.g. `reward.verifiers[1].pattern`.
-    pub key: String,
-    /// What is wrong and what was expected.
-    pub message: String,
-}
-
-fn key_error(key: impl Into<String>, message: impl Into<String>) -> RewardKeyError {
-    RewardKeyError {
-        key: key.into(),
-        message: message.into(),
-    }
-}
-
 impl RewardSection {
     /// The weighted sum of `[[reward.verifiers]]` (for `kind = "verifiers"`).
     pub fn build_verifiers(&self) -> Result<Verifiers, RewardKeyError> {
@@ -182,7 +174,7 @@ impl RewardSection {
         Ok(match self.kind {
             RewardKind::ExactMatch => Some(AnswerMatch::first_line()),
             RewardKind::Verifiers => self.build_verifiers()?.answer_check().cloned(),
-            RewardKind::Model | RewardKind::Http => None,
+            RewardKind::Model | RewardKind::Http | RewardKind::Python => None,
         })
     }
 }
@@ -323,30 +315,66 @@ pub(super) fn validate(
     if w.kind != RewardKind::Verifiers && !w.verifiers.is_empty() {
         return Err(bad("reward.verifiers", kind("verifiers")));
     }
-    if w.kind != RewardKind::Http && w.http.is_some() {
+    if !matches!(w.kind, RewardKind::Http | RewardKind::Python) && w.http.is_some() {
         return Err(bad("reward.http", kind("http")));
     }
+    if w.kind != RewardKind::Python && w.python.is_some() {
+        return Err(bad("reward.python", kind("python")));
+    }
     match w.kind {
-        RewardKind::ExactMatch | RewardKind::Model => Ok(()),
-        RewardKind::Verifiers => w.build_verifiers().map(|_| ()).map_err(from),
+        RewardKind::ExactMatch | RewardKind::Model => return Ok(()),
+        RewardKind::Verifiers => return w.build_verifiers().map(|_| ()).map_err(from),
         RewardKind::Http => {
-            let http = w.http.as_ref().ok_or_else(|| {
+            w.service_config().map_err(from)?;
+        }
+        RewardKind::Python => {
+            let python = w.python.as_ref().ok_or_else(|| {
                 bad(
-                    "reward.http",
-                    "reward.kind = \"http\" needs a [reward.http] table with a url".into(),
+                    "reward.python",
+                    "reward.kind = \"python\" needs a [reward.python] table with file and functions".into(),
                 )
             })?;
-            http.config().map_err(from)?;
-            match r.faults.iter().position(|f| f.role == "reward") {
-                Some(i) => Err(bad(
-                    &format!("faults[{i}].role"),
-                    "\"reward\": an HTTP reward runs no executor job to inject a fault into; test the service's failures with the service".into(),
-                )),
-                None => Ok(()),
+            python.check().map_err(from)?;
+            w.service_config().map_err(from)?;
+        }
+    }
+    match r.faults.iter().position(|f| f.role == "reward") {
+        Some(i) => Err(bad(
+            &format!("faults[{i}].role"),
+            "\"reward\": a reward service runs no executor job to inject a fault into; test the service's failures with the service".into(),
+        )),
+        None => Ok(()),
+    }
+}
+
+impl RewardSection {
+    /// The HTTP client's settings of `kind = "http"` (its `[reward.http]`, required) or of
+    /// `kind = "python"` (`[reward.http]` without `url`, optional; the URL is the child
+    /// server's, known once it listens: a placeholder here).
+    pub fn service_config(&self) -> Result<HttpRewardConfig, RewardKeyError> {
+        match (self.kind, &self.http) {
+            (RewardKind::Http, None) => Err(key_error(
+                "reward.http",
+                "reward.kind = \"http\" needs a [reward.http] table with a url",
+            )),
+            (RewardKind::Python, http) => {
+                let mut section = http.clone().unwrap_or_default();
+                if !section.url.is_empty() {
+                    return Err(key_error(
+                        "reward.http.url",
+                        "set by reward.kind = \"python\" (the server it starts): leave it out",
+                    ));
+                }
+                section.url = PYTHON_URL_PLACEHOLDER.into();
+                section.config()
             }
+            (_, http) => http.clone().unwrap_or_default().config(),
         }
     }
 }
+
+/// The URL a `kind = "python"` client is checked with before its server listens.
+pub(crate) const PYTHON_URL_PLACEHOLDER: &str = "http://127.0.0.1:9/";
 
 #[cfg(test)]
 mod tests {
@@ -474,7 +502,7 @@ weight = 0.5
             (http("retries = 2"), vec!["reward.http", "retries", "max_retries"]),
             (
                 format!("{}\n[[faults]]\nrole = \"reward\"\nphase = \"reward\"\nstep = 1\nkind = \"error\"\n", http("")),
-                vec!["faults[0].role", "HTTP reward"],
+                vec!["faults[0].role", "reward service"],
             ),
         ] {
             let e = refused(&text);

@@ -14,6 +14,7 @@
 //! client's own concurrency limit applies.
 
 pub mod http;
+pub mod python;
 
 use self::http::HttpReward;
 use super::{Busy, Sequences};
@@ -70,12 +71,24 @@ pub(crate) struct Reward;
 pub(crate) struct RewardState {
     scoring: Scoring,
     monitor: MonitorHandle,
+    /// The child process serving `reward.kind = "python"`; stopped with the actor.
+    _server: Option<python::PythonServer>,
 }
 
 impl RewardState {
     /// State over any scoring.
     pub fn with(scoring: Scoring, monitor: MonitorHandle) -> Self {
-        Self { scoring, monitor }
+        Self {
+            scoring,
+            monitor,
+            _server: None,
+        }
+    }
+
+    /// The same, owning the server process the scoring posts to.
+    pub fn serving(mut self, server: Option<python::PythonServer>) -> Self {
+        self._server = server;
+        self
     }
 }
 
