@@ -5,7 +5,7 @@
 
 mod cli_support;
 mod recipe_support;
-use cli_support::ok;
+use cli_support::{ok, oxalign};
 use oxalign_actors::monitor::tensorboard::{read_records, Event};
 use prost::Message;
 use recipe_support::{tiny_start, TINY_PPO};
@@ -115,4 +115,52 @@ fn log_tensorboard_writes_every_metric_of_every_step_as_an_event() {
     }
     let recipe = std::fs::read_to_string(run.join("recipe.toml")).unwrap();
     assert!(recipe.contains("tensorboard = true"), "{recipe}");
+}
+
+#[test]
+fn log_completions_every_prints_the_logged_samples_under_every_nth_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = tiny_start("c", "2", 2, 4, "") + TINY_PPO;
+    std::fs::write(dir.path().join("r.toml"), recipe).unwrap();
+    let set = [
+        "--set",
+        "rl.log_samples=3",
+        "--set",
+        "log.completions_every=2",
+    ];
+    let out = ok(dir.path(), &[&["train", "r.toml"][..], &set].concat());
+    let shown: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("    sample: "))
+        .collect();
+    assert_eq!(shown.len(), 3, "step 2's 3 samples, none of step 1:\n{out}");
+    let samples = std::fs::read_to_string(dir.path().join("runs/c/samples.jsonl")).unwrap();
+    for (line, record) in shown.iter().zip(samples.lines().skip(3)) {
+        let r: Value = serde_json::from_str(record).unwrap();
+        assert_eq!(r["step"], 2);
+        let prompt = format!("{:?}", r["prompt"].as_str().unwrap());
+        let reward = format!("reward {:.3}", r["reward"].as_f64().unwrap());
+        assert!(
+            line.contains(&prompt) && line.contains(&reward),
+            "{line} vs {r}"
+        );
+    }
+    let refused = oxalign(
+        dir.path(),
+        &[
+            "train",
+            "r.toml",
+            "--check",
+            "--set",
+            "log.completions_every=1",
+            "--set",
+            "rl.log_samples=0",
+        ],
+    );
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("log.completions_every") && err.contains("rl.log_samples"),
+        "{err}"
+    );
 }

@@ -20,6 +20,7 @@ pub const RESUMABLE_KEYS: &[&str] = &[
     "supervision.restart_window",
     "faults",
     "log.tensorboard",
+    "log.completions_every",
     "cluster.connect_timeout_s",
     "cluster.max_frame_mb",
     "cluster.cookie_env",

@@ -44,6 +44,35 @@ pub(crate) fn with_rewards(
     Some(StepSamples { step, samples })
 }
 
+/// The terminal lines of a step's logged samples: prompt, completion (newlines shown as
+/// `\n`, each cut to 60 characters), reward, answer and finish.
+pub(crate) fn terminal_lines(s: &StepSamples) -> Vec<String> {
+    fn cut(text: &str) -> String {
+        let flat = text.replace('\n', "\\n");
+        match flat.char_indices().nth(60) {
+            Some((i, _)) => format!("{}…", &flat[..i]),
+            None => flat,
+        }
+    }
+    s.samples
+        .iter()
+        .map(|r| {
+            let answer = r
+                .answer
+                .as_deref()
+                .map(|a| format!(", answer {:?}", cut(a)));
+            format!(
+                "    sample: {:?} → {:?}  reward {:.3}{} ({})",
+                cut(&r.prompt),
+                cut(&r.completion),
+                r.reward,
+                answer.unwrap_or_default(),
+                r.finish_reason
+            )
+        })
+        .collect()
+}
+
 /// The name `samples.jsonl` gives a finish: `stop` or `length` (as OpenAI and TRL do).
 fn finish_reason(f: Finish) -> &'static str {
     match f {

@@ -6,6 +6,7 @@
 //! fault plan (`faults.rs`), so `[[faults]]` fire only inside RL steps.
 
 use super::heldout;
+use super::logged_samples;
 use super::report::StepRow;
 use super::step as rl_step;
 use super::zero_variance::ZeroVarianceWatch;
@@ -146,12 +147,18 @@ async fn report_step(
     row: StepRow,
 ) -> Result<(), RunError> {
     let (mut row, heldout) = heldout::with_heldout(ctx, roles, data, step, row).await?;
+    let every = ctx.recipe.log.completions_every;
+    let mut shown = Vec::new();
     if let Some(samples) = row.samples.take() {
+        if every > 0 && step % every == 0 {
+            shown = logged_samples::terminal_lines(&samples);
+        }
         ctx.monitor.report(samples);
     }
     ctx.monitor
         .report(row.metrics.with(RESTARTS, f64::from(restarts)));
     progress.line(&row.line);
+    shown.iter().for_each(|l| progress.line(l));
     if let Some(acc) = heldout {
         progress.line(&heldout::line(step, acc));
     }
