@@ -201,8 +201,12 @@ fn check_accepts_the_shipped_recipes() {
 /// unknown module, a start adapter that is no PEFT folder, and sharded training.
 #[test]
 fn bad_lora_settings_are_named() {
-    let cases: [(&str, &[&str]); 5] = [
+    let cases: [(&str, &[&str]); 6] = [
         ("[lora]\nr = 0\n", &["lora.r", "at least 1"]),
+        (
+            "[model]\ninit_family = \"phi3\"\n[lora]\n",
+            &["key `lora`", "Phi-3", "qkv_proj"],
+        ),
         ("[lora]\nlora_dropout = 0.05\n", &["lora.dropout", "only 0"]),
         (
             "[lora]\ntarget_modules = [\"qkv\"]\n",

@@ -7,6 +7,7 @@ Two modes:
       Builds tiny random HF models (LlamaForCausalLM with llama3 rope scaling and attention
       bias, Qwen2ForCausalLM with tied embeddings, Qwen3ForCausalLM with q/k norms and a
       head_dim of twice hidden/heads, MistralForCausalLM with a sliding window,
+      Phi3ForCausalLM with its fused qkv_proj / gate_up_proj and a sliding window,
       LlamaForSequenceClassification with pad_token_id; --only builds the named ones), saves each in float32 safetensors to
       <out>/<name>/ and writes <out>/<name>/golden.json with per-token log-probs of fixed
       sequences (alone and as a left-padded batch), a 16-token greedy continuation and, for the
@@ -139,12 +140,16 @@ def fixture_models():
     qwen3 = transformers.Qwen3Config(
         **base_kwargs(), head_dim=32, rope_theta=1000000.0, attention_bias=False, tie_word_embeddings=True
     )
+    phi3 = transformers.Phi3Config(
+        **base_kwargs(), rope_theta=10000.0, sliding_window=5, tie_word_embeddings=False
+    )
     rm = transformers.LlamaConfig(**base_kwargs(), num_labels=1, rope_theta=10000.0)
     return [
         ("llama_tiny", transformers.LlamaForCausalLM, llama, 1),
         ("qwen2_tiny", transformers.Qwen2ForCausalLM, qwen2, 2),
         ("qwen3_tiny", transformers.Qwen3ForCausalLM, qwen3, 5),
         ("mistral_tiny", transformers.MistralForCausalLM, mistral, 3),
+        ("phi3_tiny", transformers.Phi3ForCausalLM, phi3, 6),
         ("llama_rm_tiny", transformers.LlamaForSequenceClassification, rm, 4),
     ]
 

@@ -160,6 +160,41 @@ fn qwen3_with_qk_norm_and_its_own_head_dim_matches_transformers() {
 }
 
 #[test]
+fn phi3_with_fused_projections_and_a_sliding_window_matches_transformers() {
+    check_causal_fixture("phi3_tiny");
+}
+
+/// A Phi-3 model saves its projections fused again (`qkv_proj`, `gate_up_proj`, what
+/// `Phi3ForCausalLM` reads), bit for bit the fixture's tensors, and loads back equal.
+#[test]
+fn phi3_saves_the_fused_projections_it_loaded() {
+    let dir = fixture("phi3_tiny");
+    let m = CausalLm::load(&dir, &Device::Cpu).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    m.save(out.path()).unwrap();
+    let read = |d: &Path| {
+        candle_core::safetensors::load(d.join("model.safetensors"), &Device::Cpu).unwrap()
+    };
+    let (saved, original) = (read(out.path()), read(&dir));
+    let mut names: Vec<&String> = saved.keys().collect();
+    names.sort();
+    let mut want: Vec<&String> = original.keys().collect();
+    want.sort();
+    assert_eq!(
+        names, want,
+        "the fixture's tensor names, fused ones included"
+    );
+    for (name, t) in &original {
+        let diff = (t - &saved[name]).unwrap().abs().unwrap();
+        let worst = diff.flatten_all().unwrap().max(0).unwrap();
+        assert_eq!(worst.to_scalar::<f32>().unwrap(), 0.0, "{name}");
+    }
+    let back = CausalLm::load(out.path(), &Device::Cpu).unwrap();
+    let row = batch1(&[5, 9, 77, 3, 120]);
+    assert_eq!(logprobs_of(&m, &row, None), logprobs_of(&back, &row, None));
+}
+
+#[test]
 fn mistral_with_sliding_window_matches_transformers() {
     check_causal_fixture("mistral_tiny");
 }
@@ -222,7 +257,7 @@ fn oxalign_saved_models_load_in_transformers() {
                 original_max_position_embeddings: 32,
             });
         }
-        if family == Family::Mistral {
+        if matches!(family, Family::Mistral | Family::Phi3) {
             cfg.sliding_window = Some(6);
         }
         // Scale up the 0.02 init so the comparison is not between near-uniform distributions.
@@ -306,5 +341,36 @@ fn oxalign_saved_models_load_in_transformers() {
         r.save(&dir).unwrap();
         let g = run(&dir);
         assert_scores(&r, &g, &format!("{family} reward"));
+    }
+}
+
+/// A Phi-3 config with partial rotary embeddings (Phi-4-mini's 0.75) or long-context RoPE
+/// is refused naming the key, never loaded with the wrong positions.
+#[test]
+fn phi3_variants_it_cannot_compute_are_refused() {
+    let src = fixture("phi3_tiny");
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    for (edit, key) in [
+        (
+            ("partial_rotary_factor", 0.75.into()),
+            "partial_rotary_factor",
+        ),
+        (("rope_type", "longrope".into()), "rope_type"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            src.join("model.safetensors"),
+            dir.path().join("model.safetensors"),
+        )
+        .unwrap();
+        let mut c = config.clone();
+        c["rope_parameters"][edit.0] = edit.1;
+        std::fs::write(dir.path().join("config.json"), c.to_string()).unwrap();
+        let e = CausalLm::load(dir.path(), &Device::Cpu)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains(key), "{e}");
     }
 }

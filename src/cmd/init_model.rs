@@ -24,7 +24,7 @@ Vocabulary size: `tiny` uses the tokenizer's size exactly; `small` uses 32000, o
 tokenizer's size rounded up to a multiple of 64 when that is larger."
 )]
 pub struct Args {
-    /// Model family (HF model_type): llama, qwen2, qwen3, mistral, or the mixture-of-experts
+    /// Model family (HF model_type): llama, qwen2, qwen3, mistral, phi3, or the mixture-of-experts
     /// qwen3_moe, qwen2_moe, mixtral.
     #[arg(long)]
     pub family: Family,

@@ -123,5 +123,26 @@ pub(crate) fn validate(
                 .into(),
         ));
     }
+    if policy_family(r) == Some(oxalign_models::Family::Phi3) {
+        return Err(bad(
+            "lora",
+            "LoRA on Phi-3's fused qkv_proj / gate_up_proj is not supported yet; train every \
+             weight (no [lora])"
+                .into(),
+        ));
+    }
     Ok(())
+}
+
+/// The policy's family, from `model.path`'s config.json or `model.init_family`; `None`
+/// when neither can be read (other checks name that).
+fn policy_family(r: &Recipe) -> Option<oxalign_models::Family> {
+    match &r.model.path {
+        Some(p) => {
+            oxalign_models::ModelConfig::from_file(&std::path::Path::new(p).join("config.json"))
+                .ok()
+                .map(|c| c.family)
+        }
+        None => r.model.init_family.parse().ok(),
+    }
 }

@@ -21,7 +21,8 @@ pub(crate) const GENERATION_CONFIG_FILE: &str = "generation_config.json";
 
 /// Reads `dir/config.json` and every tensor of the checkpoint in `dir` (single file or shards),
 /// on `device`, in the dtype stored in the file. Packed MoE experts come back under their
-/// per-expert names (`expert_layout.rs`).
+/// per-expert names (`expert_layout.rs`), fused projections under their parts' names
+/// (`fused_projections.rs`).
 pub(crate) fn read_checkpoint(
     dir: &Path,
     device: &Device,
@@ -35,6 +36,7 @@ pub(crate) fn read_checkpoint(
     let config = ModelConfig::from_file(&dir.join(CONFIG_FILE))?;
     let mut tensors = read_weights(dir, device)?;
     crate::moe::expert_layout::unpack_experts(&config, &mut tensors, dir)?;
+    crate::io::fused_projections::unfuse(&config, &mut tensors, dir)?;
     Ok((config, tensors))
 }
 
@@ -179,7 +181,8 @@ pub(crate) fn write_checkpoint(
     store: &crate::io::param_store::ParamStore,
 ) -> Result<()> {
     write_folder(dir, config, architecture, |path| {
-        store.save_safetensors(path)
+        let tensors = crate::io::fused_projections::fuse(config, store.f32_tensors()?)?;
+        crate::io::param_store::write_safetensors(path, &tensors)
     })
 }
 
@@ -200,6 +203,7 @@ pub(crate) fn write_checkpoint_tensors(
                 ))
             })
             .collect::<candle_core::Result<_>>()?;
+        let f32s = crate::io::fused_projections::fuse(config, f32s)?;
         crate::io::param_store::write_safetensors(path, &f32s)
     })
 }

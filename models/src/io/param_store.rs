@@ -242,15 +242,20 @@ impl ParamStore {
     /// Writes all parameters as float32 to one safetensors file with `{"format": "pt"}`
     /// metadata (what `transformers` expects).
     pub fn save_safetensors(&self, path: &Path) -> Result<()> {
+        write_safetensors(path, &self.f32_tensors()?)
+    }
+
+    /// Every parameter as a detached, contiguous f32 tensor, by name.
+    pub(crate) fn f32_tensors(&self) -> Result<Vec<(String, Tensor)>> {
         let vars = self.vars();
-        let tensors: Vec<(String, Tensor)> = vars
+        let tensors = vars
             .iter()
             .map(|(n, v)| {
                 let t = v.as_tensor().detach().to_dtype(DType::F32)?.contiguous()?;
                 Ok((n.clone(), t))
             })
             .collect::<candle_core::Result<_>>()?;
-        write_safetensors(path, &tensors)
+        Ok(tensors)
     }
 }
 

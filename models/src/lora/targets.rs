@@ -21,6 +21,16 @@ pub(crate) fn targeted_linears(
     lora: &LoraConfig,
 ) -> Result<Vec<LinearParams>, LoraError> {
     lora.check()?;
+    if model.family.decl().fused_projections() {
+        return Err(LoraError::Setting {
+            key: "target_modules",
+            message: format!(
+                "adapters on {}'s fused qkv_proj / gate_up_proj are not supported yet \
+                 (PEFT names them as one module each): train every weight instead",
+                model.family
+            ),
+        });
+    }
     let explicit_mlp = lora
         .target_modules
         .iter()

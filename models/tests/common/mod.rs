@@ -34,7 +34,7 @@ pub fn tiny(family: Family) -> ModelConfig {
         Family::Qwen2 => {}
         // Qwen3's own head_dim: wider than hidden / heads (8).
         Family::Qwen3 => c.head_dim = 16,
-        Family::Mistral => c.sliding_window = Some(4),
+        Family::Mistral | Family::Phi3 => c.sliding_window = Some(4),
         Family::Qwen3Moe | Family::Qwen2Moe | Family::Mixtral => {
             let m = c.moe.as_mut().expect("MoE preset");
             m.num_experts = 4;

@@ -13,6 +13,9 @@ pub enum Family {
     Qwen3,
     /// `model_type: "mistral"` (optional sliding-window attention).
     Mistral,
+    /// `model_type: "phi3"` (fused `qkv_proj` / `gate_up_proj` in its checkpoints, optional
+    /// sliding-window attention).
+    Phi3,
     /// `model_type: "qwen3_moe"` (routed experts, q/k RMSNorm per head, optional
     /// `mlp_only_layers`).
     Qwen3Moe,
@@ -26,11 +29,12 @@ pub enum Family {
 
 impl Family {
     /// All supported families.
-    pub const ALL: [Family; 7] = [
+    pub const ALL: [Family; 8] = [
         Family::Llama,
         Family::Qwen2,
         Family::Qwen3,
         Family::Mistral,
+        Family::Phi3,
         Family::Qwen3Moe,
         Family::Qwen2Moe,
         Family::Mixtral,

@@ -1,5 +1,5 @@
 //! The supported decoder families and their registry. Each family declares itself once, in its
-//! own file (`llama.rs`, `qwen2.rs`, `qwen3.rs`, `mistral.rs`, and the mixture-of-experts
+//! own file (`llama.rs`, `qwen2.rs`, `qwen3.rs`, `mistral.rs`, `phi3.rs`, and the mixture-of-experts
 //! `qwen3_moe.rs`, `qwen2_moe.rs`, `mixtral.rs` with their shared keys in `moe_keys.rs`): its
 //! HF `model_type` and class prefix, the config.json keys only it reads and writes, which
 //! projections carry biases, and its parameter layout (`config/layout.rs`, `moe/layout.rs`).
@@ -12,6 +12,7 @@ mod llama;
 mod mistral;
 mod mixtral;
 mod moe_keys;
+mod phi3;
 mod qwen2;
 mod qwen2_moe;
 mod qwen3;
@@ -65,6 +66,11 @@ pub(crate) trait FamilyDecl: Sync {
     fn preset_moe(&self, _hidden: usize, _intermediate: usize) -> Option<MoeConfig> {
         None
     }
+    /// Whether its checkpoints fuse q/k/v into `qkv_proj` and gate/up into `gate_up_proj`
+    /// (Phi-3); the declaration still names them apart.
+    fn fused_projections(&self) -> bool {
+        false
+    }
 }
 
 impl Family {
@@ -75,6 +81,7 @@ impl Family {
             Family::Qwen2 => &qwen2::Qwen2,
             Family::Qwen3 => &qwen3::Qwen3,
             Family::Mistral => &mistral::Mistral,
+            Family::Phi3 => &phi3::Phi3,
             Family::Qwen3Moe => &qwen3_moe::Qwen3Moe,
             Family::Qwen2Moe => &qwen2_moe::Qwen2Moe,
             Family::Mixtral => &mixtral::Mixtral,
