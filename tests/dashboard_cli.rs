@@ -127,8 +127,8 @@ fn dashboard_command_rejects_bad_arguments() {
         run_expecting_user_error(&["dashboard", dir, "--addr", "127.0.0.1:0", "--token", "a b"]);
     assert!(err.contains("token"), "{err}");
     // clap rejects a malformed address before anything starts
-    let err = run_expecting_user_error(&["dashboard", dir, "--addr", "localhost"]);
-    assert!(err.contains("--addr"), "{err}");
+    let err = run_expecting_user_error(&["dashboard", dir, "--listen", "localhost"]);
+    assert!(err.contains("--listen"), "{err}");
 }
 
 /// A live `oxalign train --dashboard` run with at most 128 open descriptors: 200 half-sent

@@ -25,7 +25,8 @@ pub struct Args {
     /// The run directory (as written by `oxalign train`).
     pub run_dir: PathBuf,
     /// Address to listen on; a non-loopback address (e.g. 0.0.0.0:8265) needs --token.
-    #[arg(long, default_value = dashboard::DEFAULT_ADDR, value_name = "ADDR")]
+    /// `--listen`, as `oxalign worker` spells it; `--addr` is the older name.
+    #[arg(long = "listen", visible_alias = "addr", default_value = dashboard::DEFAULT_ADDR, value_name = "ADDR")]
     pub addr: SocketAddr,
     /// Token every request must carry (`Authorization: Bearer TOKEN` or `?token=TOKEN`).
     #[arg(long, value_name = "TOKEN")]
