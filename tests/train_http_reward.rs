@@ -260,7 +260,10 @@ fn a_service_that_dies_fails_the_run_after_the_last_good_checkpoint() {
 
 /// TRL-style reward functions: `exact` scores as the built-in exact match; `broken` raises.
 const PYTHON_REWARDS: &str = r#"
+print("rewards.py imported")  # users print; the server's stdout must stay its address
+
 def exact(prompts, completions, answer, **kwargs):
+    print("scoring", len(completions), "rows")
     return [
         1.0 if a is not None and c.split("\n")[0].strip() == a.strip() else 0.0
         for c, a in zip(completions, answer)

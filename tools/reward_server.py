@@ -21,7 +21,7 @@ a made-up reward. It uses the standard library only.
         [--function format_ok --weight 0.2] [--host 127.0.0.1] [--port 8000]
 
 With `--port 0` the system picks a free port. The first line on stdout is the URL to put in
-`[reward.http] url`. The server listens on 127.0.0.1 unless told otherwise, reads at most
+`[reward.http] url` (and the only one: what the functions print goes to stderr). The server listens on 127.0.0.1 unless told otherwise, reads at most
 `--max-body-bytes` per request (Content-Length required), serves at most `--max-connections`
 requests at once (others get 503 and oxalign retries) and drops a client that stalls for
 `--read-timeout-s`. Nothing from a request reaches a shell.
@@ -189,13 +189,16 @@ def main():
         help="exit when standard input closes (oxalign's reward.kind = \"python\" holds it open)",
     )
     args = p.parse_args()
+    # stdout carries the address line only: what the user's module prints (at import or
+    # while scoring) goes to stderr
+    out, sys.stdout = sys.stdout, sys.stderr
     if args.exit_with_stdin:
         threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
     funcs = load_functions(args.file, args.function, args.weight)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(funcs, args))
     server.daemon_threads = True
     host, port = server.server_address[:2]
-    print(f"http://{host}:{port}/", flush=True)
+    print(f"http://{host}:{port}/", file=out, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

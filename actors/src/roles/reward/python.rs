@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 /// The server's source.
 const SERVER: &str = include_str!("../../../../tools/reward_server.py");
@@ -53,6 +53,18 @@ fn relay_stderr(
     (kept, task)
 }
 
+/// Reads the server's stdout up to its address line (`http://127.0.0.1:PORT/`), relaying
+/// what the user's module printed before it; `None` when stdout closes first.
+async fn announced_url(stdout: &mut tokio::io::Lines<BufReader<ChildStdout>>) -> Option<String> {
+    while let Ok(Some(line)) = stdout.next_line().await {
+        if line.starts_with("http://127.0.0.1:") {
+            return Some(line.trim().to_string());
+        }
+        eprintln!("reward.python: {line}");
+    }
+    None
+}
+
 /// Starts the server for `section` and waits until it listens; returns it and its URL.
 /// Errors (no interpreter, a file that does not import, a missing function, a server that
 /// does not come up in time) name the `reward.python` key and carry the server's message.
@@ -84,10 +96,10 @@ pub async fn start(
             _ => unreachable!("all three were piped"),
         };
     let (kept, relay) = relay_stderr(stderr);
-    let mut first = BufReader::new(stdout).lines();
+    let mut stdout = BufReader::new(stdout).lines();
     let limit = Duration::from_secs_f64(section.startup_timeout_s);
-    let url = match tokio::time::timeout(limit, first.next_line()).await {
-        Ok(Ok(Some(line))) if line.starts_with("http://127.0.0.1:") => line.trim().to_string(),
+    let url = match tokio::time::timeout(limit, announced_url(&mut stdout)).await {
+        Ok(Some(url)) => url,
         Err(_) => {
             return Err(failure(
                 "reward.python.startup_timeout_s",
@@ -97,13 +109,14 @@ pub async fn start(
                 ),
             ))
         }
-        _ => {
-            let status = child
-                .wait()
-                .await
-                .map(|s| s.to_string())
-                .unwrap_or_default();
-            let _ = relay.await;
+        Ok(None) => {
+            // its stdout closed: it is exiting (give it a moment, then it is killed on drop)
+            let wait = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+            let status = match wait {
+                Ok(Ok(s)) => s.to_string(),
+                _ => "still running".into(),
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(1), relay).await;
             let said: Vec<String> = kept
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -120,6 +133,13 @@ pub async fn start(
             ));
         }
     };
+    // what the user's functions print goes on being relayed (a closed pipe would make
+    // their `print` raise)
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = stdout.next_line().await {
+            eprintln!("reward.python: {line}");
+        }
+    });
     Ok((
         PythonServer {
             _child: child,
