@@ -64,14 +64,7 @@ fn sft_then_reward_model_then_dpo_and_ppo_against_the_reward_model() {
 
     ok(dir, &["train", &config("dpo.toml"), "--quiet"]);
     let s = summary(dir, "dpo");
-    let (m0, m1) = (
-        eval(&s, "eval_first", "eval_margin"),
-        eval(&s, "eval_last", "eval_margin"),
-    );
-    let (a0, a1) = (
-        eval(&s, "eval_first", "eval_accuracy"),
-        eval(&s, "eval_last", "eval_accuracy"),
-    );
+    let ((m0, m1), (a0, a1)) = margin_and_accuracy(&s);
     eprintln!("DPO held-out margin {m0:.4} -> {m1:.4}, accuracy {a0:.3} -> {a1:.3}");
     assert!(
         m1 > m0 + 0.1 && a1 > a0,
@@ -274,14 +267,7 @@ fn lora_reward_model_and_dpo_learn_on_the_frozen_sft_model() {
 
     ok(dir, &[&["train", &config("dpo.toml")][..], &lora].concat());
     let s = summary(dir, "dpo");
-    let (m0, m1) = (
-        eval(&s, "eval_first", "eval_margin"),
-        eval(&s, "eval_last", "eval_margin"),
-    );
-    let (a0, a1) = (
-        eval(&s, "eval_first", "eval_accuracy"),
-        eval(&s, "eval_last", "eval_accuracy"),
-    );
+    let ((m0, m1), (a0, a1)) = margin_and_accuracy(&s);
     assert!(
         m1 > m0 + 0.1 && a1 > a0,
         "LoRA DPO margin {m0} -> {m1}, accuracy {a0} -> {a1}"
@@ -307,4 +293,10 @@ fn lora_reward_model_and_dpo_learn_on_the_frozen_sft_model() {
             "{name}: merge-lora differs from the run's merge"
         );
     }
+}
+
+/// A DPO or reward-model summary's held-out `(first, last)` margin and accuracy.
+fn margin_and_accuracy(s: &Value) -> ((f64, f64), (f64, f64)) {
+    let first_last = |k: &str| (eval(s, "eval_first", k), eval(s, "eval_last", k));
+    (first_last("eval_margin"), first_last("eval_accuracy"))
 }

@@ -41,6 +41,7 @@ pub(crate) use overrides::apply_override;
 pub use python_reward::PythonRewardSection;
 pub use resume_check::{changed_keys, check_resume, RESUMABLE_KEYS};
 pub use reward::{RewardKind, RewardSection};
+pub(crate) use reward_key::key_error;
 pub use reward_key::RewardKeyError;
 pub use sections::*;
 pub use slurm::SlurmError;

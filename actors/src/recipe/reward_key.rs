@@ -11,7 +11,8 @@ pub struct RewardKeyError {
     pub message: String,
 }
 
-pub(super) fn key_error(key: impl Into<String>, message: impl Into<String>) -> RewardKeyError {
+/// A [`RewardKeyError`] for `key`.
+pub(crate) fn key_error(key: impl Into<String>, message: impl Into<String>) -> RewardKeyError {
     RewardKeyError {
         key: key.into(),
         message: message.into(),

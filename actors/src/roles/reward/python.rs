@@ -4,7 +4,7 @@
 //! it does not outlive an oxalign process that was killed. Its stderr (a failing function's
 //! traceback) is relayed line by line, prefixed `reward.python: `.
 
-use crate::recipe::{PythonRewardSection, RewardKeyError};
+use crate::recipe::{key_error, PythonRewardSection, RewardKeyError};
 use std::collections::VecDeque;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -24,13 +24,6 @@ pub struct PythonServer {
     _child: Child,
     /// Held open: the server exits when it closes.
     _stdin: ChildStdin,
-}
-
-fn failure(key: &str, message: String) -> RewardKeyError {
-    RewardKeyError {
-        key: key.into(),
-        message,
-    }
 }
 
 /// Relays the child's stderr to ours and keeps its last lines; returns them once it ends.
@@ -85,7 +78,7 @@ pub async fn start(
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     let mut child = cmd.spawn().map_err(|e| {
-        failure(
+        key_error(
             "reward.python.python",
             format!("cannot start {:?}: {e}", section.python),
         )
@@ -101,7 +94,7 @@ pub async fn start(
     let url = match tokio::time::timeout(limit, announced_url(&mut stdout)).await {
         Ok(Some(url)) => url,
         Err(_) => {
-            return Err(failure(
+            return Err(key_error(
                 "reward.python.startup_timeout_s",
                 format!(
                     "the reward server for {:?} did not listen within {} s",
@@ -123,7 +116,7 @@ pub async fn start(
                 .iter()
                 .cloned()
                 .collect();
-            return Err(failure(
+            return Err(key_error(
                 "reward.python",
                 format!(
                     "the reward server for {:?} stopped before it listened ({status}):\n{}",
