@@ -124,6 +124,7 @@ fn answer_to_spoiled(addr: &str, spoil: impl FnOnce(Vec<u8>) -> Vec<u8>) -> Resp
         pairs: vec![(vec![1, 2, 3], vec![4, 5])],
         pad_id: 0,
         routing: None,
+        observations: None,
     };
     let bytes = spoil(encode_request(1, Request::Values(seqs)).unwrap());
     let rt = tokio::runtime::Runtime::new().unwrap();

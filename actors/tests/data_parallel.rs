@@ -42,6 +42,7 @@ fn sequences() -> Sequences {
         pairs,
         pad_id: 0,
         routing: None,
+        observations: None,
     }
 }
 

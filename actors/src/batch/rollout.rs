@@ -6,6 +6,7 @@
 use super::Sequences;
 use oxalign_models::moe::routing::ExpertChoices;
 use serde::{Deserialize, Serialize};
+use std::ops::Range;
 
 /// How one sample is drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -83,6 +84,11 @@ pub struct Sample {
     /// `prompt ++ response` (all but the last response token) was routed to. None otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routing: Option<ExpertChoices>,
+    /// A multi-turn episode's environment tokens: ranges of `response` positions the
+    /// environment wrote (their `logprobs` are 0 and nothing trains on them). Empty for a
+    /// single turn.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observations: Vec<Range<usize>>,
 }
 
 /// The policy's answer to a [`RolloutRequest`]: one sample per request, in request order.
@@ -110,6 +116,7 @@ impl RolloutBatch {
     pub fn sequences(&self, pad_id: u32) -> Sequences {
         let routing: Option<Vec<ExpertChoices>> =
             self.samples.iter().map(|s| s.routing.clone()).collect();
+        let multi_turn = self.samples.iter().any(|s| !s.observations.is_empty());
         Sequences {
             pairs: self
                 .samples
@@ -118,6 +125,12 @@ impl RolloutBatch {
                 .collect(),
             pad_id,
             routing: routing.filter(|r| !r.is_empty()),
+            observations: multi_turn.then(|| {
+                self.samples
+                    .iter()
+                    .map(|s| s.observations.clone())
+                    .collect()
+            }),
         }
     }
 

@@ -22,6 +22,11 @@ pub struct Sequences {
     /// `TokenBatch::routing`). Only the policy's trainer uses them; None without replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routing: Option<Vec<ExpertChoices>>,
+    /// Multi-turn episodes: per row, the ranges of response positions an environment wrote
+    /// (tool results, later user turns). They stay in the sequence but leave the response
+    /// mask: nothing trains on them. None for single-turn batches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observations: Option<Vec<Vec<Range<usize>>>>,
 }
 
 impl Sequences {
@@ -53,7 +58,10 @@ impl Sequences {
             .iter()
             .map(|(p, r)| (p.as_slice(), r.as_slice()))
             .collect();
-        let batch = TokenBatch::new(&refs, self.pad_id, device)?;
+        let mut batch = TokenBatch::new(&refs, self.pad_id, device)?;
+        if let Some(spans) = &self.observations {
+            batch = batch.without_observations(spans)?;
+        }
         match &self.routing {
             Some(r) => batch.with_routing(r.clone()),
             None => Ok(batch),

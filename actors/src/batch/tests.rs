@@ -23,6 +23,7 @@ fn rollout() -> RolloutBatch {
                 logprobs: vec![-0.25 - i as f32; 1 + i as usize],
                 finish: if i == 2 { Finish::Length } else { Finish::Stop },
                 routing: None,
+                observations: Vec::new(),
             })
             .collect(),
     }
@@ -118,6 +119,7 @@ fn response_values_sit_at_the_response_positions() {
         pairs: vec![(vec![1, 2, 3], vec![4, 5]), (vec![1], vec![6])],
         pad_id: 0,
         routing: None,
+        observations: None,
     };
     let a = seqs.place_response_values(&[vec![-1.0, -2.0], vec![-3.0]]);
     assert_eq!((a.rows(), a.cols()), (2, 4));

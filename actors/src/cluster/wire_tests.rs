@@ -18,6 +18,7 @@ fn seqs() -> Sequences {
         pairs: vec![(vec![1, 2, 3], vec![4, 5]), (vec![6], vec![u32::MAX, 0, 9])],
         pad_id: 7,
         routing: None,
+        observations: None,
     }
 }
 
@@ -52,6 +53,7 @@ fn batch() -> RolloutBatch {
         response,
         finish: Finish::Length,
         routing: None,
+        observations: Vec::new(),
     };
     RolloutBatch {
         policy_version: 3,
@@ -184,6 +186,7 @@ fn ids_take_the_narrowest_dtype_that_holds_them() {
             pairs: vec![(vec![top; 1000], vec![top])],
             pad_id: 0,
             routing: None,
+            observations: None,
         };
         let bytes = encode_request(1, Request::Values(s.clone())).unwrap();
         let head = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;

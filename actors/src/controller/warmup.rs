@@ -85,6 +85,7 @@ pub(crate) async fn run_sft(
             pairs,
             pad_id: ctx.pad_id,
             routing: None,
+            observations: None,
         };
         let lr = schedule.lr_at(step);
         let timer = ctx.monitor.time("policy", "sft", 0);

@@ -159,6 +159,18 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         tokens: &TemplateTokens,
     ) -> Result<String, ChatTemplateError> {
+        self.render_with_tools(messages, None, add_generation_prompt, tokens)
+    }
+
+    /// [`Self::render`] with transformers' `tools=`: a list of JSON tool schemas
+    /// (`{"type": "function", "function": {...}}`) the template declares to the model.
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+        tokens: &TemplateTokens,
+    ) -> Result<String, ChatTemplateError> {
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -166,6 +178,9 @@ impl ChatTemplate {
         let mut ctx = std::collections::BTreeMap::<&str, Value>::new();
         ctx.insert("messages", Value::from_serialize(messages));
         ctx.insert("add_generation_prompt", Value::from(add_generation_prompt));
+        if let Some(tools) = tools {
+            ctx.insert("tools", Value::from_serialize(tools));
+        }
         for (name, token) in [
             ("bos_token", &tokens.bos_token),
             ("eos_token", &tokens.eos_token),

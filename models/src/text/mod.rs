@@ -4,3 +4,5 @@
 pub mod byte_tokenizer;
 pub mod chat_template;
 pub mod tokenizer;
+pub mod tool_call;
+pub mod turn_wrapper;

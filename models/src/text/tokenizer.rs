@@ -96,6 +96,7 @@ pub struct Tokenizer {
     pad: Option<SpecialToken>,
     unk: Option<SpecialToken>,
     chat_template: Option<ChatTemplate>,
+    tools: Option<serde_json::Value>,
     stop_ids: Vec<u32>,
     vocab_len: usize,
 }
@@ -256,6 +257,7 @@ impl Tokenizer {
             pad: None,
             unk: None,
             chat_template: None,
+            tools: None,
             stop_ids: Vec::new(),
             vocab_len,
         };
@@ -416,6 +418,17 @@ impl Tokenizer {
         self.chat_template = template;
     }
 
+    /// Declares `tools` (a JSON list of tool schemas, transformers' `tools=`) to every
+    /// later chat-template rendering; None renders without tools.
+    pub fn set_tools(&mut self, tools: Option<serde_json::Value>) {
+        self.tools = tools;
+    }
+
+    /// The tools every rendering declares (see [`Self::set_tools`]).
+    pub fn tools(&self) -> Option<&serde_json::Value> {
+        self.tools.as_ref()
+    }
+
     /// The special-token strings a chat template sees (`bos_token`, `eos_token`, ...).
     pub fn template_tokens(&self) -> TemplateTokens {
         let text = |t: &Option<SpecialToken>| t.as_ref().map(|t| t.content.clone());
@@ -428,7 +441,8 @@ impl Tokenizer {
     }
 
     /// Renders `messages` with the chat template, like transformers'
-    /// `apply_chat_template(messages, tokenize=False, add_generation_prompt=...)`.
+    /// `apply_chat_template(messages, tools=..., tokenize=False, add_generation_prompt=...)`
+    /// with the tools of [`Self::set_tools`].
     /// Encode the result with `add_special_tokens = false`.
     pub fn apply_chat_template(
         &self,
@@ -439,7 +453,12 @@ impl Tokenizer {
             .chat_template
             .as_ref()
             .ok_or(TokenizerError::NoChatTemplate)?;
-        Ok(template.render(messages, add_generation_prompt, &self.template_tokens())?)
+        Ok(template.render_with_tools(
+            messages,
+            self.tools.as_ref(),
+            add_generation_prompt,
+            &self.template_tokens(),
+        )?)
     }
 }
 

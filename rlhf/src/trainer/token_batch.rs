@@ -104,6 +104,45 @@ impl TokenBatch {
         Ok(self)
     }
 
+    /// This batch with the tokens an environment wrote into each row's response (multi-turn
+    /// episodes: tool results, the next user turn) taken out of the response mask, so no loss,
+    /// advantage or KL reads them. `spans[row]` holds ranges of response positions (`0` is
+    /// the first response token). Afterwards `response_lens` counts each row's model tokens
+    /// and `last_response_pos` is its last model token. Errors unless there is one list per
+    /// row and every range lies inside its row's response.
+    pub fn without_observations(mut self, spans: &[Vec<std::ops::Range<usize>>]) -> Result<Self> {
+        if spans.len() != self.rows() {
+            return Err(RlhfError::invalid(
+                "observations",
+                format!("{} rows", spans.len()),
+                format!("one list of spans per row ({} rows)", self.rows()),
+            ));
+        }
+        let (b, t1) = self.response_mask.dims2()?;
+        let mut mask = self.response_mask.flatten_all()?.to_vec1::<f32>()?;
+        for (row, row_spans) in spans.iter().enumerate() {
+            let len = self.response_lens[row];
+            let Some(last) = self.last_response_pos[row] else {
+                if let Some(s) = row_spans.iter().find(|s| !s.is_empty()) {
+                    return Err(span_error(row, s, 0));
+                }
+                continue;
+            };
+            let first = last + 1 - len;
+            for s in row_spans {
+                if s.start > s.end || s.end > len {
+                    return Err(span_error(row, s, len));
+                }
+                mask[row * t1 + first + s.start..row * t1 + first + s.end].fill(0.0);
+            }
+            let kept = &mask[row * t1 + first..=row * t1 + last];
+            self.response_lens[row] = kept.iter().filter(|&&m| m > 0.0).count();
+            self.last_response_pos[row] = kept.iter().rposition(|&m| m > 0.0).map(|j| first + j);
+        }
+        self.response_mask = Tensor::from_vec(mask, (b, t1), self.response_mask.device())?;
+        Ok(self)
+    }
+
     /// The rows `rows` (in that order) as a new batch with the same `T`.
     pub fn select_rows(&self, rows: &[usize]) -> Result<Self> {
         let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
@@ -132,6 +171,14 @@ impl TokenBatch {
     }
 }
 
+fn span_error(row: usize, span: &std::ops::Range<usize>, len: usize) -> RlhfError {
+    RlhfError::invalid(
+        "observations",
+        format!("row {row}: {span:?}"),
+        format!("a range of response positions within 0..{len}"),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,5 +200,22 @@ mod tests {
         );
         assert_eq!(b.last_response_pos, vec![Some(3), Some(0)]);
         assert_eq!(b.response_tokens(), 3);
+    }
+
+    #[test]
+    fn observations_leave_the_response_mask_and_the_counts() {
+        // Row 0: prompt [1, 2], response [3, 4, 5, 6, 7] where 5, 6 came from the environment.
+        let pairs: [(&[u32], &[u32]); 2] = [(&[1, 2], &[3, 4, 5, 6, 7]), (&[8], &[9, 10])];
+        let b = TokenBatch::new(&pairs, 0, &Device::Cpu).unwrap();
+        let b = b.without_observations(&[vec![2..4], vec![1..2]]).unwrap();
+        assert_eq!(
+            b.response_mask.to_vec2::<f32>().unwrap(),
+            vec![vec![0., 1., 1., 0., 0., 1.], vec![1., 0., 0., 0., 0., 0.]]
+        );
+        assert_eq!(b.response_lens, vec![3, 1]);
+        assert_eq!(b.last_response_pos, vec![Some(5), Some(0)]);
+        let bad = TokenBatch::new(&pairs, 0, &Device::Cpu).unwrap();
+        let err = bad.without_observations(&[vec![4..6], vec![]]).unwrap_err();
+        assert!(err.to_string().contains("0..5"), "{err}");
     }
 }

@@ -52,6 +52,7 @@ pub(crate) fn sequences(ctx: &Ctx<'_>, pairs: Vec<TokenPair>) -> Sequences {
         pairs,
         pad_id: ctx.pad_id,
         routing: None,
+        observations: None,
     }
 }
 

@@ -188,6 +188,7 @@ mod tests {
             response,
             finish,
             routing: None,
+            observations: Vec::new(),
         }
     }
 

@@ -95,6 +95,7 @@ impl EngineReplica {
             .zip(completions)
             .map(|(r, (c, routing))| Sample {
                 sample_id: r.sample_id,
+                observations: Vec::new(),
                 group_id: r.group_id,
                 prompt: r.prompt.clone(),
                 response: c.tokens,
