@@ -6,6 +6,7 @@ pub mod batch;
 pub mod cluster;
 pub(crate) mod collective_groups;
 pub mod controller;
+pub mod environment;
 pub mod error;
 pub mod executor;
 pub mod faults;
