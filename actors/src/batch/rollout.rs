@@ -46,6 +46,10 @@ pub struct SampleRequest {
     pub max_new_tokens: usize,
     /// How to sample.
     pub sampling: Sampling,
+    /// Ids that also end the completion besides the model's `eos_token_id`s (a chat turn's
+    /// end, e.g. `<|im_end|>`, for multi-turn episodes). Empty: the eos ids only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop_token_ids: Vec<u32>,
 }
 
 /// Completions to generate, in order.

@@ -74,6 +74,7 @@ fn batches_round_trip_through_serde() {
             prompt: vec![3, 4],
             max_new_tokens: 8,
             sampling: Sampling::greedy(),
+            stop_token_ids: Vec::new(),
         }],
     };
     assert_eq!(json_round_trip(&req), req);

@@ -117,6 +117,7 @@ fn requests_round_trip_bit_for_bit() {
             prompt: vec![3, 1, 4],
             max_new_tokens: 8,
             sampling: Sampling::greedy(),
+            stop_token_ids: Vec::new(),
         }],
     };
     let generate = Request::Generate {

@@ -1,6 +1,7 @@
 //! [`Ctx`]: the pieces every phase of a run needs (recipe, run folder, tokenizer, monitor,
 //! time limit, accuracy check), borrowed for the run's length.
 
+use super::rl::episodes::RunEnv;
 use crate::monitor::MonitorHandle;
 use crate::recipe::Recipe;
 use oxalign_models::text::tokenizer::Tokenizer;
@@ -25,4 +26,6 @@ pub(crate) struct Ctx<'a> {
     /// The exact-match check that defines accuracy, when the reward has one (per-step
     /// `accuracy` and the held-out evaluations are reported only then).
     pub answer_check: Option<AnswerMatch>,
+    /// The environment of multi-turn episodes (`[env]`); None: one completion per sample.
+    pub env: Option<&'a RunEnv>,
 }

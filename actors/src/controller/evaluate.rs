@@ -50,6 +50,7 @@ pub(crate) async fn accuracy<G: Generate + ?Sized>(
             prompt,
             max_new_tokens: rl.max_new_tokens,
             sampling: Sampling::greedy(),
+            stop_token_ids: Vec::new(),
         };
         request.samples.push(r.clone());
         for k in 0..SAMPLES {

@@ -50,9 +50,12 @@ pub(crate) fn encode_rollout_prompt(
         .tok
         .encode(text, true)
         .map_err(|e| RunError::controller(at, "encode", e))?;
-    let max_new = ctx.recipe.rl.max_new_tokens;
+    let (max_new, key) = match &ctx.recipe.env {
+        Some(env) => (env.max_tokens, "env.max_tokens"),
+        None => (ctx.recipe.rl.max_new_tokens, "rl.max_new_tokens"),
+    };
     if prompt.len() + max_new > ctx.context {
-        check_context(ctx, &what(), prompt.len(), max_new, "rl.max_new_tokens")?;
+        check_context(ctx, &what(), prompt.len(), max_new, key)?;
     }
     Ok(prompt)
 }

@@ -22,6 +22,7 @@ mod lora_models;
 mod offline;
 mod progress;
 mod rl;
+use rl::episodes::RunEnv;
 pub mod run;
 pub(crate) mod setup;
 mod shared_reference;
@@ -124,7 +125,15 @@ async fn run(
 ) -> Result<RunSummary, RunError> {
     let pdir = setup::policy_dir(recipe, run_dir)?;
     let setup = |phase, cause: Cause| RunError::controller(At::Setup, phase, cause);
-    let tok = Tokenizer::from_dir(&pdir).map_err(|e| setup("tokenizer", e.into()))?;
+    let mut tok = Tokenizer::from_dir(&pdir).map_err(|e| setup("tokenizer", e.into()))?;
+    let env = recipe
+        .env
+        .as_ref()
+        .map(|e| RunEnv::new(e, tok.chat_template().is_some()));
+    if let Some(env) = &env {
+        // Prompts and SFT conversations declare the tools through the chat template.
+        tok.set_tools(Some(env.runner.schemas()));
+    }
     let config = pdir.join("config.json");
     let context = oxalign_models::ModelConfig::from_file(&config)
         .map_err(|e| setup("model_config", e.into()))?
@@ -144,6 +153,7 @@ async fn run(
         quiet: opts.quiet,
         timeout: recipe.supervision.call_timeout(),
         answer_check,
+        env: env.as_ref(),
     };
     // A collective call waits no longer than a role call: the supervisor then acts on it.
     let groups = GroupSettings::default().with_timeout(recipe.supervision.call_timeout());

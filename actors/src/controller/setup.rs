@@ -76,7 +76,8 @@ impl Roles {
 /// The policy's model folder: the recipe's `model.path`, or a fresh model written to
 /// `<run>/init` by `oxalign_models::init_model_dir` (created once; a resumed run reuses it).
 /// The byte tokenizer stops at eos only here (`InitTokenizer::BytePlainText`), as the tuned
-/// recipes expect.
+/// recipes expect; with `[env]` it also stops at `<|im_end|>`, the end of a chat turn, so an
+/// episode's turn ends where its chat template ends one.
 pub fn policy_dir(recipe: &Recipe, run_dir: &Path) -> Result<PathBuf, RunError> {
     if let Some(p) = &recipe.model.path {
         return Ok(PathBuf::from(p));
@@ -102,7 +103,10 @@ pub fn policy_dir(recipe: &Recipe, run_dir: &Path) -> Result<PathBuf, RunError> 
         preset,
         head: InitHead::Lm,
         seed: recipe.run.seed,
-        tokenizer: InitTokenizer::BytePlainText,
+        tokenizer: match recipe.env {
+            Some(_) => InitTokenizer::Byte,
+            None => InitTokenizer::BytePlainText,
+        },
     };
     init_model_dir(&dir, &spec).map_err(|e| match e {
         InitError::Model(e) => fail(e.into()),

@@ -55,6 +55,19 @@ pub enum EpisodeEnd {
     EnvFailed(String),
 }
 
+impl std::fmt::Display for EpisodeEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EpisodeEnd::Done => f.write_str("done"),
+            EpisodeEnd::TurnLimit => f.write_str("turn limit"),
+            EpisodeEnd::TokenBudget => f.write_str("token budget"),
+            EpisodeEnd::TurnLength => f.write_str("turn cut at rl.max_new_tokens"),
+            EpisodeEnd::TimedOut(m) => write!(f, "timed out: {m}"),
+            EpisodeEnd::EnvFailed(m) => write!(f, "environment failed: {m}"),
+        }
+    }
+}
+
 impl EpisodeEnd {
     /// Whether the episode failed (timed out or its environment failed), rather than ending
     /// by a rule.

@@ -85,6 +85,7 @@ fn request(tok: &Tokenizer, n: usize, per_turn: usize) -> RolloutRequest {
                 prompt: prompt.clone(),
                 max_new_tokens: per_turn,
                 sampling: Sampling::greedy(),
+                stop_token_ids: Vec::new(),
             })
             .collect(),
     }

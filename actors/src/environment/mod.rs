@@ -25,6 +25,14 @@ pub use tools::{Tool, ToolRunner};
 use async_trait::async_trait;
 use oxalign_models::text::chat_template::ChatMessage;
 
+/// The built-in tool called `name`, if there is one.
+pub fn built_in_tool(name: &str) -> Option<Box<dyn Tool>> {
+    match name {
+        "calculator" => Some(Box::new(Calculator)),
+        _ => None,
+    }
+}
+
 /// The dataset row an episode starts from.
 #[derive(Debug, Clone, Copy)]
 pub struct EpisodeRow<'a> {

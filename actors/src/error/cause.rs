@@ -114,6 +114,13 @@ pub enum Cause {
     /// The nodes of the Slurm allocation `[cluster]` asks for cannot be read.
     #[error(transparent)]
     Slurm(#[from] SlurmError),
+    /// Every group of a round had an episode that timed out or whose environment failed
+    /// (`env.on_failure = "drop"`), so nothing is left to train on.
+    #[error("every episode group had a failed episode, so nothing is left to train on; the first: {first}")]
+    EpisodesFailed {
+        /// How the first failed episode ended.
+        first: String,
+    },
     /// Something the run needs is absent (a recipe key, answers, reference log-probs, ...).
     #[error(transparent)]
     Missing(#[from] Missing),
@@ -263,6 +270,7 @@ impl Cause {
             | Cause::Unreachable(_)
             | Cause::Poisoned
             | Cause::Refit(_)
+            | Cause::EpisodesFailed { .. }
             | Cause::Injected(_) => false,
         }
     }

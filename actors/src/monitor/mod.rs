@@ -43,7 +43,7 @@ pub use handle::{MonitorHandle, SpanTimer};
 pub use msg::MonitorMsg;
 pub use replay::load_run_dir;
 pub use run_log::{files, RunLog, RunRecord};
-pub use samples::{SampleRecord, StepSamples};
+pub use samples::{EpisodeLog, SampleRecord, StepSamples};
 pub use span::{phase, Span};
 pub use state::{ActorChange, MonitorLimits, MonitorSnapshot, MonitorState};
 pub use step_metrics::{metric, StepMetrics};

@@ -19,6 +19,24 @@ pub struct SampleRecord {
     pub answer: Option<String>,
     /// Why generation ended: `stop` (a stop token) or `length` (`max_new_tokens`).
     pub finish_reason: String,
+    /// A multi-turn episode (`[env]`): its turns, tool calls, end and whole transcript;
+    /// `completion` is then its last turn (what the reward read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub episode: Option<EpisodeLog>,
+}
+
+/// What a logged multi-turn episode did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeLog {
+    /// Model turns.
+    pub turns: usize,
+    /// Tool calls, and how many of them failed.
+    pub tool_calls: usize,
+    pub tool_errors: usize,
+    /// Why it ended (`done`, `turn limit`, `timed out: …`, …).
+    pub end: String,
+    /// Every turn and reply after the prompt, special tokens kept.
+    pub transcript: String,
 }
 
 /// The samples one RL step logged, in batch order.
@@ -52,6 +70,7 @@ mod tests {
             reward: 1.0,
             answer: None,
             finish_reason: "stop".into(),
+            episode: None,
         }
     }
 

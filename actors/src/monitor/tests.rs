@@ -207,6 +207,7 @@ fn sample_step(step: u64) -> StepSamples {
         reward,
         answer: Some("4".into()),
         finish_reason: "stop".into(),
+        episode: None,
     };
     StepSamples {
         step,

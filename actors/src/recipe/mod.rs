@@ -7,6 +7,7 @@
 
 mod cluster;
 mod engine_placement_check;
+mod env;
 mod expert_parallel_check;
 mod head_check;
 mod host_name;
@@ -34,6 +35,7 @@ pub use cluster::{
     is_loopback, is_loopback_host, role_placements, split_addr, AddressError, ClusterSection,
     DEFAULT_COOKIE_ENV,
 };
+pub use env::{EnvSection, OnEpisodeFailure, BUILT_IN_TOOLS};
 pub use log::LogSection;
 pub use lora::LoraSection;
 pub use offline::{DpoSection, RmSection, RunKind};
@@ -89,6 +91,9 @@ pub struct Recipe {
     /// `[log]`: experiment-tracking outputs (TensorBoard).
     #[serde(skip_serializing_if = "LogSection::is_default")]
     pub log: LogSection,
+    /// `[env]`: multi-turn episodes with tools (absent: one completion per sample).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env: Option<EnvSection>,
     /// `[lora]`: train LoRA adapters with the base frozen (absent: every weight trains).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lora: Option<LoraSection>,

@@ -33,6 +33,7 @@ pub fn validate(recipe: &Recipe, file: &Path) -> Result<(), RecipeError> {
     super::sharding_check::validate(r, &bad)?;
     super::lora::validate(r, &bad)?;
     super::log::validate(r, &bad)?;
+    super::env::validate(r, &bad)?;
     super::expert_parallel_check::validate(r, &bad)?;
     super::moe_switches::validate(r, &bad)?;
     super::precision::validate(r, &bad)?;

@@ -207,7 +207,12 @@ mod tests {
         // Row 0: prompt [1, 2], response [3, 4, 5, 6, 7] where 5, 6 came from the environment.
         let pairs: [(&[u32], &[u32]); 2] = [(&[1, 2], &[3, 4, 5, 6, 7]), (&[8], &[9, 10])];
         let b = TokenBatch::new(&pairs, 0, &Device::Cpu).unwrap();
-        let b = b.without_observations(&[vec![2..4], vec![1..2]]).unwrap();
+        let b = b
+            .without_observations(&[
+                std::iter::once(2..4).collect(),
+                std::iter::once(1..2).collect(),
+            ])
+            .unwrap();
         assert_eq!(
             b.response_mask.to_vec2::<f32>().unwrap(),
             vec![vec![0., 1., 1., 0., 0., 1.], vec![1., 0., 0., 0., 0., 0.]]
@@ -215,7 +220,9 @@ mod tests {
         assert_eq!(b.response_lens, vec![3, 1]);
         assert_eq!(b.last_response_pos, vec![Some(5), Some(0)]);
         let bad = TokenBatch::new(&pairs, 0, &Device::Cpu).unwrap();
-        let err = bad.without_observations(&[vec![4..6], vec![]]).unwrap_err();
+        let err = bad
+            .without_observations(&[std::iter::once(4..6).collect(), vec![]])
+            .unwrap_err();
         assert!(err.to_string().contains("0..5"), "{err}");
     }
 }

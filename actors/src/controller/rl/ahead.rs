@@ -141,6 +141,8 @@ mod tests {
             gen_secs: 0.0,
             prompts_drawn: 4,
             dynamic: None,
+            episodes: None,
+            episode_records: Vec::new(),
         }
     }
 

@@ -5,11 +5,12 @@
 
 use super::rollout::Rollout;
 use crate::batch::Finish;
-use crate::monitor::{SampleRecord, StepSamples};
+use crate::monitor::{EpisodeLog, SampleRecord, StepSamples};
+use oxalign_models::text::tokenizer::Tokenizer;
 
-/// The first `k` samples of `ro` as records still without their reward; `None` when `k`
-/// is 0 (logging off).
-pub(crate) fn pick(ro: &Rollout, k: usize) -> Option<Vec<SampleRecord>> {
+/// The first `k` samples of `ro` as records still without their reward (an episode's
+/// transcript decoded by `tok`); `None` when `k` is 0 (logging off).
+pub(crate) fn pick(ro: &Rollout, k: usize, tok: &Tokenizer) -> Option<Vec<SampleRecord>> {
     if k == 0 {
         return None;
     }
@@ -26,6 +27,13 @@ pub(crate) fn pick(ro: &Rollout, k: usize) -> Option<Vec<SampleRecord>> {
             reward: 0.0,
             answer: ro.rows.answers.get(i).cloned().flatten(),
             finish_reason: finish_reason(s.finish).to_string(),
+            episode: ro.episode_records.get(i).map(|r| EpisodeLog {
+                turns: r.turns,
+                tool_calls: r.tool_calls,
+                tool_errors: r.tool_errors,
+                end: r.end.to_string(),
+                transcript: tok.decode(&s.response, false).unwrap_or_default(),
+            }),
         })
         .collect();
     Some(records)
@@ -94,6 +102,7 @@ mod tests {
             reward: 0.0,
             answer: Some("4".into()),
             finish_reason: "stop".into(),
+            episode: None,
         };
         let got = with_rewards(2, Some(vec![rec("4"), rec("5")]), &[1.0, 0.0, 1.0]).unwrap();
         assert_eq!(got.step, 2);

@@ -43,6 +43,7 @@
 //!    equal ([`zero_variance`]) and warns when no group carried a signal for 5 steps in a row.
 
 pub(crate) mod ahead;
+pub(crate) mod episodes;
 pub(crate) mod experience;
 pub(crate) mod heldout;
 pub(crate) mod logged_samples;

@@ -2,6 +2,7 @@
 //! the dashboard and Prometheus) and its row of the live table. It computes nothing that
 //! feeds back into training.
 
+use super::episodes::EpisodeStats;
 use super::experience::Experience;
 use super::refit::Moved;
 use super::rollout::DynamicReport;
@@ -49,6 +50,8 @@ pub(crate) struct StepOutcome<'a> {
     pub generated: usize,
     /// Dynamic sampling's rounds and group counts, when it is on.
     pub dynamic: Option<DynamicReport>,
+    /// What the multi-turn episodes did (`[env]`).
+    pub episodes: Option<EpisodeStats>,
     /// Generated completions that match their reference answer, when the reward defines
     /// accuracy.
     pub correct: Option<usize>,
@@ -80,7 +83,14 @@ pub(crate) struct StepOutcome<'a> {
 fn metrics(o: &StepOutcome<'_>) -> StepMetrics {
     let mut m = StepMetrics::new(o.step);
     let always = [learning(o), timing(o)].concat();
-    let optional = [refit_transfer(o), dynamic_sampling(o), correction(o)].concat();
+    let episodes = o.episodes.map(|e| e.metrics()).unwrap_or_default();
+    let optional = [
+        refit_transfer(o),
+        dynamic_sampling(o),
+        correction(o),
+        episodes,
+    ]
+    .concat();
     for (k, v) in always.into_iter().chain(optional) {
         m.values.insert(k.to_string(), v);
     }

@@ -8,6 +8,7 @@
 //! indices `r·batch + i`: pure functions of (run seed, step, index), so a resumed or replayed
 //! step draws exactly the same samples.
 
+use super::episodes::{self, episode_scores, surviving_groups, EpisodeStats, RunEnv};
 use super::seeds::sample_seed;
 use super::shaping::RewardShaping;
 use crate::batch::{RolloutBatch, RolloutRequest, SampleRequest, Sampling};
@@ -15,6 +16,9 @@ use crate::controller::context::Ctx;
 use crate::controller::error::{At, RunError};
 use crate::controller::lengths::{encode_rollout_prompt, quoted};
 use crate::controller::setup::Roles;
+use crate::environment::EpisodeRecord;
+use crate::error::Cause;
+use crate::recipe::OnEpisodeFailure;
 use crate::roles::{Generate, RewardRequest};
 use oxalign_data::PromptSource;
 use oxalign_rlhf::advantages::{informative_count, informative_groups, select_groups};
@@ -58,6 +62,12 @@ pub(crate) struct Rollout {
     pub prompts_drawn: u64,
     /// Dynamic sampling's rounds and group counts, when it is on.
     pub dynamic: Option<DynamicReport>,
+    /// What the episodes did (`[env]`); None for single turns.
+    #[serde(default)]
+    pub episodes: Option<EpisodeStats>,
+    /// Each sample's episode, in sample order (`[env]`); empty for single turns.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub episode_records: Vec<EpisodeRecord>,
 }
 
 /// What dynamic sampling did in one step.
@@ -103,6 +113,11 @@ fn rollout_request(
                     top_p: rl.top_p as f32,
                     seed: sample_seed(r.run.seed, step, seed_base + sample_id),
                 },
+                // An episode's turn ends where the chat template ends a turn.
+                stop_token_ids: match ctx.env {
+                    Some(_) => ctx.tok.stop_token_ids().to_vec(),
+                    None => Vec::new(),
+                },
             });
             rows.prompts.push(it.prompt.clone());
             rows.answers.push(it.answer.clone());
@@ -128,15 +143,35 @@ async fn generate(
     let (request, rows) = rollout_request(ctx, data, first, seed_base, step)?;
     let generator = roles.generator();
     let timer = ctx.monitor.time(generator.actor(), "generate", step);
-    let batch = generator
-        .generate(request, format!("generate step {step}"))
-        .await
-        .map_err(RunError::at(at))?;
+    let label = format!("generate step {step}");
+    let (batch, records) = match ctx.env {
+        Some(env) => {
+            let texts = (&rows.prompts[..], &rows.answers[..], &rows.columns[..]);
+            let (b, r) = episodes::generate(&generator, env, ctx.tok, &request, texts, &label)
+                .await
+                .map_err(RunError::at(at))?;
+            (b, Some(r))
+        }
+        None => (
+            generator
+                .generate(request, label)
+                .await
+                .map_err(RunError::at(at))?,
+            None,
+        ),
+    };
     let gen_secs = timer.finish();
+    // An episode's reward reads its last turn, the answer.
     let texts: Vec<String> = batch
         .samples
         .iter()
-        .map(|s| ctx.tok.decode_generated(&s.response, true))
+        .enumerate()
+        .map(|(i, s)| {
+            let answer = records
+                .as_ref()
+                .map_or(0..s.response.len(), |r| r[i].last_turn.clone());
+            ctx.tok.decode_generated(&s.response[answer], true)
+        })
         .collect::<Result<_, _>>()
         .map_err(|e| RunError::controller(at, "decode", e))?;
     let correct = ctx.answer_check.as_ref().map(|check| {
@@ -146,7 +181,7 @@ async fn generate(
             .filter(|(t, a)| check.is_correct(t, a.as_deref()))
             .count()
     });
-    Ok(Rollout {
+    let ro = Rollout {
         step,
         generated: batch.len(),
         gen_tokens: batch.response_tokens(),
@@ -163,7 +198,55 @@ async fn generate(
         gen_secs,
         prompts_drawn: rl.prompts_per_step as u64,
         dynamic: None,
-    })
+        episodes: records.as_ref().map(|r| EpisodeStats::of(r)),
+        episode_records: records.unwrap_or_default(),
+    };
+    match ctx.env {
+        Some(env) => score_episodes(ctx, roles, env, ro).await,
+        None => Ok(ro),
+    }
+}
+
+/// Scores a round of episodes now (`episodes::episode_scores`) and, with
+/// `env.on_failure = "drop"`, keeps only the groups without a failed episode.
+async fn score_episodes(
+    ctx: &Ctx<'_>,
+    roles: &Roles,
+    env: &RunEnv,
+    mut ro: Rollout,
+) -> Result<Rollout, RunError> {
+    let step = ro.step;
+    let scores = rewards(ctx, roles, &ro, step).await?;
+    ro.rewards = Some(episode_scores(env, &scores, &ro.episode_records));
+    let g = ctx.recipe.rl.samples_per_prompt;
+    let kept = surviving_groups(&ro.episode_records, g);
+    if env.on_failure == OnEpisodeFailure::Score || kept.len() * g == ro.batch.len() {
+        return Ok(ro);
+    }
+    if kept.is_empty() {
+        let first = ro.episode_records.iter().find(|r| r.end.failed());
+        let first = first.map_or_else(String::new, |r| {
+            format!("{} (turn {})", r.end, r.end_turn + 1)
+        });
+        return Err(RunError::controller(
+            At::Rl(step),
+            "episodes",
+            Cause::EpisodesFailed { first },
+        ));
+    }
+    let dropped = ro.batch.len() - kept.len() * g;
+    let report = DynamicReport {
+        rounds: 1,
+        dropped: 0,
+        filled: 0,
+    };
+    let pairs: Vec<(usize, usize)> = kept.into_iter().map(|k| (0, k)).collect();
+    let mut out = merge(vec![ro], &pairs, g, report);
+    out.dynamic = None;
+    if let Some(e) = out.episodes.as_mut() {
+        e.dropped = dropped;
+    }
+    Ok(out)
 }
 
 /// The reward of each sample of `ro`.
@@ -207,7 +290,10 @@ pub(super) async fn rollout(
         let r = rounds.len();
         let first = data_position + (r * target) as u64;
         let mut ro = generate(ctx, roles, data, first, r, step).await?;
-        let scores = rewards(ctx, roles, &ro, step).await?;
+        let scores = match ro.rewards.take() {
+            Some(episode_scores) => episode_scores,
+            None => rewards(ctx, roles, &ro, step).await?,
+        };
         let shaped: Vec<f32> = scores
             .iter()
             .zip(&ro.batch.samples)
@@ -253,6 +339,8 @@ fn merge(
         gen_secs: rounds.iter().map(|r| r.gen_secs).sum(),
         prompts_drawn: rounds.iter().map(|r| r.prompts_drawn).sum(),
         dynamic: Some(report),
+        episodes: EpisodeStats::sum(rounds.iter().map(|r| r.episodes)),
+        episode_records: Vec::new(),
     };
     let mut rewards = Vec::with_capacity(kept.len() * group_size);
     for (new_group, &(r, group)) in kept.iter().enumerate() {
@@ -271,6 +359,9 @@ fn merge(
                 out.rows.columns.push(c.take());
             }
             rewards.push(ro.rewards.as_ref().map_or(0.0, |v| v[i]));
+            if let Some(r) = ro.episode_records.get(i) {
+                out.episode_records.push(r.clone());
+            }
         }
     }
     out.rewards = Some(rewards);

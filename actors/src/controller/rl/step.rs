@@ -48,7 +48,7 @@ async fn score_and_update(
     updating: oneshot::Sender<()>,
 ) -> Result<Trained, RunError> {
     let t_score = Instant::now();
-    let picked = logged_samples::pick(&ro, ctx.recipe.rl.log_samples);
+    let picked = logged_samples::pick(&ro, ctx.recipe.rl.log_samples, ctx.tok);
     let scored = score(ctx, roles, ro, stale).await?;
     let samples = logged_samples::with_rewards(step, picked, &scored.rewards);
     let score_secs = t_score.elapsed().as_secs_f64();
@@ -154,7 +154,7 @@ pub(crate) async fn run_step(
     let n = ro.batch.len();
     let (generated, gen_secs, correct) = (ro.generated, ro.gen_secs, ro.correct);
     let (gen_tokens, all_tokens) = (ro.gen_tokens, ro.all_tokens);
-    let (prompts_drawn, dynamic) = (ro.prompts_drawn, ro.dynamic);
+    let (prompts_drawn, dynamic, episodes) = (ro.prompts_drawn, ro.dynamic, ro.episodes);
     let plan = plan_ahead(ctx, &ahead, state.data_position + prompts_drawn, step);
 
     // 2-4. Score, experience, update, while the engine generates the batches ahead.
@@ -192,6 +192,7 @@ pub(crate) async fn run_step(
         samples: n,
         generated,
         dynamic,
+        episodes,
         correct,
         gen_tokens,
         all_tokens,

@@ -75,6 +75,7 @@ impl EngineReplica {
                     top_p: r.sampling.top_p,
                     seed: r.sampling.seed,
                 };
+                q.stop_token_ids = r.stop_token_ids.clone();
                 q
             })
             .collect();
