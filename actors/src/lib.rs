@@ -15,3 +15,4 @@ pub mod placement;
 pub mod recipe;
 pub mod replicas;
 pub mod roles;
+pub(crate) mod service;

@@ -126,14 +126,15 @@ async fn run(
     let pdir = setup::policy_dir(recipe, run_dir)?;
     let setup = |phase, cause: Cause| RunError::controller(At::Setup, phase, cause);
     let mut tok = Tokenizer::from_dir(&pdir).map_err(|e| setup("tokenizer", e.into()))?;
-    let env = recipe
-        .env
-        .as_ref()
-        .map(|e| RunEnv::new(e, tok.chat_template().is_some()));
-    if let Some(env) = &env {
-        // Prompts and SFT conversations declare the tools through the chat template.
-        tok.set_tools(Some(env.runner.schemas()));
-    }
+    let env = match &recipe.env {
+        Some(e) => Some(
+            RunEnv::new(e, tok.chat_template().is_some())
+                .map_err(|m| setup("env", Cause::Environment(m)))?,
+        ),
+        None => None,
+    };
+    // Prompts and SFT conversations declare the tools through the chat template.
+    tok.set_tools(env.as_ref().and_then(|e| e.tools.clone()));
     let config = pdir.join("config.json");
     let context = oxalign_models::ModelConfig::from_file(&config)
         .map_err(|e| setup("model_config", e.into()))?

@@ -119,7 +119,6 @@ impl Live {
         self.record.end = end;
         self.record.end_turn = turn;
         self.ended = true;
-        self.episode = None;
     }
 }
 
@@ -171,6 +170,19 @@ pub async fn run_episodes(
             ep.end(EpisodeEnd::TurnLimit, turn);
         }
         debug_assert_eq!(ep.response.len(), ep.logprobs.len(), "episode {i}");
+    }
+    let closing = live
+        .iter_mut()
+        .filter_map(|ep| ep.episode.as_mut())
+        .map(|e| e.close());
+    futures::future::join_all(closing).await;
+    if version == u64::MAX {
+        // Every episode failed before its first turn: the batch still belongs to the
+        // policy's current version (an empty request generates nothing and says which).
+        let empty = gen
+            .generate(RolloutRequest::default(), label.to_string())
+            .await?;
+        version = empty.policy_version;
     }
     Ok(assemble(request, live, version))
 }
@@ -380,7 +392,7 @@ fn assemble(request: &RolloutRequest, live: Vec<Live>, version: u64) -> EpisodeO
     }
     EpisodeOutcome {
         batch: RolloutBatch {
-            policy_version: if version == u64::MAX { 0 } else { version },
+            policy_version: version,
             samples,
         },
         records,

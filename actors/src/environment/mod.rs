@@ -7,12 +7,14 @@
 //!   (`oxalign_models::text::tool_call`), runs each declared [`Tool`] and answers with their
 //!   results; a turn without a call ends the episode (it is the final answer).
 //! * `calculator.rs`: the built-in calculator tool.
+//! * `http.rs`: an environment server in any language, over HTTP/JSON.
 //! * `episodes.rs`: the turn loop over a batch of episodes: generation through the policy,
 //!   the environments' replies appended as tokens (never a re-rendered conversation), and
 //!   the limits that end an episode (turns, tokens, deadline, a failing environment).
 
 mod calculator;
 mod episodes;
+mod http;
 mod tools;
 
 #[cfg(test)]
@@ -20,6 +22,7 @@ mod episodes_tests;
 
 pub use calculator::Calculator;
 pub use episodes::{run_episodes, EpisodeEnd, EpisodeLimits, EpisodeOutcome, EpisodeRecord};
+pub use http::HttpEnvironment;
 pub use tools::{Tool, ToolRunner};
 
 use async_trait::async_trait;
@@ -93,4 +96,8 @@ pub trait Episode: Send {
     /// The environment's answer to the model's turn `turn` (decoded with its special
     /// tokens, so tool-call markers survive); `index` counts the episode's turns from 0.
     async fn step(&mut self, index: usize, turn: &str) -> Result<Transition, EnvError>;
+
+    /// The episode is over (ended by any rule, or failed): release what it holds. Best
+    /// effort and short; the default does nothing.
+    async fn close(&mut self) {}
 }

@@ -114,6 +114,9 @@ pub enum Cause {
     /// The nodes of the Slurm allocation `[cluster]` asks for cannot be read.
     #[error(transparent)]
     Slurm(#[from] SlurmError),
+    /// The environment of `[env]` could not be set up (its HTTP client).
+    #[error("env: {0}")]
+    Environment(String),
     /// Every group of a round had an episode that timed out or whose environment failed
     /// (`env.on_failure = "drop"`), so nothing is left to train on.
     #[error("every episode group had a failed episode, so nothing is left to train on; the first: {first}")]
@@ -271,6 +274,7 @@ impl Cause {
             | Cause::Poisoned
             | Cause::Refit(_)
             | Cause::EpisodesFailed { .. }
+            | Cause::Environment(_)
             | Cause::Injected(_) => false,
         }
     }

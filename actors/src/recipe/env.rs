@@ -21,10 +21,64 @@ pub enum OnEpisodeFailure {
     Score,
 }
 
+/// Which environment answers the model's turns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum EnvKind {
+    /// The built-in tool runner: `env.tools`, called in `env.tool_format`.
+    #[default]
+    Tools,
+    /// An environment server (`[env.http]`), in any language; docs/ENVIRONMENTS.md.
+    Http,
+}
+
+/// `[env.http]`: where the environment server is and how hard to try.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EnvHttpSection {
+    /// The server's base URL (`http://` or `https://`); its endpoints are `/reset`, `/step`
+    /// and `/close` under it. Required with `env.kind = "http"`.
+    pub url: String,
+    /// Seconds one attempt may take. Default 30.
+    pub timeout_s: f64,
+    /// Retries of a failed call (a retried step carries the same `turn_index`). Default 2.
+    pub max_retries: u32,
+    /// Backoff before the first retry, seconds; doubled up to `backoff_max_s`. Default 0.2.
+    pub backoff_min_s: f64,
+    /// Longest backoff, seconds. Default 2.
+    pub backoff_max_s: f64,
+    /// No retry starts later than this after a call's first attempt, seconds. Default 30.
+    pub retry_budget_s: f64,
+    /// Consecutive failed attempts that open the circuit breaker (refused connections,
+    /// error statuses; a call that times out ends its own episode and does not count).
+    /// Default 5.
+    pub breaker_failures: u32,
+    /// Seconds the open breaker fails calls without sending them. Default 10.
+    pub breaker_cooldown_s: f64,
+}
+
+impl Default for EnvHttpSection {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            timeout_s: 30.0,
+            max_retries: 2,
+            backoff_min_s: 0.2,
+            backoff_max_s: 2.0,
+            retry_budget_s: 30.0,
+            breaker_failures: 5,
+            breaker_cooldown_s: 10.0,
+        }
+    }
+}
+
 /// `[env]`: the environment of multi-turn episodes and their limits.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct EnvSection {
+    /// `"tools"` (the built-in tool runner) or `"http"` (an environment server,
+    /// `[env.http]`). Default `"tools"`.
+    pub kind: EnvKind,
     /// Built-in tools the model may call, declared to it through the chat template's
     /// `tools=` (`"calculator"`). Default `["calculator"]`.
     pub tools: Vec<String>,
@@ -46,11 +100,15 @@ pub struct EnvSection {
     pub on_failure: OnEpisodeFailure,
     /// The reward of a failed episode with `on_failure = "score"`. Default 0.
     pub failure_reward: f64,
+    /// `[env.http]`: the environment server of `kind = "http"`.
+    pub http: EnvHttpSection,
 }
 
 impl Default for EnvSection {
     fn default() -> Self {
         Self {
+            kind: EnvKind::Tools,
+            http: EnvHttpSection::default(),
             tools: vec!["calculator".into()],
             tool_format: ToolCallFormat::Hermes,
             max_turns: 4,
@@ -99,6 +157,9 @@ pub(super) fn validate(
     if !env.failure_reward.is_finite() {
         return Err(bad("env.failure_reward", "expected a finite number".into()));
     }
+    if env.kind == EnvKind::Http {
+        return validate_http(&env.http, bad);
+    }
     if env.tools.is_empty() {
         return Err(bad(
             "env.tools",
@@ -125,4 +186,43 @@ pub(super) fn validate(
         ));
     }
     Ok(())
+}
+
+/// Refuses an `[env.http]` without a usable URL or with limits that are not positive.
+fn validate_http(
+    http: &EnvHttpSection,
+    bad: &impl Fn(&str, String) -> RecipeError,
+) -> Result<(), RecipeError> {
+    if let Err(e) = crate::service::check_url(&http.url) {
+        return Err(bad("env.http.url", format!("{:?}: {e}", http.url)));
+    }
+    for (key, v) in [
+        ("env.http.timeout_s", http.timeout_s),
+        ("env.http.backoff_min_s", http.backoff_min_s),
+        ("env.http.backoff_max_s", http.backoff_max_s),
+        ("env.http.retry_budget_s", http.retry_budget_s),
+        ("env.http.breaker_cooldown_s", http.breaker_cooldown_s),
+    ] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(bad(key, format!("{v} is not a positive number of seconds")));
+        }
+    }
+    Ok(())
+}
+
+impl EnvHttpSection {
+    /// The transport's retry and breaker settings.
+    pub(crate) fn persistence(&self) -> crate::service::Persistence {
+        let secs = std::time::Duration::from_secs_f64;
+        crate::service::Persistence {
+            timeout: secs(self.timeout_s),
+            max_retries: self.max_retries,
+            min_backoff: secs(self.backoff_min_s),
+            max_backoff: secs(self.backoff_max_s),
+            retry_budget: secs(self.retry_budget_s),
+            breaker_failures: self.breaker_failures,
+            breaker_cooldown: secs(self.breaker_cooldown_s),
+            timeouts_trip_breaker: false,
+        }
+    }
 }

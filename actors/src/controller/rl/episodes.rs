@@ -5,34 +5,50 @@
 
 use crate::batch::{RolloutBatch, RolloutRequest};
 use crate::environment::{
-    built_in_tool, run_episodes, EpisodeLimits, EpisodeRecord, EpisodeRow, Tool, ToolRunner,
+    built_in_tool, run_episodes, Environment, EpisodeLimits, EpisodeRecord, EpisodeRow,
+    HttpEnvironment, Tool, ToolRunner,
 };
-use crate::recipe::{EnvSection, OnEpisodeFailure};
+use crate::recipe::{EnvKind, EnvSection, OnEpisodeFailure};
 use crate::roles::Generate;
 use oxalign_models::text::tokenizer::Tokenizer;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// The run's environment: the tool runner of `[env]` and the episodes' limits.
+/// The run's environment (`[env]`: the tool runner or an environment server), the tools
+/// the chat template declares, and the episodes' limits.
 pub(crate) struct RunEnv {
-    pub runner: ToolRunner,
+    pub env: Box<dyn Environment>,
+    /// The tools' JSON schemas for the chat template's `tools=` (the tool runner's).
+    pub tools: Option<serde_json::Value>,
     pub limits: EpisodeLimits,
     pub on_failure: OnEpisodeFailure,
     pub failure_reward: f32,
 }
 
 impl RunEnv {
-    /// The environment of `env` (its tools checked by the recipe's validation), for a
-    /// tokenizer with or without a chat template.
-    pub fn new(env: &EnvSection, chat: bool) -> Self {
-        let tools: Vec<Box<dyn Tool>> = env
-            .tools
-            .iter()
-            .filter_map(|name| built_in_tool(name))
-            .collect();
-        let timeout = Duration::from_secs_f64(env.tool_timeout_s);
-        Self {
-            runner: ToolRunner::new(tools, env.tool_format, timeout),
+    /// The environment of `env` (checked by the recipe's validation), for a tokenizer with
+    /// or without a chat template. `Err` when the server's client cannot be built.
+    pub fn new(env: &EnvSection, chat: bool) -> Result<Self, String> {
+        let (environment, tools): (Box<dyn Environment>, _) = match env.kind {
+            EnvKind::Tools => {
+                let tools: Vec<Box<dyn Tool>> = env
+                    .tools
+                    .iter()
+                    .filter_map(|name| built_in_tool(name))
+                    .collect();
+                let timeout = Duration::from_secs_f64(env.tool_timeout_s);
+                let runner = ToolRunner::new(tools, env.tool_format, timeout);
+                let schemas = runner.schemas();
+                (Box::new(runner), Some(schemas))
+            }
+            EnvKind::Http => {
+                let server = HttpEnvironment::new(&env.http.url, &env.http.persistence())?;
+                (Box::new(server), None)
+            }
+        };
+        Ok(Self {
+            env: environment,
+            tools,
             limits: EpisodeLimits {
                 max_turns: env.max_turns,
                 max_tokens: env.max_tokens,
@@ -41,7 +57,7 @@ impl RunEnv {
             },
             on_failure: env.on_failure,
             failure_reward: env.failure_reward as f32,
-        }
+        })
     }
 }
 
@@ -133,7 +149,16 @@ pub(crate) async fn generate(
             columns: columns.get(i).and_then(|c| c.as_deref()),
         })
         .collect();
-    let out = run_episodes(gen, &env.runner, tok, request, &rows, env.limits, label).await?;
+    let out = run_episodes(
+        gen,
+        env.env.as_ref(),
+        tok,
+        request,
+        &rows,
+        env.limits,
+        label,
+    )
+    .await?;
     Ok((out.batch, out.records))
 }
 

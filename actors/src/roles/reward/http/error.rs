@@ -83,21 +83,3 @@ impl HttpRewardError {
         )
     }
 }
-
-/// `e` and its sources, joined by ": ", without reqwest's repeated "for url (...)".
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if parts.last() != Some(&text) {
-            parts.push(text);
-        }
-        source = s.source();
-    }
-    let joined = parts.join(": ");
-    match (joined.find(" for url ("), joined.find("): ")) {
-        (Some(a), Some(b)) if b > a => format!("{}{}", &joined[..a], &joined[b + 1..]),
-        _ => joined,
-    }
-}

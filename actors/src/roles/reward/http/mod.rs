@@ -1,7 +1,7 @@
 //! The client of an HTTP reward service: the batch is split into chunks of
 //! `rows_per_request` rows, posted as JSON ([`schema`]) up to `concurrency` at a time, each
 //! attempt with a timeout, retried with exponential backoff and jitter within a retry
-//! budget (reqwest-retry), behind a circuit breaker (`breaker.rs`).
+//! budget (reqwest-retry), behind a circuit breaker (the shared transport, `crate::service`).
 //!
 //! It is async and runs on the caller's tokio runtime: waiting for the service blocks no
 //! thread. A chunk that fails after its retries fails the whole batch with an
@@ -11,23 +11,19 @@
 //!
 //! Redirects are not followed: the rows go to the configured URL only, and a 3xx answer is
 //! an [`HttpRewardError::Redirected`] naming the URL and the `Location`. An answer longer
-//! than [`MAX_RESPONSE_BYTES`] is refused unread (`body.rs`).
+//! than [`MAX_RESPONSE_BYTES`] is refused unread.
 
-mod body;
-mod breaker;
 mod error;
 pub mod schema;
 
-pub(crate) use body::MAX_RESPONSE_BYTES;
+pub(crate) use crate::service::check_url;
+pub(crate) use crate::service::MAX_RESPONSE_BYTES;
 pub use error::HttpRewardError;
 
-use body::{read_limited, snippet, BodyError};
-use breaker::{AttemptLog, Attempts, Breaker, Guard};
-use error::error_chain;
+use crate::service::{client, Persistence};
+use crate::service::{error_chain, read_limited, snippet, AttemptLog, Attempts, BodyError};
 use futures::{StreamExt, TryStreamExt};
-use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
-use reqwest_retry::policies::ExponentialBackoff;
-use reqwest_retry::{Jitter, RetryTransientMiddleware};
+use reqwest_middleware::ClientWithMiddleware;
 use schema::{column_objects, parse_rewards, RewardRequest};
 use std::ops::Range;
 use std::sync::Arc;
@@ -59,24 +55,20 @@ pub struct HttpRewardConfig {
     pub breaker_cooldown: Duration,
 }
 
-/// Why a reward-service URL is refused.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum UrlError {
-    /// It does not parse as a URL.
-    #[error("not a URL: {0}")]
-    NotUrl(#[from] url::ParseError),
-    /// Another scheme, or no host.
-    #[error("expected an http:// or https:// URL with a host")]
-    NotHttp,
-}
-
-/// `Ok` when `url` is an `http://` or `https://` URL with a host, else what is wrong.
-pub(crate) fn check_url(url: &str) -> Result<(), UrlError> {
-    let parsed = reqwest::Url::parse(url)?;
-    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(UrlError::NotHttp);
+impl HttpRewardConfig {
+    /// The transport's retry and breaker settings.
+    fn persistence(&self) -> Persistence {
+        Persistence {
+            timeout: self.timeout,
+            max_retries: self.max_retries,
+            min_backoff: self.min_backoff,
+            max_backoff: self.max_backoff,
+            retry_budget: self.retry_budget,
+            breaker_failures: self.breaker_failures,
+            breaker_cooldown: self.breaker_cooldown,
+            timeouts_trip_breaker: true,
+        }
     }
-    Ok(())
 }
 
 /// A reward service client. Cheap to share; its breaker is shared by every request it sends.
@@ -98,25 +90,7 @@ impl HttpReward {
                 "timeout, rows per request and concurrency must be positive".into(),
             ));
         }
-        // Another part of the process may have installed a provider first; either is fine.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let inner = reqwest::Client::builder()
-            .timeout(cfg.timeout)
-            .connect_timeout(cfg.timeout)
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| bad(format!("cannot build the HTTP client: {}", error_chain(&e))))?;
-        let policy = ExponentialBackoff::builder()
-            .retry_bounds(cfg.min_backoff, cfg.max_backoff.max(cfg.min_backoff))
-            .jitter(Jitter::Bounded)
-            .base(2)
-            .build_with_total_retry_duration_and_max_retries(cfg.retry_budget, cfg.max_retries);
-        let breaker = Arc::new(Breaker::new(cfg.breaker_failures, cfg.breaker_cooldown));
-        let client = ClientBuilder::new(inner)
-            .with(RetryTransientMiddleware::new_with_policy(policy))
-            .with(Guard(breaker))
-            .build();
+        let client = client(&cfg.persistence()).map_err(bad)?;
         Ok(Self { cfg, client })
     }
 

@@ -1,4 +1,4 @@
-//! The circuit breaker and the per-attempt bookkeeping of the reward client, as one
+//! The circuit breaker and the per-attempt bookkeeping of a service client, as one
 //! reqwest middleware that runs inside the retry middleware, once per attempt.
 //!
 //! A failed attempt is a transport error (refused, reset, timed out) or a retryable status
@@ -9,13 +9,13 @@
 //! Attempts that succeed reset the count. It does not decide retries (reqwest-retry does).
 
 use super::body::{read_limited, snippet};
-use super::error::error_chain;
+use super::error_chain;
 use async_trait::async_trait;
 use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 use reqwest_retry::{default_on_request_failure, default_on_request_success, Retryable};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -86,6 +86,7 @@ impl Breaker {
 pub(crate) struct AttemptLog {
     count: AtomicU32,
     last_failure: Mutex<Option<String>>,
+    last_timed_out: AtomicBool,
 }
 
 impl AttemptLog {
@@ -100,6 +101,11 @@ impl AttemptLog {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// Whether the last attempt timed out.
+    pub(crate) fn last_timed_out(&self) -> bool {
+        self.last_timed_out.load(Ordering::SeqCst)
     }
 
     fn note(&self, what: Option<String>) {
@@ -123,8 +129,13 @@ pub(crate) struct BreakerOpen {
     last: String,
 }
 
-/// The middleware: counts attempts, records failures, and trips the breaker.
-pub(crate) struct Guard(pub(crate) Arc<Breaker>);
+/// The middleware: counts attempts, records failures, and trips the breaker. With
+/// `count_timeouts` false, an attempt that timed out is recorded but does not count towards
+/// the breaker (an environment whose one episode hangs is not down).
+pub(crate) struct Guard {
+    pub(crate) breaker: Arc<Breaker>,
+    pub(crate) count_timeouts: bool,
+}
 
 #[async_trait]
 impl Middleware for Guard {
@@ -136,11 +147,14 @@ impl Middleware for Guard {
     ) -> reqwest_middleware::Result<Response> {
         let log = ext.get::<Attempts>().cloned().unwrap_or_default().0;
         log.count.fetch_add(1, Ordering::SeqCst);
-        if let Err(why) = self.0.check(Instant::now()) {
+        if let Err(why) = self.breaker.check(Instant::now()) {
             log.note(Some(why.to_string()));
             return Err(reqwest_middleware::Error::middleware(why));
         }
         let result = next.run(req, ext).await;
+        let timed_out =
+            matches!(&result, Err(reqwest_middleware::Error::Reqwest(e)) if e.is_timeout());
+        log.last_timed_out.store(timed_out, Ordering::SeqCst);
         let verdict = match &result {
             Ok(r) => default_on_request_success(r),
             Err(e) => default_on_request_failure(e),
@@ -157,10 +171,11 @@ impl Middleware for Guard {
             }
         };
         match verdict {
+            Some(Retryable::Transient) if timed_out && !self.count_timeouts => {}
             Some(Retryable::Transient) => self
-                .0
+                .breaker
                 .failure(Instant::now(), what.clone().unwrap_or_default()),
-            None => self.0.success(),
+            None => self.breaker.success(),
             Some(Retryable::Fatal) => {}
         }
         log.note(what);

@@ -1,16 +1,16 @@
-//! Reading a reward service's answer without trusting its size: a body announced or found to
+//! Reading a service's answer without trusting its size: a body announced or found to
 //! be longer than [`MAX_RESPONSE_BYTES`] is refused as soon as that is known, so a service
 //! cannot make the trainer buffer more than the limit (plus one network chunk).
 
-use super::error::error_chain;
+use super::error_chain;
 
-/// The largest answer read from a reward service, bytes (8 MiB: hundreds of thousands of
+/// The largest answer read from a service, bytes (8 MiB: hundreds of thousands of
 /// rewards).
 pub(crate) const MAX_RESPONSE_BYTES: usize = 8 << 20;
 
 /// Why a body was not read.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum BodyError {
+pub(crate) enum BodyError {
     /// The body is longer than the limit.
     #[error("the answer is over the limit of {limit} bytes")]
     TooLarge {
@@ -24,7 +24,7 @@ pub(super) enum BodyError {
 
 /// The body of `response`, at most `limit` bytes: refused from its `Content-Length` when that
 /// is over, else read chunk by chunk and refused once past it.
-pub(super) async fn read_limited(
+pub(crate) async fn read_limited(
     mut response: reqwest::Response,
     limit: usize,
 ) -> Result<Vec<u8>, BodyError> {
@@ -46,7 +46,7 @@ pub(super) async fn read_limited(
 }
 
 /// `": <first 200 bytes of the body>"`, or nothing for an empty body.
-pub(super) fn snippet(body: &[u8]) -> String {
+pub(crate) fn snippet(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
     let text = text.trim();
     if text.is_empty() {
