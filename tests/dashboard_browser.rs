@@ -455,3 +455,67 @@ fn an_sft_run_kept_on_the_dashboard_charts_its_loss() {
     let status = start_tag(&dom, "id=\"run-status\"").unwrap();
     assert_eq!(attr(status, "data-state"), Some("completed"), "{status}");
 }
+
+/// A multi-turn run (`[env]`, the calculator) kept on the dashboard: Chromium shows the
+/// Episodes chart with one point per RL step (turns and tool calls per episode) and the
+/// failure chart beside it.
+#[test]
+fn an_episode_run_charts_turns_and_tool_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows: String = (0..8)
+        .map(|i| {
+            let call = format!(
+                "<tool_call>{{\"name\":\"calculator\",\"arguments\":{{\"expression\":\"{i}*7\"}}}}</tool_call><|im_end|>"
+            );
+            let row = serde_json::json!({
+                "messages": [{"role": "user", "content": format!("{i}*7")}],
+                "answer": call,
+            });
+            format!("{row}\n")
+        })
+        .collect();
+    std::fs::write(dir.path().join("prompts.jsonl"), rows).unwrap();
+    std::fs::write(
+        dir.path().join("r.toml"),
+        "[run]\nname = \"ep\"\nsteps = 2\n[model]\ninit_family = \"llama\"\ninit_preset = \"tiny\"\n\
+         [data]\ntask = \"file\"\npath = \"prompts.jsonl\"\neval_fraction = 0.0\n\
+         [sft]\nsteps = 40\nbatch_size = 8\nlr = 3e-3\nwarmup_steps = 2\nexamples = 8\n\
+         [rl]\nalgorithm = \"grpo\"\nprompts_per_step = 4\nsamples_per_prompt = 2\nminibatch_size = 8\n\
+         max_new_tokens = 80\ntemperature = 0.3\n[env]\nmax_turns = 2\nmax_tokens = 200\n",
+    )
+    .unwrap();
+    let (mut child, url, drain) = train_with_dashboard(
+        dir.path(),
+        &["--dashboard-keep"],
+        "the run ended; the dashboard stays up at ",
+    );
+    let url = url.trim_end_matches(" until Ctrl-C").to_string();
+    let profile = tempfile::tempdir().unwrap();
+    let dom = run_chromium(profile.path(), &["--dump-dom".to_string()], &url);
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let status = child.wait().unwrap();
+    let rest = drain.join().unwrap().join("\n");
+    assert!(
+        status.success(),
+        "oxalign train after Ctrl-C: {status}\n{rest}"
+    );
+    let chart = |id: &str| {
+        start_tag(&dom, &format!("id=\"chart-{id}\""))
+            .unwrap_or_else(|| panic!("no {id} chart:\n{dom}"))
+    };
+    let episodes = chart("episodes");
+    assert_eq!(
+        attr(episodes, "data-metric"),
+        Some("episode_turns_mean"),
+        "{episodes}"
+    );
+    assert_eq!(attr(episodes, "data-points"), Some("2"), "{episodes}");
+    assert!(!episodes.contains("hidden"), "{episodes}");
+    assert!(
+        dom.contains("data-key=\"episode_tool_calls_mean\""),
+        "tool calls are drawn"
+    );
+    assert!(!chart("episode-failures").contains("hidden"));
+}

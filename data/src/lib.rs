@@ -21,6 +21,7 @@ mod row_file;
 mod row_scan;
 mod schema;
 mod sft_schema;
+mod tool_task;
 
 pub use answer_coverage::AnswerCoverage;
 pub use arithmetic::ArithmeticTask;
@@ -33,6 +34,7 @@ pub use row_error::RowError;
 pub use row_scan::{DataReport, OnBadRow, PROBE_ROWS};
 pub use schema::{PreferencePair, RowContext, RowSchema, DEFAULT_ANSWER_FIELD};
 pub use sft_schema::{SftPair, SftRow};
+pub use tool_task::{tool_problems, write_tool_files, ToolProblem};
 
 /// One prompt and, where the task has one, its reference answer.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

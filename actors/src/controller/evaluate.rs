@@ -8,6 +8,7 @@ use crate::batch::{RolloutRequest, SampleRequest, Sampling};
 use crate::controller::context::Ctx;
 use crate::controller::error::{At, RunError};
 use crate::controller::lengths::{encode_rollout_prompt, quoted};
+use crate::controller::rl::episodes;
 use crate::roles::Generate;
 use oxalign_data::PromptItem;
 
@@ -50,7 +51,10 @@ pub(crate) async fn accuracy<G: Generate + ?Sized>(
             prompt,
             max_new_tokens: rl.max_new_tokens,
             sampling: Sampling::greedy(),
-            stop_token_ids: Vec::new(),
+            stop_token_ids: match ctx.env {
+                Some(env) => env.stop_ids.clone(),
+                None => Vec::new(),
+            },
         };
         request.samples.push(r.clone());
         for k in 0..SAMPLES {
@@ -65,23 +69,14 @@ pub(crate) async fn accuracy<G: Generate + ?Sized>(
             request.samples.push(r.clone());
         }
     }
-    let out = policy
-        .generate(request, label.to_string())
-        .await
-        .map_err(RunError::at(At::Eval(label)))?
-        .samples;
+    let texts = judged_texts(ctx, policy, request, items, label).await?;
     let (mut greedy, mut sampled) = (0usize, 0usize);
     for (i, it) in items.iter().enumerate() {
-        for (k, c) in out[i * (1 + SAMPLES)..(i + 1) * (1 + SAMPLES)]
+        for (k, text) in texts[i * (1 + SAMPLES)..(i + 1) * (1 + SAMPLES)]
             .iter()
             .enumerate()
         {
-            let text = ctx
-                .tok
-                .decode_generated(&c.response, true)
-                .map_err(|e| RunError::controller(At::Eval(label), "decode", e))?;
-            let ok = check.is_correct(&text, it.answer.as_deref());
-            match (k, ok) {
+            match (k, check.is_correct(text, it.answer.as_deref())) {
                 (0, true) => greedy += 1,
                 (_, true) => sampled += 1,
                 _ => {}
@@ -93,4 +88,51 @@ pub(crate) async fn accuracy<G: Generate + ?Sized>(
         greedy: greedy as f64 / n,
         sampled: sampled as f64 / (n * SAMPLES as f64),
     }))
+}
+
+/// The text judged for each sample of `request` (`1 + SAMPLES` per item, in order): the
+/// completion, or with `[env]` the last turn of the sample's episode.
+async fn judged_texts<G: Generate + ?Sized>(
+    ctx: &Ctx<'_>,
+    policy: &G,
+    request: RolloutRequest,
+    items: &[PromptItem],
+    label: &'static str,
+) -> Result<Vec<String>, RunError> {
+    let at = At::Eval(label);
+    let Some(env) = ctx.env else {
+        let out = policy.generate(request, label.to_string()).await;
+        let samples = out.map_err(RunError::at(at))?.samples;
+        return samples
+            .iter()
+            .map(|c| ctx.tok.decode_generated(&c.response, true))
+            .collect::<Result<_, _>>()
+            .map_err(|e| RunError::controller(at, "decode", e));
+    };
+    let per_item = |f: fn(&PromptItem) -> Option<String>| -> Vec<Option<String>> {
+        items
+            .iter()
+            .flat_map(|it| vec![f(it); 1 + SAMPLES])
+            .collect()
+    };
+    let prompts: Vec<String> = items
+        .iter()
+        .flat_map(|it| vec![it.prompt.clone(); 1 + SAMPLES])
+        .collect();
+    let answers = per_item(|it| it.answer.clone());
+    let columns = per_item(|it| it.columns.clone());
+    let rows = (&prompts[..], &answers[..], &columns[..]);
+    let (batch, records) = episodes::generate(policy, env, ctx.tok, &request, rows, label)
+        .await
+        .map_err(RunError::at(at))?;
+    batch
+        .samples
+        .iter()
+        .zip(&records)
+        .map(|(s, r)| {
+            ctx.tok
+                .decode_generated(&s.response[r.last_turn.clone()], true)
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|e| RunError::controller(at, "decode", e))
 }

@@ -127,10 +127,7 @@ async fn run(
     let setup = |phase, cause: Cause| RunError::controller(At::Setup, phase, cause);
     let mut tok = Tokenizer::from_dir(&pdir).map_err(|e| setup("tokenizer", e.into()))?;
     let env = match &recipe.env {
-        Some(e) => Some(
-            RunEnv::new(e, tok.chat_template().is_some())
-                .map_err(|m| setup("env", Cause::Environment(m)))?,
-        ),
+        Some(e) => Some(RunEnv::new(e, &tok).map_err(|m| setup("env", Cause::Environment(m)))?),
         None => None,
     };
     // Prompts and SFT conversations declare the tools through the chat template.

@@ -124,8 +124,8 @@ impl Live {
 
 /// Runs one episode per sample of `request` (its `max_new_tokens` is each turn's limit)
 /// in `env`, starting from `rows`; `label` names the generation calls.
-pub async fn run_episodes(
-    gen: &dyn Generate,
+pub async fn run_episodes<G: Generate + ?Sized>(
+    gen: &G,
     env: &dyn Environment,
     tok: &Tokenizer,
     request: &RolloutRequest,

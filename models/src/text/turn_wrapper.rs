@@ -77,6 +77,22 @@ pub fn observation_text(
     Ok(format!("{after_stop}{added}"))
 }
 
+/// The special token with which `tok`'s chat template ends an assistant turn (`<|im_end|>`
+/// for ChatML, `<|eot_id|>` for Llama 3), when it ends one with a special token: a model's
+/// turn in an episode stops there.
+pub fn turn_end_token(tok: &Tokenizer) -> Option<u32> {
+    let exchange = [
+        ChatMessage::user(USER_STANDIN),
+        ChatMessage::assistant(ASSISTANT_STANDIN),
+    ];
+    let text = tok.apply_chat_template(&exchange, false).ok()?;
+    let end = &text[text.rfind(ASSISTANT_STANDIN)? + ASSISTANT_STANDIN.len()..];
+    let first = *tok.encode(end, false).ok()?.first()?;
+    let as_text = tok.decode(&[first], false).ok()?;
+    let special = tok.decode(&[first], true).ok()?.is_empty();
+    (special && !as_text.is_empty() && end.starts_with(&as_text)).then_some(first)
+}
+
 /// Tool results after a raw (template-less) turn: one `<tool_response>…</tool_response>`
 /// line per message.
 pub fn raw_observation(reply: &[ChatMessage]) -> String {
@@ -125,6 +141,7 @@ mod tests {
             text.unwrap(),
             "\n<|im_start|>tool\n7<|im_end|>\n<|im_start|>assistant\n"
         );
+        assert_eq!(turn_end_token(&tok), Some(byte_tokenizer::IM_END_ID));
         assert_eq!(
             raw_observation(&[ChatMessage::new("tool", "7")]),
             "<tool_response>7</tool_response>\n"

@@ -361,6 +361,18 @@
       { key: 'eval_margin', label: 'held-out', color: '#9ece6a', sparse: true },
       { key: 'chosen_reward', label: 'chosen', color: '#73daca' },
       { key: 'rejected_reward', label: 'rejected', color: '#f7768e' }] },
+    // Multi-turn episodes ([env]): turns and tool calls per episode, and the episodes that
+    // failed (timed out, environment failed) or were cut by a limit.
+    { id: 'episodes', title: 'Episodes', unit: 'per episode', series: [
+      { key: 'episode_turns_mean', label: 'turns', color: '#7aa2f7' },
+      { key: 'episode_tool_calls_mean', label: 'tool calls', color: '#9ece6a' }] },
+    { id: 'episode-failures', title: 'Episode failures', unit: 'episodes', series: [
+      { key: 'episode_timed_out', label: 'timed out', color: '#f7768e' },
+      { key: 'episode_env_failed', label: 'environment failed', color: '#ff9e64' },
+      { key: 'episode_tool_errors', label: 'tool errors', color: '#e0af68' },
+      { key: 'episode_cut', label: 'cut by a limit', color: '#c0caf5' }] },
+    { id: 'tool-latency', title: 'Environment latency', unit: 's per episode', series: [
+      { key: 'episode_env_seconds_mean', label: 'waiting on the environment', color: '#2ac3de' }] },
     { id: 'entropy', title: 'Entropy', unit: 'nats', series: [{ key: 'entropy', label: 'entropy', color: '#9ece6a' }] },
     { id: 'gradnorm', title: 'Gradient norm', unit: '', series: [{ key: 'grad_norm', label: 'before clipping', color: '#e0af68' }] },
     { id: 'lr', title: 'Learning rate', unit: '', series: [{ key: 'lr', label: 'lr', color: '#c0caf5' }] },

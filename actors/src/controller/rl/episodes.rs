@@ -11,6 +11,7 @@ use crate::environment::{
 use crate::recipe::{EnvKind, EnvSection, OnEpisodeFailure};
 use crate::roles::Generate;
 use oxalign_models::text::tokenizer::Tokenizer;
+use oxalign_models::text::turn_wrapper::turn_end_token;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -23,12 +24,18 @@ pub(crate) struct RunEnv {
     pub limits: EpisodeLimits,
     pub on_failure: OnEpisodeFailure,
     pub failure_reward: f32,
+    /// Ids that end a model turn: the tokenizer's stop ids and the token with which the
+    /// chat template ends an assistant turn.
+    pub stop_ids: Vec<u32>,
 }
 
 impl RunEnv {
-    /// The environment of `env` (checked by the recipe's validation), for a tokenizer with
-    /// or without a chat template. `Err` when the server's client cannot be built.
-    pub fn new(env: &EnvSection, chat: bool) -> Result<Self, String> {
+    /// The environment of `env` (checked by the recipe's validation), for the policy's
+    /// tokenizer. `Err` when the server's client cannot be built.
+    pub fn new(env: &EnvSection, tok: &Tokenizer) -> Result<Self, String> {
+        let chat = tok.chat_template().is_some();
+        let mut stop_ids = tok.stop_token_ids().to_vec();
+        stop_ids.extend(turn_end_token(tok).filter(|id| !stop_ids.contains(id)));
         let (environment, tools): (Box<dyn Environment>, _) = match env.kind {
             EnvKind::Tools => {
                 let tools: Vec<Box<dyn Tool>> = env
@@ -57,6 +64,7 @@ impl RunEnv {
             },
             on_failure: env.on_failure,
             failure_reward: env.failure_reward as f32,
+            stop_ids,
         })
     }
 }
@@ -134,8 +142,8 @@ impl EpisodeStats {
 
 /// One round's episodes: the batch (one sample per request), each episode's record.
 /// `prompts`, `answers` and `columns` are the requests' dataset rows (`columns` may be empty).
-pub(crate) async fn generate(
-    gen: &dyn Generate,
+pub(crate) async fn generate<G: Generate + ?Sized>(
+    gen: &G,
     env: &RunEnv,
     tok: &Tokenizer,
     request: &RolloutRequest,

@@ -115,7 +115,7 @@ fn rollout_request(
                 },
                 // An episode's turn ends where the chat template ends a turn.
                 stop_token_ids: match ctx.env {
-                    Some(_) => ctx.tok.stop_token_ids().to_vec(),
+                    Some(env) => env.stop_ids.clone(),
                     None => Vec::new(),
                 },
             });
