@@ -136,6 +136,14 @@ fn bad_env_keys_are_refused_with_exit_2() {
         ("env.max_turns=0", "env.max_turns"),
         ("env.max_tokens=50", "below rl.max_new_tokens"),
         ("env.tool_timeout_s=0", "env.tool_timeout_s"),
+        (
+            "env.http_tools=[{name=\"calculator\", url=\"http://127.0.0.1:9/call\"}]",
+            "no other tool has",
+        ),
+        (
+            "env.http_tools=[{name=\"lookup\", url=\"file:///etc/passwd\"}]",
+            "env.http_tools[0].url",
+        ),
     ] {
         std::fs::write(dir.join("r.toml"), RECIPE).unwrap();
         let out = oxalign(dir, &["train", "r.toml", "--check", "--set", set]);

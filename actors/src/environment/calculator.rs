@@ -2,7 +2,7 @@
 //! parentheses, decimals and the usual functions, by the exmex crate) and answers with the
 //! number, integers without a fraction.
 
-use super::tools::Tool;
+use super::tools::{Tool, ToolError};
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 
@@ -39,20 +39,25 @@ impl Tool for Calculator {
         })
     }
 
-    async fn call(&self, arguments: &Map<String, Value>) -> Result<String, String> {
-        let expr = match arguments.get("expression") {
-            Some(Value::String(s)) => s.as_str(),
-            Some(Value::Number(n)) => return Ok(n.to_string()),
-            _ => return Err("expected a string argument \"expression\"".into()),
-        };
-        if expr.chars().count() > MAX_EXPRESSION_CHARS {
-            return Err(format!(
-                "the expression is longer than {MAX_EXPRESSION_CHARS} characters"
-            ));
-        }
-        let value = exmex::eval_str::<f64>(expr).map_err(|e| e.to_string())?;
-        format_number(value)
+    async fn call(&self, arguments: &Map<String, Value>) -> Result<String, ToolError> {
+        evaluate(arguments).map_err(ToolError::Refused)
     }
+}
+
+/// The value of the call's `expression`, or what is wrong with it.
+fn evaluate(arguments: &Map<String, Value>) -> Result<String, String> {
+    let expr = match arguments.get("expression") {
+        Some(Value::String(s)) => s.as_str(),
+        Some(Value::Number(n)) => return Ok(n.to_string()),
+        _ => return Err("expected a string argument \"expression\"".into()),
+    };
+    if expr.chars().count() > MAX_EXPRESSION_CHARS {
+        return Err(format!(
+            "the expression is longer than {MAX_EXPRESSION_CHARS} characters"
+        ));
+    }
+    let value = exmex::eval_str::<f64>(expr).map_err(|e| e.to_string())?;
+    format_number(value)
 }
 
 /// `value` as the calculator prints it: an integer without a fraction when it is one (up to
@@ -73,7 +78,10 @@ mod tests {
 
     async fn eval(args: Value) -> Result<String, String> {
         let Value::Object(m) = args else { panic!() };
-        Calculator.call(&m).await
+        Calculator.call(&m).await.map_err(|e| match e {
+            ToolError::Refused(m) => m,
+            ToolError::Failed(e) => panic!("the calculator never fails: {e}"),
+        })
     }
 
     #[tokio::test]

@@ -51,50 +51,61 @@ impl HttpEnvironment {
     /// Posts `body` to `<url>/<path>` and reads the JSON answer.
     async fn post(&self, path: &str, body: &Value) -> Result<Value, EnvError> {
         let url = format!("{}/{path}", self.base);
-        let what = format!("environment {url}");
-        let failed = |message: String| EnvError::Failed {
-            what: what.clone(),
-            message,
-        };
-        let log = Arc::new(AttemptLog::default());
-        let sent = self
-            .client
-            .post(&url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_string())
-            .with_extension(Attempts(log.clone()))
-            .send()
-            .await;
-        let response = match sent {
-            Ok(r) => r,
-            Err(_) if log.last_timed_out() => {
-                return Err(EnvError::TimedOut {
-                    what: format!("{what} (each of {} attempt(s))", log.attempts().max(1)),
-                    secs: self.timeout.as_secs_f64(),
-                })
-            }
-            Err(e) => {
-                let last = log.last_failure().unwrap_or_else(|| error_chain(&e));
-                return Err(failed(format!(
-                    "{} attempt(s); last failure: {last}",
-                    log.attempts().max(1)
-                )));
-            }
-        };
-        let status = response.status();
-        if status.is_redirection() {
+        post_json(&self.client, &url, body, self.timeout, "environment").await
+    }
+}
+
+/// Posts `body` to `url` through `client` (attempts limited to `timeout`) and reads the
+/// JSON answer; `who` names the service in errors (`environment`, `tool "search"`).
+pub(super) async fn post_json(
+    client: &ClientWithMiddleware,
+    url: &str,
+    body: &Value,
+    timeout: Duration,
+    who: &str,
+) -> Result<Value, EnvError> {
+    let what = format!("{who} {url}");
+    let failed = |message: String| EnvError::Failed {
+        what: what.clone(),
+        message,
+    };
+    let log = Arc::new(AttemptLog::default());
+    let sent = client
+        .post(url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body.to_string())
+        .with_extension(Attempts(log.clone()))
+        .send()
+        .await;
+    let response = match sent {
+        Ok(r) => r,
+        Err(_) if log.last_timed_out() => {
+            return Err(EnvError::TimedOut {
+                what: format!("{what} (each of {} attempt(s))", log.attempts().max(1)),
+                secs: timeout.as_secs_f64(),
+            })
+        }
+        Err(e) => {
+            let last = log.last_failure().unwrap_or_else(|| error_chain(&e));
             return Err(failed(format!(
-                "answered HTTP {status}; redirects are not followed"
+                "{} attempt(s); last failure: {last}",
+                log.attempts().max(1)
             )));
         }
-        let bytes = read_limited(response, MAX_ANSWER_BYTES)
-            .await
-            .map_err(|e| failed(e.to_string()))?;
-        if !status.is_success() {
-            return Err(failed(format!("HTTP {status}{}", snippet(&bytes))));
-        }
-        serde_json::from_slice(&bytes).map_err(|e| failed(format!("the answer is not JSON: {e}")))
+    };
+    let status = response.status();
+    if status.is_redirection() {
+        return Err(failed(format!(
+            "answered HTTP {status}; redirects are not followed"
+        )));
     }
+    let bytes = read_limited(response, MAX_ANSWER_BYTES)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    if !status.is_success() {
+        return Err(failed(format!("HTTP {status}{}", snippet(&bytes))));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| failed(format!("the answer is not JSON: {e}")))
 }
 
 #[derive(Deserialize)]

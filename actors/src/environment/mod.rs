@@ -8,6 +8,7 @@
 //!   results; a turn without a call ends the episode (it is the final answer).
 //! * `calculator.rs`: the built-in calculator tool.
 //! * `http.rs`: an environment server in any language, over HTTP/JSON.
+//! * `http_tool.rs`: a tool served over HTTP.
 //! * `episodes.rs`: the turn loop over a batch of episodes: generation through the policy,
 //!   the environments' replies appended as tokens (never a re-rendered conversation), and
 //!   the limits that end an episode (turns, tokens, deadline, a failing environment).
@@ -15,6 +16,7 @@
 mod calculator;
 mod episodes;
 mod http;
+mod http_tool;
 mod tools;
 
 #[cfg(test)]
@@ -23,7 +25,8 @@ mod episodes_tests;
 pub use calculator::Calculator;
 pub use episodes::{run_episodes, EpisodeEnd, EpisodeLimits, EpisodeOutcome, EpisodeRecord};
 pub use http::HttpEnvironment;
-pub use tools::{Tool, ToolRunner};
+pub use http_tool::HttpTool;
+pub use tools::{Tool, ToolError, ToolRunner};
 
 use async_trait::async_trait;
 use oxalign_models::text::chat_template::ChatMessage;

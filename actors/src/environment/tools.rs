@@ -12,6 +12,16 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Why a tool call gave no result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolError {
+    /// The call is wrong (bad arguments, a failing computation): the model is told, with
+    /// this message, and the episode goes on.
+    Refused(String),
+    /// The tool itself failed (its server is down or does not answer): the episode fails.
+    Failed(EnvError),
+}
+
 /// A tool the model may call.
 #[async_trait]
 pub trait Tool: Send + Sync {
@@ -19,8 +29,8 @@ pub trait Tool: Send + Sync {
     fn name(&self) -> &str;
     /// Its JSON schema as chat templates take it (`{"type": "function", "function": …}`).
     fn schema(&self) -> Value;
-    /// The result of a call, or the error the model is told.
-    async fn call(&self, arguments: &Map<String, Value>) -> Result<String, String>;
+    /// The result of a call.
+    async fn call(&self, arguments: &Map<String, Value>) -> Result<String, ToolError>;
 }
 
 /// Runs the declared tools for the model.
@@ -61,7 +71,8 @@ impl ToolRunner {
         };
         match tokio::time::timeout(self.timeout, tool.call(args)).await {
             Ok(Ok(result)) => Ok((result, true)),
-            Ok(Err(message)) => Ok((format!("error: {message}"), false)),
+            Ok(Err(ToolError::Refused(message))) => Ok((format!("error: {message}"), false)),
+            Ok(Err(ToolError::Failed(e))) => Err(e),
             Err(_) => Err(EnvError::TimedOut {
                 what: format!("tool {name:?}"),
                 secs: self.timeout.as_secs_f64(),
@@ -124,7 +135,7 @@ mod tests {
         fn schema(&self) -> Value {
             Value::Null
         }
-        async fn call(&self, _: &Map<String, Value>) -> Result<String, String> {
+        async fn call(&self, _: &Map<String, Value>) -> Result<String, ToolError> {
             tokio::time::sleep(Duration::from_secs(60)).await;
             Ok(String::new())
         }

@@ -72,6 +72,27 @@ impl Default for EnvHttpSection {
     }
 }
 
+/// `[[env.http_tools]]`: a tool served over HTTP (`POST url` with `{"name", "arguments"}`,
+/// answered `{"result"}` or `{"error"}`), called through `[env.http]`'s retry settings.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HttpToolSection {
+    /// The name the model calls it by.
+    pub name: String,
+    /// The `http://` or `https://` URL its calls are posted to.
+    pub url: String,
+    /// What it does, for the model (the chat template's `tools=`). Default empty.
+    #[serde(default)]
+    pub description: String,
+    /// Its arguments as a JSON schema (a TOML table). Default: an object without properties.
+    #[serde(default = "no_parameters")]
+    pub parameters: serde_json::Value,
+}
+
+fn no_parameters() -> serde_json::Value {
+    serde_json::json!({"type": "object", "properties": {}})
+}
+
 /// `[env]`: the environment of multi-turn episodes and their limits.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -100,8 +121,13 @@ pub struct EnvSection {
     pub on_failure: OnEpisodeFailure,
     /// The reward of a failed episode with `on_failure = "score"`. Default 0.
     pub failure_reward: f64,
-    /// `[env.http]`: the environment server of `kind = "http"`.
+    /// `[env.http]`: the environment server of `kind = "http"`, and the retry settings of
+    /// every HTTP tool.
     pub http: EnvHttpSection,
+    /// `[[env.http_tools]]`: tools served over HTTP, beside the built-in `env.tools`
+    /// (`kind = "tools"`). Default none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub http_tools: Vec<HttpToolSection>,
 }
 
 impl Default for EnvSection {
@@ -109,6 +135,7 @@ impl Default for EnvSection {
         Self {
             kind: EnvKind::Tools,
             http: EnvHttpSection::default(),
+            http_tools: Vec::new(),
             tools: vec!["calculator".into()],
             tool_format: ToolCallFormat::Hermes,
             max_turns: 4,
@@ -160,25 +187,7 @@ pub(super) fn validate(
     if env.kind == EnvKind::Http {
         return validate_http(&env.http, bad);
     }
-    if env.tools.is_empty() {
-        return Err(bad(
-            "env.tools",
-            "expected at least one tool (built in: calculator)".into(),
-        ));
-    }
-    if let Some(t) = env
-        .tools
-        .iter()
-        .find(|t| !BUILT_IN_TOOLS.contains(&t.as_str()))
-    {
-        return Err(bad(
-            "env.tools",
-            format!(
-                "unknown tool {t:?}; built in: {}",
-                BUILT_IN_TOOLS.join(", ")
-            ),
-        ));
-    }
+    validate_tools(env, bad)?;
     if r.rl.routing_replay {
         return Err(bad(
             "rl.routing_replay",
@@ -225,4 +234,52 @@ impl EnvHttpSection {
             timeouts_trip_breaker: false,
         }
     }
+}
+
+/// Refuses a tool runner without tools, an unknown built-in, a name used twice, or an HTTP
+/// tool without a usable URL.
+fn validate_tools(
+    env: &EnvSection,
+    bad: &impl Fn(&str, String) -> RecipeError,
+) -> Result<(), RecipeError> {
+    if env.tools.is_empty() && env.http_tools.is_empty() {
+        return Err(bad(
+            "env.tools",
+            "expected at least one tool (built in: calculator; or [[env.http_tools]])".into(),
+        ));
+    }
+    if let Some(t) = env
+        .tools
+        .iter()
+        .find(|t| !BUILT_IN_TOOLS.contains(&t.as_str()))
+    {
+        return Err(bad(
+            "env.tools",
+            format!(
+                "unknown tool {t:?}; built in: {}",
+                BUILT_IN_TOOLS.join(", ")
+            ),
+        ));
+    }
+    let mut names: Vec<&str> = env.tools.iter().map(String::as_str).collect();
+    for (i, t) in env.http_tools.iter().enumerate() {
+        let key = format!("env.http_tools[{i}]");
+        if t.name.trim().is_empty() || names.contains(&t.name.as_str()) {
+            return Err(bad(
+                &format!("{key}.name"),
+                format!("{:?}: expected a non-empty name no other tool has", t.name),
+            ));
+        }
+        names.push(&t.name);
+        if let Err(e) = crate::service::check_url(&t.url) {
+            return Err(bad(&format!("{key}.url"), format!("{:?}: {e}", t.url)));
+        }
+        if !t.parameters.is_object() {
+            return Err(bad(
+                &format!("{key}.parameters"),
+                "expected a table (the arguments' JSON schema)".into(),
+            ));
+        }
+    }
+    Ok(())
 }

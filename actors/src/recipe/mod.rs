@@ -35,7 +35,9 @@ pub use cluster::{
     is_loopback, is_loopback_host, role_placements, split_addr, AddressError, ClusterSection,
     DEFAULT_COOKIE_ENV,
 };
-pub use env::{EnvHttpSection, EnvKind, EnvSection, OnEpisodeFailure, BUILT_IN_TOOLS};
+pub use env::{
+    EnvHttpSection, EnvKind, EnvSection, HttpToolSection, OnEpisodeFailure, BUILT_IN_TOOLS,
+};
 pub use log::LogSection;
 pub use lora::LoraSection;
 pub use offline::{DpoSection, RmSection, RunKind};

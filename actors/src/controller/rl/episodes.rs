@@ -6,7 +6,7 @@
 use crate::batch::{RolloutBatch, RolloutRequest};
 use crate::environment::{
     built_in_tool, run_episodes, Environment, EpisodeLimits, EpisodeRecord, EpisodeRow,
-    HttpEnvironment, Tool, ToolRunner,
+    HttpEnvironment, HttpTool, Tool, ToolRunner,
 };
 use crate::recipe::{EnvKind, EnvSection, OnEpisodeFailure};
 use crate::roles::Generate;
@@ -38,11 +38,17 @@ impl RunEnv {
         stop_ids.extend(turn_end_token(tok).filter(|id| !stop_ids.contains(id)));
         let (environment, tools): (Box<dyn Environment>, _) = match env.kind {
             EnvKind::Tools => {
-                let tools: Vec<Box<dyn Tool>> = env
+                let mut tools: Vec<Box<dyn Tool>> = env
                     .tools
                     .iter()
                     .filter_map(|name| built_in_tool(name))
                     .collect();
+                let persistence = env.http.persistence();
+                for t in &env.http_tools {
+                    let p = t.parameters.clone();
+                    let tool = HttpTool::new(&t.name, &t.description, p, &t.url, &persistence)?;
+                    tools.push(Box::new(tool));
+                }
                 let timeout = Duration::from_secs_f64(env.tool_timeout_s);
                 let runner = ToolRunner::new(tools, env.tool_format, timeout);
                 let schemas = runner.schemas();
