@@ -134,8 +134,18 @@ fn check_accepts_the_shipped_recipes() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let setup: [&[&str]; 4] = [
+    let setup: [&[&str]; 6] = [
         &["data", "arithmetic", "--out", "data/arithmetic"],
+        &["data", "tools", "--out", "data/tools"],
+        &[
+            "init-model",
+            "--family",
+            "llama",
+            "--preset",
+            "tiny",
+            "--out",
+            "runs/tools-sft/final",
+        ],
         &[
             "init-model",
             "--family",
