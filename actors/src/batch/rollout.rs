@@ -138,8 +138,20 @@ impl RolloutBatch {
         }
     }
 
-    /// Generated tokens over all samples.
+    /// Response tokens over all samples (an episode's environment tokens included).
     pub fn response_tokens(&self) -> usize {
         self.samples.iter().map(|s| s.response.len()).sum()
+    }
+
+    /// Tokens the policy generated over all samples (an episode's environment tokens left
+    /// out).
+    pub fn generated_tokens(&self) -> usize {
+        let observed: usize = self
+            .samples
+            .iter()
+            .flat_map(|s| &s.observations)
+            .map(|r| r.len())
+            .sum();
+        self.response_tokens() - observed
     }
 }

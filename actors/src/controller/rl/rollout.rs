@@ -184,7 +184,7 @@ async fn generate(
     let ro = Rollout {
         step,
         generated: batch.len(),
-        gen_tokens: batch.response_tokens(),
+        gen_tokens: batch.generated_tokens(),
         all_tokens: batch
             .samples
             .iter()
