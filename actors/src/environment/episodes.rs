@@ -19,7 +19,7 @@ use crate::error::RoleError;
 use crate::roles::Generate;
 use oxalign_models::text::chat_template::ChatMessage;
 use oxalign_models::text::tokenizer::Tokenizer;
-use oxalign_models::text::turn_wrapper::{observation_text, raw_observation};
+use oxalign_models::text::turn_wrapper::{observation_text, raw_observation, TurnWrapError};
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -49,6 +49,9 @@ pub enum EpisodeEnd {
     TokenBudget,
     /// A turn reached the per-turn token limit without a stop token.
     TurnLength,
+    /// The model ended its turn with a stop token after which the chat template cannot
+    /// continue (e.g. the end of text instead of the end of a chat turn): the episode is over.
+    EndOfText,
     /// The batch's deadline passed, or the environment did not answer in time.
     TimedOut(String),
     /// The environment failed.
@@ -62,6 +65,9 @@ impl std::fmt::Display for EpisodeEnd {
             EpisodeEnd::TurnLimit => f.write_str("turn limit"),
             EpisodeEnd::TokenBudget => f.write_str("token budget"),
             EpisodeEnd::TurnLength => f.write_str("turn cut at rl.max_new_tokens"),
+            EpisodeEnd::EndOfText => {
+                f.write_str("ended by a stop token the chat template cannot continue after")
+            }
             EpisodeEnd::TimedOut(m) => write!(f, "timed out: {m}"),
             EpisodeEnd::EnvFailed(m) => write!(f, "environment failed: {m}"),
         }
@@ -327,10 +333,10 @@ fn append_reply(
     tok: &Tokenizer,
     limits: EpisodeLimits,
 ) {
-    let ids = reply_ids(ep, reply, tok, limits.chat);
-    let ids = match ids {
+    let ids = match reply_ids(ep, reply, tok, limits.chat) {
         Ok(ids) => ids,
-        Err(message) => return ep.end(EpisodeEnd::EnvFailed(message), turn),
+        Err(ReplyError::AfterEndOfText) => return ep.end(EpisodeEnd::EndOfText, turn),
+        Err(ReplyError::Failed(message)) => return ep.end(EpisodeEnd::EnvFailed(message), turn),
     };
     if ep.response.len() + ids.len() >= limits.max_tokens {
         return ep.end(EpisodeEnd::TokenBudget, turn);
@@ -341,21 +347,34 @@ fn append_reply(
     ep.observations.push(start..ep.response.len());
 }
 
+/// Why a reply cannot follow a turn.
+enum ReplyError {
+    /// The turn ended with a stop token the chat template does not continue after.
+    AfterEndOfText,
+    /// The reply could not be rendered or tokenized.
+    Failed(String),
+}
+
 /// The ids of `reply` after the episode's last turn.
 fn reply_ids(
     ep: &Live,
     reply: &[ChatMessage],
     tok: &Tokenizer,
     chat: bool,
-) -> Result<Vec<u32>, String> {
+) -> Result<Vec<u32>, ReplyError> {
+    let failed = |e: &dyn std::fmt::Display| ReplyError::Failed(e.to_string());
     let text = if chat {
         let stop = ep.response.last().copied().into_iter().collect::<Vec<_>>();
-        let stop = tok.decode(&stop, false).map_err(|e| e.to_string())?;
-        observation_text(tok, reply, &stop).map_err(|e| e.to_string())?
+        let stop = tok.decode(&stop, false).map_err(|e| failed(&e))?;
+        match observation_text(tok, reply, &stop) {
+            Ok(text) => text,
+            Err(TurnWrapError::StopMismatch { .. }) => return Err(ReplyError::AfterEndOfText),
+            Err(e) => return Err(failed(&e)),
+        }
     } else {
         raw_observation(reply)
     };
-    tok.encode(&text, false).map_err(|e| e.to_string())
+    tok.encode(&text, false).map_err(|e| failed(&e))
 }
 
 fn failure(e: EnvError) -> EpisodeEnd {
@@ -380,10 +399,9 @@ fn assemble(request: &RolloutRequest, live: Vec<Live>, version: u64) -> EpisodeO
             prompt: first.prompt.clone(),
             response: ep.response,
             logprobs: ep.logprobs,
-            finish: if ep.record.end == EpisodeEnd::Done {
-                Finish::Stop
-            } else {
-                Finish::Length
+            finish: match ep.record.end {
+                EpisodeEnd::Done | EpisodeEnd::EndOfText => Finish::Stop,
+                _ => Finish::Length,
             },
             routing: None,
             observations: ep.observations,

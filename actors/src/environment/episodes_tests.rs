@@ -5,7 +5,7 @@ use super::*;
 use crate::batch::{Finish, RolloutBatch, RolloutRequest, Sample, SampleRequest, Sampling};
 use crate::error::RoleError;
 use crate::roles::Generate;
-use oxalign_models::text::byte_tokenizer::{self, IM_END_ID};
+use oxalign_models::text::byte_tokenizer::{self, ENDOFTEXT_ID, IM_END_ID};
 use oxalign_models::text::chat_template::{ChatMessage, ChatTemplate};
 use oxalign_models::text::tokenizer::Tokenizer;
 use oxalign_models::text::tool_call::ToolCallFormat;
@@ -24,8 +24,12 @@ struct Scripted {
 
 impl Scripted {
     fn ids(&self, turn: usize) -> Vec<u32> {
-        let mut ids = self.tok.encode(self.turns[turn], false).unwrap();
-        ids.push(IM_END_ID);
+        let text = self.turns[turn];
+        // A turn written with its own stop token keeps it; others end the chat turn.
+        let mut ids = self.tok.encode(text, false).unwrap();
+        if !text.ends_with("<|endoftext|>") {
+            ids.push(IM_END_ID);
+        }
         ids
     }
 }
@@ -42,7 +46,7 @@ impl Generate for Scripted {
             .map(|r| {
                 let mut response = self.ids(turn);
                 response.truncate(r.max_new_tokens);
-                let finish = if response.last() == Some(&IM_END_ID) {
+                let finish = if matches!(response.last(), Some(&IM_END_ID | &ENDOFTEXT_ID)) {
                     Finish::Stop
                 } else {
                     Finish::Length
@@ -242,6 +246,13 @@ async fn turn_limit_token_budget_and_cut_turns_end_episodes() {
     let out = scripted_run(vec![CALL], 1, 10, limits(4, 1000)).await;
     assert_eq!(out.records[0].end, EpisodeEnd::TurnLength);
     assert_eq!(out.batch.samples[0].response.len(), 10);
+    // A call ended by the end of text cannot be answered in the chat: the episode is over,
+    // by a rule, not failed.
+    const CALL_EOT: &str = "<tool_call>{\"name\": \"calculator\", \"arguments\":                             {\"expression\": \"1+1\"}}</tool_call><|endoftext|>";
+    let out = scripted_run(vec![CALL_EOT], 1, 200, limits(4, 1000)).await;
+    assert_eq!(out.records[0].end, EpisodeEnd::EndOfText);
+    assert!(!out.records[0].end.failed());
+    assert_eq!(out.batch.samples[0].finish, Finish::Stop);
 }
 
 /// An environment whose episodes never answer.

@@ -87,7 +87,8 @@ pub(crate) struct EpisodeStats {
     /// Episodes that timed out, and that failed otherwise.
     pub timed_out: usize,
     pub env_failed: usize,
-    /// Episodes that ended at the turn limit or the token budget (cut, not finished).
+    /// Episodes that ended by a rule rather than their environment: the turn limit, the
+    /// token budget, a cut turn, a stop token the chat template cannot continue after.
     pub cut: usize,
     /// Samples dropped with their group because an episode of it failed.
     pub dropped: usize,
@@ -108,7 +109,7 @@ impl EpisodeStats {
             match r.end {
                 E::TimedOut(_) => s.timed_out += 1,
                 E::EnvFailed(_) => s.env_failed += 1,
-                E::TurnLimit | E::TokenBudget | E::TurnLength => s.cut += 1,
+                E::TurnLimit | E::TokenBudget | E::TurnLength | E::EndOfText => s.cut += 1,
                 E::Done => {}
             }
         }
