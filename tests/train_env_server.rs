@@ -91,7 +91,7 @@ max_tokens = 80
 
 [env.http]
 url = "{url}"
-timeout_s = 1
+timeout_s = 3
 max_retries = 1
 backoff_min_s = 0.05
 backoff_max_s = 0.1
