@@ -44,7 +44,8 @@ pub fn distinct_train_items(task: &ArithmeticTask, limit: usize) -> Vec<PromptIt
     out
 }
 
-fn write_lines(path: &Path, rows: &[serde_json::Value]) -> std::io::Result<()> {
+/// Writes `rows` to `path`, one JSON value per line.
+pub(crate) fn write_lines(path: &Path, rows: &[serde_json::Value]) -> std::io::Result<()> {
     let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
     for r in rows {
         writeln!(f, "{r}")?;

@@ -9,10 +9,10 @@
 //! The call is Hermes/Qwen style, `<tool_call>{json}</tool_call>`. Held-out expressions never
 //! appear in the training files; the same seed gives the same files.
 
+use crate::arithmetic_export::write_lines;
 use crate::splitmix64;
 use serde_json::{json, Value};
 use std::collections::HashSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// One expression and its value.
@@ -82,14 +82,6 @@ fn demo_rows(p: &ToolProblem) -> [Value; 2] {
         json!({"messages": [user, call]}),
         json!({"messages": [user, call, result, answer]}),
     ]
-}
-
-fn write_lines(path: &Path, rows: &[Value]) -> std::io::Result<()> {
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
-    for r in rows {
-        writeln!(f, "{r}")?;
-    }
-    f.flush()
 }
 
 /// Writes `{prompts,sft}.{train,eval}.jsonl` into `dir`; returns the paths and row counts.

@@ -127,7 +127,9 @@ async fn run(
     let setup = |phase, cause: Cause| RunError::controller(At::Setup, phase, cause);
     let mut tok = Tokenizer::from_dir(&pdir).map_err(|e| setup("tokenizer", e.into()))?;
     let env = match &recipe.env {
-        Some(e) => Some(RunEnv::new(e, &tok).map_err(|m| setup("env", Cause::Environment(m)))?),
+        Some(e) => Some(
+            RunEnv::new(e, &tok).map_err(|e| setup("env", Cause::Environment(e.to_string())))?,
+        ),
         None => None,
     };
     // Prompts and SFT conversations declare the tools through the chat template.

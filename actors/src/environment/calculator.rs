@@ -40,31 +40,42 @@ impl Tool for Calculator {
     }
 
     async fn call(&self, arguments: &Map<String, Value>) -> Result<String, ToolError> {
-        evaluate(arguments).map_err(ToolError::Refused)
+        evaluate(arguments).map_err(|e| ToolError::Refused(e.to_string()))
     }
 }
 
+/// Why the calculator gives no number (the model is told).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum CalcError {
+    #[error("expected a string argument \"expression\"")]
+    NoExpression,
+    #[error("the expression is longer than {MAX_EXPRESSION_CHARS} characters")]
+    TooLong,
+    #[error("{0}")]
+    Syntax(String),
+    #[error("the result is not a finite number")]
+    NotFinite,
+}
+
 /// The value of the call's `expression`, or what is wrong with it.
-fn evaluate(arguments: &Map<String, Value>) -> Result<String, String> {
+fn evaluate(arguments: &Map<String, Value>) -> Result<String, CalcError> {
     let expr = match arguments.get("expression") {
         Some(Value::String(s)) => s.as_str(),
         Some(Value::Number(n)) => return Ok(n.to_string()),
-        _ => return Err("expected a string argument \"expression\"".into()),
+        _ => return Err(CalcError::NoExpression),
     };
     if expr.chars().count() > MAX_EXPRESSION_CHARS {
-        return Err(format!(
-            "the expression is longer than {MAX_EXPRESSION_CHARS} characters"
-        ));
+        return Err(CalcError::TooLong);
     }
-    let value = exmex::eval_str::<f64>(expr).map_err(|e| e.to_string())?;
+    let value = exmex::eval_str::<f64>(expr).map_err(|e| CalcError::Syntax(e.to_string()))?;
     format_number(value)
 }
 
 /// `value` as the calculator prints it: an integer without a fraction when it is one (up to
 /// 2^53), else the shortest decimal that reads back.
-fn format_number(value: f64) -> Result<String, String> {
+fn format_number(value: f64) -> Result<String, CalcError> {
     if !value.is_finite() {
-        return Err("the result is not a finite number".into());
+        return Err(CalcError::NotFinite);
     }
     if value.fract() == 0.0 && value.abs() < 9_007_199_254_740_992.0 {
         return Ok(format!("{}", value as i64));
@@ -76,12 +87,18 @@ fn format_number(value: f64) -> Result<String, String> {
 mod tests {
     use super::*;
 
-    async fn eval(args: Value) -> Result<String, String> {
+    /// The calculator's answer as the tool runner gets it: the number, or the message
+    /// the model is told.
+    async fn eval(args: Value) -> Result<String, ToolError> {
         let Value::Object(m) = args else { panic!() };
-        Calculator.call(&m).await.map_err(|e| match e {
+        Calculator.call(&m).await
+    }
+
+    fn told(e: ToolError) -> String {
+        match e {
             ToolError::Refused(m) => m,
             ToolError::Failed(e) => panic!("the calculator never fails: {e}"),
-        })
+        }
     }
 
     #[tokio::test]
@@ -97,16 +114,19 @@ mod tests {
         );
         assert!(eval(json!({"expression": "1/0"}))
             .await
+            .map_err(told)
             .unwrap_err()
             .contains("finite"));
         assert!(eval(json!({"expression": "((1)"})).await.is_err());
         assert!(eval(json!({"x": "1"}))
             .await
+            .map_err(told)
             .unwrap_err()
             .contains("expression"));
         let long = "1+".repeat(200) + "1";
         assert!(eval(json!({ "expression": long }))
             .await
+            .map_err(told)
             .unwrap_err()
             .contains("longer"));
     }

@@ -13,7 +13,8 @@
 //! last failure; its answer is checked before anything in it is used.
 
 use super::{EnvError, Environment, Episode, EpisodeRow, Transition};
-use crate::service::{self, error_chain, read_limited, snippet, AttemptLog, Attempts, Persistence};
+use crate::service::{self, error_chain, read_limited, snippet, AttemptLog, Attempts};
+use crate::service::{Persistence, SetupError};
 use async_trait::async_trait;
 use oxalign_models::text::chat_template::ChatMessage;
 use reqwest_middleware::ClientWithMiddleware;
@@ -38,9 +39,9 @@ pub struct HttpEnvironment {
 
 impl HttpEnvironment {
     /// A client of the server at `url` (its endpoints are `url/reset`, `url/step`,
-    /// `url/close`); `Err` with the reason for a URL that is not `http(s)://host…`.
-    pub(crate) fn new(url: &str, persistence: &Persistence) -> Result<Self, String> {
-        service::check_url(url).map_err(|e| format!("{url:?}: {e}"))?;
+    /// `url/close`); refuses a URL that is not `http(s)://host…`.
+    pub(crate) fn new(url: &str, persistence: &Persistence) -> Result<Self, SetupError> {
+        let url = service::checked_url(url)?;
         Ok(Self {
             base: Arc::from(url.trim_end_matches('/')),
             client: service::client(persistence)?,

@@ -7,7 +7,7 @@
 use super::http::post_json;
 use super::tools::{Tool, ToolError};
 use super::EnvError;
-use crate::service::{self, Persistence};
+use crate::service::{self, Persistence, SetupError};
 use async_trait::async_trait;
 use reqwest_middleware::ClientWithMiddleware;
 use serde_json::{json, Map, Value};
@@ -25,16 +25,15 @@ pub struct HttpTool {
 
 impl HttpTool {
     /// The tool `name` (described to the model by `description` and the JSON schema
-    /// `parameters`) served at `url`; `Err` with the reason for a URL that is not
-    /// `http(s)://host…`.
+    /// `parameters`) served at `url`; refuses a URL that is not `http(s)://host…`.
     pub(crate) fn new(
         name: &str,
         description: &str,
         parameters: Value,
         url: &str,
         persistence: &Persistence,
-    ) -> Result<Self, String> {
-        service::check_url(url).map_err(|e| format!("{url:?}: {e}"))?;
+    ) -> Result<Self, SetupError> {
+        let url = service::checked_url(url)?;
         Ok(Self {
             name: name.into(),
             description: description.into(),

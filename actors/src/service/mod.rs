@@ -39,9 +39,35 @@ pub(crate) struct Persistence {
     pub timeouts_trip_breaker: bool,
 }
 
+/// Why a service client cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SetupError {
+    /// The service's URL is refused.
+    #[error("{url:?}: {source}")]
+    Url {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        #[source]
+        source: UrlError,
+    },
+    /// reqwest cannot build the client.
+    #[error("cannot build the HTTP client: {0}")]
+    Build(String),
+}
+
+/// `url` checked as a service URL ([`check_url`]).
+pub(crate) fn checked_url(url: &str) -> Result<&str, SetupError> {
+    check_url(url).map_err(|source| SetupError::Url {
+        url: url.into(),
+        source,
+    })?;
+    Ok(url)
+}
+
 /// A client with the retry and breaker middleware of `p`; its breaker is shared by every
-/// request it sends. `Err` with the reason when reqwest cannot build it.
-pub(crate) fn client(p: &Persistence) -> Result<ClientWithMiddleware, String> {
+/// request it sends.
+pub(crate) fn client(p: &Persistence) -> Result<ClientWithMiddleware, SetupError> {
     // Another part of the process may have installed a provider first; either is fine.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let inner = reqwest::Client::builder()
@@ -50,7 +76,7 @@ pub(crate) fn client(p: &Persistence) -> Result<ClientWithMiddleware, String> {
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .map_err(|e| format!("cannot build the HTTP client: {}", error_chain(&e)))?;
+        .map_err(|e| SetupError::Build(error_chain(&e)))?;
     let policy = ExponentialBackoff::builder()
         .retry_bounds(p.min_backoff, p.max_backoff.max(p.min_backoff))
         .jitter(Jitter::Bounded)

@@ -42,6 +42,10 @@ pub struct ToolCallError {
     pub reason: String,
 }
 
+// Braces as constants: a brace in a char literal miscounts some tools' function spans.
+const OBJECT_OPEN: char = 0x7B as char;
+const OBJECT_CLOSE: char = 0x7D as char;
+
 const HERMES_OPEN: &str = "<tool_call>";
 const HERMES_CLOSE: &str = "</tool_call>";
 const PYTHON_TAG: &str = "<|python_tag|>";
@@ -79,7 +83,7 @@ fn parse_llama3(turn: &str) -> Vec<Result<ToolCall, ToolCallError>> {
     let text = turn.trim();
     let text = text.strip_prefix(PYTHON_TAG).unwrap_or(text).trim();
     let text = strip_end_markers(text);
-    if !text.starts_with('{') {
+    if !text.starts_with(OBJECT_OPEN) {
         return Vec::new();
     }
     split_top_level(text, ';')
@@ -111,8 +115,8 @@ fn split_top_level(text: &str, sep: char) -> Vec<&str> {
             _ if escaped => escaped = false,
             '\\' if in_str => escaped = true,
             '"' => in_str = !in_str,
-            '{' | '[' if !in_str => depth += 1,
-            '}' | ']' if !in_str => depth -= 1,
+            c if !in_str && (c == OBJECT_OPEN || c == '[') => depth += 1,
+            c if !in_str && (c == OBJECT_CLOSE || c == ']') => depth -= 1,
             c if c == sep && !in_str && depth == 0 => {
                 parts.push(&text[start..i]);
                 start = i + c.len_utf8();

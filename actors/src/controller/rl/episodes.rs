@@ -10,6 +10,7 @@ use crate::environment::{
 };
 use crate::recipe::{EnvKind, EnvSection, OnEpisodeFailure};
 use crate::roles::Generate;
+use crate::service::SetupError;
 use oxalign_models::text::tokenizer::Tokenizer;
 use oxalign_models::text::turn_wrapper::turn_end_token;
 use serde::{Deserialize, Serialize};
@@ -31,8 +32,8 @@ pub(crate) struct RunEnv {
 
 impl RunEnv {
     /// The environment of `env` (checked by the recipe's validation), for the policy's
-    /// tokenizer. `Err` when the server's client cannot be built.
-    pub fn new(env: &EnvSection, tok: &Tokenizer) -> Result<Self, String> {
+    /// tokenizer. `Err` when a server's client cannot be set up.
+    pub fn new(env: &EnvSection, tok: &Tokenizer) -> Result<Self, SetupError> {
         let chat = tok.chat_template().is_some();
         let mut stop_ids = tok.stop_token_ids().to_vec();
         stop_ids.extend(turn_end_token(tok).filter(|id| !stop_ids.contains(id)));

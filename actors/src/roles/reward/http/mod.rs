@@ -90,7 +90,7 @@ impl HttpReward {
                 "timeout, rows per request and concurrency must be positive".into(),
             ));
         }
-        let client = client(&cfg.persistence()).map_err(bad)?;
+        let client = client(&cfg.persistence()).map_err(|e| bad(e.to_string()))?;
         Ok(Self { cfg, client })
     }
 
