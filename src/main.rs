@@ -37,6 +37,7 @@ enum Command {
     Data(cmd::data::Args),
     Worker(cmd::worker::Args),
     Launch(cmd::launch::Args),
+    Cluster(cmd::cluster::Args),
 }
 
 impl Command {
@@ -54,6 +55,7 @@ impl Command {
             Command::Data(args) => cmd::data::run(args),
             Command::Worker(args) => cmd::worker::run(args),
             Command::Launch(args) => cmd::launch::run(args),
+            Command::Cluster(args) => cmd::cluster::run(args),
         }
     }
 }

@@ -116,7 +116,7 @@ fn what_an_engine_role_does_not_support_exits_with_2() {
         (
             on_node.replace("refit_bucket_mb = 1", "refit_bucket_mb = 1024"),
             "cluster.refit_bucket_mb",
-            "max_frame_mb",
+            "max_message_mb",
         ),
         (
             on_node.replace(

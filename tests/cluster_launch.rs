@@ -84,7 +84,8 @@ fn the_printed_commands_run_the_three_process_training() {
 #[test]
 fn a_node_beyond_loopback_is_started_over_ssh() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("r.toml"), placed_recipe()).unwrap();
+    let insecure = placed_recipe() + "\n[cluster]\ninsecure = true\n";
+    std::fs::write(dir.path().join("r.toml"), insecure).unwrap();
     std::fs::write(
         dir.path().join("hosts"),
         "node1 127.0.0.1:7101\nnode2 10.9.8.7:7101\n",
@@ -106,7 +107,7 @@ fn a_node_beyond_loopback_is_started_over_ssh() {
     );
     assert!(
         text.contains("ssh -o SendEnv=OXALIGN_COOKIE 10.9.8.7 'cd ")
-            && text.contains("&& oxalign worker --listen 10.9.8.7:7101' &"),
+            && text.contains("&& oxalign worker --listen 10.9.8.7:7101 --insecure' &"),
         "{text}"
     );
     assert!(
@@ -169,10 +170,26 @@ fn launch_start(dir: &std::path::Path, ssh: &str, args: &[&str]) -> Output {
 /// node1 on 127.0.0.1 (started here) and node2 on `[::ffff:127.0.0.1]`, an IPv4-mapped
 /// address: this machine, but not loopback by name, so its worker goes through ssh.
 fn start_hosts(dir: &std::path::Path) -> (String, String) {
-    std::fs::write(dir.join("r.toml"), placed_recipe()).unwrap();
     let a = free_port();
     let port = free_port().rsplit_once(':').unwrap().1.to_string();
     let b = format!("[::ffff:127.0.0.1]:{port}");
+    // Beyond loopback by name, so the sessions run over TLS with the cluster's certificates.
+    let certs = Command::new(env!("CARGO_BIN_EXE_oxalign"))
+        .args([
+            "cluster",
+            "certs",
+            "--out",
+            "certs",
+            "--hosts",
+            "::ffff:127.0.0.1",
+        ])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(certs.status.success(), "{}", stderr(&certs));
+    let tls = String::from_utf8(certs.stdout).unwrap();
+    assert!(tls.starts_with("[cluster]\ntls_cert = "), "{tls}");
+    std::fs::write(dir.join("r.toml"), placed_recipe() + "\n" + &tls).unwrap();
     std::fs::write(dir.join("hosts"), format!("node1 {a}\nnode2 {b}\n")).unwrap();
     (a, b)
 }
@@ -294,7 +311,8 @@ fn paths_with_spaces_quotes_and_dollars_are_quoted_in_the_printed_commands() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("run $HOME it's");
     std::fs::create_dir(&dir).unwrap();
-    std::fs::write(dir.join("r $x.toml"), placed_recipe()).unwrap();
+    let insecure = placed_recipe() + "\n[cluster]\ninsecure = true\n";
+    std::fs::write(dir.join("r $x.toml"), insecure).unwrap();
     let a = free_port();
     std::fs::write(
         dir.join("hosts"),
@@ -309,7 +327,13 @@ fn paths_with_spaces_quotes_and_dollars_are_quoted_in_the_printed_commands() {
     let here = dir.display().to_string();
     assert_eq!(
         run_printed(lines[1], tmp.path()),
-        [here.as_str(), "worker", "--listen", "10.9.8.7:7101"],
+        [
+            here.as_str(),
+            "worker",
+            "--listen",
+            "10.9.8.7:7101",
+            "--insecure"
+        ],
         "{}",
         lines[1]
     );

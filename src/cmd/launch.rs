@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use oxalign_actors::recipe::{is_loopback, split_addr, validate, Recipe};
+use oxalign_actors::recipe::{is_loopback, split_addr, validate, ClusterSection, Recipe};
 
 use self::quote::{command_line, quote};
 use crate::user_error::{user_error, IntoUserError};
@@ -70,6 +70,31 @@ fn host_overrides(path: &Path) -> anyhow::Result<Vec<String>> {
     Ok(out)
 }
 
+/// The words of the command that starts node `addr`'s worker: its address, and the recipe's
+/// TLS files, `insecure` (beyond loopback) and message cap where they are set.
+pub(crate) fn worker_words(recipe: &Recipe, addr: &str) -> Vec<String> {
+    let c = &recipe.cluster;
+    let mut words: Vec<String> = ["oxalign", "worker", "--listen", addr]
+        .map(String::from)
+        .into();
+    if let Some(files) = c.tls_files() {
+        for (flag, path) in [
+            ("--tls-cert", &files.cert),
+            ("--tls-key", &files.key),
+            ("--tls-ca", &files.ca),
+        ] {
+            words.extend([flag.to_string(), path.display().to_string()]);
+        }
+    }
+    if c.insecure && !is_loopback(addr) {
+        words.push("--insecure".into());
+    }
+    if c.max_message_mb != ClusterSection::default().max_message_mb {
+        words.extend(["--max-message-mb".into(), c.max_message_mb.to_string()]);
+    }
+    words
+}
+
 /// The shell commands, one per line, with `#` comments; every word that a shell would
 /// read specially is quoted (`launch/quote.rs`).
 fn commands(recipe: &Recipe, recipe_path: &Path, overrides: &[String]) -> String {
@@ -78,7 +103,7 @@ fn commands(recipe: &Recipe, recipe_path: &Path, overrides: &[String]) -> String
     let nodes = recipe.cluster.resolved_nodes().unwrap_or_default();
     for (name, addr) in &nodes {
         let _ = writeln!(out, "# node {}", name.escape_debug());
-        let worker = command_line(["oxalign", "worker", "--listen", addr]);
+        let worker = command_line(worker_words(recipe, addr).iter().map(String::as_str));
         if is_loopback(addr) {
             let _ = writeln!(out, "{worker} &");
         } else {

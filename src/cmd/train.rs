@@ -55,7 +55,7 @@ pub struct Args {
     /// With --resume: let this key differ from the run's recipe.toml (repeatable). Only
     /// run.steps, run.checkpoint_every, run.keep_checkpoints, sft.checkpoint_every, the
     /// supervision.* keys, faults, log.tensorboard, a node's address (cluster.nodes.NODE) and
-    /// cluster.connect_timeout_s, cluster.max_frame_mb and cluster.cookie_env may.
+    /// cluster.connect_timeout_s, cluster.max_message_mb and cluster.cookie_env may.
     #[arg(long = "allow-change", value_name = "KEY", requires = "resume")]
     pub allow_change: Vec<String>,
     /// Start over in a run folder that holds a finished run or checkpoints, replacing its

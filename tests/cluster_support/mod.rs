@@ -42,7 +42,18 @@ impl Worker {
     /// Starts a worker on `listen` (`127.0.0.1:0` for a free port) and waits for its
     /// `listening on ADDR` line.
     pub fn start(listen: &str, cookie: Option<&str>) -> Worker {
-        Self::start_with(Command::new(env!("CARGO_BIN_EXE_oxalign")), listen, cookie)
+        Self::start_with(
+            Command::new(env!("CARGO_BIN_EXE_oxalign")),
+            listen,
+            cookie,
+            &[],
+        )
+    }
+
+    /// As [`Worker::start`], with more arguments (`--tls-cert ...`).
+    pub fn start_args(listen: &str, cookie: Option<&str>, args: &[&str]) -> Worker {
+        let cmd = Command::new(env!("CARGO_BIN_EXE_oxalign"));
+        Self::start_with(cmd, listen, cookie, args)
     }
 
     /// As [`Worker::start`], with at most `nofile` open file descriptors (`ulimit -n`).
@@ -50,12 +61,13 @@ impl Worker {
         let mut sh = Command::new("sh");
         sh.args(["-c", &format!("ulimit -n {nofile} && exec \"$0\" \"$@\"")])
             .arg(env!("CARGO_BIN_EXE_oxalign"));
-        Self::start_with(sh, listen, cookie)
+        Self::start_with(sh, listen, cookie, &[])
     }
 
     /// Runs `cmd` with the worker's arguments.
-    fn start_with(mut cmd: Command, listen: &str, cookie: Option<&str>) -> Worker {
+    fn start_with(mut cmd: Command, listen: &str, cookie: Option<&str>, args: &[&str]) -> Worker {
         cmd.args(["worker", "--listen", listen])
+            .args(args)
             .env_remove("OXALIGN_COOKIE")
             .stdout(Stdio::piped())
             .stderr(Stdio::null());

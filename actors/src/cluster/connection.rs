@@ -1,28 +1,36 @@
-//! The controller's end of one connection to a worker: connect (retrying until the node's
-//! wait is over), the cookie handshake, then calls multiplexed by id — a writer task sends
-//! requests in the order they are made, a reader task hands each answer to its caller.
-//! When the stream breaks every waiting call fails at once with [`ClusterError::Lost`], so a
-//! dead worker is noticed as soon as the OS reports it, not at the call timeout. Dropping the
-//! connection closes it (and the worker then stops the role it hosted). What the hosted role
-//! reports to its monitor arrives as [`Response::Events`] and goes to the controller's.
+//! The controller's end of a remote role: a [`Connection`] is one slot on a worker's role
+//! host, reached over this process's `ractor_cluster` node (`node.rs`). The process has one
+//! node per cookie and frame cap, with one session per worker address, shared by the roles
+//! placed there and opened on first use: dial (retrying until the node's wait is over), TLS
+//! when the endpoint has it, then the node server's challenge-response on the cookie and the
+//! exchange of actors and groups, after which the worker's role host is found among the
+//! members of [`HOST_GROUP`] by the session's node id. Each call is an RPC to the host; when
+//! the session ends (the worker died, or refused us) every waiting call fails at once with
+//! [`ClusterError::Lost`], and the next open dials afresh. Dropping a connection stops its
+//! role on the worker; the worker also stops the roles of a controller whose session ended.
+//! What a remote role reports to its monitor arrives at this process's event sink
+//! (`events.rs`) and goes to the monitor given at [`Connection::open_reporting`].
 
 use super::call::{decode_response, encode_request};
-use super::error::{ClusterError, DecodeError, FrameError};
-use super::frame::{read_message, write_message, Limits};
-use super::traffic;
-use super::wire::{decode, encode, Hello, HelloReply, Request, Response, EVENTS_ID, PROTOCOL};
-use crate::monitor::{MonitorEvent, MonitorHandle};
+use super::error::{ClusterError, DecodeError};
+use super::events::{Monitors, Sink};
+use super::messages::{sink_group, HostMessage, HOST_GROUP};
+use super::node::{started, Node, Start};
+use super::stream::Guard;
+use super::tls::{server_name, Tls};
+use super::wire::{Request, Response};
+use crate::monitor::MonitorHandle;
+use ractor::rpc::CallResult;
+use ractor::{Actor, ActorRef, ActorStatus};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
 
 /// How long to wait between connection attempts.
 const RETRY_EVERY: Duration = Duration::from_millis(200);
-/// How long the handshake may take once connected.
+/// How long TLS, authentication and the exchange of actors may take once connected.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where and how to connect.
@@ -32,31 +40,27 @@ pub struct Endpoint {
     pub node: String,
     /// Its `host:port`.
     pub addr: String,
-    /// The cookie, if any.
+    /// The cookie (empty: none was set, which a worker on loopback accepts).
     pub cookie: Option<String>,
-    /// Frame cap, bytes.
+    /// Largest message, bytes.
     pub max_frame: usize,
     /// How long to keep trying to connect.
     pub patience: Duration,
+    /// TLS, when the cluster uses it.
+    pub tls: Option<Tls>,
 }
 
 type Answer = Result<Response, ClusterError>;
 
-/// Calls waiting for their answers; `closed` once the stream broke.
-#[derive(Default)]
-struct Pending {
-    waiting: HashMap<u64, oneshot::Sender<Answer>>,
-    closed: Option<String>,
-}
-
-/// An open, authenticated connection.
+/// An open slot on a worker's role host.
 pub struct Connection {
     node: String,
     addr: String,
-    outbox: mpsc::UnboundedSender<Vec<u8>>,
-    pending: Arc<Mutex<Pending>>,
-    next_id: AtomicU64,
-    reader: tokio::task::JoinHandle<()>,
+    slot: u64,
+    host: ActorRef<HostMessage>,
+    local: Arc<LocalNode>,
+    /// Whether a spawn was sent on this slot.
+    spawned: AtomicBool,
 }
 
 impl Connection {
@@ -72,24 +76,18 @@ impl Connection {
         ep: &Endpoint,
         monitor: MonitorHandle,
     ) -> Result<Self, ClusterError> {
-        let stream = connect(ep).await?;
-        stream.set_nodelay(true).ok();
-        let (mut rd, mut wr) = stream.into_split();
-        let limits = Limits::with_frame(ep.max_frame);
-        tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(ep, &mut rd, &mut wr, limits))
-            .await
-            .map_err(|_| lost(ep, "no answer to the handshake".into()))??;
-        let pending = Arc::new(Mutex::new(Pending::default()));
-        let (outbox, rx) = mpsc::unbounded_channel();
-        tokio::spawn(write_loop(wr, rx, ep.max_frame, pending.clone()));
-        let reader = tokio::spawn(read_loop(rd, limits, pending.clone(), ep.clone(), monitor));
+        static NEXT_SLOT: AtomicU64 = AtomicU64::new(1);
+        let local = LocalNode::get(ep).await?;
+        let host = local.session(ep).await?;
+        let slot = NEXT_SLOT.fetch_add(1, Ordering::Relaxed);
+        local.monitors.lock().unwrap().insert(slot, monitor);
         Ok(Self {
             node: ep.node.clone(),
             addr: ep.addr.clone(),
-            outbox,
-            pending,
-            next_id: AtomicU64::new(1),
-            reader,
+            slot,
+            host,
+            local,
+            spawned: AtomicBool::new(false),
         })
     }
 
@@ -98,68 +96,233 @@ impl Connection {
         &self.node
     }
 
+    /// This process's node name, which the worker knows the role's owner by.
+    pub fn owner(&self) -> &str {
+        &self.local.node.name
+    }
+
+    /// The process group of this process's event sink, for the role's reports.
+    pub fn events_group(&self) -> String {
+        sink_group(&self.local.node.name)
+    }
+
     /// Sends `request` and waits for its answer; `None` = no answer within `timeout` (the
     /// call may still run on the worker).
     pub async fn call(&self, request: Request, timeout: Duration) -> Option<Answer> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        if let Err(e) = self.send(id, request, Some(tx)) {
-            return Some(Err(e));
+        if matches!(request, Request::Spawn(_)) {
+            self.spawned.store(true, Ordering::Relaxed);
         }
-        let answer = tokio::time::timeout(timeout, rx).await;
-        self.pending.lock().unwrap().waiting.remove(&id);
+        let bytes = match self.encode(request) {
+            Ok(b) => b,
+            Err(e) => return Some(Err(e)),
+        };
+        let answer = self
+            .host
+            .call(|port| HostMessage::Call(bytes, port), Some(timeout))
+            .await;
         match answer {
-            Ok(Ok(a)) => Some(a),
-            Ok(Err(_)) => Some(Err(self.lost_now())),
-            Err(_) => None,
+            Ok(CallResult::Success(bytes)) => Some(self.decode(&bytes)),
+            Ok(CallResult::Timeout) => None,
+            Ok(CallResult::SenderError) | Err(_) => Some(Err(self.lost())),
         }
     }
 
     /// Sends `request` without waiting for an answer.
     pub fn notify(&self, request: Request) {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let _ = self.send(id, request, None);
+        if let Ok(bytes) = self.encode(request) {
+            let _ = self.host.cast(HostMessage::Cast(bytes));
+        }
     }
 
-    fn send(
-        &self,
-        id: u64,
-        request: Request,
-        reply: Option<oneshot::Sender<Answer>>,
-    ) -> Result<(), ClusterError> {
+    fn encode(&self, request: Request) -> Result<Vec<u8>, ClusterError> {
         let kind = request.kind();
-        let bytes = encode_request(id, request).map_err(|e| ClusterError::Protocol {
+        encode_request(self.slot, request).map_err(|e| ClusterError::Protocol {
             node: self.node.clone(),
             addr: self.addr.clone(),
             message: format!("cannot encode a {kind} request: {e}"),
-        })?;
-        {
-            let mut p = self.pending.lock().unwrap();
-            if p.closed.is_some() {
-                drop(p);
-                return Err(self.lost_now());
-            }
-            if let Some(tx) = reply {
-                p.waiting.insert(id, tx);
-            }
-        }
-        self.outbox.send(bytes).map_err(|_| self.lost_now())
+        })
     }
 
-    fn lost_now(&self) -> ClusterError {
-        let reason = self.pending.lock().unwrap().closed.clone();
+    fn decode(&self, bytes: &[u8]) -> Answer {
+        match decode_response(bytes) {
+            Ok(env) => Ok(env.body),
+            Err(source @ DecodeError::Tensors { .. }) => {
+                tracing::warn!(
+                    "node {} ({}): a malformed answer: {source}",
+                    self.node,
+                    self.addr
+                );
+                Err(ClusterError::BadAnswer {
+                    node: self.node.clone(),
+                    addr: self.addr.clone(),
+                    source: Box::new(source),
+                })
+            }
+            Err(e) => Err(ClusterError::Protocol {
+                node: self.node.clone(),
+                addr: self.addr.clone(),
+                message: format!("an answer that does not decode: {e}"),
+            }),
+        }
+    }
+
+    fn lost(&self) -> ClusterError {
+        let reason = if self.host.get_status() == ActorStatus::Running {
+            "the call's answer was dropped"
+        } else {
+            "the node session ended (the worker is gone or closed it)"
+        };
         ClusterError::Lost {
             node: self.node.clone(),
             addr: self.addr.clone(),
-            reason: reason.unwrap_or_else(|| "closed".into()),
+            reason: reason.into(),
         }
     }
 }
 
 impl Drop for Connection {
+    /// Stops the slot's role on the worker, if one was asked for.
     fn drop(&mut self) {
-        self.reader.abort();
+        if self.spawned.load(Ordering::Relaxed) {
+            self.notify(Request::Stop(0));
+        }
+        self.local.monitors.lock().unwrap().remove(&self.slot);
     }
+}
+
+/// The role host of one worker address's open session, if any (locked while dialling).
+type SessionSlot = Arc<tokio::sync::Mutex<Option<ActorRef<HostMessage>>>>;
+
+/// This process's node for one cookie and frame cap, its event sink and its sessions.
+struct LocalNode {
+    node: Node,
+    monitors: Monitors,
+    /// Per worker address, the host of the open session (the lock is held while dialling).
+    sessions: Mutex<HashMap<String, SessionSlot>>,
+}
+
+impl LocalNode {
+    /// The process's node for `ep`'s cookie and frame cap, started on first use.
+    async fn get(ep: &Endpoint) -> Result<Arc<Self>, ClusterError> {
+        type Nodes = tokio::sync::Mutex<HashMap<(String, usize), Arc<LocalNode>>>;
+        static NODES: OnceLock<Nodes> = OnceLock::new();
+        let key = (ep.cookie.clone().unwrap_or_default(), ep.max_frame);
+        let mut nodes = NODES.get_or_init(Default::default).lock().await;
+        if let Some(n) = nodes.get(&key) {
+            return Ok(n.clone());
+        }
+        let fail = |e: String| ClusterError::Protocol {
+            node: ep.node.clone(),
+            addr: ep.addr.clone(),
+            message: e,
+        };
+        let name = format!(
+            "controller-{}-{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        );
+        let node = Node::start(&name, &key.0, ep.max_frame as u64, None)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let monitors = Monitors::default();
+        Actor::spawn(None, Sink, (node.name.clone(), monitors.clone()))
+            .await
+            .map_err(|e| fail(format!("the event sink did not start: {e}")))?;
+        let local = Arc::new(LocalNode {
+            node,
+            monitors,
+            sessions: Mutex::default(),
+        });
+        nodes.insert(key, local.clone());
+        Ok(local)
+    }
+
+    /// The role host of the worker at `ep.addr`, on the open session or a new one.
+    async fn session(&self, ep: &Endpoint) -> Result<ActorRef<HostMessage>, ClusterError> {
+        let entry = self
+            .sessions
+            .lock()
+            .unwrap()
+            .entry(ep.addr.clone())
+            .or_default()
+            .clone();
+        let mut open = entry.lock().await;
+        if let Some(host) = open.as_ref() {
+            if host.get_status() == ActorStatus::Running {
+                return Ok(host.clone());
+            }
+        }
+        let host = self.dial(ep).await?;
+        *open = Some(host.clone());
+        Ok(host)
+    }
+
+    /// Dials `ep`, hands the stream to the node server and waits for the session.
+    async fn dial(&self, ep: &Endpoint) -> Result<ActorRef<HostMessage>, ClusterError> {
+        let stream = connect(ep).await?;
+        stream.set_nodelay(true).ok();
+        let mut news = self.node.subscribe();
+        let guard = Guard {
+            count_traffic: true,
+            ..Guard::DEFAULT
+        };
+        let label = match &ep.tls {
+            Some(tls) => {
+                let secured = tokio::time::timeout(HANDSHAKE_TIMEOUT, secure(ep, tls, stream))
+                    .await
+                    .map_err(|_| lost(ep, "no answer to the TLS handshake".into()))??;
+                self.node.open(secured, &ep.addr, guard, false)
+            }
+            None => self.node.open(stream, &ep.addr, guard, false),
+        };
+        match started(&mut news, &label, HANDSHAKE_TIMEOUT).await {
+            Start::Ready(node_id) => host_of(node_id).ok_or_else(|| ClusterError::Protocol {
+                node: ep.node.clone(),
+                addr: ep.addr.clone(),
+                message: "the session is up but no oxalign role host is there".into(),
+            }),
+            Start::Gone => Err(ClusterError::Refused {
+                node: ep.node.clone(),
+                addr: ep.addr.clone(),
+                reason: "the worker ended the session before it was authenticated: a wrong \
+                         or missing cookie, or a certificate it does not accept"
+                    .into(),
+            }),
+            Start::TimedOut => {
+                self.node.close(&label).await;
+                Err(lost(ep, "no answer to the handshake".into()))
+            }
+        }
+    }
+}
+
+/// The role host of the session with node id `node_id`.
+fn host_of(node_id: u64) -> Option<ActorRef<HostMessage>> {
+    ractor::pg::get_members(&HOST_GROUP.to_string())
+        .into_iter()
+        .find(|c| !c.get_id().is_local() && c.get_id().node() == node_id)
+        .map(ActorRef::from)
+}
+
+/// The TLS client handshake with the worker at `ep.addr`, whose certificate must name its host.
+async fn secure(
+    ep: &Endpoint,
+    tls: &Tls,
+    stream: TcpStream,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, ClusterError> {
+    let host = ep
+        .addr
+        .rsplit_once(':')
+        .map_or(ep.addr.as_str(), |(h, _)| h);
+    let name = server_name(host).map_err(|e| lost(ep, e.to_string()))?;
+    tokio_rustls::TlsConnector::from(tls.client.clone())
+        .connect(name, stream)
+        .await
+        .map_err(|e| ClusterError::Refused {
+            node: ep.node.clone(),
+            addr: ep.addr.clone(),
+            reason: format!("TLS: {e}"),
+        })
 }
 
 fn lost(ep: &Endpoint, reason: String) -> ClusterError {
@@ -185,129 +348,6 @@ async fn connect(ep: &Endpoint) -> Result<TcpStream, ClusterError> {
                 })
             }
             Err(_) => tokio::time::sleep(RETRY_EVERY).await,
-        }
-    }
-}
-
-/// Sends the [`Hello`] and reads the worker's verdict.
-async fn handshake(
-    ep: &Endpoint,
-    rd: &mut OwnedReadHalf,
-    wr: &mut OwnedWriteHalf,
-    limits: Limits,
-) -> Result<(), ClusterError> {
-    let hello = Hello {
-        protocol: PROTOCOL.into(),
-        cookie: ep.cookie.clone().unwrap_or_default(),
-    };
-    let bytes = encode(&hello).map_err(|e| lost(ep, e.to_string()))?;
-    write_message(wr, &bytes, ep.max_frame)
-        .await
-        .map_err(|e| lost(ep, format!("sending the handshake: {e}")))?;
-    let answer = read_message(rd, limits)
-        .await
-        .map_err(|e| lost(ep, format!("reading the handshake: {e}")))?
-        .ok_or_else(|| lost(ep, "closed during the handshake".into()))?;
-    match decode::<HelloReply>(&answer) {
-        Ok(HelloReply::Welcome) => Ok(()),
-        Ok(HelloReply::Refused { reason }) => Err(ClusterError::Refused {
-            node: ep.node.clone(),
-            addr: ep.addr.clone(),
-            reason,
-        }),
-        Err(e) => Err(ClusterError::Protocol {
-            node: ep.node.clone(),
-            addr: ep.addr.clone(),
-            message: format!("the handshake answer does not decode: {e}"),
-        }),
-    }
-}
-
-/// Marks the connection closed and fails every waiting call.
-fn close(pending: &Mutex<Pending>, reason: String) {
-    let mut p = pending.lock().unwrap();
-    p.closed.get_or_insert(reason);
-    p.waiting.clear();
-}
-
-async fn write_loop(
-    mut wr: OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
-    max_frame: usize,
-    pending: Arc<Mutex<Pending>>,
-) {
-    while let Some(bytes) = rx.recv().await {
-        match write_message(&mut wr, &bytes, max_frame).await {
-            Ok(n) => traffic::sent(n),
-            Err(e) => return close(&pending, format!("sending: {e}")),
-        }
-    }
-}
-
-async fn read_loop(
-    mut rd: OwnedReadHalf,
-    limits: Limits,
-    pending: Arc<Mutex<Pending>>,
-    ep: Endpoint,
-    monitor: MonitorHandle,
-) {
-    let mut closed_cleanly = false;
-    let reason = loop {
-        let bytes = match read_message(&mut rd, limits).await {
-            Ok(Some(b)) => b,
-            Ok(None) => {
-                closed_cleanly = true;
-                break "the worker closed the connection".to_string();
-            }
-            Err(FrameError::Io(e)) => break format!("the worker is gone ({e})"),
-            Err(e) => break format!("bad frame from the worker: {e}"),
-        };
-        traffic::received(bytes.len() as u64);
-        let (id, answer) = match decode_response(&bytes) {
-            Ok(env) if env.id == EVENTS_ID => {
-                report(&monitor, env.body);
-                continue;
-            }
-            Ok(env) => (env.id, Ok(env.body)),
-            // The call is known and the stream intact: only that call fails.
-            Err(source @ DecodeError::Tensors { id, .. }) => (id, Err(bad_answer(&ep, source))),
-            Err(e) => break format!("an answer that does not decode: {e}"),
-        };
-        let waiting = pending.lock().unwrap().waiting.remove(&id);
-        if let Some(tx) = waiting {
-            let _ = tx.send(answer);
-        }
-    };
-    if closed_cleanly {
-        tracing::debug!("node {} ({}): {reason}", ep.node, ep.addr);
-    } else {
-        tracing::warn!("node {} ({}): {reason}", ep.node, ep.addr);
-    }
-    close(&pending, reason);
-}
-
-fn bad_answer(ep: &Endpoint, source: DecodeError) -> ClusterError {
-    tracing::warn!(
-        "node {} ({}): a malformed answer: {source}",
-        ep.node,
-        ep.addr
-    );
-    ClusterError::BadAnswer {
-        node: ep.node.clone(),
-        addr: ep.addr.clone(),
-        source: Box::new(source),
-    }
-}
-
-/// Passes the hosted role's status changes and spans to `monitor` (a worker cannot
-/// register actors, report metrics or end the run).
-fn report(monitor: &MonitorHandle, body: Response) {
-    let Response::Events(events) = body else {
-        return;
-    };
-    for e in events {
-        if matches!(e, MonitorEvent::ActorUpdate(_) | MonitorEvent::Span(_)) {
-            monitor.report(e);
         }
     }
 }

@@ -1,41 +1,10 @@
-//! The failures of the cluster transport: frames ([`FrameError`]) and connections to a node
-//! ([`ClusterError`]), each naming the node and its address. A role call that fails on the
+//! The failures of the cluster transport: connections to a node ([`ClusterError`]) and a
+//! worker's start ([`WorkerError`]), each naming the node and its address. A role call that fails on the
 //! wire becomes a [`crate::error::Cause::Cluster`] inside the role's error, so the
 //! supervisor treats a lost node like a failed role.
 
 use super::inventory::Held;
 use oxalign_kernels::device::DeviceSpec;
-
-/// A frame could not be read or written.
-#[derive(Debug, thiserror::Error)]
-pub enum FrameError {
-    /// The header announced more bytes than the frame cap.
-    #[error("a frame of {len} bytes is over the cap of {max} bytes")]
-    FrameTooLarge {
-        /// The announced length.
-        len: usize,
-        /// The cap.
-        max: usize,
-    },
-    /// The frames of one message add up past the message cap.
-    #[error("a message is over the cap of {max} bytes")]
-    MessageTooLarge {
-        /// The cap.
-        max: usize,
-    },
-    /// A message stopped arriving midway: no byte for the stall limit.
-    #[error("a message stopped arriving midway: no byte for {secs:.0} s")]
-    Stalled {
-        /// The stall limit, seconds.
-        secs: f64,
-    },
-    /// The header's flag byte is neither 0 (more frames) nor 1 (last frame).
-    #[error("bad frame flag {0}: expected 0 or 1")]
-    BadFlag(u8),
-    /// The stream failed or ended inside a message.
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
-}
 
 /// A connection to a node failed.
 #[derive(Debug, thiserror::Error)]
@@ -95,6 +64,9 @@ pub enum ClusterError {
         /// What was wrong.
         message: String,
     },
+    /// The cluster's TLS files could not be used.
+    #[error(transparent)]
+    Tls(#[from] super::tls::TlsError),
     /// The node a role is placed on accepted no connection, and no node of
     /// `cluster.spare_nodes` could take the role over.
     #[error("{placed}; no spare node can host the {role}: {}", passed_over(passed))]
@@ -121,6 +93,7 @@ impl ClusterError {
     pub fn is_bad_input(&self) -> bool {
         match self {
             ClusterError::NoWorker { .. } | ClusterError::Refused { .. } => true,
+            ClusterError::Tls(_) => true,
             ClusterError::NoSpare { placed, .. } => placed.is_bad_input(),
             _ => false,
         }
@@ -146,53 +119,12 @@ pub enum WorkerError {
         /// The OS error.
         source: std::io::Error,
     },
-}
-
-/// Why a worker closed one connection (logged; the worker goes on serving the others).
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectionError {
-    /// The peer sent no handshake within the handshake timeout.
-    #[error("no handshake in time")]
-    HandshakeTimeout,
-    /// The stream closed before a handshake arrived.
-    #[error("closed before the handshake")]
-    ClosedBeforeHandshake,
-    /// Reading or writing a frame failed (too large, bad flag, I/O).
-    #[error("{during}: {source}")]
-    Frame {
-        /// `"handshake"`, `"request"` or `"reply"`.
-        during: &'static str,
-        /// The frame error.
-        source: FrameError,
-    },
-    /// A message did not decode.
-    #[error("{what} does not decode: {source}")]
-    Decode {
-        /// `"handshake"` or `"a request"`.
-        what: &'static str,
-        /// The decoder's error.
-        source: DecodeError,
-    },
-    /// A reply could not be encoded.
-    #[error("cannot encode the reply: {0}")]
-    Encode(#[from] rmp_serde::encode::Error),
-    /// The handshake was refused (wrong cookie or protocol).
-    #[error("refused {peer}: {reason}")]
-    Refused {
-        /// The peer's address.
-        peer: std::net::SocketAddr,
-        /// Why.
-        reason: String,
-    },
-    /// The first request was not a spawn.
-    #[error("no spawn request")]
-    NoSpawn,
-    /// The first request's tensors were malformed (answered with the error, then closed).
-    #[error("the first request: {0}")]
-    BadFirst(DecodeError),
-    /// The role could not be built.
-    #[error("could not build the {0}")]
-    Spawn(&'static str),
+    /// The worker's cluster node or role host could not start.
+    #[error("the worker could not start: {0}")]
+    Start(String),
+    /// The TLS files could not be used.
+    #[error(transparent)]
+    Tls(#[from] super::tls::TlsError),
 }
 
 /// The safetensors part of a call message is malformed, or one of its tensors is not what

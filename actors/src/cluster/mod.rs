@@ -6,34 +6,49 @@
 //! splits the two). `controller::setup` builds such a role as a `Remote` instead of a local
 //! actor; the loop, the stages and the supervisor see the same traits.
 //!
-//! The transport is our own small protocol on tokio TCP rather than `ractor_cluster`:
-//! ractor_cluster connects actor systems and lets a node look up actors another node
-//! registered, but it cannot spawn an actor on a remote node, it needs every message type
-//! (reply ports included) converted to its own wire form, and its 0.15 line allocates whatever
-//! frame length a peer announces. Ractor stays the in-process actor layer. Frames are capped
-//! (`frame.rs`), the handshake checks a shared cookie (`worker.rs`), and a lost connection
-//! fails the waiting calls at once (`connection.rs`). A call's arrays travel as one safetensors
-//! buffer beside its MessagePack envelope (`wire.rs`, `call.rs`, `arrays.rs`, `blob.rs`; a
-//! worker's errors as data in `wire_error.rs`), and the hosted role's status reports come back
-//! on its connection (`relay.rs`). A worker tells what devices it has and which its roles hold
-//! (`inventory.rs`), so a role moves only to a spare node that can take it (`spare_fit.rs`).
-//! Listeners sit behind a capped front door (`door.rs`); `traffic.rs` counts the bytes.
+//! The transport is `ractor_cluster` (0.16): every `oxalign worker` runs a node server and
+//! one actor other nodes can reach, its role host (`host_actor.rs`, in the process group
+//! [`HOST_GROUP`]); the controller's process runs a node of its own (`node.rs`) with an event
+//! sink (`events.rs`). The controller dials each worker once (`connection.rs`), the node
+//! servers authenticate the session by challenge-response on the cookie (the cookie never
+//! travels), and the controller finds the worker's host among the group's members. The two
+//! messages that cross nodes (`messages.rs`) carry this module's encoded requests and
+//! answers: a MessagePack envelope and the call's arrays as one safetensors buffer
+//! (`wire.rs`, `call.rs`, `arrays.rs`, `blob.rs`; a worker's errors as data in
+//! `wire_error.rs`). Every other actor stays local. The worker's own hosting of a role is
+//! `host.rs`; its reports to the role's monitor travel to the controller's sink (`events.rs`).
+//! A worker tells what devices it has and which its roles hold (`inventory.rs`), so a role
+//! moves only to a spare node that can take it (`spare_fit.rs`).
 //!
-//! * **One connection, one role.** The first request other than `Inventory` builds the role (it
-//!   must be a `Spawn`); closing the connection (a `Stop`, the controller exiting, or the
-//!   controller dropping the role after a failure) stops it, retires its executors on the
-//!   worker and releases its devices from the worker's `Holdings`.
+//! * **Security.** Beyond loopback a worker needs the cookie, and mutual TLS (`tls.rs`,
+//!   rustls; `certs.rs` makes a cluster's CA and certificate for `oxalign cluster certs`)
+//!   unless it was started `--insecure`; the recipe check asks the same of the controller.
+//!   The session's cookie challenge runs inside TLS. A client that is not a member cannot
+//!   open a session; one that holds the member key and the cookie can have a worker build
+//!   roles that read and write the paths its requests name with the worker's rights.
+//! * **Bounds.** Connections are capped in total and per peer address (`door.rs`); a
+//!   connection must finish TLS and authentication within 10 s; before authentication a
+//!   frame may announce at most 1 MiB, after it `cluster.max_message_mb`; a peer silent for
+//!   a minute is cut, and frames beyond a rate are read only as the rate allows (`stream.rs`).
+//!   `traffic.rs` counts the bytes the controller's sessions send and receive.
+//! * **One slot, one role.** A [`Connection`] is a slot on a worker's host (the controller's
+//!   node keeps one session per worker, shared by the slots). The first request other than
+//!   `Inventory` builds the slot's role (it must be a `Spawn`); a `Stop`, the controller
+//!   dropping the role after a failure, or the end of the controller's session stops it,
+//!   retires its executors on the worker and releases its devices from the worker's
+//!   `Holdings`.
 //! * **Initial weights do not travel.** A worker loads the policy, reference, critic and engine
 //!   role from the folders the controller names and writes checkpoints where the controller
 //!   says: the run folder must be on a filesystem both see (the same machine, or a cluster's
 //!   shared filesystem). Without `placement.engine` refit stays inside the policy's process
 //!   (trainer and engine live in the one role) and per step only the batches travel: ids and
 //!   per-token f32 arrays as safetensors bytes (4 bytes a number, bit for bit), rewards,
-//!   summaries; the message is cut into frames below the cap.
+//!   summaries; each call is one session frame, at most `cluster.max_message_mb`.
 //! * **Refit to an engine on another node.** With `placement.engine = "node2:cpu"` the rollout
 //!   engine is a role on that worker (`RoleKind::Engine`). Each refit, the controller takes the
 //!   policy's buckets (`ExportWeights`) and sends them to the worker one request per bucket
-//!   (`RefitBucket`, below `cluster.max_frame_mb · 64` by the recipe check), then
+//!   (`RefitBucket`, `cluster.refit_bucket_mb` each, below `cluster.max_message_mb` by the recipe
+//!   check), then
 //!   `ApplyWeights` with the probe; the worker's engine role checks each bucket's pieces on
 //!   arrival and verifies the applied update with its checksums and the probe. The weights pass
 //!   through the controller, which holds one host copy while it sends them, so the policy must
@@ -44,12 +59,13 @@
 //!   flip a byte and see it refused with the tensor and the bucket named.
 //! * **Monitoring.** The controller times every role call (the timeline's spans, local or
 //!   remote alike, include the network for a remote role); a remote role's own reports — busy
-//!   with what, idle with its throughput, failed with its error — come back over its connection
-//!   (`relay.rs`), stamped by the worker's clock.
-//! * **Failure.** A lost connection is `Cause::Cluster(ClusterError::Lost)`, retried by the
-//!   supervisor (`controller/supervisor.rs`), which also rebuilds the roles placed on the same
-//!   node. No worker at a node's address at the start of a run, or a refused cookie, is the
-//!   user's setup (exit 2, naming the node, its address and the command to start there).
+//!   with what, idle with its throughput, failed with its error — come back over the session to
+//!   the controller's event sink (`events.rs`), stamped by the worker's clock.
+//! * **Failure.** A session that ends (the worker died, or the network dropped it) fails every
+//!   waiting call at once: `Cause::Cluster(ClusterError::Lost)`, retried by the supervisor
+//!   (`controller/supervisor.rs`), which also rebuilds the roles placed on the same node on a
+//!   fresh session. No worker at a node's address at the start of a run, or a refused cookie
+//!   or certificate, is the user's setup (exit 2, naming the node, its address and the command to start there).
 //! * **Launching.** `oxalign launch RECIPE --hosts FILE` (`src/cmd/launch.rs`) prints the
 //!   commands (a worker per node, over ssh beyond loopback, then the controller's
 //!   `oxalign train`); with `--start` (`src/cmd/launch/start.rs`) it runs them: loopback
@@ -102,36 +118,40 @@
 mod arrays;
 mod blob;
 mod call;
+mod certs;
 mod connection;
 mod door;
 mod error;
-mod frame;
+mod events;
 mod host;
+mod host_actor;
 mod inventory;
-mod relay;
+mod messages;
+mod node;
 mod remote;
 mod spare_fit;
+mod stream;
+mod tls;
 mod traffic;
 mod wire;
 mod wire_error;
 mod worker;
 
 pub use call::{decode_request, decode_response, encode_request, encode_response};
+pub use certs::{make_cluster_certs, CertError, ClusterCerts};
 pub use connection::{Connection, Endpoint};
 pub use door::{Admission, Door, DoorCaps, ACCEPT_BACKOFF};
 pub use error::{
-    ClusterError, ConnectionError, DecodeError, EncodeError, FrameError, PassedOver, TensorError,
-    Unfit, WorkerError,
+    ClusterError, DecodeError, EncodeError, PassedOver, TensorError, Unfit, WorkerError,
 };
-pub use frame::{read_message, write_message, Limits, HEADER_BYTES};
 pub use inventory::{Held, Inventory};
+pub use messages::{sink_group, HostMessage, SinkMessage, HOST_GROUP};
 pub(crate) use remote::{Remote, RemoteSources};
+pub use stream::Guard;
+pub use tls::{server_name, Tls, TlsError, TlsFiles};
 
 pub use traffic::{count_refit, traffic, Traffic};
-pub use wire::{
-    decode, encode, Envelope, Hello, HelloReply, Request, Response, RoleKind, SpawnSpec, EVENTS_ID,
-    PROTOCOL,
-};
+pub use wire::{decode, encode, Envelope, Request, Response, RoleKind, SpawnSpec};
 pub use wire_error::{WireCause, WireError};
 pub use worker::{bind, serve, WorkerConfig};
 

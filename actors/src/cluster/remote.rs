@@ -14,6 +14,7 @@ use super::connection::{Connection, Endpoint};
 use super::error::ClusterError;
 use super::error::{PassedOver, Unfit};
 use super::spare_fit::fit;
+use super::tls::Tls;
 use super::wire::{Request, Response, RoleKind, SpawnSpec};
 use crate::batch::{
     RolloutBatch, RolloutRequest, Sequences, TokenArray, WeightBucket, WeightExport,
@@ -90,6 +91,8 @@ impl Remote {
             recipe_toml: on_worker.to_toml(),
             weights: src.weights.map(absolute),
             critic: src.critic.map(absolute),
+            owner: conn.owner().to_string(),
+            events: conn.events_group(),
         };
         let remote = Self {
             role,
@@ -258,8 +261,13 @@ fn endpoint(c: &ClusterSection, node: &str) -> Result<Endpoint, Cause> {
         node: node.to_string(),
         addr: addr.clone(),
         cookie: c.cookie(),
-        max_frame: c.max_frame_bytes(),
+        max_frame: c.max_message_bytes(),
         patience: c.connect_timeout(),
+        tls: c
+            .tls_files()
+            .map(|files| Tls::load(&files))
+            .transpose()
+            .map_err(|e| Cause::Cluster(e.into()))?,
     })
 }
 

@@ -1,18 +1,18 @@
-//! What travels between a controller and a worker: the handshake, one request per role call
-//! and its answer, each in an [`Envelope`] with the call's id. Requests and answers are the
+//! What travels between a controller and a worker's role host: one request per role call
+//! and its answer, each in an [`Envelope`] with the role's slot (`host_actor.rs`). Requests and answers are the
 //! roles' own host data (`crate::batch`, the work and summary types), encoded as MessagePack
 //! (`rmp-serde`, field names kept so serde's defaults round-trip) with their arrays as
-//! safetensors bytes beside (`call.rs`); the handshake is MessagePack alone. A worker loads
+//! safetensors bytes beside (`call.rs`), carried as the payload of a `ractor_cluster` message
+//! (`messages.rs`). A worker loads
 //! a role's initial weights from the paths a request names; the only weights that travel
 //! are a refit's buckets to an engine role (`placement.engine`), each bucket one request.
 //! Besides the role's calls, a connection may ask the worker for its devices
 //! ([`Request::Inventory`]), before its spawn or after.
 //!
-//! The handshake is [`Hello`] (the protocol's name, [`PROTOCOL`], and the cookie) and
-//! [`HelloReply`]. Each [`Request`] is one trait method's call, plus `Spawn`, `Stop` and
+//! Each [`Request`] is one trait method's call, plus `Spawn`, `Stop` and
 //! `Inventory`; an engine role's `RefitBucket` carries one bucket, its bytes as a `U8`
 //! tensor beside the MessagePack part, and `ApplyWeights` the probe. A [`Response`] answers
-//! it; `Events` under id [`EVENTS_ID`] (0) carries a hosted role's monitor reports.
+//! it; `Events` carries a hosted role's monitor reports to the controller's event sink.
 
 use super::inventory::Inventory;
 use super::wire_error::WireError;
@@ -26,30 +26,6 @@ use oxalign_kernels::collective::NcclUniqueId;
 use oxalign_models::engine::{Probe, RefitReport};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::path::PathBuf;
-
-/// The protocol a [`Hello`] must name.
-pub const PROTOCOL: &str = "oxalign-cluster/4";
-
-/// The client's first message.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Hello {
-    /// [`PROTOCOL`].
-    pub protocol: String,
-    /// The shared cookie (empty when the client has none).
-    pub cookie: String,
-}
-
-/// The worker's answer to a [`Hello`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum HelloReply {
-    /// Accepted; requests may follow.
-    Welcome,
-    /// Refused; the worker closes the connection.
-    Refused {
-        /// Why (`wrong cookie`, `protocol ...`).
-        reason: String,
-    },
-}
 
 /// A request or an answer with the id of its call.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -106,6 +82,12 @@ pub struct SpawnSpec {
     /// the worker are several CUDA GPUs.
     #[serde(default)]
     pub nccl_ids: Vec<NcclUniqueId>,
+    /// The node name of the controller that asks (the role stops when its session ends).
+    #[serde(default)]
+    pub owner: String,
+    /// The process group of that controller's event sink, for the role's reports.
+    #[serde(default)]
+    pub events: String,
 }
 
 /// One role call.
@@ -206,14 +188,11 @@ pub enum Response {
     /// The call failed.
     Failed(WireError),
     /// Not an answer: what the hosted role reported to its monitor (status changes and
-    /// spans), sent under [`EVENTS_ID`] as it happens, for the controller's monitor.
+    /// spans), sent to the controller's event sink as it happens, under the role's slot.
     Events(Vec<MonitorEvent>),
     /// The worker's devices and what its hosted roles hold.
     Inventory(Inventory),
 }
-
-/// The call id of [`Response::Events`] (calls count from 1).
-pub const EVENTS_ID: u64 = 0;
 
 impl Request {
     /// The request's kind, for messages (`values`, `train_policy`, ...).

@@ -21,3 +21,6 @@ pub enum MonitorMsg {
     /// fsynced, with the failures since the previous sync (see [`crate::monitor::MonitorHandle::sync`]).
     Sync(RpcReplyPort<Result<(), MonitorError>>),
 }
+
+// A local-only message (the cluster feature of ractor needs each message type to say so).
+impl ractor::Message for MonitorMsg {}

@@ -5,10 +5,12 @@
 use super::host_name::valid_host;
 use super::slurm::SlurmError;
 use super::{Recipe, RecipeError, RunKind};
+use crate::cluster::TlsFiles;
 use crate::placement::RolePlacement;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 /// The environment variable a cookie is read from unless `cluster.cookie_env` says otherwise.
 pub const DEFAULT_COOKIE_ENV: &str = "OXALIGN_COOKIE";
@@ -29,9 +31,9 @@ pub struct ClusterSection {
     /// node's roles are restarted after a failure (a new worker may take that long to join).
     /// Default `30`.
     pub connect_timeout_s: f64,
-    /// Largest frame sent or accepted, MiB; bigger messages travel in several frames.
-    /// Default `16`.
-    pub max_frame_mb: usize,
+    /// Largest message a node session sends or accepts, MiB (a frame above it ends the
+    /// session before its payload is read). Default `1024`.
+    pub max_message_mb: usize,
     /// Inside a Slurm allocation: node `nodeK` is the K-th host of `SLURM_JOB_NODELIST` at
     /// `cluster.port` (where `srun oxalign worker` listens by default); a name also in
     /// `nodes` keeps its address there. Default `false`.
@@ -45,9 +47,20 @@ pub struct ClusterSection {
     pub spare_nodes: Vec<String>,
     /// Largest refit bucket, MiB, when `placement.engine` puts the rollout engine in a role
     /// of its own: the trainer's weights travel to it as safetensors buffers of at most this
-    /// size (a tensor bigger than a bucket in chunks). Must be below `max_frame_mb · 64` (the
-    /// largest message). Default `256`.
+    /// size (a tensor bigger than a bucket in chunks). Must be below `max_message_mb`.
+    /// Default `256`.
     pub refit_bucket_mb: usize,
+    /// This controller's certificate (PEM), signed by `tls_ca`: with `tls_key` and `tls_ca`
+    /// the sessions to the workers run over mutual TLS. Required when a node is not on
+    /// loopback, unless `insecure = true`. Default none.
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `tls_cert` (PEM). Default none.
+    pub tls_key: Option<PathBuf>,
+    /// The CA that signed every member's certificate (PEM). Default none.
+    pub tls_ca: Option<PathBuf>,
+    /// Sessions to nodes beyond loopback without TLS (the cookie is still proven, never
+    /// sent, but every byte after it travels in clear). Default `false`.
+    pub insecure: bool,
 }
 
 impl Default for ClusterSection {
@@ -56,11 +69,15 @@ impl Default for ClusterSection {
             nodes: BTreeMap::new(),
             cookie_env: DEFAULT_COOKIE_ENV.into(),
             connect_timeout_s: 30.0,
-            max_frame_mb: 16,
+            max_message_mb: 1024,
             slurm: false,
             port: 7101,
             spare_nodes: Vec::new(),
             refit_bucket_mb: 256,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
+            insecure: false,
         }
     }
 }
@@ -99,9 +116,21 @@ impl ClusterSection {
         self.refit_bucket_mb << 20
     }
 
-    /// The frame cap in bytes.
-    pub fn max_frame_bytes(&self) -> usize {
-        self.max_frame_mb << 20
+    /// The message cap in bytes.
+    pub fn max_message_bytes(&self) -> usize {
+        self.max_message_mb << 20
+    }
+
+    /// The TLS files, when all three are set.
+    pub fn tls_files(&self) -> Option<TlsFiles> {
+        match (&self.tls_cert, &self.tls_key, &self.tls_ca) {
+            (Some(cert), Some(key), Some(ca)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: ca.clone(),
+            }),
+            _ => None,
+        }
     }
 }
 
@@ -187,6 +216,45 @@ pub fn split_addr(addr: &str) -> Result<(&str, u16), AddressError> {
     Ok((host, port))
 }
 
+/// The TLS keys: all three or none, files that load, and TLS (or `insecure = true`) for a
+/// node beyond loopback.
+fn validate_tls(
+    c: &ClusterSection,
+    nodes: &BTreeMap<String, String>,
+    bad: &impl Fn(&str, String) -> RecipeError,
+) -> Result<(), RecipeError> {
+    let set = [&c.tls_cert, &c.tls_key, &c.tls_ca]
+        .iter()
+        .filter(|p| p.is_some())
+        .count();
+    if set != 0 && set != 3 {
+        return Err(bad(
+            "cluster.tls_cert",
+            "tls_cert, tls_key and tls_ca go together: expected all three or none (make them \
+             with `oxalign cluster certs`)"
+                .into(),
+        ));
+    }
+    if let Some(files) = c.tls_files() {
+        crate::cluster::Tls::load(&files).map_err(|e| bad("cluster.tls_cert", e.to_string()))?;
+        return Ok(());
+    }
+    if c.insecure {
+        return Ok(());
+    }
+    if let Some((name, addr)) = nodes.iter().find(|(_, a)| !is_loopback(a)) {
+        return Err(bad(
+            "cluster.tls_cert",
+            format!(
+                "node {name} ({addr}) is not on loopback, so its session needs TLS: set \
+                 tls_cert, tls_key and tls_ca (make them with `oxalign cluster certs`), or \
+                 insecure = true on a network you trust"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks the nodes, their addresses, the cookie and every role's node.
 pub(crate) fn validate(
     r: &Recipe,
@@ -219,12 +287,13 @@ pub(crate) fn validate(
             ),
         ));
     }
-    if !(1..=1024).contains(&c.max_frame_mb) {
+    if !(1..=16384).contains(&c.max_message_mb) {
         return Err(bad(
-            "cluster.max_frame_mb",
-            format!("{}: expected 1 to 1024 MiB", c.max_frame_mb),
+            "cluster.max_message_mb",
+            format!("{}: expected 1 to 16384 MiB", c.max_message_mb),
         ));
     }
+    validate_tls(c, &nodes, bad)?;
     for spare in &c.spare_nodes {
         if !nodes.contains_key(spare) {
             return Err(bad(

@@ -5,7 +5,7 @@
 use super::{Recipe, RecipeError, RunKind};
 use crate::placement::RolePlacement;
 
-/// Refuses a bucket size of 0 or one a message cannot carry (`max_frame_mb · 64`), and with
+/// Refuses a bucket size of 0 or one a message cannot carry (`cluster.max_message_mb`), and with
 /// `placement.engine`: bad devices, an unknown node, a run other than RL, a policy on a
 /// worker node, expert parallelism, rollout routing replay, and faults injected into the
 /// policy's generation (which the engine role does).
@@ -14,12 +14,12 @@ pub(crate) fn validate(
     bad: &impl Fn(&str, String) -> RecipeError,
 ) -> Result<(), RecipeError> {
     let c = &r.cluster;
-    let cap = c.max_frame_mb.saturating_mul(64);
+    let cap = c.max_message_mb;
     if c.refit_bucket_mb == 0 || c.refit_bucket_mb >= cap {
         return Err(bad(
             "cluster.refit_bucket_mb",
             format!(
-                "{}: expected 1 MiB to below cluster.max_frame_mb · 64 = {cap} MiB (the \
+                "{}: expected 1 MiB to below cluster.max_message_mb = {cap} MiB (the \
                  largest message)",
                 c.refit_bucket_mb
             ),

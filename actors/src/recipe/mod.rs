@@ -11,6 +11,7 @@ mod env;
 mod expert_parallel_check;
 mod head_check;
 mod host_name;
+pub(crate) use host_name::valid_host;
 mod kind_sections;
 mod log;
 mod lora;

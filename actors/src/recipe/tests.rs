@@ -594,8 +594,8 @@ fn an_engine_placement_is_checked() {
             "cluster.refit_bucket_mb",
         ),
         (
-            "[cluster]\nmax_frame_mb = 1\nrefit_bucket_mb = 64\n",
-            "below cluster.max_frame_mb",
+            "[cluster]\nmax_message_mb = 64\nrefit_bucket_mb = 64\n",
+            "below cluster.max_message_mb",
         ),
     ] {
         let r = parse(text, &[]).unwrap();

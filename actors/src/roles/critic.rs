@@ -85,6 +85,9 @@ pub enum CriticMsg {
     },
 }
 
+// A local-only message (the cluster feature of ractor needs each message type to say so).
+impl ractor::Message for CriticMsg {}
+
 /// The critic actor.
 pub struct Critic;
 

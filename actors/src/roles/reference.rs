@@ -33,6 +33,9 @@ pub enum ReferenceMsg {
     },
 }
 
+// A local-only message (the cluster feature of ractor needs each message type to say so).
+impl ractor::Message for ReferenceMsg {}
+
 /// What one reference replica scores with.
 pub enum ReferenceModel {
     /// Its own f32 scoring engine (a copy of the reference weights).

@@ -46,6 +46,9 @@ pub enum RmTrainerMsg {
     },
 }
 
+// A local-only message (the cluster feature of ractor needs each message type to say so).
+impl ractor::Message for RmTrainerMsg {}
+
 /// What one update did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct RmStepSummary {

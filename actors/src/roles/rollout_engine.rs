@@ -63,6 +63,9 @@ pub(crate) enum EngineMsg {
     },
 }
 
+// A local-only message (the cluster feature of ractor needs each message type to say so).
+impl ractor::Message for EngineMsg {}
+
 /// The engine role's actor.
 pub(crate) struct RolloutEngine;
 

@@ -10,11 +10,11 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use oxalign_actors::cluster::{ClusterError, Connection, Endpoint};
+use oxalign_actors::cluster::{ClusterError, Connection, Endpoint, Tls};
 use oxalign_actors::recipe::{is_loopback, split_addr, Recipe, DEFAULT_COOKIE_ENV};
 
 use super::quote::{command_line, quote};
-use crate::user_error::{user_error, UserError};
+use crate::user_error::{user_error, IntoUserError, UserError};
 
 /// The environment variable naming the ssh program.
 pub const SSH_ENV: &str = "OXALIGN_SSH";
@@ -41,10 +41,11 @@ impl Drop for Started {
 /// Starts node `name`'s worker at `addr`.
 fn spawn_worker(recipe: &Recipe, name: &str, addr: &str, dir: &Path) -> anyhow::Result<Started> {
     let exe = std::env::current_exe()?;
+    let worker = super::worker_words(recipe, addr);
     let (mut cmd, command) = if is_loopback(addr) {
         let mut c = Command::new(&exe);
-        c.args(["worker", "--listen", addr]);
-        (c, format!("oxalign worker --listen {addr}"))
+        c.args(&worker[1..]);
+        (c, command_line(worker.iter().map(String::as_str)))
     } else {
         let ssh = std::env::var(SSH_ENV).unwrap_or_else(|_| "ssh".into());
         let mut words = ssh.split_whitespace();
@@ -56,7 +57,7 @@ fn spawn_worker(recipe: &Recipe, name: &str, addr: &str, dir: &Path) -> anyhow::
         let remote = format!(
             "cd {} && exec {}",
             quote(&dir.display().to_string()),
-            command_line(["oxalign", "worker", "--listen", addr])
+            command_line(worker.iter().map(String::as_str))
         );
         let send_env = format!("SendEnv={}", recipe.cluster.cookie_env);
         let mut c = Command::new(program);
@@ -103,8 +104,9 @@ async fn wait_ready(w: &mut Started, recipe: &Recipe, deadline: Instant) -> anyh
         node: w.node.clone(),
         addr: w.addr.clone(),
         cookie: recipe.cluster.cookie(),
-        max_frame: recipe.cluster.max_frame_bytes(),
+        max_frame: recipe.cluster.max_message_bytes(),
         patience: PROBE,
+        tls: tls(recipe)?,
     };
     loop {
         if let Some(status) = w.child.try_wait()? {
@@ -124,6 +126,14 @@ async fn wait_ready(w: &mut Started, recipe: &Recipe, deadline: Instant) -> anyh
             }
             Err(e) => return Err(not_ready(w, e.to_string())),
         }
+    }
+}
+
+/// The controller's TLS, when the recipe sets it.
+fn tls(recipe: &Recipe) -> anyhow::Result<Option<Tls>> {
+    match recipe.cluster.tls_files() {
+        Some(files) => Ok(Some(Tls::load(&files).user_err("")?)),
+        None => Ok(None),
     }
 }
 

@@ -119,6 +119,9 @@ pub enum PolicyMsg {
     },
 }
 
+// A local-only message (the cluster feature of ractor needs each message type to say so).
+impl ractor::Message for PolicyMsg {}
+
 /// The policy actor.
 pub struct Policy;
 

@@ -64,6 +64,9 @@ pub(crate) enum RewardMsg {
     },
 }
 
+// A local-only message (the cluster feature of ractor needs each message type to say so).
+impl ractor::Message for RewardMsg {}
+
 /// The reward actor.
 pub(crate) struct Reward;
 
