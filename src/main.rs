@@ -65,11 +65,13 @@ fn main() {
     oxalign_kernels::cpu_threads::configure_cpu_threads();
     // Freed tensor buffers stay mapped for the next step (no page faults, no re-zeroing).
     oxalign_kernels::host_memory::configure_host_allocator();
-    // Logs go to stderr, filtered by RUST_LOG (default: warnings only).
+    // Logs go to stderr, filtered by RUST_LOG (default: warnings only; ractor_cluster's
+    // session ends are routine for a worker, which logs what matters in its own words).
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("warn,ractor_cluster=error")
+            }),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -78,6 +78,11 @@ fn a_killed_scoring_node_is_restarted_when_a_new_worker_joins() {
     assert!(killed_at < 8, "the kill came after the last step");
     // Noticed from the closed connection, not by waiting out the 60 s call timeout.
     assert!(err.contains("the connection was lost"), "{err}");
+    // The session's end reached the controller as such, naming the node.
+    assert!(
+        err.contains(&format!("node node2 ({addr2}): its session ended")),
+        "{err}"
+    );
     assert!(
         err.contains("restarting reference, reward, critic")
             || err.contains("restarting policy, reference, reward, critic"),

@@ -16,6 +16,7 @@ use super::error::{ClusterError, DecodeError};
 use super::events::{Monitors, Sink};
 use super::messages::{sink_group, HostMessage, HOST_GROUP};
 use super::node::{started, Node, Start};
+use super::session_watch::{SessionWatch, Watched};
 use super::stream::Guard;
 use super::tls::{server_name, Tls};
 use super::wire::{Request, Response};
@@ -99,6 +100,19 @@ impl Connection {
     /// This process's node name, which the worker knows the role's owner by.
     pub fn owner(&self) -> &str {
         &self.local.node.name
+    }
+
+    /// Reports the slot's role, named `actor` on its monitor, failed at once when the
+    /// session to its worker ends (`session_watch.rs`).
+    pub fn watch_as(&self, actor: &str) {
+        let monitor = self.local.monitors.lock().unwrap().get(&self.slot).cloned();
+        let watched = Watched {
+            addr: self.addr.clone(),
+            node: self.node.clone(),
+            actor: actor.to_string(),
+            monitor: monitor.unwrap_or_else(MonitorHandle::disabled),
+        };
+        self.local.watch.role(self.slot, watched);
     }
 
     /// The process group of this process's event sink, for the role's reports.
@@ -187,6 +201,7 @@ impl Drop for Connection {
             self.notify(Request::Stop(0));
         }
         self.local.monitors.lock().unwrap().remove(&self.slot);
+        self.local.watch.forget(self.slot);
     }
 }
 
@@ -197,6 +212,7 @@ type SessionSlot = Arc<tokio::sync::Mutex<Option<ActorRef<HostMessage>>>>;
 struct LocalNode {
     node: Node,
     monitors: Monitors,
+    watch: SessionWatch,
     /// Per worker address, the host of the open session (the lock is held while dialling).
     sessions: Mutex<HashMap<String, SessionSlot>>,
 }
@@ -228,9 +244,11 @@ impl LocalNode {
         Actor::spawn(None, Sink, (node.name.clone(), monitors.clone()))
             .await
             .map_err(|e| fail(format!("the event sink did not start: {e}")))?;
+        let watch = SessionWatch::start(node.subscribe());
         let local = Arc::new(LocalNode {
             node,
             monitors,
+            watch,
             sessions: Mutex::default(),
         });
         nodes.insert(key, local.clone());
@@ -275,6 +293,7 @@ impl LocalNode {
             }
             None => self.node.open(stream, &ep.addr, guard, false),
         };
+        self.watch.session(&label, &ep.addr);
         match started(&mut news, &label, HANDSHAKE_TIMEOUT).await {
             Start::Ready(node_id) => host_of(node_id).ok_or_else(|| ClusterError::Protocol {
                 node: ep.node.clone(),

@@ -129,6 +129,7 @@ mod inventory;
 mod messages;
 mod node;
 mod remote;
+mod session_watch;
 mod spare_fit;
 mod stream;
 mod tls;

@@ -103,6 +103,7 @@ impl Remote {
             Response::Spawned(devices) => {
                 let names = devices.iter().map(|d| format!("{node}/{d}")).collect();
                 monitor.report(ActorInfo::new(role, role, names));
+                remote.conn.watch_as(role);
                 Ok(remote)
             }
             other => Err(remote.unexpected("setup", &other)),
