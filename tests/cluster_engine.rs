@@ -69,6 +69,22 @@ fn an_engine_on_its_own_worker_trains_exactly_as_one_process() {
     assert!(stdout.contains("refit to the engine role: "), "{stdout}");
     let actors = std::fs::read_to_string(two.path().join("runs/c/actors.json")).unwrap();
     assert!(actors.contains("node1/cpu:0"), "{actors}");
+    // The buckets went through the run folder's spool, and none is left there.
+    let spool = two.path().join("runs/c/refit-spool");
+    assert_eq!(
+        std::fs::read_dir(&spool).unwrap().count(),
+        0,
+        "{spool:?} not emptied"
+    );
+    let traffic = stdout
+        .lines()
+        .find(|l| l.contains("cluster traffic"))
+        .unwrap();
+    let sent: u64 = traffic.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(
+        sent < 3_000_000,
+        "the weights went over the session: {traffic}"
+    );
 
     // The engine role in this process, apart from the policy: the same run again.
     let local = tempfile::tempdir().unwrap();

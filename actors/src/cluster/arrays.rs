@@ -176,9 +176,6 @@ impl Arrays for Request {
             Request::TrainPolicy(w) => w.batch.take("batch", blob),
             Request::TrainCritic(w) => w.batch.take("batch", blob),
             Request::Dpo(w) => w.take("", blob),
-            Request::RefitBucket { bucket, .. } => {
-                blob.bytes("bucket".into(), std::mem::take(&mut bucket.bytes));
-            }
             _ => {}
         }
     }
@@ -193,10 +190,6 @@ impl Arrays for Request {
             Request::TrainPolicy(w) => w.batch.put("batch", t),
             Request::TrainCritic(w) => w.batch.put("batch", t),
             Request::Dpo(w) => w.put("", t),
-            Request::RefitBucket { bucket, .. } => {
-                bucket.bytes = t.bytes("bucket")?;
-                Ok(())
-            }
             _ => Ok(()),
         }
     }

@@ -45,12 +45,6 @@ impl Blob {
         self.entries.push((name, dtype, shape, bytes));
     }
 
-    /// Adds raw bytes as `U8 [len]` (a refit bucket's own safetensors buffer).
-    pub(crate) fn bytes(&mut self, name: String, data: Vec<u8>) {
-        let len = data.len();
-        self.entries.push((name, Dtype::U8, vec![len], data));
-    }
-
     /// Adds rows of `u32` as `name` (all values) and `name.lens`.
     pub(crate) fn ragged_u32<'a>(&mut self, name: &str, rows: impl Iterator<Item = &'a [u32]>) {
         let (values, lens) = flatten(rows);
@@ -181,19 +175,6 @@ impl<'a> Tensors<'a> {
             expected: format!("[{rows}, {cols}] values"),
             got: vec![view.data().len() / 4],
         })
-    }
-
-    /// Raw bytes written by [`Blob::bytes`].
-    pub(crate) fn bytes(&mut self, name: &str) -> Result<Vec<u8>, TensorError> {
-        let view = self.vector(name, Kind::Ids, None)?;
-        if view.dtype() != Dtype::U8 {
-            return Err(TensorError::Dtype {
-                name: name.into(),
-                expected: "U8",
-                got: format!("{:?}", view.dtype()),
-            });
-        }
-        Ok(view.data().to_vec())
     }
 
     /// 1-D f32 values, `len` of them when given.

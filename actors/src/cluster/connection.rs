@@ -92,6 +92,11 @@ impl Connection {
         })
     }
 
+    /// The slot's number on the worker's host.
+    pub fn slot(&self) -> u64 {
+        self.slot
+    }
+
     /// The node's name.
     pub fn node(&self) -> &str {
         &self.node

@@ -9,6 +9,9 @@ use oxalign_kernels::device::DeviceSpec;
 /// A connection to a node failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
+    /// A refit bucket could not be written to or read from the run folder's spool.
+    #[error(transparent)]
+    Spool(#[from] super::spool::SpoolError),
     /// Nothing accepted at the node's address within `cluster.connect_timeout_s`.
     #[error(
         "node {node} ({addr}): no worker accepted within {waited_s:.0} s (last error: {last}); \

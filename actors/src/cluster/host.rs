@@ -4,6 +4,7 @@
 //! once as its request arrives, so the role's actor receives calls in their order on the
 //! wire (the order the controller made them).
 
+use super::spool;
 use super::wire::{Request, Response, RoleKind, SpawnSpec};
 use super::wire_error::WireError;
 use crate::collective_groups::GroupSettings;
@@ -20,6 +21,10 @@ use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The largest refit bucket a worker reads from the spool, bytes: the upper bound of
+/// `cluster.max_message_mb`, which every bucket must be below.
+const MAX_BUCKET: u64 = 16384 << 20;
 
 /// The role of one connection.
 #[derive(Clone)]
@@ -210,7 +215,11 @@ async fn dispatch(role: &Hosted, request: Request) -> Result<Response, RoleError
         (H::Engine(e), Q::Generate { request, label }) => {
             Response::Batch(Box::new(e.generate(request, label).await?))
         }
-        (H::Engine(e), Q::RefitBucket { version, bucket }) => {
+        (H::Engine(e), Q::RefitBucket { version, spooled }) => {
+            let bucket = tokio::task::spawn_blocking(move || spool::read(&spooled, MAX_BUCKET))
+                .await
+                .map_err(|e| RoleError::new("engine", "refit", Cause::Unreachable(e.to_string())))?
+                .map_err(|e| RoleError::new("engine", "refit", Cause::Cluster(e.into())))?;
             e.take_bucket(version, bucket).await?;
             Response::Done
         }

@@ -46,13 +46,14 @@
 //!   summaries; each call is one session frame, at most `cluster.max_message_mb`.
 //! * **Refit to an engine on another node.** With `placement.engine = "node2:cpu"` the rollout
 //!   engine is a role on that worker (`RoleKind::Engine`). Each refit, the controller takes the
-//!   policy's buckets (`ExportWeights`) and sends them to the worker one request per bucket
-//!   (`RefitBucket`, `cluster.refit_bucket_mb` each, below `cluster.max_message_mb` by the recipe
-//!   check), then
-//!   `ApplyWeights` with the probe; the worker's engine role checks each bucket's pieces on
-//!   arrival and verifies the applied update with its checksums and the probe. The weights pass
-//!   through the controller, which holds one host copy while it sends them, so the policy must
-//!   be in the controller's process (a policy on a node with an engine role is refused).
+//!   policy's buckets (`ExportWeights`, `cluster.refit_bucket_mb` each), writes each to the run
+//!   folder's `refit-spool/` and sends the worker only its name, length and CRC32C
+//!   (`RefitBucket`; `spool.rs`: the weights stay off the node session and its mailboxes),
+//!   then `ApplyWeights` with the probe; the worker reads the file, checks length and checksum,
+//!   its engine role checks each bucket's pieces and verifies the applied update with its
+//!   checksums and the probe, and the controller removes the file. The weights pass through
+//!   the controller, which holds one host copy while it writes them, so the policy must be in
+//!   the controller's process (a policy on a node with an engine role is refused).
 //!   `tests/cluster_engine.rs` runs it against the one-process run (bit for bit, also with
 //!   `rl.max_staleness = 1`, and after a failed refit that rebuilds the engine role with the
 //!   policy and replays the step); the bucket codec's tests (`batch/weight_buckets_tests.rs`)
@@ -131,6 +132,7 @@ mod node;
 mod remote;
 mod session_watch;
 mod spare_fit;
+mod spool;
 mod stream;
 mod tls;
 mod traffic;
@@ -148,6 +150,7 @@ pub use error::{
 pub use inventory::{Held, Inventory};
 pub use messages::{sink_group, HostMessage, SinkMessage, HOST_GROUP};
 pub(crate) use remote::{Remote, RemoteSources};
+pub use spool::{SpoolError, SpooledBucket, SPOOL_DIR};
 pub use stream::Guard;
 pub use tls::{server_name, Tls, TlsError, TlsFiles};
 

@@ -14,6 +14,7 @@ use super::connection::{Connection, Endpoint};
 use super::error::ClusterError;
 use super::error::{PassedOver, Unfit};
 use super::spare_fit::fit;
+use super::spool::{self, Spool};
 use super::tls::Tls;
 use super::wire::{Request, Response, RoleKind, SpawnSpec};
 use crate::batch::{
@@ -41,6 +42,8 @@ pub(crate) struct Remote {
     role: &'static str,
     conn: Connection,
     timeout: Duration,
+    /// Where refit buckets for an engine role wait (the run folder's spool).
+    spool: Spool,
 }
 
 /// Where a spawned role's weights come from.
@@ -98,6 +101,7 @@ impl Remote {
             role,
             conn,
             timeout,
+            spool: Spool::new(&recipe.run_dir()),
         };
         match remote.call("setup", Request::Spawn(Box::new(spec))).await? {
             Response::Spawned(devices) => {
@@ -424,8 +428,18 @@ impl Refit for Remote {
 #[async_trait]
 impl TakeWeights for Remote {
     async fn take_bucket(&self, version: u64, bucket: WeightBucket) -> Result<(), RoleError> {
-        let req = Request::RefitBucket { version, bucket };
-        match self.call("refit", req).await? {
+        let (spool, slot) = (self.spool.clone(), self.conn.slot());
+        let spooled = tokio::task::spawn_blocking(move || spool.write(slot, version, &bucket))
+            .await
+            .map_err(|e| RoleError::new(self.role, "refit", Cause::Unreachable(e.to_string())))?
+            .map_err(|e| RoleError::new(self.role, "refit", Cause::Cluster(e.into())))?;
+        let req = Request::RefitBucket {
+            version,
+            spooled: spooled.clone(),
+        };
+        let answer = self.call("refit", req).await;
+        spool::remove(&spooled);
+        match answer? {
             Response::Done => Ok(()),
             other => Err(self.unexpected("refit", &other)),
         }

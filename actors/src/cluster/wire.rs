@@ -10,13 +10,15 @@
 //! ([`Request::Inventory`]), before its spawn or after.
 //!
 //! Each [`Request`] is one trait method's call, plus `Spawn`, `Stop` and
-//! `Inventory`; an engine role's `RefitBucket` carries one bucket, its bytes as a `U8`
-//! tensor beside the MessagePack part, and `ApplyWeights` the probe. A [`Response`] answers
+//! `Inventory`; an engine role's `RefitBucket` names one bucket waiting in the run folder's
+//! spool (`spool.rs`; the weights stay off the node session), and `ApplyWeights` carries
+//! the probe. A [`Response`] answers
 //! it; `Events` carries a hosted role's monitor reports to the controller's event sink.
 
 use super::inventory::Inventory;
+use super::spool::SpooledBucket;
 use super::wire_error::WireError;
-use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray, WeightBucket};
+use crate::batch::{RolloutBatch, RolloutRequest, Sequences, TokenArray};
 use crate::monitor::MonitorEvent;
 use crate::roles::{
     CriticTrainSummary, CriticWork, DpoSummary, DpoWork, PolicyTrainSummary, PolicyWork,
@@ -130,12 +132,12 @@ pub enum Request {
     TrainCritic(Box<CriticWork>),
     /// `Refit::refit`.
     Refit(u64),
-    /// `TakeWeights::take_bucket`.
+    /// `TakeWeights::take_bucket`: the bucket waits in the run folder's spool (`spool.rs`).
     RefitBucket {
         /// The update's version.
         version: u64,
-        /// The bucket (its bytes travel beside the MessagePack part).
-        bucket: WeightBucket,
+        /// Where the bucket is, its length and checksum.
+        spooled: SpooledBucket,
     },
     /// `TakeWeights::apply_weights`.
     ApplyWeights {

@@ -311,8 +311,9 @@ fn lens_patched(good: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A refit bucket goes through the run folder's spool and arrives checked.
 #[test]
-fn a_refit_bucket_travels_as_raw_bytes_and_arrives_checked() {
+fn a_refit_bucket_travels_through_the_spool_and_arrives_checked() {
     use crate::batch::{pack, Assembly, HostTensor};
     let w = vec![HostTensor {
         name: "lm_head.weight".into(),
@@ -323,27 +324,28 @@ fn a_refit_bucket_travels_as_raw_bytes_and_arrives_checked() {
             .collect(),
     }];
     let bucket = pack(&w, 1 << 20).unwrap().remove(0);
-    let n = bucket.bytes.len();
+    let run = tempfile::tempdir().unwrap();
+    let spooled = super::spool::Spool::new(run.path())
+        .write(9, 4, &bucket)
+        .unwrap();
     let req = Request::RefitBucket {
         version: 4,
-        bucket: bucket.clone(),
+        spooled: spooled.clone(),
     };
     let bytes = encode_request(9, req).unwrap();
-    // The bucket's bytes travel once, not as a MessagePack list of numbers.
-    assert!(
-        bytes.len() < n + 400,
-        "{} bytes for a {n}-byte bucket",
-        bytes.len()
-    );
+    // The bucket's bytes stay off the session: only its name, length and checksum travel.
+    assert!(bytes.len() < 400, "{} bytes", bytes.len());
     let env = decode_request(&bytes).unwrap();
     let Request::RefitBucket {
         version,
-        bucket: got,
+        spooled: got,
     } = env.body
     else {
         panic!("{:?}", env.body.kind())
     };
-    assert_eq!((version, &got), (4, &bucket));
+    assert_eq!((version, &got), (4, &spooled));
+    let got = super::spool::read(&got, 1 << 20).unwrap();
+    assert_eq!(got, bucket);
     let mut a = Assembly::new(4);
     a.add(&got).unwrap();
     assert_eq!(a.finish().unwrap().tensors, w);

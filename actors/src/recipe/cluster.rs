@@ -46,8 +46,9 @@ pub struct ClusterSection {
     /// accepts hosts the role (with the devices its placement names). Default none.
     pub spare_nodes: Vec<String>,
     /// Largest refit bucket, MiB, when `placement.engine` puts the rollout engine in a role
-    /// of its own: the trainer's weights travel to it as safetensors buffers of at most this
-    /// size (a tensor bigger than a bucket in chunks). Must be below `max_message_mb`.
+    /// of its own: the trainer's weights go to it as safetensors buffers of at most this size
+    /// (a tensor bigger than a bucket in chunks), each a file in the run folder's
+    /// `refit-spool/` that the worker reads. Must be below `max_message_mb`.
     /// Default `256`.
     pub refit_bucket_mb: usize,
     /// This controller's certificate (PEM), signed by `tls_ca`: with `tls_key` and `tls_ca`
