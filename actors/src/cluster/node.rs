@@ -4,7 +4,9 @@
 //! handed to the node server as external transports labelled with a unique name, by which
 //! the session is found again. The node server authenticates every session by
 //! challenge-response on the cookie (the cookie itself never travels) before any actor
-//! message passes. Its own listener is bound to a free loopback port and not used.
+//! message passes. ractor_cluster always binds a listener of its own: it is put on a free
+//! loopback port and not used, but it is open to this machine's users without the door's
+//! caps and the stream guard (it still requires TLS when the node has it, and the cookie).
 
 use super::stream::{Guard, GuardedStream};
 use ractor::{Actor, ActorRef};
