@@ -13,10 +13,10 @@
 
 use super::call::{decode_response, encode_request};
 use super::error::{ClusterError, DecodeError};
-use super::events::{Monitors, Sink};
+use super::events::{Monitors, RemoteRole, Sink};
 use super::messages::{sink_group, HostMessage, HOST_GROUP};
 use super::node::{started, Node, Start};
-use super::session_watch::{SessionWatch, Watched};
+use super::session_watch::watch_sessions;
 use super::stream::Guard;
 use super::tls::{server_name, Tls};
 use super::wire::{Request, Response};
@@ -32,7 +32,7 @@ use tokio::net::TcpStream;
 /// How long to wait between connection attempts.
 const RETRY_EVERY: Duration = Duration::from_millis(200);
 /// How long TLS, authentication and the exchange of actors may take once connected.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const HANDSHAKE_TIMEOUT: Duration = Guard::DEFAULT.handshake;
 
 /// Where and how to connect.
 #[derive(Debug, Clone)]
@@ -81,7 +81,13 @@ impl Connection {
         let local = LocalNode::get(ep).await?;
         let host = local.session(ep).await?;
         let slot = NEXT_SLOT.fetch_add(1, Ordering::Relaxed);
-        local.monitors.lock().unwrap().insert(slot, monitor);
+        let role = RemoteRole {
+            monitor,
+            node: ep.node.clone(),
+            addr: ep.addr.clone(),
+            actor: None,
+        };
+        local.monitors.lock().unwrap().insert(slot, role);
         Ok(Self {
             node: ep.node.clone(),
             addr: ep.addr.clone(),
@@ -110,14 +116,9 @@ impl Connection {
     /// Reports the slot's role, named `actor` on its monitor, failed at once when the
     /// session to its worker ends (`session_watch.rs`).
     pub fn watch_as(&self, actor: &str) {
-        let monitor = self.local.monitors.lock().unwrap().get(&self.slot).cloned();
-        let watched = Watched {
-            addr: self.addr.clone(),
-            node: self.node.clone(),
-            actor: actor.to_string(),
-            monitor: monitor.unwrap_or_else(MonitorHandle::disabled),
-        };
-        self.local.watch.role(self.slot, watched);
+        if let Some(role) = self.local.monitors.lock().unwrap().get_mut(&self.slot) {
+            role.actor = Some(actor.to_string());
+        }
     }
 
     /// The process group of this process's event sink, for the role's reports.
@@ -206,7 +207,6 @@ impl Drop for Connection {
             self.notify(Request::Stop(0));
         }
         self.local.monitors.lock().unwrap().remove(&self.slot);
-        self.local.watch.forget(self.slot);
     }
 }
 
@@ -217,7 +217,6 @@ type SessionSlot = Arc<tokio::sync::Mutex<Option<ActorRef<HostMessage>>>>;
 struct LocalNode {
     node: Node,
     monitors: Monitors,
-    watch: SessionWatch,
     /// Per worker address, the host of the open session (the lock is held while dialling).
     sessions: Mutex<HashMap<String, SessionSlot>>,
 }
@@ -249,11 +248,10 @@ impl LocalNode {
         Actor::spawn(None, Sink, (node.name.clone(), monitors.clone()))
             .await
             .map_err(|e| fail(format!("the event sink did not start: {e}")))?;
-        let watch = SessionWatch::start(node.subscribe());
+        watch_sessions(node.subscribe(), monitors.clone());
         let local = Arc::new(LocalNode {
             node,
             monitors,
-            watch,
             sessions: Mutex::default(),
         });
         nodes.insert(key, local.clone());
@@ -298,7 +296,6 @@ impl LocalNode {
             }
             None => self.node.open(stream, &ep.addr, guard, false),
         };
-        self.watch.session(&label, &ep.addr);
         match started(&mut news, &label, HANDSHAKE_TIMEOUT).await {
             Start::Ready(node_id) => host_of(node_id).ok_or_else(|| ClusterError::Protocol {
                 node: ep.node.clone(),

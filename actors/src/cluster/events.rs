@@ -109,8 +109,21 @@ impl Drop for Relay {
     }
 }
 
-/// The monitors of a controller's remote roles, by slot.
-pub(crate) type Monitors = Arc<Mutex<HashMap<u64, MonitorHandle>>>;
+/// A controller's remote role as its reports are routed: its monitor, and where it runs.
+pub(crate) struct RemoteRole {
+    /// The role's monitor.
+    pub monitor: MonitorHandle,
+    /// The node's name in the recipe.
+    pub node: String,
+    /// The worker's address.
+    pub addr: String,
+    /// The role's name on the monitor, once it is built (`Connection::watch_as`).
+    pub actor: Option<String>,
+}
+
+/// The controller's remote roles, by slot: the sink routes their reports, the session
+/// watch (`session_watch.rs`) reports them failed when their session ends.
+pub(crate) type Monitors = Arc<Mutex<HashMap<u64, RemoteRole>>>;
 
 /// The controller's event sink actor.
 pub(crate) struct Sink;
@@ -141,7 +154,11 @@ impl Actor for Sink {
                     tracing::warn!("a worker sent events that do not decode");
                     return Ok(());
                 };
-                let monitor = monitors.lock().unwrap().get(&env.id).cloned();
+                let monitor = monitors
+                    .lock()
+                    .unwrap()
+                    .get(&env.id)
+                    .map(|r| r.monitor.clone());
                 if let (Some(monitor), Response::Events(events)) = (monitor, env.body) {
                     report(&monitor, events);
                 }

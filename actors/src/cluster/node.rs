@@ -24,6 +24,14 @@ use tokio::sync::broadcast;
 
 /// The host part of every node name (`name@oxalign`).
 const HOST: &str = "oxalign";
+/// Between the peer and the number in a stream's label (`127.0.0.1:7101#3`).
+const LABEL_SEP: char = '#';
+
+/// The peer a stream labelled `label` was opened with (on a controller: the worker's
+/// address it dialled).
+pub(crate) fn dialled_addr(label: &str) -> &str {
+    label.rsplit_once(LABEL_SEP).map_or(label, |(peer, _)| peer)
+}
 
 /// What happened to a session, by the label its stream was handed over with.
 #[derive(Debug, Clone)]
@@ -141,7 +149,10 @@ impl Node {
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
         static NEXT: AtomicU64 = AtomicU64::new(1);
-        let label = format!("{peer}#{}", NEXT.fetch_add(1, AtomicOrdering::Relaxed));
+        let label = format!(
+            "{peer}{LABEL_SEP}{}",
+            NEXT.fetch_add(1, AtomicOrdering::Relaxed)
+        );
         let authenticated = Arc::new(AtomicBool::new(false));
         self.pending
             .lock()

@@ -15,7 +15,6 @@ use super::error::ClusterError;
 use super::error::{PassedOver, Unfit};
 use super::spare_fit::fit;
 use super::spool::{self, Spool};
-use super::tls::Tls;
 use super::wire::{Request, Response, RoleKind, SpawnSpec};
 use crate::batch::{
     RolloutBatch, RolloutRequest, Sequences, TokenArray, WeightBucket, WeightExport,
@@ -268,11 +267,7 @@ fn endpoint(c: &ClusterSection, node: &str) -> Result<Endpoint, Cause> {
         cookie: c.cookie(),
         max_frame: c.max_message_bytes(),
         patience: c.connect_timeout(),
-        tls: c
-            .tls_files()
-            .map(|files| Tls::load(&files))
-            .transpose()
-            .map_err(|e| Cause::Cluster(e.into()))?,
+        tls: c.tls().map_err(|e| Cause::Cluster(e.into()))?,
     })
 }
 

@@ -103,29 +103,34 @@ enum FrameCursor {
 
 /// Counts whole frames in the bytes as they pass, and keeps the largest length announced.
 #[derive(Debug)]
-struct FrameCounter(FrameCursor, u64);
+struct FrameCounter {
+    cursor: FrameCursor,
+    largest: u64,
+}
 
 impl FrameCounter {
+    const AT_PREFIX: FrameCursor = FrameCursor::Prefix {
+        seen: 0,
+        len: [0; 8],
+    };
+
     fn new() -> Self {
-        Self(
-            FrameCursor::Prefix {
-                seen: 0,
-                len: [0; 8],
-            },
-            0,
-        )
+        Self {
+            cursor: Self::AT_PREFIX,
+            largest: 0,
+        }
     }
 
     /// The largest frame length announced so far.
     fn largest(&self) -> u64 {
-        self.1
+        self.largest
     }
 
     /// Feeds `bytes`; returns how many frames began in them.
     fn feed(&mut self, mut bytes: &[u8]) -> u64 {
         let mut began = 0;
         while !bytes.is_empty() {
-            match &mut self.0 {
+            match &mut self.cursor {
                 FrameCursor::Prefix { seen, len } => {
                     let take = (8 - *seen).min(bytes.len());
                     len[*seen..*seen + take].copy_from_slice(&bytes[..take]);
@@ -134,8 +139,8 @@ impl FrameCounter {
                     if *seen == 8 {
                         began += 1;
                         let left = u64::from_be_bytes(*len);
-                        self.1 = self.1.max(left);
-                        self.0 = FrameCursor::Payload { left };
+                        self.largest = self.largest.max(left);
+                        self.cursor = FrameCursor::Payload { left };
                     }
                 }
                 FrameCursor::Payload { left } => {
@@ -144,11 +149,8 @@ impl FrameCounter {
                     bytes = &bytes[take as usize..];
                 }
             }
-            if matches!(self.0, FrameCursor::Payload { left: 0 }) {
-                self.0 = FrameCursor::Prefix {
-                    seen: 0,
-                    len: [0; 8],
-                };
+            if matches!(self.cursor, FrameCursor::Payload { left: 0 }) {
+                self.cursor = Self::AT_PREFIX;
             }
         }
         began
@@ -303,7 +305,7 @@ mod tests {
             let mut c = FrameCounter::new();
             let began: u64 = bytes.chunks(cut).map(|piece| c.feed(piece)).sum();
             assert_eq!(began, 3, "cut into pieces of {cut}");
-            assert!(matches!(c.0, FrameCursor::Prefix { seen: 0, .. }));
+            assert!(matches!(c.cursor, FrameCursor::Prefix { seen: 0, .. }));
             assert_eq!(c.largest(), 300);
         }
     }

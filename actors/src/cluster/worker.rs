@@ -32,7 +32,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// How long a new connection may take from accept to a ready session.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const HANDSHAKE_TIMEOUT: Duration = Guard::DEFAULT.handshake;
 
 /// How a worker serves.
 #[derive(Debug, Clone)]

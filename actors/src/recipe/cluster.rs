@@ -122,6 +122,13 @@ impl ClusterSection {
         self.max_message_mb << 20
     }
 
+    /// The cluster's TLS, loaded from the files when all three are set.
+    pub fn tls(&self) -> Result<Option<crate::cluster::Tls>, crate::cluster::TlsError> {
+        self.tls_files()
+            .map(|files| crate::cluster::Tls::load(&files))
+            .transpose()
+    }
+
     /// The TLS files, when all three are set.
     pub fn tls_files(&self) -> Option<TlsFiles> {
         match (&self.tls_cert, &self.tls_key, &self.tls_ca) {
@@ -236,8 +243,10 @@ fn validate_tls(
                 .into(),
         ));
     }
-    if let Some(files) = c.tls_files() {
-        crate::cluster::Tls::load(&files).map_err(|e| bad("cluster.tls_cert", e.to_string()))?;
+    if c.tls()
+        .map_err(|e| bad("cluster.tls_cert", e.to_string()))?
+        .is_some()
+    {
         return Ok(());
     }
     if c.insecure {

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use oxalign_actors::cluster::{ClusterError, Connection, Endpoint, Tls};
+use oxalign_actors::cluster::{ClusterError, Connection, Endpoint};
 use oxalign_actors::recipe::{is_loopback, split_addr, Recipe, DEFAULT_COOKIE_ENV};
 
 use super::quote::{command_line, quote};
@@ -106,7 +106,7 @@ async fn wait_ready(w: &mut Started, recipe: &Recipe, deadline: Instant) -> anyh
         cookie: recipe.cluster.cookie(),
         max_frame: recipe.cluster.max_message_bytes(),
         patience: PROBE,
-        tls: tls(recipe)?,
+        tls: recipe.cluster.tls().user_err("")?,
     };
     loop {
         if let Some(status) = w.child.try_wait()? {
@@ -126,14 +126,6 @@ async fn wait_ready(w: &mut Started, recipe: &Recipe, deadline: Instant) -> anyh
             }
             Err(e) => return Err(not_ready(w, e.to_string())),
         }
-    }
-}
-
-/// The controller's TLS, when the recipe sets it.
-fn tls(recipe: &Recipe) -> anyhow::Result<Option<Tls>> {
-    match recipe.cluster.tls_files() {
-        Some(files) => Ok(Some(Tls::load(&files).user_err("")?)),
-        None => Ok(None),
     }
 }
 
