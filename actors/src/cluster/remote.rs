@@ -325,7 +325,16 @@ impl Stop for Remote {
     fn shutdown(&self) {
         self.conn.notify(Request::Stop(0));
     }
+
+    /// Waits (at most [`FINISH_WAIT`]) until the worker has stopped the role and relayed
+    /// its last reports, which travel apart from the answers to its calls.
+    async fn finish(&self) {
+        let _ = self.stop(FINISH_WAIT).await;
+    }
 }
+
+/// How long the end of a run waits for a remote role to stop and relay its last reports.
+const FINISH_WAIT: Duration = Duration::from_secs(5);
 
 /// Unwraps the expected answer variant or names what came instead.
 macro_rules! expect {

@@ -221,7 +221,7 @@ async fn run_rl(
     } else {
         evaluate::accuracy(ctx, &roles.generator(), data.eval_items(), "eval final").await?
     };
-    roles.stop();
+    roles.finish().await;
     ctx.monitor.report(ActorUpdate::idle("controller"));
     let summary = RunSummary {
         name: ctx.recipe.run.name.clone(),

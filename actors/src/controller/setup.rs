@@ -59,17 +59,26 @@ impl Roles {
         crate::controller::generator::Generator::new(&*self.policy, self.engine.as_deref())
     }
 
-    /// Stops every role.
-    pub fn stop(&self) {
-        self.policy.shutdown();
-        if let Some(e) = &self.engine {
-            e.shutdown();
-        }
-        self.reference.shutdown();
-        self.reward.shutdown();
-        if let Some(c) = &self.critic {
-            c.shutdown();
-        }
+    /// Stops every role at the end of the run (together); their last reports reach the
+    /// monitor first.
+    pub async fn finish(&self) {
+        let engine = async {
+            if let Some(e) = &self.engine {
+                e.finish().await;
+            }
+        };
+        let critic = async {
+            if let Some(c) = &self.critic {
+                c.finish().await;
+            }
+        };
+        futures::join!(
+            self.policy.finish(),
+            self.reference.finish(),
+            self.reward.finish(),
+            engine,
+            critic
+        );
     }
 }
 

@@ -179,6 +179,11 @@ pub trait Stop: Send + Sync {
     async fn stop(&self, wait: Duration) -> Result<(), RoleError>;
     /// Asks the role to stop after its current work, without waiting (the end of a run).
     fn shutdown(&self);
+    /// Ends the role at the end of a run: what it reported reaches the controller's
+    /// monitor first. A local role reports there directly, so it is only asked to stop.
+    async fn finish(&self) {
+        self.shutdown();
+    }
 }
 
 /// Everything the controller asks of the policy.
