@@ -8,6 +8,9 @@ Two modes:
       bias, Qwen2ForCausalLM with tied embeddings, Qwen3ForCausalLM with q/k norms and a
       head_dim of twice hidden/heads, MistralForCausalLM with a sliding window,
       Phi3ForCausalLM with its fused qkv_proj / gate_up_proj and a sliding window,
+      Gemma3ForCausalLM with (1 + w) norms, four norms per layer, q/k norms, GeGLU, a scaled
+      embedding, a query_pre_attn_scalar that is not head_dim, interleaved sliding layers with
+      their own RoPE base and linear RoPE scaling on the full layer,
       LlamaForSequenceClassification with pad_token_id; --only builds the named ones), saves each in float32 safetensors to
       <out>/<name>/ and writes <out>/<name>/golden.json with per-token log-probs of fixed
       sequences (alone and as a left-padded batch), a 16-token greedy continuation and, for the
@@ -143,6 +146,18 @@ def fixture_models():
     phi3 = transformers.Phi3Config(
         **base_kwargs(), rope_theta=10000.0, sliding_window=5, tie_word_embeddings=False
     )
+    gemma3 = transformers.Gemma3TextConfig(
+        **{**base_kwargs(), "num_hidden_layers": 3},
+        head_dim=32,
+        query_pre_attn_scalar=24,
+        sliding_window=5,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters={
+            "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        },
+        tie_word_embeddings=True,
+    )
     rm = transformers.LlamaConfig(**base_kwargs(), num_labels=1, rope_theta=10000.0)
     return [
         ("llama_tiny", transformers.LlamaForCausalLM, llama, 1),
@@ -150,6 +165,7 @@ def fixture_models():
         ("qwen3_tiny", transformers.Qwen3ForCausalLM, qwen3, 5),
         ("mistral_tiny", transformers.MistralForCausalLM, mistral, 3),
         ("phi3_tiny", transformers.Phi3ForCausalLM, phi3, 6),
+        ("gemma3_tiny", transformers.Gemma3ForCausalLM, gemma3, 7),
         ("llama_rm_tiny", transformers.LlamaForSequenceClassification, rm, 4),
     ]
 

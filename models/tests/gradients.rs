@@ -247,3 +247,10 @@ fn finite_differences_match_backprop_qwen2_moe_shared_expert() {
 fn finite_differences_match_backprop_mixtral() {
     finite_difference_check(Family::Mixtral);
 }
+
+/// Gemma 3: `(1 + w)` norms (the gradient reaches `w`), the norms after attention and
+/// around the MLP, the GELU-tanh gate, the scaled embedding and the q rescale.
+#[test]
+fn finite_differences_match_backprop_gemma3() {
+    finite_difference_check(Family::Gemma3);
+}

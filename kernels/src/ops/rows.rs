@@ -135,6 +135,27 @@ pub fn silu_mul_rows(gu: &[f32], inter: usize, out: &mut [f32]) {
     }
 }
 
+/// GeGLU of fused `[gate | up]` rows (Gemma): `out[t, i] = gelu(gu[t, i]) · gu[t, inter + i]`
+/// with the tanh approximation `gelu(x) = x/2 · (1 + tanh(√(2/π) · x · (1 + 0.044715 x²)))`,
+/// the arithmetic of candle's `gelu` (the trainer's). Shapes as [`silu_mul_rows`].
+///
+/// # Panics
+/// When the lengths do not match.
+pub fn gelu_tanh_mul_rows(gu: &[f32], inter: usize, out: &mut [f32]) {
+    assert!(
+        inter > 0 && gu.len() == 2 * out.len() && out.len().is_multiple_of(inter),
+        "gelu_tanh_mul_rows: bad shapes"
+    );
+    const K: f32 = 0.797_884_6; // sqrt(2 / pi), as candle rounds it
+    let k = K;
+    for (o, row) in out.chunks_mut(inter).zip(gu.chunks(2 * inter)) {
+        let (gate, up) = row.split_at(inter);
+        for ((o, &g), &u) in o.iter_mut().zip(gate).zip(up) {
+            *o = 0.5 * g * (1.0 + (k * g * (1.0 + 0.044715 * g * g)).tanh()) * u;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

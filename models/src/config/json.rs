@@ -4,7 +4,7 @@
 //! and the key. Writing the file back is `ModelConfig::to_hf_json`, also here.
 
 use crate::config::family::Family;
-use crate::config::model_config::{ModelConfig, RopeScaling};
+use crate::config::model_config::{Activation, ModelConfig, RopeScaling};
 use crate::config::raw::{At, RawConfig, RopeParams};
 use crate::error::{ModelError, Result};
 use serde_json::{Map, Value};
@@ -61,14 +61,6 @@ impl ModelConfig {
 impl RawConfig {
     /// The config these keys describe (not yet validated).
     fn into_config(self, family: Family, at: &At<'_>) -> Result<ModelConfig> {
-        if let Some(act) = &self.hidden_act {
-            if act != "silu" {
-                return Err(at.err(
-                    "hidden_act",
-                    format!("only \"silu\" is supported, found {act:?}"),
-                ));
-            }
-        }
         let hidden_size = at.required("hidden_size", self.hidden_size)?;
         let num_attention_heads = at.required("num_attention_heads", self.num_attention_heads)?;
         let head_dim = match self.head_dim {
@@ -84,6 +76,15 @@ impl RawConfig {
         let (rope_theta, rope_scaling) = self.rope(at)?;
         let num_hidden_layers = at.required("num_hidden_layers", self.num_hidden_layers)?;
         let keys = family.decl().read_keys(&self, at)?;
+        if let Some(act) = self.hidden_act.as_deref() {
+            if act != "silu" && keys.style.activation == Activation::Silu {
+                return Err(at.err(
+                    "hidden_act",
+                    format!("only \"silu\" is supported, found {act:?}"),
+                ));
+            }
+        }
+        let tie_word_embeddings = self.tie_word_embeddings.unwrap_or(keys.tie_by_default);
         let mut cfg = ModelConfig {
             family,
             vocab_size: at.required("vocab_size", self.vocab_size)?,
@@ -97,18 +98,20 @@ impl RawConfig {
             rope_theta: rope_theta.unwrap_or(10000.0),
             rope_scaling,
             max_position_embeddings: self.max_position_embeddings.unwrap_or(2048),
-            tie_word_embeddings: self.tie_word_embeddings.unwrap_or(false),
+            tie_word_embeddings,
             attention_bias: keys.attention_bias,
             mlp_bias: keys.mlp_bias,
             sliding_window: keys.sliding_window,
             max_window_layers: keys.max_window_layers,
+            sliding_layers: keys.sliding_layers.clone(),
+            style: keys.style.clone(),
             bos_token_id: self.bos_token_id,
             eos_token_id: self.eos_token_id.clone(),
             pad_token_id: self.pad_token_id,
             moe: keys.moe,
             extra: Map::new(),
         };
-        if let Some(types) = &self.layer_types {
+        if let (Some(types), None) = (&self.layer_types, &keys.sliding_layers) {
             self.apply_layer_types(types, &mut cfg, at)?;
         }
         cfg.extra = self.extra;
@@ -120,7 +123,11 @@ impl RawConfig {
     fn rope(&self, at: &At<'_>) -> Result<(Option<f64>, Option<RopeScaling>)> {
         let (key, params) = match (&self.rope_scaling, &self.rope_parameters) {
             (Some(p), _) => ("rope_scaling", p),
-            (None, Some(p)) => ("rope_parameters", p),
+            // Gemma 3 under transformers 5: one entry per layer type.
+            (None, Some(p)) => match p.get("full_attention") {
+                Some(full) => ("rope_parameters.full_attention", full),
+                None => ("rope_parameters", p),
+            },
             (None, None) => return Ok((self.rope_theta, None)),
         };
         if !params.is_object() {

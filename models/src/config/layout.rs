@@ -164,6 +164,9 @@ pub struct LayerParams {
     pub post_attention_norm: ParamSpec,
     /// Feed-forward block (dense MLP or routed experts).
     pub ffn: FeedForwardParams,
+    /// Gemma's norms before and after the feed-forward block (`[H]` each); with them
+    /// `post_attention_norm` normalises the attention's output instead of the MLP's input.
+    pub feedforward_norms: Option<(ParamSpec, ParamSpec)>,
 }
 
 impl LayerParams {
@@ -175,6 +178,10 @@ impl LayerParams {
         out.extend(self.attn.q_norm.iter().cloned());
         out.extend(self.attn.k_norm.iter().cloned());
         out.push(self.post_attention_norm.clone());
+        if let Some((pre, post)) = &self.feedforward_norms {
+            out.push(pre.clone());
+            out.push(post.clone());
+        }
         self.ffn.push_to(out);
     }
 }
@@ -247,6 +254,7 @@ pub(crate) fn dense_backbone(cfg: &ModelConfig, biases: Biases) -> BackboneParam
                 h,
                 biases.mlp,
             )),
+            feedforward_norms: None,
         }
     };
     BackboneParams {

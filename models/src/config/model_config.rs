@@ -30,6 +30,38 @@ pub enum RopeScaling {
     },
 }
 
+/// The activation of the gated MLP: `down(act(gate(x)) * up(x))`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Activation {
+    /// SiLU (`hidden_act: "silu"`, SwiGLU).
+    #[default]
+    Silu,
+    /// GELU, tanh approximation (`gelu_pytorch_tanh`, GeGLU: Gemma).
+    GeluTanh,
+}
+
+/// Where a decoder block departs from Llama's; the default is Llama's block. The Gemma
+/// families set it (`family/gemma.rs`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BlockStyle {
+    /// Added to every RMSNorm weight before it scales (Gemma: 1, so a stored weight `w`
+    /// scales by `1 + w`, computed in f32 as HF does).
+    pub norm_offset: f32,
+    /// The token embeddings are multiplied by `sqrt(hidden_size)` (Gemma; in f32).
+    pub scale_embeddings: bool,
+    /// The gate's activation.
+    pub activation: Activation,
+    /// Gemma 2/3's four norms per layer: `post_attention_layernorm` normalises the
+    /// attention's output before the residual add, `pre_feedforward_layernorm` and
+    /// `post_feedforward_layernorm` wrap the MLP.
+    pub sandwich_norms: bool,
+    /// Attention scores scale by `query_pre_attn_scalar^-0.5` instead of `head_dim^-0.5`.
+    pub query_pre_attn_scalar: Option<f64>,
+    /// RoPE base of the sliding-window layers (Gemma 3 `rope_local_base_freq`, unscaled);
+    /// `None`: every layer uses `rope_theta` and `rope_scaling`.
+    pub local_rope_theta: Option<f64>,
+}
+
 /// Decoder hyper-parameters, parsed from an HF `config.json`.
 ///
 /// Field names follow HF. Keys this crate does not interpret are kept in `extra` and written back
@@ -72,6 +104,11 @@ pub struct ModelConfig {
     pub sliding_window: Option<usize>,
     /// First layer index that uses the sliding window (qwen2 `max_window_layers`; 0 for mistral).
     pub max_window_layers: usize,
+    /// Which layers use the sliding window, one flag per layer (Gemma's interleaved
+    /// `layer_types`); when set it decides instead of `max_window_layers`.
+    pub sliding_layers: Option<Vec<bool>>,
+    /// Where the block departs from Llama's (Gemma).
+    pub style: BlockStyle,
     /// Beginning-of-sequence token id.
     pub bos_token_id: Option<u32>,
     /// End-of-sequence token ids (config.json may hold an int or a list).
@@ -87,10 +124,24 @@ pub struct ModelConfig {
 impl ModelConfig {
     /// Sliding attention window of layer `layer` (`None` = full causal attention).
     pub fn layer_window(&self, layer: usize) -> Option<usize> {
-        match self.sliding_window {
-            Some(w) if layer >= self.max_window_layers => Some(w),
-            _ => None,
-        }
+        let sliding = match &self.sliding_layers {
+            Some(flags) => flags.get(layer).copied().unwrap_or(false),
+            None => layer >= self.max_window_layers,
+        };
+        self.sliding_window.filter(|_| sliding)
+    }
+
+    /// What the token embeddings are multiplied by (`style.scale_embeddings`), as the f32
+    /// HF computes.
+    pub fn embed_scale(&self) -> Option<f32> {
+        let scale = (self.hidden_size as f64).sqrt() as f32;
+        self.style.scale_embeddings.then_some(scale)
+    }
+
+    /// Whether layer `layer` takes its RoPE from `style.local_rope_theta` (a sliding layer
+    /// of a model that has a local base).
+    pub fn layer_uses_local_rope(&self, layer: usize) -> bool {
+        self.style.local_rope_theta.is_some() && self.layer_window(layer).is_some()
     }
 
     /// Whether decoder layer `layer` is a sparse MoE block (never for the dense families).

@@ -73,14 +73,16 @@ impl ModelConfig {
     /// qwen2 presets tie the embeddings (and always carry q/k/v bias); llama and mistral presets
     /// have an untied LM head and no bias. The MoE families (qwen3_moe, qwen2_moe, mixtral)
     /// have an untied head, 4 experts with 2 per token and the family's own MoE defaults
-    /// (`FamilyDecl::preset_moe`); qwen2_moe carries its q/k/v bias (`qkv_bias`). Token ids (`bos/eos/pad`) are left unset: set them from
+    /// (`FamilyDecl::preset_moe`); qwen2_moe carries its q/k/v bias (`qkv_bias`). gemma3_text has
+    /// Gemma's block, tied embeddings and every sixth layer full, the others sliding over
+    /// 512 tokens (`FamilyDecl::adjust_preset`). Token ids (`bos/eos/pad`) are left unset: set them from
     /// the tokenizer. `small` is meant for `vocab_size = 32000`.
     pub fn preset(family: Family, preset: Preset, vocab_size: usize) -> ModelConfig {
         let (hidden, inter, layers, heads, kv) = match preset {
             Preset::Tiny => (128, 352, 4, 4, 2),
             Preset::Small => (512, 1408, 8, 8, 4),
         };
-        ModelConfig {
+        let mut cfg = ModelConfig {
             family,
             vocab_size,
             hidden_size: hidden,
@@ -98,11 +100,15 @@ impl ModelConfig {
             mlp_bias: false,
             sliding_window: None,
             max_window_layers: 0,
+            sliding_layers: None,
+            style: Default::default(),
             bos_token_id: None,
             eos_token_id: vec![],
             pad_token_id: None,
             moe: family.decl().preset_moe(hidden, inter),
             extra: Map::new(),
-        }
+        };
+        family.decl().adjust_preset(&mut cfg);
+        cfg
     }
 }

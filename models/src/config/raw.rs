@@ -56,6 +56,14 @@ pub(crate) struct RawConfig {
     pub(crate) router_aux_loss_coef: Option<f64>,
     pub(crate) output_router_logits: Option<bool>,
     pub(crate) layer_types: Option<Vec<String>>,
+    // Gemma keys (read by `family/gemma.rs`).
+    pub(crate) hidden_activation: Option<String>,
+    pub(crate) query_pre_attn_scalar: Option<f64>,
+    pub(crate) attn_logit_softcapping: Option<f64>,
+    pub(crate) final_logit_softcapping: Option<f64>,
+    pub(crate) rope_local_base_freq: Option<f64>,
+    pub(crate) sliding_window_pattern: Option<usize>,
+    pub(crate) use_bidirectional_attention: Option<bool>,
     pub(crate) bos_token_id: Option<u32>,
     #[serde(default, deserialize_with = "token_ids")]
     pub(crate) eos_token_id: Vec<u32>,

@@ -4,6 +4,7 @@
 //! over all tokens of the step, attention is one parallel pass over every token's block
 //! table ([`paged_attention`]). No scheduling decisions are made here.
 
+use crate::config::model_config::Activation;
 use crate::engine::block_pool::BlockPool;
 use crate::engine::paged_attention::paged_attention;
 use crate::engine::step_item::{AttnDims, StepItem, WantLogits};
@@ -43,7 +44,8 @@ const HEAD_CHUNK: usize = 64;
 ///
 /// Everything runs on host buffers: per layer, RMSNorm, the fused q/k/v projection, RoPE,
 /// the KV write, one attention pass, the output projection, RMSNorm, the fused gate/up
-/// projection, SwiGLU and the down projection, with no tensor allocations in between.
+/// projection, SwiGLU (or GeGLU) and the down projection, with no tensor allocations in
+/// between; Gemma's extra norms wrap the attention's and the MLP's outputs.
 pub(crate) fn paged_forward(
     w: &EngineWeights,
     dims: AttnDims,
@@ -63,7 +65,8 @@ pub(crate) fn paged_forward(
     if total == 0 {
         return Ok(None);
     }
-    let (cos, sin) = rope_tables(items, inv_freq);
+    let global = rope_tables(items, inv_freq);
+    let local = w.local_inv_freq.as_deref().map(|f| rope_tables(items, f));
     let hidden = w.hidden;
     let mut x = embed_tokens(w, &ids);
     let q_dim = dims.heads * dims.head_dim;
@@ -76,18 +79,28 @@ pub(crate) fn paged_forward(
         if let Some((qn, kn)) = &layer.qk_norm {
             qk_norm_rows(&mut qkv, qn, kn, dims, w.eps);
         }
-        apply_rope_and_store(&mut qkv, &cos, &sin, dims, pool, li, items);
+        if let Some(f) = w.q_rescale {
+            scale_queries(&mut qkv, f, dims);
+        }
+        let (cos, sin) = match (&local, layer.local_rope) {
+            (Some(local), true) => local,
+            _ => &global,
+        };
+        apply_rope_and_store(&mut qkv, cos, sin, dims, pool, li, items);
         paged_attention(pool, li, items, &qkv, dims, layer.window, &mut attn_out);
-        add_into(&mut x, &layer.o.forward_host(&attn_out, total)?);
-        rows::rms_norm_rows(&x, &layer.post_norm, w.eps, &mut h);
-        match &layer.ffn {
+        let attn = layer.o.forward_host(&attn_out, total)?;
+        let ffn_norms = layer.feedforward_norms.as_ref();
+        match ffn_norms {
+            None => add_into(&mut x, &attn),
+            Some(_) => add_normed_into(&mut x, &attn, &layer.post_norm, w.eps),
+        }
+        let pre_ffn = ffn_norms.map_or(&layer.post_norm, |(pre, _)| pre);
+        rows::rms_norm_rows(&x, pre_ffn, w.eps, &mut h);
+        let ffn_out = match &layer.ffn {
             FfnWeights::Dense { gate_up, down } => {
                 let gu = gate_up.forward_host(&h, total)?;
-                let inter = w.intermediate;
-                act.par_chunks_mut(inter * 8)
-                    .zip(gu.par_chunks(2 * inter * 8))
-                    .for_each(|(a, g)| rows::silu_mul_rows(g, inter, a));
-                add_into(&mut x, &down.forward_host(&act, total)?);
+                gated_activation(w, &gu, &mut act);
+                down.forward_host(&act, total)?
             }
             FfnWeights::Sparse(moe) => {
                 let rec = record.as_deref_mut().and_then(|r| {
@@ -95,15 +108,20 @@ pub(crate) fn paged_forward(
                     r.last_mut()
                 });
                 let forced = replay.map(|r| r.get(sparse).map_or(&[][..], Vec::as_slice));
-                add_into(&mut x, &moe.forward(&h, total, forced, rec)?);
                 sparse += 1;
+                moe.forward(&h, total, forced, rec)?
             }
+        };
+        match ffn_norms {
+            None => add_into(&mut x, &ffn_out),
+            Some((_, post)) => add_normed_into(&mut x, &ffn_out, post, w.eps),
         }
     }
     lm_head_rows(w, &x, items, head)
 }
 
-/// The embedding rows of `ids`: `[ids.len(), hidden]` f32, row-major.
+/// The embedding rows of `ids` (times the model's embedding scale): `[ids.len(), hidden]`
+/// f32, row-major.
 fn embed_tokens(w: &EngineWeights, ids: &[u32]) -> Vec<f32> {
     let hidden = w.hidden;
     let mut x = vec![0f32; ids.len() * hidden];
@@ -111,7 +129,38 @@ fn embed_tokens(w: &EngineWeights, ids: &[u32]) -> Vec<f32> {
         let id = id as usize;
         row.copy_from_slice(&w.embed[id * hidden..(id + 1) * hidden]);
     }
+    if let Some(scale) = w.embed_scale {
+        x.iter_mut().for_each(|v| *v *= scale);
+    }
     x
+}
+
+/// `act = act(gate) · up` of the fused `[gate | up]` rows `gu`, eight rows per task.
+fn gated_activation(w: &EngineWeights, gu: &[f32], act: &mut [f32]) {
+    let inter = w.intermediate;
+    let rows_fn = match w.activation {
+        Activation::Silu => rows::silu_mul_rows,
+        Activation::GeluTanh => rows::gelu_tanh_mul_rows,
+    };
+    act.par_chunks_mut(inter * 8)
+        .zip(gu.par_chunks(2 * inter * 8))
+        .for_each(|(a, g)| rows_fn(g, inter, a));
+}
+
+/// `x += rms_norm(y) · norm` row by row (Gemma's norm after attention and after the MLP).
+fn add_normed_into(x: &mut [f32], y: &[f32], norm: &[f32], eps: f64) {
+    let mut normed = vec![0f32; y.len()];
+    rows::rms_norm_rows(y, norm, eps, &mut normed);
+    add_into(x, &normed);
+}
+
+/// Multiplies every query head of the fused `[q; k; v]` rows by `f`.
+fn scale_queries(qkv: &mut [f32], f: f32, dims: AttnDims) {
+    let q_dim = dims.heads * dims.head_dim;
+    let row = q_dim + 2 * dims.kv_heads * dims.head_dim;
+    for r in qkv.chunks_mut(row) {
+        r[..q_dim].iter_mut().for_each(|v| *v *= f);
+    }
 }
 
 /// The final RMSNorm and the LM head, only on the rows of `x` (`[tokens, hidden]`, the last

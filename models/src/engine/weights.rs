@@ -5,7 +5,7 @@
 use crate::config::layout::{
     causal_lm_specs, lm_head_param, FeedForwardParams, LayerParams, LinearParams, MlpParams,
 };
-use crate::config::model_config::ModelConfig;
+use crate::config::model_config::{Activation, ModelConfig};
 use crate::config::param_spec::{DtypePolicy, ParamSpec};
 use crate::engine::config::QuantMode;
 use crate::engine::error::{EngineError, EngineResult};
@@ -14,6 +14,7 @@ use crate::engine::linear::{host, Linear};
 use crate::engine::moe_forward::MoeWeights;
 use crate::error::ModelError;
 use crate::moe::expert_parallel::{ExpertNames, ExpertParallel};
+use crate::nn::rope::RotaryEmbedding;
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -38,8 +39,13 @@ pub(crate) struct LayerWeights {
     /// Per-head RMSNorm of q and k before RoPE `[head_dim]` each (Qwen3).
     pub qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     pub post_norm: Vec<f32>,
+    /// Gemma's norms before and after the feed-forward block (`post_norm` then normalises
+    /// the attention's output).
+    pub feedforward_norms: Option<(Vec<f32>, Vec<f32>)>,
     pub ffn: FfnWeights,
     pub window: Option<usize>,
+    /// Whether the layer takes the local RoPE frequencies (Gemma 3's sliding layers).
+    pub local_rope: bool,
 }
 
 /// All weights the engine's forward needs.
@@ -53,6 +59,15 @@ pub(crate) struct EngineWeights {
     pub lm_head: Linear,
     pub eps: f64,
     pub intermediate: usize,
+    /// What the embedding rows are multiplied by (Gemma: `sqrt(hidden)`).
+    pub embed_scale: Option<f32>,
+    /// The gate's activation.
+    pub activation: Activation,
+    /// What q is multiplied by before RoPE so the attention's `head_dim^-0.5` gives the
+    /// model's score scale (Gemma's `query_pre_attn_scalar`).
+    pub q_rescale: Option<f32>,
+    /// The sliding layers' RoPE frequencies, when they have their own base (Gemma 3).
+    pub local_inv_freq: Option<Vec<f32>>,
 }
 
 /// One engine linear layer over the declared `parts`, concatenated along the output axis
@@ -246,19 +261,37 @@ fn layer_weights(
     ep: Option<&ExpertParallel>,
 ) -> EngineResult<LayerWeights> {
     let a = &l.attn;
+    let norm = |spec: &ParamSpec| host_norm(cfg, &get(spec)?);
     let qk_norm = match (&a.q_norm, &a.k_norm) {
-        (Some(q), Some(k)) => Some((host(&get(q)?)?, host(&get(k)?)?)),
+        (Some(q), Some(k)) => Some((norm(q)?, norm(k)?)),
         _ => None,
     };
+    let feedforward_norms = match &l.feedforward_norms {
+        Some((pre, post)) => Some((norm(pre)?, norm(post)?)),
+        None => None,
+    };
     Ok(LayerWeights {
-        input_norm: host(&get(&l.input_norm)?)?,
+        input_norm: norm(&l.input_norm)?,
         qkv: fused(&[&a.q, &a.k, &a.v], get, quant)?,
         o: fused(&[&a.o], get, quant)?,
         qk_norm,
-        post_norm: host(&get(&l.post_attention_norm)?)?,
+        post_norm: norm(&l.post_attention_norm)?,
+        feedforward_norms,
         ffn: ffn_weights(cfg, &l.ffn, get, quant, ep)?,
         window: cfg.layer_window(i),
+        local_rope: cfg.layer_uses_local_rope(i),
     })
+}
+
+/// An RMSNorm weight on the host as the engine scales by it: `offset + w` (Gemma's `1 + w`,
+/// added in f32 as the trainer does).
+fn host_norm(cfg: &ModelConfig, w: &Tensor) -> EngineResult<Vec<f32>> {
+    let offset = cfg.style.norm_offset;
+    let mut v = host(w)?;
+    if offset != 0.0 {
+        v.iter_mut().for_each(|x| *x += offset);
+    }
+    Ok(v)
 }
 
 impl EngineWeights {
@@ -298,10 +331,18 @@ impl EngineWeights {
             embed: Arc::new(host(&embed)?),
             hidden: cfg.hidden_size,
             layers,
-            norm: host(&get(&decl.norm)?)?,
+            norm: host_norm(cfg, &get(&decl.norm)?)?,
             lm_head: Linear::new(lm_w, None, quant)?,
             eps: cfg.rms_norm_eps,
             intermediate: cfg.intermediate_size,
+            embed_scale: cfg.embed_scale(),
+            activation: cfg.style.activation,
+            q_rescale: cfg
+                .style
+                .query_pre_attn_scalar
+                .map(|s| (cfg.head_dim as f64 / s).sqrt() as f32)
+                .filter(|&f| f != 1.0),
+            local_inv_freq: RotaryEmbedding::local(cfg).map(|r| r.inv_freq().to_vec()),
         };
         Ok((weights, sums))
     }
@@ -333,7 +374,13 @@ impl EngineWeights {
             + self
                 .layers
                 .iter()
-                .map(|l| l.input_norm.len() + l.post_norm.len())
+                .map(|l| {
+                    let ffn_norms = l
+                        .feedforward_norms
+                        .as_ref()
+                        .map_or(0, |(a, b)| a.len() + b.len());
+                    l.input_norm.len() + l.post_norm.len() + ffn_norms
+                })
                 .sum::<usize>())
             * 4;
         norms

@@ -54,7 +54,7 @@ impl SparseMoe {
         };
         let shared = match &decl.shared {
             Some(s) => Some(SharedExpert {
-                mlp: Mlp::new(params, &s.mlp)?,
+                mlp: Mlp::new(params, &s.mlp, cfg.style.activation)?,
                 gate: params.get(&s.gate.weight.name)?,
             }),
             None => None,
@@ -66,7 +66,7 @@ impl SparseMoe {
                 .iter()
                 .enumerate()
                 .map(|(i, e)| match ep.is_none_or(|p| p.owns(i)) {
-                    true => Mlp::new(params, e).map(Some),
+                    true => Mlp::new(params, e, cfg.style.activation).map(Some),
                     false => Ok(None),
                 })
                 .collect::<Result<_>>()?,

@@ -1,5 +1,7 @@
 //! Grouped-query self-attention of one decoder layer: q/k/v/o projections (optional biases),
-//! optional per-head RMSNorm of q and k (Qwen3 `q_norm` / `k_norm`), RoPE on q and k, scaled dot-product attention under a visibility rule, optional KV cache.
+//! optional per-head RMSNorm of q and k (Qwen3 `q_norm` / `k_norm`), RoPE on q and k, scaled
+//! dot-product attention under a visibility rule (Gemma's `query_pre_attn_scalar` scale by
+//! rescaling q), optional KV cache.
 //! The training forward (no cache, f32/f64 on the CPU) runs the fused kernel
 //! `oxalign_kernels::ops::causal_attention_segmented` (packed rows included); everything else
 //! composes candle ops.
@@ -7,10 +9,12 @@
 
 use crate::config::layout::AttentionParams;
 use crate::config::model_config::ModelConfig;
+use crate::config::param_spec::ParamSpec;
 use crate::io::param_store::ParamStore;
 use crate::nn::kv_cache::KvCache;
-use crate::nn::layers::{apply_rope, rms_norm, softmax_last_dim};
+use crate::nn::layers::{apply_rope, softmax_last_dim};
 use crate::nn::mask::{mask_scores, Visibility};
+use crate::nn::norm::RmsNorm;
 use crate::nn::precision::Precision;
 use crate::nn::proj::Proj;
 use candle_core::{DType, Result, Tensor};
@@ -23,9 +27,11 @@ pub struct Attention {
     k: Proj,
     v: Proj,
     o: Proj,
-    q_norm: Option<Tensor>,
-    k_norm: Option<Tensor>,
-    eps: f64,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    /// What q is multiplied by so that the kernels' `head_dim^-0.5` gives the model's
+    /// score scale (`query_pre_attn_scalar`); `None` when they agree.
+    q_rescale: Option<f64>,
     num_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,
@@ -39,22 +45,18 @@ impl Attention {
         params: &ParamStore,
         decl: &AttentionParams,
     ) -> Result<Attention> {
+        let norm = |spec: &Option<ParamSpec>| -> Result<Option<RmsNorm>> {
+            let weight = spec.as_ref().map(|n| params.get(&n.name)).transpose()?;
+            Ok(weight.map(|w| RmsNorm::new(w, cfg)))
+        };
         Ok(Attention {
             q: Proj::new(params, &decl.q)?,
             k: Proj::new(params, &decl.k)?,
             v: Proj::new(params, &decl.v)?,
             o: Proj::new(params, &decl.o)?,
-            q_norm: decl
-                .q_norm
-                .as_ref()
-                .map(|n| params.get(&n.name))
-                .transpose()?,
-            k_norm: decl
-                .k_norm
-                .as_ref()
-                .map(|n| params.get(&n.name))
-                .transpose()?,
-            eps: cfg.rms_norm_eps,
+            q_norm: norm(&decl.q_norm)?,
+            k_norm: norm(&decl.k_norm)?,
+            q_rescale: q_rescale(cfg),
             num_heads: cfg.num_attention_heads,
             num_kv_heads: cfg.num_key_value_heads,
             head_dim: cfg.head_dim,
@@ -81,15 +83,19 @@ impl Attention {
         let (b, t, _) = x.dims3()?;
         let (nh, nkv, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let p = self.precision;
-        let heads = |proj: &Proj, n: usize, norm: Option<&Tensor>| {
+        let heads = |proj: &Proj, n: usize, norm: Option<&RmsNorm>| {
             let y = proj.forward(x, p)?.reshape((b, t, n, hd))?;
             let y = match norm {
-                Some(g) => rms_norm(&y, g, self.eps)?,
+                Some(norm) => norm.forward(&y)?,
                 None => y,
             };
             y.transpose(1, 2)?.contiguous()
         };
         let q = heads(&self.q, nh, self.q_norm.as_ref())?;
+        let q = match self.q_rescale {
+            Some(f) => q.affine(f, 0.0)?,
+            None => q,
+        };
         let k = heads(&self.k, nkv, self.k_norm.as_ref())?;
         let v = heads(&self.v, nkv, None)?;
         let q = apply_rope(&q, cos, sin)?;
@@ -123,6 +129,14 @@ impl Attention {
         let out = out.transpose(1, 2)?.reshape((b, t, nh * hd))?;
         self.o.forward(&out, p)
     }
+}
+
+/// The factor that turns the kernels' `head_dim^-0.5` score scale into
+/// `query_pre_attn_scalar^-0.5` (`None` when there is none or they agree).
+fn q_rescale(cfg: &ModelConfig) -> Option<f64> {
+    let scalar = cfg.style.query_pre_attn_scalar?;
+    let f = (cfg.head_dim as f64 / scalar).sqrt();
+    (f != 1.0).then_some(f)
 }
 
 /// Attention from candle ops: `q` `[B, nh, T, hd]`, `k`/`v` `[B, nkv, S, hd]`, `visible`

@@ -1,5 +1,6 @@
-//! The decoder body shared by every head (`model.*` in HF): token embedding, the stack of
-//! decoder layers and the final RMSNorm. It produces hidden states `[B, T, H]`; LM, value and
+//! The decoder body shared by every head (`model.*` in HF): token embedding (scaled, for
+//! Gemma), the stack of decoder layers (each with its RoPE tables: Gemma 3's sliding layers
+//! have their own base) and the final RMSNorm. It produces hidden states `[B, T, H]`; LM, value and
 //! reward heads live in their own files.
 
 use crate::config::model_config::ModelConfig;
@@ -9,8 +10,9 @@ use crate::moe::routing::RouterTrace;
 use crate::nn::decoder_layer::DecoderLayer;
 use crate::nn::kv_cache::KvCache;
 use crate::nn::layer_residency::LayerResidency;
-use crate::nn::layers::{embedding, rms_norm};
+use crate::nn::layers::embedding;
 use crate::nn::mask::{mask_to_host, position_ids, segment_position_ids, Visibility};
+use crate::nn::norm::RmsNorm;
 use crate::nn::rope::RotaryEmbedding;
 use crate::nn::streamed_layer::{forward_streamed, VisibilityParts};
 use candle_core::{DType, Result, Tensor};
@@ -20,10 +22,13 @@ use std::sync::Arc;
 #[derive(Clone, Debug)]
 pub struct Decoder {
     embed: Tensor,
+    /// What the embeddings are multiplied by (Gemma: `sqrt(hidden_size)`).
+    embed_scale: Option<f32>,
     layers: Vec<DecoderLayer>,
-    norm: Tensor,
-    eps: f64,
+    norm: RmsNorm,
     rope: RotaryEmbedding,
+    /// The sliding layers' RoPE (Gemma 3), when it differs.
+    local_rope: Option<RotaryEmbedding>,
     /// Who fills and frees the layers' weights when they are not always present (a sharded
     /// trainer); `None`: always present.
     residency: Option<Arc<dyn LayerResidency>>,
@@ -52,9 +57,10 @@ impl Decoder {
                 .enumerate()
                 .map(|(i, layer)| DecoderLayer::new(cfg, params, layer, i, ep))
                 .collect::<Result<_>>()?,
-            norm: params.get(&decl.norm.name)?,
-            eps: cfg.rms_norm_eps,
+            embed_scale: cfg.embed_scale(),
+            norm: RmsNorm::new(params.get(&decl.norm.name)?, cfg),
             rope: RotaryEmbedding::new(cfg),
+            local_rope: RotaryEmbedding::local(cfg),
             residency: None,
         })
     }
@@ -199,15 +205,26 @@ impl Decoder {
         let dtype = self.embed.dtype();
         let device = self.embed.device().clone();
         let s = offset + t;
-        let (cos, sin) = self.rope.cos_sin(rows.positions, b, t, dtype, &device)?;
+        let global = self.rope.cos_sin(rows.positions, b, t, dtype, &device)?;
+        let local = match &self.local_rope {
+            Some(r) => Some(r.cos_sin(rows.positions, b, t, dtype, &device)?),
+            None => None,
+        };
         let dims = (b, t, s, offset);
         let rule = |w| Visibility::new(key_mask, dims, w, &device).with_segments(rows.segments);
         let full = rule(None);
         // One rule per distinct window, so each mask tensor is built at most once.
         let mut windowed: Vec<Visibility> = Vec::new();
         let mut x = embedding(&self.embed, rows.ids)?;
+        if let Some(scale) = self.embed_scale {
+            x = x.affine(f64::from(scale), 0.0)?;
+        }
         let mut parts: Option<Arc<VisibilityParts>> = None;
         for (i, layer) in self.layers.iter().enumerate() {
+            let (cos, sin) = match (&local, layer.local_rope()) {
+                (Some(local), true) => local,
+                _ => &global,
+            };
             if let Some(r) = self.residency.as_ref().filter(|r| !r.is_resident(i)) {
                 if cache.is_some() {
                     candle_core::bail!(
@@ -215,7 +232,7 @@ impl Decoder {
                     )
                 }
                 let parts = parts.get_or_insert_with(|| Arc::new(rows.visibility_parts(&device)));
-                x = forward_streamed(layer, i, r, &x, (&cos, &sin), parts, trace)?;
+                x = forward_streamed(layer, i, r, &x, (cos, sin), parts, trace)?;
                 continue;
             }
             let visible = match layer.window() {
@@ -232,9 +249,9 @@ impl Decoder {
                 _ => &full,
             };
             let layer_cache = cache.as_deref_mut().map(|c| (c, i));
-            x = layer.forward(&x, &cos, &sin, visible, layer_cache, trace)?;
+            x = layer.forward(&x, cos, sin, visible, layer_cache, trace)?;
         }
-        rms_norm(&x, &self.norm, self.eps)
+        self.norm.forward(&x)
     }
 }
 

@@ -1,18 +1,20 @@
 //! One pre-norm decoder layer: `x + attn(norm(x))`, then `x + ffn(norm(x))` where the
-//! feed-forward block is a dense MLP or routed experts. Composition only; the math lives in
-//! `attention.rs`, `mlp.rs` and `moe/block.rs`.
+//! feed-forward block is a dense MLP or routed experts; with Gemma's norms
+//! `x + norm(attn(norm(x)))`, then `x + norm(ffn(norm(x)))`. Composition only; the math
+//! lives in `attention.rs`, `mlp.rs`, `norm.rs` and `moe/block.rs`.
 
 use crate::config::layout::{FeedForwardParams, LayerParams};
 use crate::config::model_config::ModelConfig;
+use crate::config::param_spec::ParamSpec;
 use crate::io::param_store::ParamStore;
 use crate::moe::block::SparseMoe;
 use crate::moe::expert_parallel::ExpertParallel;
 use crate::moe::routing::RouterTrace;
 use crate::nn::attention::Attention;
 use crate::nn::kv_cache::KvCache;
-use crate::nn::layers::rms_norm;
 use crate::nn::mask::Visibility;
 use crate::nn::mlp::Mlp;
+use crate::nn::norm::RmsNorm;
 use candle_core::{Result, Tensor};
 
 /// The feed-forward block of a layer.
@@ -25,12 +27,15 @@ enum FeedForward {
 /// Weights of one decoder layer (the tensors of a [`LayerParams`]).
 #[derive(Clone, Debug)]
 pub(crate) struct DecoderLayer {
-    input_norm: Tensor,
+    input_norm: RmsNorm,
     attn: Attention,
-    post_attn_norm: Tensor,
+    post_attn_norm: RmsNorm,
+    /// Gemma's norms before and after the feed-forward block (`post_attn_norm` then
+    /// normalises the attention's output).
+    feedforward_norms: Option<(RmsNorm, RmsNorm)>,
     ffn: FeedForward,
-    eps: f64,
     window: Option<usize>,
+    local_rope: bool,
 }
 
 impl DecoderLayer {
@@ -43,18 +48,28 @@ impl DecoderLayer {
         index: usize,
         ep: Option<&ExpertParallel>,
     ) -> Result<DecoderLayer> {
+        let norm = |spec: &ParamSpec| {
+            Ok::<_, candle_core::Error>(RmsNorm::new(params.get(&spec.name)?, cfg))
+        };
+        let feedforward_norms = match &decl.feedforward_norms {
+            Some((pre, post)) => Some((norm(pre)?, norm(post)?)),
+            None => None,
+        };
         Ok(DecoderLayer {
-            input_norm: params.get(&decl.input_norm.name)?,
+            input_norm: norm(&decl.input_norm)?,
             attn: Attention::new(cfg, params, &decl.attn)?,
-            post_attn_norm: params.get(&decl.post_attention_norm.name)?,
+            post_attn_norm: norm(&decl.post_attention_norm)?,
+            feedforward_norms,
             ffn: match &decl.ffn {
-                FeedForwardParams::Dense(m) => FeedForward::Dense(Mlp::new(params, m)?),
+                FeedForwardParams::Dense(m) => {
+                    FeedForward::Dense(Mlp::new(params, m, cfg.style.activation)?)
+                }
                 FeedForwardParams::Sparse(m) => {
                     FeedForward::Sparse(SparseMoe::new(cfg, params, m, ep)?)
                 }
             },
-            eps: cfg.rms_norm_eps,
             window: cfg.layer_window(index),
+            local_rope: cfg.layer_uses_local_rope(index),
         })
     }
 
@@ -72,6 +87,11 @@ impl DecoderLayer {
         self.window
     }
 
+    /// Whether this layer takes the local RoPE tables (Gemma 3's sliding layers).
+    pub fn local_rope(&self) -> bool {
+        self.local_rope
+    }
+
     /// `x`: `[B, T, H]` -> `[B, T, H]`; see [`Attention::forward`] for the other arguments. A
     /// sparse layer records its routing in `trace` (and replays from it when asked).
     pub fn forward(
@@ -83,19 +103,24 @@ impl DecoderLayer {
         cache: Option<(&mut KvCache, usize)>,
         trace: &mut RouterTrace,
     ) -> Result<Tensor> {
-        let h = self.attn.forward(
-            &rms_norm(x, &self.input_norm, self.eps)?,
-            cos,
-            sin,
-            visible,
-            cache,
-        )?;
-        let x = (x + h)?;
-        let normed = rms_norm(&x, &self.post_attn_norm, self.eps)?;
-        let h = match &self.ffn {
-            FeedForward::Dense(m) => m.forward(&normed)?,
-            FeedForward::Sparse(m) => m.forward(&normed, trace)?,
+        let h = self
+            .attn
+            .forward(&self.input_norm.forward(x)?, cos, sin, visible, cache)?;
+        let ffn = |normed: &Tensor, trace: &mut RouterTrace| match &self.ffn {
+            FeedForward::Dense(m) => m.forward(normed),
+            FeedForward::Sparse(m) => m.forward(normed, trace),
         };
-        x + h
+        match &self.feedforward_norms {
+            None => {
+                let x = (x + h)?;
+                let h = ffn(&self.post_attn_norm.forward(&x)?, trace)?;
+                x + h
+            }
+            Some((pre, post)) => {
+                let x = (x + self.post_attn_norm.forward(&h)?)?;
+                let h = ffn(&pre.forward(&x)?, trace)?;
+                x + post.forward(&h)?
+            }
+        }
     }
 }

@@ -1,8 +1,9 @@
-//! The SiLU-gated feed-forward block of a decoder layer:
-//! `down(silu(gate(x)) * up(x))` (the gate fused: `oxalign_kernels::ops::swiglu`), with
-//! optional biases (llama `mlp_bias`) and LoRA adapters (`proj.rs`). Nothing else.
+//! The gated feed-forward block of a decoder layer: `down(act(gate(x)) * up(x))`, SiLU (the
+//! gate fused: `oxalign_kernels::ops::swiglu`) or GELU-tanh (Gemma's GeGLU, candle ops),
+//! with optional biases (llama `mlp_bias`) and LoRA adapters (`proj.rs`). Nothing else.
 
 use crate::config::layout::MlpParams;
+use crate::config::model_config::Activation;
 use crate::io::param_store::ParamStore;
 use crate::nn::layers::{swiglu, swiglu_engine_order};
 use crate::nn::precision::Precision;
@@ -15,16 +16,19 @@ pub(crate) struct Mlp {
     gate: Proj,
     up: Proj,
     down: Proj,
+    activation: Activation,
     precision: Precision,
 }
 
 impl Mlp {
     /// Picks up the tensors `decl` names (with a bias where it declares one) from `params`.
-    pub fn new(params: &ParamStore, decl: &MlpParams) -> Result<Mlp> {
+    /// The gate's activation is `activation`.
+    pub fn new(params: &ParamStore, decl: &MlpParams, activation: Activation) -> Result<Mlp> {
         Ok(Mlp {
             gate: Proj::new(params, &decl.gate)?,
             up: Proj::new(params, &decl.up)?,
             down: Proj::new(params, &decl.down)?,
+            activation,
             precision: Precision::F32,
         })
     }
@@ -35,9 +39,10 @@ impl Mlp {
         let gate = self.gate.forward(x, p)?;
         let up = self.up.forward(x, p)?;
         // In the engine's numbers the activation must be the engine's bits too.
-        let act = match p {
-            Precision::F32 | Precision::Bf16Mixed => swiglu(&gate, &up)?,
-            Precision::FakeInt8 => swiglu_engine_order(&gate, &up)?,
+        let act = match (self.activation, p) {
+            (Activation::GeluTanh, _) => (gate.gelu()? * up)?,
+            (Activation::Silu, Precision::F32 | Precision::Bf16Mixed) => swiglu(&gate, &up)?,
+            (Activation::Silu, Precision::FakeInt8) => swiglu_engine_order(&gate, &up)?,
         };
         self.down.forward(&act, p)
     }

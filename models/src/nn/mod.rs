@@ -19,6 +19,7 @@ pub mod lora_model;
 pub mod mask;
 pub mod mlp;
 pub mod model;
+pub(crate) mod norm;
 pub(crate) mod precision;
 pub(crate) mod proj;
 pub mod reward_model;

@@ -14,14 +14,25 @@ pub(crate) struct RotaryEmbedding {
 impl RotaryEmbedding {
     /// Frequencies for `cfg` (`rope_theta`, `head_dim`, optional `rope_scaling`).
     pub fn new(cfg: &ModelConfig) -> RotaryEmbedding {
-        let dim = cfg.head_dim;
-        let base = cfg.rope_theta as f32;
+        Self::with_base(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling.as_ref())
+    }
+
+    /// Frequencies of the sliding layers of a model with a local RoPE base (Gemma 3's
+    /// `rope_local_base_freq`, unscaled); `None` when every layer uses [`Self::new`]'s.
+    pub fn local(cfg: &ModelConfig) -> Option<RotaryEmbedding> {
+        let base = cfg.style.local_rope_theta?;
+        Some(Self::with_base(cfg.head_dim, base, None))
+    }
+
+    /// Frequencies for heads of `dim` with RoPE base `base` and optional `scaling`.
+    fn with_base(dim: usize, base: f64, scaling: Option<&RopeScaling>) -> RotaryEmbedding {
+        let base = base as f32;
         // HF: 1 / base ** (arange(0, dim, 2).float() / dim), in float32.
         let mut inv_freq: Vec<f32> = (0..dim)
             .step_by(2)
             .map(|i| 1.0f32 / base.powf(i as f32 / dim as f32))
             .collect();
-        match &cfg.rope_scaling {
+        match scaling {
             None => {}
             Some(RopeScaling::Linear { factor }) => {
                 let f = *factor as f32;

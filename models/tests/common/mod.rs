@@ -35,6 +35,11 @@ pub fn tiny(family: Family) -> ModelConfig {
         // Qwen3's own head_dim: wider than hidden / heads (8).
         Family::Qwen3 => c.head_dim = 16,
         Family::Mistral | Family::Phi3 => c.sliding_window = Some(4),
+        // A sliding layer under a full one; q/k scaled by query_pre_attn_scalar 32.
+        Family::Gemma3 => {
+            c.sliding_window = Some(4);
+            c.sliding_layers = Some(vec![true, false]);
+        }
         Family::Qwen3Moe | Family::Qwen2Moe | Family::Mixtral => {
             let m = c.moe.as_mut().expect("MoE preset");
             m.num_experts = 4;

@@ -25,11 +25,15 @@ pub enum Family {
     /// `model_type: "mixtral"` (routed experts `block_sparse_moe.experts.N.w1/w2/w3`,
     /// renormalised top-k, optional sliding window).
     Mixtral,
+    /// `model_type: "gemma3_text"` (Gemma 3's text decoder: `(1 + w)` RMSNorms, four norms
+    /// per layer, q/k norms, GeGLU, a scaled embedding, interleaved sliding-window layers
+    /// with their own RoPE base).
+    Gemma3,
 }
 
 impl Family {
     /// All supported families.
-    pub const ALL: [Family; 8] = [
+    pub const ALL: [Family; 9] = [
         Family::Llama,
         Family::Qwen2,
         Family::Qwen3,
@@ -38,6 +42,7 @@ impl Family {
         Family::Qwen3Moe,
         Family::Qwen2Moe,
         Family::Mixtral,
+        Family::Gemma3,
     ];
 
     /// Whether the family routes tokens to experts.

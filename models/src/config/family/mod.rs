@@ -1,12 +1,14 @@
 //! The supported decoder families and their registry. Each family declares itself once, in its
 //! own file (`llama.rs`, `qwen2.rs`, `qwen3.rs`, `mistral.rs`, `phi3.rs`, and the mixture-of-experts
-//! `qwen3_moe.rs`, `qwen2_moe.rs`, `mixtral.rs` with their shared keys in `moe_keys.rs`): its
+//! `qwen3_moe.rs`, `qwen2_moe.rs`, `mixtral.rs` with their shared keys in `moe_keys.rs`, and
+//! Gemma 3 in `gemma.rs`): its
 //! HF `model_type` and class prefix, the config.json keys only it reads and writes, which
 //! projections carry biases, and its parameter layout (`config/layout.rs`, `moe/layout.rs`).
 //! Everything else (config parsing, the training modules, load/save, the engine) asks the
 //! declaration. Adding a family is one new file plus a variant in `kind.rs` and a match arm
 //! here.
 
+mod gemma;
 pub(crate) mod kind;
 mod llama;
 mod mistral;
@@ -19,7 +21,7 @@ mod qwen3;
 mod qwen3_moe;
 
 use crate::config::layout::{dense_backbone, BackboneParams, Biases};
-use crate::config::model_config::ModelConfig;
+use crate::config::model_config::{BlockStyle, ModelConfig};
 use crate::config::raw::{At, RawConfig};
 use crate::error::Result;
 use crate::moe::config::MoeConfig;
@@ -39,6 +41,12 @@ pub(crate) struct FamilyKeys {
     pub max_window_layers: usize,
     /// `ModelConfig::moe`.
     pub moe: Option<MoeConfig>,
+    /// `ModelConfig::sliding_layers` (the family read `layer_types` itself).
+    pub sliding_layers: Option<Vec<bool>>,
+    /// `ModelConfig::style`.
+    pub style: BlockStyle,
+    /// `tie_word_embeddings` when config.json does not say (HF's default for the family).
+    pub tie_by_default: bool,
 }
 
 /// What a family declares about itself. One implementation per family file.
@@ -66,6 +74,12 @@ pub(crate) trait FamilyDecl: Sync {
     fn preset_moe(&self, _hidden: usize, _intermediate: usize) -> Option<MoeConfig> {
         None
     }
+    /// The HF class name of this family with `head` (`ForCausalLM`, ...).
+    fn architecture(&self, head: &str) -> String {
+        format!("{}{}", self.class_prefix(), head)
+    }
+    /// Makes a size preset's Llama-like config (`preset.rs`) one of this family.
+    fn adjust_preset(&self, _cfg: &mut ModelConfig) {}
     /// Whether its checkpoints fuse q/k/v into `qkv_proj` and gate/up into `gate_up_proj`
     /// (Phi-3); the declaration still names them apart.
     fn fused_projections(&self) -> bool {
@@ -85,6 +99,7 @@ impl Family {
             Family::Qwen3Moe => &qwen3_moe::Qwen3Moe,
             Family::Qwen2Moe => &qwen2_moe::Qwen2Moe,
             Family::Mixtral => &mixtral::Mixtral,
+            Family::Gemma3 => &gemma::Gemma3,
         }
     }
 
@@ -106,7 +121,7 @@ impl Family {
     /// HF class name for a head on this family, e.g. `architecture("ForCausalLM")`
     /// gives `LlamaForCausalLM`.
     pub fn architecture(self, head: &str) -> String {
-        format!("{}{}", self.decl().class_prefix(), head)
+        self.decl().architecture(head)
     }
 }
 
