@@ -66,7 +66,7 @@ fn ids(v: &Value) -> Vec<u64> {
 #[test]
 fn init_model_writes_an_hf_folder_and_is_reproducible() {
     let dir = tempfile::tempdir().unwrap();
-    for family in ["llama", "qwen2", "gemma3_text"] {
+    for family in ["llama", "qwen2", "gemma2", "gemma3_text"] {
         let a = init(dir.path(), &format!("{family}-a"), family, "lm", "7");
         let b = init(dir.path(), &format!("{family}-b"), family, "lm", "7");
         let c = init(dir.path(), &format!("{family}-c"), family, "lm", "8");
@@ -234,7 +234,7 @@ fn generate_greedy_is_deterministic_and_consistent_with_logprobs() {
             json!({"text": "hi"}),
         ],
     );
-    for family in ["llama", "qwen2", "gemma3_text"] {
+    for family in ["llama", "qwen2", "gemma2", "gemma3_text"] {
         let model = init(dir.path(), family, family, "lm", "3");
         let args = [
             "generate",

@@ -10,7 +10,8 @@ Two modes:
       Phi3ForCausalLM with its fused qkv_proj / gate_up_proj and a sliding window,
       Gemma3ForCausalLM with (1 + w) norms, four norms per layer, q/k norms, GeGLU, a scaled
       embedding, a query_pre_attn_scalar that is not head_dim, interleaved sliding layers with
-      their own RoPE base and linear RoPE scaling on the full layer,
+      their own RoPE base and linear RoPE scaling on the full layer, Gemma2ForCausalLM with
+      attention and final logit soft-caps small enough to act (2 and 3),
       LlamaForSequenceClassification with pad_token_id; --only builds the named ones), saves each in float32 safetensors to
       <out>/<name>/ and writes <out>/<name>/golden.json with per-token log-probs of fixed
       sequences (alone and as a left-padded batch), a 16-token greedy continuation and, for the
@@ -158,6 +159,16 @@ def fixture_models():
         },
         tie_word_embeddings=True,
     )
+    gemma2 = transformers.Gemma2Config(
+        **{**base_kwargs(), "num_hidden_layers": 3},
+        head_dim=16,
+        query_pre_attn_scalar=20,
+        sliding_window=5,
+        attn_logit_softcapping=2.0,
+        final_logit_softcapping=3.0,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+    )
     rm = transformers.LlamaConfig(**base_kwargs(), num_labels=1, rope_theta=10000.0)
     return [
         ("llama_tiny", transformers.LlamaForCausalLM, llama, 1),
@@ -166,6 +177,7 @@ def fixture_models():
         ("mistral_tiny", transformers.MistralForCausalLM, mistral, 3),
         ("phi3_tiny", transformers.Phi3ForCausalLM, phi3, 6),
         ("gemma3_tiny", transformers.Gemma3ForCausalLM, gemma3, 7),
+        ("gemma2_tiny", transformers.Gemma2ForCausalLM, gemma2, 8),
         ("llama_rm_tiny", transformers.LlamaForSequenceClassification, rm, 4),
     ]
 

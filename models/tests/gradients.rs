@@ -254,3 +254,9 @@ fn finite_differences_match_backprop_mixtral() {
 fn finite_differences_match_backprop_gemma3() {
     finite_difference_check(Family::Gemma3);
 }
+
+/// Gemma 2: soft-capped attention scores and final logits (the composed attention and head).
+#[test]
+fn finite_differences_match_backprop_gemma2() {
+    finite_difference_check(Family::Gemma2);
+}

@@ -173,6 +173,14 @@ fn gemma3_with_its_block_and_interleaved_sliding_layers_matches_transformers() {
     check_causal_fixture("gemma3_tiny");
 }
 
+/// Gemma 2: Gemma's block with soft-capped attention scores (2.0) and final logits (3.0),
+/// every other layer sliding (window 5), `query_pre_attn_scalar` 20 against a `head_dim`
+/// of 16.
+#[test]
+fn gemma2_with_soft_capped_scores_and_logits_matches_transformers() {
+    check_causal_fixture("gemma2_tiny");
+}
+
 /// A Phi-3 model saves its projections fused again (`qkv_proj`, `gate_up_proj`, what
 /// `Phi3ForCausalLM` reads), bit for bit the fixture's tensors, and loads back equal.
 #[test]

@@ -82,7 +82,13 @@ pub fn lm_head_logprobs(
         let tf = targets.reshape(n)?.contiguous()?;
         hf.apply_op3(&weight.contiguous()?, &tf, LmHead { dist })?
     } else {
-        composed(&hidden.reshape((n, h))?, weight, &targets.reshape(n)?, dist)?
+        composed(
+            &hidden.reshape((n, h))?,
+            weight,
+            &targets.reshape(n)?,
+            dist,
+            None,
+        )?
     };
     Ok(HeadOutputs {
         logprobs: out.narrow(1, 0, 1)?.reshape(lead)?,
@@ -90,16 +96,59 @@ pub fn lm_head_logprobs(
     })
 }
 
+/// [`lm_head_logprobs`] of soft-capped logits: `softcap · tanh(hidden · weightᵀ / softcap)`,
+/// then `dist` (Gemma 2's `final_logit_softcapping`). Composed from candle ops, so the
+/// `[N, V]` logits are built (a chunk of rows at a time is left for later).
+pub fn lm_head_logprobs_softcapped(
+    hidden: &Tensor,
+    weight: &Tensor,
+    targets: &Tensor,
+    dist: TokenDistribution,
+    softcap: f64,
+) -> Result<HeadOutputs> {
+    if !(softcap.is_finite() && softcap > 0.0) {
+        candle_core::bail!("{OP}: `softcap` must be a finite number > 0, got {softcap}");
+    }
+    let dims = hidden.dims();
+    let Some((&h, lead)) = dims.split_last() else {
+        candle_core::bail!("{OP}: `hidden` must be [..., H], got a scalar");
+    };
+    let n: usize = lead.iter().product();
+    let targets = validate::token_ids(OP, "targets", targets)?;
+    let out = composed(
+        &hidden.reshape((n, h))?,
+        weight,
+        &targets.reshape(n)?,
+        dist,
+        Some(softcap),
+    )?;
+    Ok(HeadOutputs {
+        logprobs: out.narrow(1, 0, 1)?.reshape(lead)?,
+        entropy: out.narrow(1, 1, 1)?.reshape(lead)?,
+    })
+}
+
+/// `c · tanh(z / c)`, differentiable.
+pub fn softcap(z: &Tensor, c: f64) -> Result<Tensor> {
+    (z / c)?.tanh()? * c
+}
+
 /// The same `[N, 2]` (log-prob, entropy) from composed candle ops, for devices without a
-/// fused kernel. A truncation finds each row's kept set on the host and pushes the other
+/// fused kernel and for soft-capped logits (`cap`). A truncation finds each row's kept set on the host and pushes the other
 /// logits to a large negative value (their probability underflows to exactly 0).
 fn composed(
     hidden: &Tensor,
     weight: &Tensor,
     targets: &Tensor,
     dist: TokenDistribution,
+    cap: Option<f64>,
 ) -> Result<Tensor> {
-    let mut logits = (hidden.matmul(&weight.t()?)? / dist.temperature)?;
+    let raw = hidden.matmul(&weight.t()?)?;
+    let raw = match cap {
+        Some(c) => softcap(&raw, c)?,
+        None => raw,
+    };
+    let mut logits = (raw / dist.temperature)?;
     if !dist.truncation.is_off(weight.dim(0)?) {
         let keep = kept_mask(&logits, targets, dist.truncation)?;
         let floor =

@@ -236,6 +236,7 @@ fn truncated_backward_matches_finite_differences_and_the_composed_path() -> Resu
         wv.as_tensor(),
         &y.reshape(n)?,
         dist,
+        None,
     )?;
     let (lp, ent) = (
         comp.narrow(1, 0, 1)?.reshape((2, 4))?,

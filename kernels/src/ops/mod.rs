@@ -51,7 +51,7 @@ pub use attention::{causal_attention, causal_attention_engine_order, causal_atte
 pub use cuda_launch::compile_cuda_kernels;
 pub use entropy::entropy;
 pub use linear::{linear_bf16, linear_bf16_on, linear_f32};
-pub use lm_head::{lm_head_logprobs, HeadOutputs};
+pub use lm_head::{lm_head_logprobs, lm_head_logprobs_softcapped, softcap, HeadOutputs};
 pub use rms_norm::rms_norm;
 pub use rope::rope;
 pub use swiglu::{swiglu, swiglu_engine_order};

@@ -224,6 +224,18 @@ pub(crate) struct Biases {
     pub mlp: bool,
 }
 
+impl Biases {
+    /// A bias on q/k/v/o when `attention_bias` (Qwen3's and Gemma's `attention_bias`),
+    /// never on the MLP.
+    pub(crate) fn attention_only(attention_bias: bool) -> Biases {
+        Biases {
+            qkv: attention_bias,
+            o: attention_bias,
+            mlp: false,
+        }
+    }
+}
+
 /// The HF Llama-style dense backbone (`model.embed_tokens`, `model.layers.N.{input_layernorm,
 /// self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}`,
 /// `model.norm`) of `cfg`, with `biases`. Llama, Qwen2 and Mistral all use it.

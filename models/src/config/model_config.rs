@@ -60,6 +60,11 @@ pub struct BlockStyle {
     /// RoPE base of the sliding-window layers (Gemma 3 `rope_local_base_freq`, unscaled);
     /// `None`: every layer uses `rope_theta` and `rope_scaling`.
     pub local_rope_theta: Option<f64>,
+    /// Attention scores become `c · tanh(s / c)` before the mask (Gemma 2's
+    /// `attn_logit_softcapping`).
+    pub attn_softcap: Option<f64>,
+    /// The LM head's logits become `c · tanh(z / c)` (Gemma 2's `final_logit_softcapping`).
+    pub final_softcap: Option<f64>,
 }
 
 /// Decoder hyper-parameters, parsed from an HF `config.json`.

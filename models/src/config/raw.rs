@@ -9,7 +9,8 @@ use serde_json::{Map, Value};
 use std::path::Path;
 
 /// config.json as HF writes it. Every key is optional here (required ones are checked after,
-/// so a missing key gets its own message); JSON `null` reads as absent. Keys this crate does
+/// so a missing key gets its own message); JSON `null` reads as absent, except for the
+/// soft-caps, where `null` means none and absent means the family's default. Keys this crate does
 /// not interpret land in `extra` and are written back unchanged.
 #[derive(Debug, Deserialize)]
 pub(crate) struct RawConfig {
@@ -59,8 +60,11 @@ pub(crate) struct RawConfig {
     // Gemma keys (read by `family/gemma.rs`).
     pub(crate) hidden_activation: Option<String>,
     pub(crate) query_pre_attn_scalar: Option<f64>,
-    pub(crate) attn_logit_softcapping: Option<f64>,
-    pub(crate) final_logit_softcapping: Option<f64>,
+    /// `None`: absent; `Some(None)`: written as `null` (no cap).
+    #[serde(default, deserialize_with = "present")]
+    pub(crate) attn_logit_softcapping: Option<Option<f64>>,
+    #[serde(default, deserialize_with = "present")]
+    pub(crate) final_logit_softcapping: Option<Option<f64>>,
     pub(crate) rope_local_base_freq: Option<f64>,
     pub(crate) sliding_window_pattern: Option<usize>,
     pub(crate) use_bidirectional_attention: Option<bool>,
@@ -83,6 +87,13 @@ pub(crate) struct RopeParams {
     pub(crate) low_freq_factor: Option<f64>,
     pub(crate) high_freq_factor: Option<f64>,
     pub(crate) original_max_position_embeddings: Option<f64>,
+}
+
+/// A key that may be written as `null`: `Some(None)` then, and `None` only when absent.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> std::result::Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
 }
 
 /// `eos_token_id`: one token id or a list of them (`null` = none).

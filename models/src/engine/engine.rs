@@ -93,6 +93,7 @@ impl Engine {
                 heads: model.num_attention_heads,
                 kv_heads: model.num_key_value_heads,
                 head_dim: model.head_dim,
+                softcap: model.style.attn_softcap.map(|c| c as f32),
             },
             model,
             config,

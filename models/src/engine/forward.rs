@@ -135,6 +135,14 @@ fn embed_tokens(w: &EngineWeights, ids: &[u32]) -> Vec<f32> {
     x
 }
 
+/// The model's final soft-cap on LM-head logits, in place (Gemma 2; nothing otherwise), as
+/// the trainer computes it (`z / c`, `tanh`, `· c`).
+fn softcap_logits(w: &EngineWeights, logits: &mut [f32]) {
+    if let Some(c) = w.final_softcap {
+        logits.par_iter_mut().for_each(|z| *z = (*z / c).tanh() * c);
+    }
+}
+
 /// `act = act(gate) · up` of the fused `[gate | up]` rows `gu`, eight rows per task.
 fn gated_activation(w: &EngineWeights, gu: &[f32], act: &mut [f32]) {
     let inter = w.intermediate;
@@ -185,7 +193,11 @@ fn lm_head_rows(
     let mut normed = vec![0f32; picked.len()];
     rows::rms_norm_rows(&picked, &w.norm, w.eps, &mut normed);
     match head {
-        Head::Logits => Ok(Some(w.lm_head.forward_host(&normed, rows_wanted.len())?)),
+        Head::Logits => {
+            let mut logits = w.lm_head.forward_host(&normed, rows_wanted.len())?;
+            softcap_logits(w, &mut logits);
+            Ok(Some(logits))
+        }
         Head::TargetLogprobs(targets, dist) => {
             if targets.len() != rows_wanted.len() {
                 candle_core::bail!(
@@ -215,7 +227,8 @@ fn head_logprobs(
         .zip(targets.chunks(HEAD_CHUNK))
     {
         let n = tg.len();
-        let logits = w.lm_head.forward_host(chunk, n)?;
+        let mut logits = w.lm_head.forward_host(chunk, n)?;
+        softcap_logits(w, &mut logits);
         let vocab = logits.len() / n;
         if let Some(&bad) = tg.iter().find(|&&t| t as usize >= vocab) {
             candle_core::bail!("scoring target {bad} is not below the vocabulary size {vocab}");

@@ -135,6 +135,9 @@ fn attend_token(job: &TokenJob<'_>, scores: &mut Vec<f32>, out: &mut [f32]) {
         scores.clear();
         scores.resize(n_rep * n, 0.0);
         group_scores(job, g, qg, n_rep, scores);
+        if let Some(c) = job.dims.softcap {
+            scores.iter_mut().for_each(|s| *s = c * (*s / c).tanh());
+        }
         // Softmax per head.
         for r in 0..n_rep {
             rows::softmax_in_place(&mut scores[r * n..(r + 1) * n]);

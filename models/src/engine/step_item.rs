@@ -31,4 +31,6 @@ pub(crate) struct AttnDims {
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
+    /// Scores become `c · tanh(s / c)` before the softmax (Gemma 2).
+    pub softcap: Option<f32>,
 }

@@ -68,6 +68,8 @@ pub(crate) struct EngineWeights {
     pub q_rescale: Option<f32>,
     /// The sliding layers' RoPE frequencies, when they have their own base (Gemma 3).
     pub local_inv_freq: Option<Vec<f32>>,
+    /// The LM head's logits become `c · tanh(z / c)` (Gemma 2).
+    pub final_softcap: Option<f32>,
 }
 
 /// One engine linear layer over the declared `parts`, concatenated along the output axis
@@ -343,6 +345,7 @@ impl EngineWeights {
                 .map(|s| (cfg.head_dim as f64 / s).sqrt() as f32)
                 .filter(|&f| f != 1.0),
             local_inv_freq: RotaryEmbedding::local(cfg).map(|r| r.inv_freq().to_vec()),
+            final_softcap: cfg.style.final_softcap.map(|c| c as f32),
         };
         Ok((weights, sums))
     }

@@ -18,7 +18,7 @@ use crate::nn::norm::RmsNorm;
 use crate::nn::precision::Precision;
 use crate::nn::proj::Proj;
 use candle_core::{DType, Result, Tensor};
-use oxalign_kernels::ops::{causal_attention_engine_order, causal_attention_segmented};
+use oxalign_kernels::ops::{causal_attention_engine_order, causal_attention_segmented, softcap};
 
 /// Weights and shape of one attention block (the tensors of an [`AttentionParams`]).
 #[derive(Clone, Debug)]
@@ -32,6 +32,8 @@ pub struct Attention {
     /// What q is multiplied by so that the kernels' `head_dim^-0.5` gives the model's
     /// score scale (`query_pre_attn_scalar`); `None` when they agree.
     q_rescale: Option<f64>,
+    /// Gemma 2's `attn_logit_softcapping`: scores become `c · tanh(s / c)`.
+    softcap: Option<f64>,
     num_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,
@@ -57,6 +59,7 @@ impl Attention {
             q_norm: norm(&decl.q_norm)?,
             k_norm: norm(&decl.k_norm)?,
             q_rescale: q_rescale(cfg),
+            softcap: cfg.style.attn_softcap,
             num_heads: cfg.num_attention_heads,
             num_kv_heads: cfg.num_key_value_heads,
             head_dim: cfg.head_dim,
@@ -101,6 +104,7 @@ impl Attention {
         let q = apply_rope(&q, cos, sin)?;
         let k = apply_rope(&k, cos, sin)?;
         let fused = cache.is_none()
+            && self.softcap.is_none()
             && visible.is_self_attention()
             && x.device().is_cpu()
             && matches!(x.dtype(), DType::F32 | DType::F64);
@@ -124,7 +128,7 @@ impl Attention {
                 Some((cache, layer)) => cache.append(layer, &k, &v)?,
                 None => (k, v),
             };
-            composed_attention(&q, &k, &v, visible.mask()?)?
+            composed_attention(&q, &k, &v, visible.mask()?, self.softcap)?
         };
         let out = out.transpose(1, 2)?.reshape((b, t, nh * hd))?;
         self.o.forward(&out, p)
@@ -140,13 +144,15 @@ fn q_rescale(cfg: &ModelConfig) -> Option<f64> {
 }
 
 /// Attention from candle ops: `q` `[B, nh, T, hd]`, `k`/`v` `[B, nkv, S, hd]`, `visible`
-/// `[B|1, 1, T, S]` u8 (None = all keys visible) -> `[B, nh, T, hd]`. Hidden scores are
+/// `[B|1, 1, T, S]` u8 (None = all keys visible), scores soft-capped at `cap` when given
+/// (Gemma 2; the fused kernel has no cap) -> `[B, nh, T, hd]`. Hidden scores are
 /// replaced by `MASKED_SCORE`, so a query with no visible key averages all `S` values.
 fn composed_attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     visible: Option<&Tensor>,
+    cap: Option<f64>,
 ) -> Result<Tensor> {
     let (b, nh, t, hd) = q.dims4()?;
     let (nkv, s) = (k.dim(1)?, k.dim(2)?);
@@ -155,6 +161,10 @@ fn composed_attention(
     // n_rep query heads of a group are stacked along the sequence axis.
     let q = q.reshape((b, nkv, n_rep * t, hd))?;
     let scores = (q.matmul(&k.t()?)? * (hd as f64).powf(-0.5))?.reshape((b, nh, t, s))?;
+    let scores = match cap {
+        Some(c) => softcap(&scores, c)?,
+        None => scores,
+    };
     let scores = match visible {
         Some(m) => mask_scores(&scores, m)?,
         None => scores,

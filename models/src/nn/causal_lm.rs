@@ -11,7 +11,9 @@ use crate::nn::model::Model;
 use crate::nn::precision::Precision;
 use candle_core::{DType, Tensor};
 use oxalign_kernels::linear::Int8Operand;
-use oxalign_kernels::ops::{lm_head_logprobs, HeadOutputs, TokenDistribution};
+use oxalign_kernels::ops::{
+    lm_head_logprobs, lm_head_logprobs_softcapped, softcap, HeadOutputs, TokenDistribution,
+};
 
 /// A decoder-only language model with HF tensor names (`model.*`, `lm_head.weight`): the
 /// shared [`Model`] wearing the [`LmHead`].
@@ -49,7 +51,12 @@ impl CausalLm {
             Precision::Bf16Mixed => Precision::F32,
             p => p,
         };
-        crate::nn::fake_quant::quantizable_linear(hidden, &self.head.weight, None, precision)
+        let logits =
+            crate::nn::fake_quant::quantizable_linear(hidden, &self.head.weight, None, precision)?;
+        match self.config.style.final_softcap {
+            Some(c) => softcap(&logits, c),
+            None => Ok(logits),
+        }
     }
 
     /// Log-prob (nats) of each next token: `[B, T]` ids -> `[B, T-1]` where entry `t` is
@@ -148,7 +155,10 @@ impl CausalLm {
         };
         let weight = fake_quant(&weight, Int8Operand::Weight, self.precision)?;
         let hidden = quantized_input(&hidden.to_dtype(weight.dtype())?, self.precision)?;
-        lm_head_logprobs(&hidden, &weight, &targets, dist)
+        match self.config.style.final_softcap {
+            Some(c) => lm_head_logprobs_softcapped(&hidden, &weight, &targets, dist, c),
+            None => lm_head_logprobs(&hidden, &weight, &targets, dist),
+        }
     }
 
     /// An empty KV cache sized for this model.

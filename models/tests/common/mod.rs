@@ -35,10 +35,15 @@ pub fn tiny(family: Family) -> ModelConfig {
         // Qwen3's own head_dim: wider than hidden / heads (8).
         Family::Qwen3 => c.head_dim = 16,
         Family::Mistral | Family::Phi3 => c.sliding_window = Some(4),
-        // A sliding layer under a full one; q/k scaled by query_pre_attn_scalar 32.
-        Family::Gemma3 => {
+        // A sliding layer under a full one; q/k scaled by query_pre_attn_scalar 32; Gemma 2's
+        // soft-caps small enough to act.
+        Family::Gemma2 | Family::Gemma3 => {
             c.sliding_window = Some(4);
             c.sliding_layers = Some(vec![true, false]);
+            if family == Family::Gemma2 {
+                c.style.attn_softcap = Some(1.0);
+                c.style.final_softcap = Some(2.0);
+            }
         }
         Family::Qwen3Moe | Family::Qwen2Moe | Family::Mixtral => {
             let m = c.moe.as_mut().expect("MoE preset");

@@ -25,6 +25,9 @@ pub enum Family {
     /// `model_type: "mixtral"` (routed experts `block_sparse_moe.experts.N.w1/w2/w3`,
     /// renormalised top-k, optional sliding window).
     Mixtral,
+    /// `model_type: "gemma2"` (`(1 + w)` RMSNorms, four norms per layer, GeGLU, a scaled
+    /// embedding, soft-capped attention scores and logits, every other layer sliding).
+    Gemma2,
     /// `model_type: "gemma3_text"` (Gemma 3's text decoder: `(1 + w)` RMSNorms, four norms
     /// per layer, q/k norms, GeGLU, a scaled embedding, interleaved sliding-window layers
     /// with their own RoPE base).
@@ -33,7 +36,7 @@ pub enum Family {
 
 impl Family {
     /// All supported families.
-    pub const ALL: [Family; 9] = [
+    pub const ALL: [Family; 10] = [
         Family::Llama,
         Family::Qwen2,
         Family::Qwen3,
@@ -42,6 +45,7 @@ impl Family {
         Family::Qwen3Moe,
         Family::Qwen2Moe,
         Family::Mixtral,
+        Family::Gemma2,
         Family::Gemma3,
     ];
 

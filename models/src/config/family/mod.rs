@@ -1,7 +1,7 @@
 //! The supported decoder families and their registry. Each family declares itself once, in its
 //! own file (`llama.rs`, `qwen2.rs`, `qwen3.rs`, `mistral.rs`, `phi3.rs`, and the mixture-of-experts
 //! `qwen3_moe.rs`, `qwen2_moe.rs`, `mixtral.rs` with their shared keys in `moe_keys.rs`, and
-//! Gemma 3 in `gemma.rs`): its
+//! Gemma 2 and 3 in `gemma.rs` with their keys in `gemma_keys.rs`): its
 //! HF `model_type` and class prefix, the config.json keys only it reads and writes, which
 //! projections carry biases, and its parameter layout (`config/layout.rs`, `moe/layout.rs`).
 //! Everything else (config parsing, the training modules, load/save, the engine) asks the
@@ -9,6 +9,7 @@
 //! here.
 
 mod gemma;
+mod gemma_keys;
 pub(crate) mod kind;
 mod llama;
 mod mistral;
@@ -99,7 +100,8 @@ impl Family {
             Family::Qwen3Moe => &qwen3_moe::Qwen3Moe,
             Family::Qwen2Moe => &qwen2_moe::Qwen2Moe,
             Family::Mixtral => &mixtral::Mixtral,
-            Family::Gemma3 => &gemma::Gemma3,
+            Family::Gemma2 => &gemma::GEMMA2,
+            Family::Gemma3 => &gemma::GEMMA3,
         }
     }
 

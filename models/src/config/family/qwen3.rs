@@ -37,11 +37,7 @@ impl FamilyDecl for Qwen3 {
     }
 
     fn biases(&self, cfg: &ModelConfig) -> Biases {
-        Biases {
-            qkv: cfg.attention_bias,
-            o: cfg.attention_bias,
-            mlp: false,
-        }
+        Biases::attention_only(cfg.attention_bias)
     }
 
     fn backbone(&self, cfg: &ModelConfig) -> BackboneParams {

@@ -68,11 +68,7 @@ impl FamilyDecl for Qwen3Moe {
     }
 
     fn biases(&self, cfg: &ModelConfig) -> Biases {
-        Biases {
-            qkv: cfg.attention_bias,
-            o: cfg.attention_bias,
-            mlp: false,
-        }
+        Biases::attention_only(cfg.attention_bias)
     }
 
     fn backbone(&self, cfg: &ModelConfig) -> BackboneParams {
