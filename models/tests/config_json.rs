@@ -100,3 +100,47 @@ fn defaults_nulls_and_family_keys() {
         ModelConfig::from_json_value(&c.to_hf_json("LlamaForCausalLM"), Path::new("c")).unwrap();
     assert_eq!(again, c);
 }
+
+const GEMMA2: &str = r#"{"model_type": "gemma2", "vocab_size": 100, "hidden_size": 32,
+    "intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4, "head_dim": 8"#;
+
+fn gemma2(extra: &str) -> Result<ModelConfig, ModelError> {
+    ModelConfig::from_json_str(&format!("{GEMMA2}{extra}}}"), Path::new("g/config.json"))
+}
+
+/// Gemma 2 without its own keys takes HF's defaults (soft-caps 50 and 30, every other layer
+/// sliding over 4096, `query_pre_attn_scalar` 256, tied embeddings); `null` soft-caps mean
+/// none; what it cannot compute is refused naming the key; the keys survive the round trip.
+#[test]
+fn gemma_keys_default_as_hf_and_round_trip() {
+    let c = gemma2("").unwrap();
+    assert_eq!(c.style.attn_softcap, Some(50.0));
+    assert_eq!(c.style.final_softcap, Some(30.0));
+    assert_eq!(c.style.query_pre_attn_scalar, Some(256.0));
+    assert!(c.tie_word_embeddings);
+    let windows: Vec<_> = (0..4).map(|i| c.layer_window(i)).collect();
+    assert_eq!(windows, [Some(4096), None, Some(4096), None]);
+    let none = gemma2(r#", "attn_logit_softcapping": null, "final_logit_softcapping": null"#);
+    let none = none.unwrap();
+    assert_eq!((none.style.attn_softcap, none.style.final_softcap), (None, None));
+    for (extra, key) in [
+        (r#", "hidden_activation": "relu""#, "hidden_activation"),
+        (r#", "final_logit_softcapping": -1.0"#, "final_logit_softcapping"),
+        (r#", "layer_types": ["full_attention"]"#, "layer_types"),
+        (r#", "use_bidirectional_attention": true"#, "use_bidirectional_attention"),
+    ] {
+        match gemma2(extra) {
+            Err(ModelError::InvalidConfig { key: got, .. }) => assert_eq!(got, key, "{extra}"),
+            other => panic!("{extra}: expected a refusal naming {key}, got {other:?}"),
+        }
+    }
+    let text = serde_json::to_string(&c.to_hf_json("Gemma2ForCausalLM")).unwrap();
+    assert_eq!(
+        ModelConfig::from_json_str(&text, Path::new("g/config.json")).unwrap(),
+        c
+    );
+    assert_eq!(
+        Family::Gemma3.architecture("ForSequenceClassification"),
+        "Gemma3TextForSequenceClassification"
+    );
+}
