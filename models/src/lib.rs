@@ -30,7 +30,7 @@ pub mod moe;
 pub mod nn;
 pub mod text;
 
-pub use config::model_config::{Family, ModelConfig, MoeConfig, RopeScaling};
+pub use config::model_config::{Family, ModelConfig, MoeConfig, RopeScaling, SlidingLayers};
 pub use config::preset::Preset;
 pub use engine::sampler::{Sampler, SamplingParams};
 pub use error::ModelError;

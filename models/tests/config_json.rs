@@ -122,21 +122,37 @@ fn gemma_keys_default_as_hf_and_round_trip() {
     assert_eq!(windows, [Some(4096), None, Some(4096), None]);
     let none = gemma2(r#", "attn_logit_softcapping": null, "final_logit_softcapping": null"#);
     let none = none.unwrap();
-    assert_eq!((none.style.attn_softcap, none.style.final_softcap), (None, None));
+    assert_eq!(
+        (none.style.attn_softcap, none.style.final_softcap),
+        (None, None)
+    );
     for (extra, key) in [
         (r#", "hidden_activation": "relu""#, "hidden_activation"),
-        (r#", "final_logit_softcapping": -1.0"#, "final_logit_softcapping"),
+        (
+            r#", "final_logit_softcapping": -1.0"#,
+            "final_logit_softcapping",
+        ),
         (r#", "layer_types": ["full_attention"]"#, "layer_types"),
-        (r#", "use_bidirectional_attention": true"#, "use_bidirectional_attention"),
+        (
+            r#", "use_bidirectional_attention": true"#,
+            "use_bidirectional_attention",
+        ),
     ] {
         match gemma2(extra) {
             Err(ModelError::InvalidConfig { key: got, .. }) => assert_eq!(got, key, "{extra}"),
             other => panic!("{extra}: expected a refusal naming {key}, got {other:?}"),
         }
     }
+    // Saved, the pattern is written out as `layer_types`; read back, it is the same model.
     let text = serde_json::to_string(&c.to_hf_json("Gemma2ForCausalLM")).unwrap();
+    let back = ModelConfig::from_json_str(&text, Path::new("g/config.json")).unwrap();
+    let back_windows: Vec<_> = (0..4).map(|i| back.layer_window(i)).collect();
+    assert_eq!(back_windows, windows);
     assert_eq!(
-        ModelConfig::from_json_str(&text, Path::new("g/config.json")).unwrap(),
+        ModelConfig {
+            sliding_layers: c.sliding_layers.clone(),
+            ..back
+        },
         c
     );
     assert_eq!(

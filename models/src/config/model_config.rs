@@ -67,6 +67,26 @@ pub struct BlockStyle {
     pub final_softcap: Option<f64>,
 }
 
+/// Which layers slide when sliding and full layers interleave (Gemma).
+#[derive(Clone, Debug, PartialEq)]
+pub enum SlidingLayers {
+    /// Every n-th layer (1-based) is full, the others slide (HF's `sliding_window_pattern`;
+    /// holds for any layer count).
+    EveryNthFull(usize),
+    /// One flag per layer (`layer_types`: true = sliding).
+    Listed(Vec<bool>),
+}
+
+impl SlidingLayers {
+    /// Whether layer `layer` slides.
+    pub fn slides(&self, layer: usize) -> bool {
+        match self {
+            SlidingLayers::EveryNthFull(n) => (layer + 1) % n.max(&1) != 0,
+            SlidingLayers::Listed(flags) => flags.get(layer).copied().unwrap_or(false),
+        }
+    }
+}
+
 /// Decoder hyper-parameters, parsed from an HF `config.json`.
 ///
 /// Field names follow HF. Keys this crate does not interpret are kept in `extra` and written back
@@ -109,9 +129,9 @@ pub struct ModelConfig {
     pub sliding_window: Option<usize>,
     /// First layer index that uses the sliding window (qwen2 `max_window_layers`; 0 for mistral).
     pub max_window_layers: usize,
-    /// Which layers use the sliding window, one flag per layer (Gemma's interleaved
+    /// Which layers use the sliding window when sliding and full layers interleave (Gemma's
     /// `layer_types`); when set it decides instead of `max_window_layers`.
-    pub sliding_layers: Option<Vec<bool>>,
+    pub sliding_layers: Option<SlidingLayers>,
     /// Where the block departs from Llama's (Gemma).
     pub style: BlockStyle,
     /// Beginning-of-sequence token id.
@@ -130,7 +150,7 @@ impl ModelConfig {
     /// Sliding attention window of layer `layer` (`None` = full causal attention).
     pub fn layer_window(&self, layer: usize) -> Option<usize> {
         let sliding = match &self.sliding_layers {
-            Some(flags) => flags.get(layer).copied().unwrap_or(false),
+            Some(layers) => layers.slides(layer),
             None => layer >= self.max_window_layers,
         };
         self.sliding_window.filter(|_| sliding)

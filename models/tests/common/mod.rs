@@ -39,7 +39,7 @@ pub fn tiny(family: Family) -> ModelConfig {
         // soft-caps small enough to act.
         Family::Gemma2 | Family::Gemma3 => {
             c.sliding_window = Some(4);
-            c.sliding_layers = Some(vec![true, false]);
+            c.sliding_layers = Some(oxalign_models::SlidingLayers::Listed(vec![true, false]));
             if family == Family::Gemma2 {
                 c.style.attn_softcap = Some(1.0);
                 c.style.final_softcap = Some(2.0);

@@ -12,12 +12,12 @@
 //! embeddings unless config.json says otherwise. The keys are read in `gemma_keys.rs`.
 
 use super::gemma_keys::{
-    every_nth_full, gemma_block, read_style, sliding_layers, write_style, Generation,
-    DEFAULT_LOCAL_ROPE_THETA, DEFAULT_SLIDING_WINDOW,
+    gemma_block, read_style, sliding_layers, write_style, Generation, DEFAULT_LOCAL_ROPE_THETA,
+    DEFAULT_SLIDING_WINDOW,
 };
 use super::{FamilyDecl, FamilyKeys};
 use crate::config::layout::{add_qk_norms, dense_backbone, norm_param, BackboneParams, Biases};
-use crate::config::model_config::{BlockStyle, ModelConfig};
+use crate::config::model_config::{BlockStyle, ModelConfig, SlidingLayers};
 use crate::config::raw::{At, RawConfig};
 use crate::error::Result;
 use serde_json::{Map, Value};
@@ -81,7 +81,7 @@ impl FamilyDecl for Gemma {
         cfg.rms_norm_eps = 1e-6;
         cfg.sliding_window = Some(PRESET_SLIDING_WINDOW);
         let pattern = self.0.pattern();
-        cfg.sliding_layers = Some(every_nth_full(cfg.num_hidden_layers, pattern));
+        cfg.sliding_layers = Some(SlidingLayers::EveryNthFull(pattern));
         let block = gemma_block();
         cfg.style = match self.0 {
             Generation::Two => BlockStyle {
@@ -105,12 +105,15 @@ impl FamilyDecl for Gemma {
         let at = At(path);
         let layers = cfg.num_hidden_layers;
         match &cfg.sliding_layers {
-            Some(flags) if flags.len() != layers => {
+            Some(SlidingLayers::Listed(flags)) if flags.len() != layers => {
                 let n = flags.len();
                 return Err(at.err(
                     "layer_types",
                     format!("has {n} entries, expected num_hidden_layers = {layers}"),
                 ));
+            }
+            Some(SlidingLayers::EveryNthFull(0)) => {
+                return Err(at.err("sliding_window_pattern", "must be at least 1"));
             }
             _ => {}
         }

@@ -2,7 +2,7 @@
 //! written: the activation, the soft-caps, the query scale, which layers slide and the
 //! sliding layers' RoPE base, each with HF's default for the generation.
 
-use crate::config::model_config::{Activation, BlockStyle, ModelConfig};
+use crate::config::model_config::{Activation, BlockStyle, ModelConfig, SlidingLayers};
 use crate::config::raw::{At, RawConfig};
 use crate::error::Result;
 use serde_json::{Map, Value};
@@ -129,13 +129,13 @@ pub(super) fn sliding_layers(
     raw: &RawConfig,
     layers: usize,
     at: &At<'_>,
-) -> Result<Vec<bool>> {
+) -> Result<SlidingLayers> {
     let Some(types) = &raw.layer_types else {
         let pattern = raw.sliding_window_pattern.unwrap_or(gen.pattern());
         if pattern == 0 {
             return Err(at.err("sliding_window_pattern", "must be at least 1"));
         }
-        return Ok(every_nth_full(layers, pattern));
+        return Ok(SlidingLayers::EveryNthFull(pattern));
     };
     if types.len() != layers {
         let n = types.len();
@@ -156,12 +156,8 @@ pub(super) fn sliding_layers(
                 ),
             )),
         })
-        .collect()
-}
-
-/// `layers` flags, false (full) for every `pattern`-th layer.
-pub(super) fn every_nth_full(layers: usize, pattern: usize) -> Vec<bool> {
-    (0..layers).map(|i| (i + 1) % pattern != 0).collect()
+        .collect::<Result<_>>()
+        .map(SlidingLayers::Listed)
 }
 
 /// Gemma 3's sliding layers' RoPE base: `rope_local_base_freq` (transformers 4), or the

@@ -22,7 +22,7 @@ mod qwen3;
 mod qwen3_moe;
 
 use crate::config::layout::{dense_backbone, BackboneParams, Biases};
-use crate::config::model_config::{BlockStyle, ModelConfig};
+use crate::config::model_config::{BlockStyle, ModelConfig, SlidingLayers};
 use crate::config::raw::{At, RawConfig};
 use crate::error::Result;
 use crate::moe::config::MoeConfig;
@@ -43,7 +43,7 @@ pub(crate) struct FamilyKeys {
     /// `ModelConfig::moe`.
     pub moe: Option<MoeConfig>,
     /// `ModelConfig::sliding_layers` (the family read `layer_types` itself).
-    pub sliding_layers: Option<Vec<bool>>,
+    pub sliding_layers: Option<SlidingLayers>,
     /// `ModelConfig::style`.
     pub style: BlockStyle,
     /// `tie_word_embeddings` when config.json does not say (HF's default for the family).
