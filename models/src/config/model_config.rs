@@ -81,7 +81,7 @@ impl SlidingLayers {
     /// Whether layer `layer` slides.
     pub fn slides(&self, layer: usize) -> bool {
         match self {
-            SlidingLayers::EveryNthFull(n) => (layer + 1) % n.max(&1) != 0,
+            SlidingLayers::EveryNthFull(n) => !(layer + 1).is_multiple_of(*n.max(&1)),
             SlidingLayers::Listed(flags) => flags.get(layer).copied().unwrap_or(false),
         }
     }
