@@ -11,7 +11,9 @@ Two modes:
       Gemma3ForCausalLM with (1 + w) norms, four norms per layer, q/k norms, GeGLU, a scaled
       embedding, a query_pre_attn_scalar that is not head_dim, interleaved sliding layers with
       their own RoPE base and linear RoPE scaling on the full layer, Gemma2ForCausalLM with
-      attention and final logit soft-caps small enough to act (2 and 3),
+      attention and final logit soft-caps small enough to act (2 and 3), the multimodal
+      Gemma3ForConditionalGeneration (a tiny vision tower; text-only rows, whose decoder
+      oxalign loads),
       LlamaForSequenceClassification with pad_token_id; --only builds the named ones), saves each in float32 safetensors to
       <out>/<name>/ and writes <out>/<name>/golden.json with per-token log-probs of fixed
       sequences (alone and as a left-padded batch), a 16-token greedy continuation and, for the
@@ -169,6 +171,27 @@ def fixture_models():
         rope_theta=10000.0,
         tie_word_embeddings=True,
     )
+    gemma3_mm = transformers.Gemma3Config(
+        text_config={
+            **base_kwargs(),
+            "head_dim": 16,
+            "query_pre_attn_scalar": 16,
+            "sliding_window": 5,
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
+        vision_config=dict(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=28,
+            patch_size=14,
+        ),
+        mm_tokens_per_image=4,
+        boi_token_index=VOCAB - 3,
+        eoi_token_index=VOCAB - 2,
+        image_token_index=VOCAB - 1,
+    )
     rm = transformers.LlamaConfig(**base_kwargs(), num_labels=1, rope_theta=10000.0)
     return [
         ("llama_tiny", transformers.LlamaForCausalLM, llama, 1),
@@ -178,6 +201,7 @@ def fixture_models():
         ("phi3_tiny", transformers.Phi3ForCausalLM, phi3, 6),
         ("gemma3_tiny", transformers.Gemma3ForCausalLM, gemma3, 7),
         ("gemma2_tiny", transformers.Gemma2ForCausalLM, gemma2, 8),
+        ("gemma3_mm_tiny", transformers.Gemma3ForConditionalGeneration, gemma3_mm, 9),
         ("llama_rm_tiny", transformers.LlamaForSequenceClassification, rm, 4),
     ]
 

@@ -159,4 +159,16 @@ fn gemma_keys_default_as_hf_and_round_trip() {
         Family::Gemma3.architecture("ForSequenceClassification"),
         "Gemma3TextForSequenceClassification"
     );
+    // A multimodal Gemma 3 config is read through its `text_config`, the top level's tie
+    // carried in; without one it is refused naming the key.
+    let mm = r#"{"model_type": "gemma3", "tie_word_embeddings": false, "text_config": {
+        "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 8}}"#;
+    let c = ModelConfig::from_json_str(mm, Path::new("m/config.json")).unwrap();
+    assert_eq!(c.family, Family::Gemma3);
+    assert!(!c.tie_word_embeddings);
+    match ModelConfig::from_json_str(r#"{"model_type": "gemma3"}"#, Path::new("m/config.json")) {
+        Err(ModelError::InvalidConfig { key, .. }) => assert_eq!(key, "text_config"),
+        other => panic!("expected a refusal naming text_config, got {other:?}"),
+    }
 }

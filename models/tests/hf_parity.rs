@@ -181,6 +181,23 @@ fn gemma2_with_soft_capped_scores_and_logits_matches_transformers() {
     check_causal_fixture("gemma2_tiny");
 }
 
+/// A multimodal Gemma 3 checkpoint (`Gemma3ForConditionalGeneration`, `model_type: "gemma3"`,
+/// decoder under `language_model.`, a vision tower): its text decoder loads, and scores text
+/// as the multimodal model does.
+#[test]
+fn the_text_decoder_of_a_multimodal_gemma3_matches_transformers() {
+    check_causal_fixture("gemma3_mm_tiny");
+    let m = CausalLm::load(&fixture("gemma3_mm_tiny"), &Device::Cpu).unwrap();
+    assert_eq!(m.config().family, oxalign_models::Family::Gemma3);
+    let out = tempfile::tempdir().unwrap();
+    m.save(out.path()).unwrap();
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("config.json")).unwrap())
+            .unwrap();
+    assert_eq!(saved["architectures"][0], "Gemma3ForCausalLM");
+    assert_eq!(saved["model_type"], "gemma3_text");
+}
+
 /// A Phi-3 model saves its projections fused again (`qkv_proj`, `gate_up_proj`, what
 /// `Phi3ForCausalLM` reads), bit for bit the fixture's tensors, and loads back equal.
 #[test]

@@ -43,6 +43,9 @@ impl ModelConfig {
             message: "expected a JSON object at the top level".into(),
         })?;
         let model_type = obj.get("model_type").and_then(Value::as_str).unwrap_or("");
+        if model_type == MULTIMODAL_GEMMA3 {
+            return Self::from_json_value(&gemma3_text_config(obj, path)?, path);
+        }
         let family = Family::from_model_type(model_type).ok_or_else(|| {
             ModelError::UnsupportedModelType {
                 path: path.to_path_buf(),
@@ -56,6 +59,30 @@ impl ModelConfig {
         cfg.validate_at(path)?;
         Ok(cfg)
     }
+}
+
+/// `model_type` of Gemma 3's multimodal checkpoints (`Gemma3ForConditionalGeneration`):
+/// their text decoder is read as `gemma3_text`.
+const MULTIMODAL_GEMMA3: &str = "gemma3";
+
+/// The `text_config` of a multimodal Gemma 3 config.json, as a `gemma3_text` config: its
+/// `model_type` set, the top level's `tie_word_embeddings` (HF's switch for the tie)
+/// carried in. The vision tower's keys are dropped; oxalign trains and saves the decoder.
+fn gemma3_text_config(obj: &Map<String, Value>, path: &Path) -> Result<Value> {
+    let Some(Value::Object(text)) = obj.get("text_config") else {
+        return Err(ModelError::InvalidConfig {
+            path: path.to_path_buf(),
+            key: "text_config".into(),
+            message: "a multimodal Gemma 3 config needs its text decoder's `text_config` object"
+                .into(),
+        });
+    };
+    let mut text = text.clone();
+    text.insert("model_type".into(), "gemma3_text".into());
+    if let Some(tie) = obj.get("tie_word_embeddings") {
+        text.insert("tie_word_embeddings".into(), tie.clone());
+    }
+    Ok(Value::Object(text))
 }
 
 impl RawConfig {

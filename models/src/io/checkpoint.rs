@@ -22,7 +22,8 @@ pub(crate) const GENERATION_CONFIG_FILE: &str = "generation_config.json";
 /// Reads `dir/config.json` and every tensor of the checkpoint in `dir` (single file or shards),
 /// on `device`, in the dtype stored in the file. Packed MoE experts come back under their
 /// per-expert names (`expert_layout.rs`), fused projections under their parts' names
-/// (`fused_projections.rs`).
+/// (`fused_projections.rs`), a multimodal checkpoint's text decoder under the causal LM's
+/// names (`text_decoder.rs`).
 pub(crate) fn read_checkpoint(
     dir: &Path,
     device: &Device,
@@ -35,6 +36,7 @@ pub(crate) fn read_checkpoint(
     }
     let config = ModelConfig::from_file(&dir.join(CONFIG_FILE))?;
     let mut tensors = read_weights(dir, device)?;
+    crate::io::text_decoder::extract(&config, &mut tensors);
     crate::moe::expert_layout::unpack_experts(&config, &mut tensors, dir)?;
     crate::io::fused_projections::unfuse(&config, &mut tensors, dir)?;
     Ok((config, tensors))

@@ -6,4 +6,5 @@ pub(crate) mod fused_projections;
 pub(crate) mod init_dir;
 pub mod machine_memory;
 pub mod param_store;
+pub(crate) mod text_decoder;
 pub mod tokenizer_files;
