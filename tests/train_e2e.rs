@@ -268,8 +268,8 @@ fn weights_of(dir: &Path) -> std::collections::HashMap<String, candle_core::Tens
         .unwrap()
 }
 
-/// With `[lora]` (the SFT warm-up trains adapters; RL puts fresh ones on the merged result,
-/// the reference): a run resumed from a checkpoint equals the uninterrupted one step for
+/// With `[lora]` (the SFT warm-up trains adapters with seeded dropout masks; RL puts fresh
+/// ones on the merged result, the reference): a run resumed from a checkpoint equals the uninterrupted one step for
 /// step (the adapters and their optimizer come back exactly, the frozen base from the
 /// folder the adapter names); nothing but adapters ever trains (the merged final policy's
 /// embeddings and norms are the initial model's bits, its projections are not); `final/`
@@ -279,7 +279,7 @@ fn a_lora_run_resumes_exactly_and_leaves_the_base_frozen() {
     let recipe = RECIPE
         .replace("steps = 30", "steps = 4")
         .replace("steps = 100", "steps = 10")
-        + "\n[lora]\nr = 4\nalpha = 8\n";
+        + "\n[lora]\nr = 4\nalpha = 8\ndropout = 0.1\n";
     let full = tempfile::tempdir().unwrap();
     std::fs::write(full.path().join("r.toml"), &recipe).unwrap();
     train(full.path(), &[]);

@@ -225,7 +225,8 @@ fn same(a: &candle_core::Tensor, b: &candle_core::Tensor) -> bool {
 }
 
 /// Issue 30: with `[lora]` the reward model and DPO stages train adapters on the SFT model
-/// and still learn (held-out pairwise accuracy; DPO's margin and accuracy), the base stays
+/// and still learn with `lora_dropout = 0.1` (held-out pairwise accuracy; DPO's margin and
+/// accuracy), the base stays
 /// the SFT model's bits (embeddings), the reward model's `score` head is trained whole and
 /// saved in its PEFT file (`SEQ_CLS`), and `oxalign merge-lora` of the DPO adapter gives
 /// exactly the merged folder the run wrote.
@@ -235,7 +236,7 @@ fn lora_reward_model_and_dpo_learn_on_the_frozen_sft_model() {
     let dir = tmp.path();
     ok(dir, &["data", "arithmetic", "--out", "data/arithmetic"]);
     ok(dir, &["train", &config("sft.toml"), "--quiet"]);
-    let lora = ["--set", "lora.r=8", "--quiet"];
+    let lora = ["--set", "lora.r=8", "--set", "lora.dropout=0.1", "--quiet"];
     ok(dir, &[&["train", &config("rm.toml")][..], &lora].concat());
     let s = summary(dir, "rm");
     let (a0, a1) = (

@@ -207,7 +207,7 @@ fn check_accepts_the_shipped_recipes() {
 }
 
 /// Issue 30: `[lora]` settings PEFT users could write but oxalign cannot honour are named
-/// at the door: a rank of 0, dropout (RL scores and trains one deterministic function), an
+/// at the door: a rank of 0, a dropout of 1 or more, an
 /// unknown module, a start adapter that is no PEFT folder, and sharded training.
 #[test]
 fn bad_lora_settings_are_named() {
@@ -217,7 +217,7 @@ fn bad_lora_settings_are_named() {
             "[model]\ninit_family = \"phi3\"\n[lora]\n",
             &["key `lora`", "Phi-3", "qkv_proj"],
         ),
-        ("[lora]\nlora_dropout = 0.05\n", &["lora.dropout", "only 0"]),
+        ("[lora]\nlora_dropout = 1.5\n", &["lora.dropout", "[0, 1)"]),
         (
             "[lora]\ntarget_modules = [\"qkv\"]\n",
             &[

@@ -36,7 +36,7 @@ pub use engine::sampler::{Sampler, SamplingParams};
 pub use error::ModelError;
 pub use io::init_dir::{init_model_dir, InitError, InitHead, InitSpec, InitTokenizer};
 pub use io::param_store::ParamStore;
-pub use lora::{LoraConfig, LoraError};
+pub use lora::{DropoutScope, LoraConfig, LoraError};
 pub use moe::expert_parallel::{ExpertNames, ExpertParallel};
 pub use nn::causal_lm::CausalLm;
 pub use nn::generate::{Completion, FinishReason, GenerationRequest};

@@ -271,8 +271,8 @@ fn bad_settings_and_adapter_files_are_refused_by_name() {
     s.r = 0;
     assert!(err(s).contains("lora.r"));
     let mut s = lora(&["q_proj"]);
-    s.dropout = 0.1;
-    assert!(err(s).contains("lora.dropout"));
+    s.dropout = 1.0;
+    assert!(err(s).contains("lora.dropout: must be in [0, 1)"));
     let mut s = lora(&["q_proj"]);
     s.modules_to_save = vec!["score".into()];
     assert!(err(s).contains("\"score\" names no parameter"));
@@ -471,4 +471,88 @@ fn a_frozen_fused_head_passes_the_same_gradients_to_the_adapters() {
         );
         assert!(d < 1e-4, "{name}: fused head gradient differs by {d}");
     }
+}
+
+/// `lora_dropout` drops elements of the adapters' input only inside a trainer's dropout
+/// scope: outside it (scoring, references) the model is the dropout-free one; inside, the
+/// function changes and its gradients reach the adapters; with `B = 0` the adapters add
+/// nothing, dropped or not, so the base product never sees a mask; the same seed and step
+/// draw the same masks.
+#[test]
+fn lora_dropout_acts_on_the_adapter_path_inside_a_training_scope_only() {
+    let (x, mask) = inputs();
+    let base = CausalLm::init_random(&tiny(Family::Llama), 3, &Device::Cpu).unwrap();
+    let mut with = lora(&["all-linear"]);
+    with.dropout = 0.3;
+    let dropped = base.with_lora(&with, 7).unwrap();
+    dropped.set_dropout_seed(11);
+    let plain = base.with_lora(&lora(&["all-linear"]), 7).unwrap();
+
+    let fresh = dropped.forward(&x, Some(&mask)).unwrap();
+    let in_scope = {
+        let _on = dropped.dropout_scope(5);
+        dropped.forward(&x, Some(&mask)).unwrap()
+    };
+    assert_eq!(
+        max_abs_diff(&fresh, &in_scope),
+        0.0,
+        "B = 0: nothing to drop"
+    );
+
+    perturb_b(&dropped, 0.5);
+    perturb_b(&plain, 0.5);
+    let outside = dropped.forward(&x, Some(&mask)).unwrap();
+    assert_eq!(
+        max_abs_diff(&outside, &plain.forward(&x, Some(&mask)).unwrap()),
+        0.0
+    );
+    let train = |step| {
+        let _on = dropped.dropout_scope(step);
+        dropped.forward(&x, Some(&mask)).unwrap()
+    };
+    let first = train(1);
+    assert!(
+        max_abs_diff(&first, &outside) > 1e-4,
+        "dropout changed nothing"
+    );
+    assert!(
+        max_abs_diff(&train(2), &first) > 1e-4,
+        "another step, other masks"
+    );
+    assert_eq!(
+        max_abs_diff(&train(1), &first),
+        0.0,
+        "step 1 again: same masks"
+    );
+    assert_eq!(
+        max_abs_diff(&dropped.forward(&x, Some(&mask)).unwrap(), &outside),
+        0.0
+    );
+
+    let loss = {
+        let _on = dropped.dropout_scope(3);
+        dropped
+            .forward(&x, Some(&mask))
+            .unwrap()
+            .sqr()
+            .unwrap()
+            .mean_all()
+            .unwrap()
+    };
+    let grads = loss.backward().unwrap();
+    let (name, a) = dropped
+        .vars()
+        .into_iter()
+        .find(|(n, _)| n.ends_with("q_proj.lora_A.weight"))
+        .unwrap();
+    let g = grads.get(a.as_tensor()).expect(&name);
+    assert!(
+        g.abs()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+            > 0.0
+    );
 }

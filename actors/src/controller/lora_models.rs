@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 /// The model at `weights` as this run trains it: as `load` reads it without `[lora]`;
 /// with it, the saved adapter continued, `start_adapter` (a PEFT folder) put on, or fresh
-/// adapters seeded by `seed`. The adapters record their base folder (absolute), so a
+/// adapters seeded by `seed` (which seeds the adapters' dropout masks too). The adapters record their base folder (absolute), so a
 /// checkpoint resumes from any working directory.
 pub(crate) fn load_trained<H: Head>(
     recipe: &Recipe,
@@ -42,6 +42,7 @@ pub(crate) fn load_trained<H: Head>(
     };
     let absolute = std::fs::canonicalize(&base_dir).unwrap_or(base_dir);
     model.set_adapter_base(&absolute.to_string_lossy());
+    model.set_dropout_seed(seed);
     Ok(model)
 }
 

@@ -16,7 +16,9 @@ pub struct LoraSection {
     /// The scale's numerator: updates are `(alpha / r)·B·A`. Default 32.
     #[serde(alias = "lora_alpha")]
     pub alpha: f64,
-    /// Dropout on the adapter's input; only 0 (RL scores and trains the same function).
+    /// Dropout on the adapter's input in the forwards of SFT, the reward model, DPO and the
+    /// critic (never the RL policy's loss, whose ratio to π_old must be 1 on-policy), `0 <= p
+    /// < 1`. Default 0.
     #[serde(alias = "lora_dropout")]
     pub dropout: f64,
     /// The linear layers with adapters: `q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`,

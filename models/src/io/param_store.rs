@@ -6,6 +6,7 @@
 use crate::config::layout::LinearParams;
 use crate::config::param_spec::ParamSpec;
 use crate::error::{ModelError, Result};
+use crate::lora::dropout::AdapterBinding;
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
 use std::collections::{HashMap, HashSet};
@@ -24,8 +25,9 @@ pub struct ParamStore {
     /// Names whose [`ParamStore::get`] hands out a detached tensor (same storage, no
     /// gradient): the frozen base of a LoRA model's binding store ([`ParamStore::overlay`]).
     frozen: Option<Arc<HashSet<String>>>,
-    /// `alpha / r` of the LoRA adapters this store binds (see [`ParamStore::lora_pair`]).
-    lora_scale: Option<f64>,
+    /// The scale and dropout of the LoRA adapters this store binds (see
+    /// [`ParamStore::lora_pair`]).
+    lora: Option<AdapterBinding>,
 }
 
 impl ParamStore {
@@ -66,7 +68,7 @@ impl ParamStore {
             dtype,
             device: device.clone(),
             frozen: None,
-            lora_scale: None,
+            lora: None,
         })
     }
 
@@ -74,8 +76,12 @@ impl ParamStore {
     /// tensors come out detached, so no gradient is computed for them) with `top`'s on top
     /// (trainable: the adapters `*.lora_A.weight` / `*.lora_B.weight` and any module trained
     /// whole, which then hides the base's tensor of that name). Shares every `Var` with the
-    /// two stores; `lora_scale` is what [`ParamStore::lora_pair`] reports.
-    pub fn overlay(base: &ParamStore, top: &ParamStore, lora_scale: f64) -> Result<ParamStore> {
+    /// two stores; `binding` is what [`ParamStore::lora_pair`] reports.
+    pub(crate) fn overlay(
+        base: &ParamStore,
+        top: &ParamStore,
+        binding: AdapterBinding,
+    ) -> Result<ParamStore> {
         let varmap = VarMap::new();
         let lock = |m: &VarMap| {
             m.data()
@@ -112,7 +118,7 @@ impl ParamStore {
             dtype: base.dtype,
             device: base.device.clone(),
             frozen: Some(Arc::new(frozen)),
-            lora_scale: Some(lora_scale),
+            lora: Some(binding),
         })
     }
 
@@ -125,13 +131,13 @@ impl ParamStore {
     }
 
     /// The LoRA adapter of the linear layer whose weight is `weight_name`
-    /// (`{prefix}.weight`): `(A [r, in], B [out, r], alpha / r)` when this store binds one
-    /// (`{prefix}.lora_A.weight` and `{prefix}.lora_B.weight`), else `None`.
-    pub fn lora_pair(
+    /// (`{prefix}.weight`): `(A [r, in], B [out, r], scale and dropout)` when this store
+    /// binds one (`{prefix}.lora_A.weight` and `{prefix}.lora_B.weight`), else `None`.
+    pub(crate) fn lora_pair(
         &self,
         weight_name: &str,
-    ) -> candle_core::Result<Option<(Tensor, Tensor, f64)>> {
-        let Some(scale) = self.lora_scale else {
+    ) -> candle_core::Result<Option<(Tensor, Tensor, AdapterBinding)>> {
+        let Some(binding) = &self.lora else {
             return Ok(None);
         };
         let prefix = weight_name.strip_suffix(".weight").unwrap_or(weight_name);
@@ -140,7 +146,11 @@ impl ParamStore {
             return Ok(None);
         }
         let b_name = format!("{prefix}.lora_B.weight");
-        Ok(Some((self.get(&a_name)?, self.get(&b_name)?, scale)))
+        Ok(Some((
+            self.get(&a_name)?,
+            self.get(&b_name)?,
+            binding.clone(),
+        )))
     }
 
     /// The tensor behind parameter `name` (shares storage with the `Var`, so it sees updates).

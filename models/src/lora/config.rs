@@ -26,7 +26,7 @@ pub struct LoraConfig {
     /// The numerator of the scale: the update is `(alpha / r) · B·A`.
     #[serde(rename = "lora_alpha")]
     pub alpha: f64,
-    /// Dropout on the adapter's input. Only 0 is supported (see [`LoraConfig::check`]).
+    /// Dropout on the adapter's input in a training forward (`0 <= p < 1`).
     #[serde(rename = "lora_dropout", default)]
     pub dropout: f64,
     /// The linear layers that carry an adapter, by module name (`q_proj`, ..., or
@@ -72,9 +72,8 @@ impl LoraConfig {
         }
     }
 
-    /// Refuses a rank of 0, a non-finite alpha, dropout (the trainer's forwards must be
-    /// deterministic: PPO's ratio is 1 on the first minibatch only if scoring and training
-    /// see the same function), an empty or unknown target.
+    /// Refuses a rank of 0, a non-finite alpha, a dropout outside `[0, 1)`, an empty or
+    /// unknown target.
     pub fn check(&self) -> Result<(), LoraError> {
         let bad = |key, message: String| Err(LoraError::Setting { key, message });
         if self.r == 0 {
@@ -86,14 +85,10 @@ impl LoraConfig {
                 format!("must be a positive number, got {}", self.alpha),
             );
         }
-        if self.dropout != 0.0 {
+        if !(0.0..1.0).contains(&self.dropout) {
             return bad(
                 "dropout",
-                format!(
-                    "only 0 is supported, got {}: RL scores and trains with the same \
-                     deterministic forward",
-                    self.dropout
-                ),
+                format!("must be in [0, 1), got {}", self.dropout),
             );
         }
         if self.target_modules.is_empty() {

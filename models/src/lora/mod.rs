@@ -10,6 +10,7 @@
 //! files prefix these names with `base_model.model.`.
 
 pub(crate) mod config;
+pub(crate) mod dropout;
 pub(crate) mod init;
 pub(crate) mod merge;
 pub(crate) mod parts;
@@ -17,4 +18,5 @@ pub(crate) mod peft_files;
 pub(crate) mod targets;
 
 pub use config::{LoraConfig, LoraError};
+pub use dropout::DropoutScope;
 pub use peft_files::{recorded_origin, ADAPTER_CONFIG_FILE, ADAPTER_SUBDIR, ADAPTER_WEIGHTS_FILE};

@@ -3,6 +3,8 @@
 
 use crate::io::param_store::ParamStore;
 use crate::lora::config::LoraConfig;
+use crate::lora::dropout::LoraDropout;
+use std::sync::Arc;
 
 /// What a LoRA model keeps beside its trainable store.
 #[derive(Clone)]
@@ -14,4 +16,6 @@ pub(crate) struct LoraParts {
     pub(crate) modules: Vec<String>,
     /// What `adapter_config.json` records as `base_model_name_or_path`.
     pub(crate) base_name: String,
+    /// The dropout every adapter of the model shares.
+    pub(crate) dropout: Arc<LoraDropout>,
 }

@@ -178,8 +178,8 @@ fn lora_config_of(
     Ok(LoraConfig {
         r,
         alpha,
-        // Dropout acts only while PEFT trains; the adapter's function is the same without.
-        dropout: 0.0,
+        // Dropout acts only in training forwards; the adapter's function is the same without.
+        dropout: get("lora_dropout").and_then(Value::as_f64).unwrap_or(0.0),
         target_modules,
         modules_to_save,
         use_rslora: get("use_rslora").and_then(Value::as_bool).unwrap_or(false),

@@ -13,6 +13,7 @@ use crate::error::{ModelError, Result};
 use crate::io::checkpoint::write_checkpoint_tensors;
 use crate::io::param_store::ParamStore;
 use crate::lora::config::{LoraConfig, LoraError};
+use crate::lora::dropout::{AdapterBinding, DropoutScope, LoraDropout};
 use crate::lora::init::fresh_adapters;
 use crate::lora::merge::merge_into;
 use crate::lora::parts::LoraParts;
@@ -99,7 +100,12 @@ impl<H: Head> Model<H> {
         }
         let trainable =
             ParamStore::from_tensors(&specs, tensors, source, self.dtype(), self.device())?;
-        let binding = ParamStore::overlay(&self.params, &trainable, lora.scale())?;
+        let dropout = LoraDropout::new(lora.dropout);
+        let adapters = AdapterBinding {
+            scale: lora.scale(),
+            dropout: dropout.clone(),
+        };
+        let binding = ParamStore::overlay(&self.params, &trainable, adapters)?;
         let decoder = Decoder::with_experts(&self.config, &binding, None)?;
         let head = H::bind(&self.config, &binding, &decoder)?;
         let mut modules: Vec<String> = linears
@@ -120,6 +126,7 @@ impl<H: Head> Model<H> {
                 base: self.params.clone(),
                 modules,
                 base_name: String::new(),
+                dropout,
             }),
         };
         model.set_precision(self.precision);
@@ -141,6 +148,25 @@ impl<H: Head> Model<H> {
             .as_ref()
             .map(|l| l.base_name.as_str())
             .filter(|n| !n.is_empty())
+    }
+
+    /// Seeds the masks of the adapters' dropout (no-op without adapters): a run that passes
+    /// its seed draws the same masks when it is repeated or resumed.
+    pub fn set_dropout_seed(&self, seed: u64) {
+        if let Some(l) = &self.lora {
+            l.dropout.set_seed(seed);
+        }
+    }
+
+    /// Turns the adapters' dropout (`lora_dropout`) on for the forwards of optimizer step
+    /// `step` while the returned scope lives: a trainer wraps the forward it differentiates
+    /// in it. Outside a scope (scoring, references, evaluation) no element is dropped; a
+    /// model without adapters or with `lora_dropout = 0` never drops any.
+    pub fn dropout_scope(&self, step: u64) -> DropoutScope {
+        match &self.lora {
+            Some(l) => LoraDropout::scope(&l.dropout, step),
+            None => DropoutScope::off(),
+        }
     }
 
     /// The adapter settings, when the model wears adapters.
@@ -185,7 +211,9 @@ impl<H: Head> Model<H> {
             return self.deep_clone();
         };
         let base = Model::<H>::build(self.config.clone(), l.base.clone())?.deep_clone()?;
-        base.with_adapters(&l.config, &self.params.snapshot()?, Path::new(ADAPTERS))
+        let copy = base.with_adapters(&l.config, &self.params.snapshot()?, Path::new(ADAPTERS))?;
+        copy.set_dropout_seed(l.dropout.seed());
+        Ok(copy)
     }
 
     /// Writes the merged model as an HF folder (`config` and `architecture` as

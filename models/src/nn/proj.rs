@@ -1,11 +1,12 @@
 //! One projection of a decoder layer (q/k/v/o, gate/up/down): its weight, optional bias and
-//! optional LoRA adapter, `y = x·Wᵀ + b + (α/r)·(x·Aᵀ)·Bᵀ` (PEFT's `lora.Linear` with no
-//! dropout). The base product runs in the layer's [`Precision`]; the adapter's two small
+//! optional LoRA adapter, `y = x·Wᵀ + b + (α/r)·(drop(x)·Aᵀ)·Bᵀ` (PEFT's `lora.Linear`;
+//! `drop` is the identity outside a trainer's differentiated forward, `lora/dropout.rs`). The base product runs in the layer's [`Precision`]; the adapter's two small
 //! products run in f32. Which projections carry an adapter is decided by the store the
 //! layer binds to ([`ParamStore::lora_pair`]); the adapters themselves are `lora/`'s.
 
 use crate::config::layout::LinearParams;
 use crate::io::param_store::ParamStore;
+use crate::lora::dropout::AdapterBinding;
 use crate::nn::fake_quant::quantizable_linear;
 use crate::nn::layers::linear;
 use crate::nn::precision::Precision;
@@ -18,8 +19,8 @@ struct Adapter {
     a: Tensor,
     /// `[out, r]`.
     b: Tensor,
-    /// `alpha / r`.
-    scale: f64,
+    /// `alpha / r` and the dropout on the adapter's input.
+    binding: AdapterBinding,
 }
 
 /// Weight `[out, in]`, optional bias `[out]` and optional LoRA adapter of a linear layer.
@@ -36,7 +37,7 @@ impl Proj {
     pub fn new(params: &ParamStore, decl: &LinearParams) -> Result<Proj> {
         let adapter = params
             .lora_pair(&decl.weight.name)?
-            .map(|(a, b, scale)| Adapter { a, b, scale });
+            .map(|(a, b, binding)| Adapter { a, b, binding });
         Ok(Proj {
             weight: params.get(&decl.weight.name)?,
             bias: params.bias(decl)?,
@@ -50,8 +51,9 @@ impl Proj {
         match &self.adapter {
             None => Ok(y),
             Some(ad) => {
-                let low = linear(&linear(x, &ad.a, None)?, &ad.b, None)?;
-                y + (low * ad.scale)?
+                let dropped = ad.binding.dropout.apply(x)?;
+                let low = linear(&linear(&dropped, &ad.a, None)?, &ad.b, None)?;
+                y + (low * ad.binding.scale)?
             }
         }
     }

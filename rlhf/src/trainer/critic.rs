@@ -133,7 +133,9 @@ impl CriticTrainer {
         collective: Option<&dyn Collective>,
     ) -> Result<(f64, StepStats)> {
         self.opt.set_lr(lr);
+        let dropout = self.model.dropout_scope(self.opt.steps_taken());
         let v = self.forward(batch, self.packing)?;
+        drop(dropout);
         let (loss, stats) = value_loss(&v, old_values, returns, &batch.response_mask, clip, agg)?;
         let device = v.device().clone();
         check_loss(

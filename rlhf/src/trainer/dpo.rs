@@ -45,6 +45,7 @@ impl PolicyTrainer {
         collective: Option<&dyn Collective>,
     ) -> Result<(DpoStats, StepStats)> {
         self.opt.set_lr(cfg.lr);
+        let dropout = self.model.dropout_scope(self.opt.steps_taken());
         let c = summed_response_logprobs(
             &self
                 .head_outputs(chosen, TokenDistribution::MODEL, self.packing.sft)?
@@ -57,6 +58,7 @@ impl PolicyTrainer {
                 .logprobs,
             rejected,
         )?;
+        drop(dropout);
         let (loss, stats) = dpo_loss(
             PreferenceLogprobs {
                 policy_chosen: &c,

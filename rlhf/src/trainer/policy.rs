@@ -278,8 +278,10 @@ impl PolicyTrainer {
         collective: Option<&dyn Collective>,
     ) -> Result<(f64, StepStats)> {
         self.opt.set_lr(lr);
+        let dropout = self.model.dropout_scope(self.opt.steps_taken());
         let forward =
             self.head_outputs_traced(batch, TokenDistribution::MODEL, self.packing.sft)?;
+        drop(dropout);
         let lp = &forward.out.logprobs;
         let (mut loss, stats) = sft_loss(lp, &batch.response_mask)?;
         if let Some((aux, _)) = self.router_aux_term(&forward)? {

@@ -56,12 +56,14 @@ impl RewardTrainer {
         collective: Option<&dyn Collective>,
     ) -> Result<(BradleyTerryStats, StepStats)> {
         self.opt.set_lr(lr);
+        let dropout = self.model.dropout_scope(self.opt.steps_taken());
         let c = self
             .model
             .forward(&chosen.ids, Some(&chosen.attention_mask))?;
         let r = self
             .model
             .forward(&rejected.ids, Some(&rejected.attention_mask))?;
+        drop(dropout);
         let (loss, stats) = bradley_terry_loss(&c, &r, None)?;
         let device = c.device().clone();
         check_loss(
