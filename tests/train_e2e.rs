@@ -276,10 +276,22 @@ fn weights_of(dir: &Path) -> std::collections::HashMap<String, candle_core::Tens
 /// is a merged HF folder with PEFT's files in `adapter/` naming the reference as its base.
 #[test]
 fn a_lora_run_resumes_exactly_and_leaves_the_base_frozen() {
+    lora_run_resumes_exactly("");
+}
+
+/// The same with the frozen base kept in bf16 (`lora.base_dtype = "bf16"`): the
+/// projections rounded once at load, the embeddings and norms still the initial bits.
+#[test]
+fn a_lora_run_on_a_bf16_base_resumes_exactly() {
+    lora_run_resumes_exactly("base_dtype = \"bf16\"\n");
+}
+
+fn lora_run_resumes_exactly(lora_keys: &str) {
     let recipe = RECIPE
         .replace("steps = 30", "steps = 4")
         .replace("steps = 100", "steps = 10")
-        + "\n[lora]\nr = 4\nalpha = 8\ndropout = 0.1\n";
+        + "\n[lora]\nr = 4\nalpha = 8\ndropout = 0.1\n"
+        + lora_keys;
     let full = tempfile::tempdir().unwrap();
     std::fs::write(full.path().join("r.toml"), &recipe).unwrap();
     train(full.path(), &[]);

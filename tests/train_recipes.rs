@@ -207,12 +207,18 @@ fn check_accepts_the_shipped_recipes() {
 }
 
 /// Issue 30: `[lora]` settings PEFT users could write but oxalign cannot honour are named
-/// at the door: a rank of 0, a dropout of 1 or more, an
+/// at the door: a rank of 0, a dropout of 1 or more, a bf16 base under int8 fake
+/// quantization, an
 /// unknown module, a start adapter that is no PEFT folder, and sharded training.
 #[test]
 fn bad_lora_settings_are_named() {
-    let cases: [(&str, &[&str]); 6] = [
+    let cases: [(&str, &[&str]); 7] = [
         ("[lora]\nr = 0\n", &["lora.r", "at least 1"]),
+        (
+            "[engine]\nquant = \"int8\"\n[rl]\ntrainer_precision = \"fake_int8\"\n\
+             [lora]\nbase_dtype = \"bf16\"\n",
+            &["lora.base_dtype", "fake_int8"],
+        ),
         (
             "[model]\ninit_family = \"phi3\"\n[lora]\n",
             &["key `lora`", "Phi-3", "qkv_proj"],

@@ -556,3 +556,83 @@ fn lora_dropout_acts_on_the_adapter_path_inside_a_training_scope_only() {
             > 0.0
     );
 }
+
+/// A frozen base kept in bf16 (`with_base_in(BF16)`): the projections' `Var`s are bf16 (half
+/// the bytes), everything else and the adapters f32; the model computes exactly what the
+/// f32 model whose projections were rounded to bf16 once computes, forward and adapter
+/// gradients; its merged weights are f32 and carry the adapters' update unrounded; the
+/// base model (the reference) and a deep clone keep the bf16 base.
+#[test]
+fn a_bf16_base_computes_as_the_f32_model_with_its_projections_rounded_once() {
+    let cfg = tiny(Family::Llama);
+    let base = CausalLm::init_random(&cfg, 4, &Device::Cpu).unwrap();
+    let m = base.with_lora(&lora(&["q_proj", "v_proj"]), 9).unwrap();
+    perturb_b(&m, 0.05);
+    let half = m.with_base_in(DType::BF16).unwrap();
+    let rounded: std::collections::HashMap<String, Tensor> = base
+        .weights()
+        .unwrap()
+        .into_iter()
+        .map(|(n, t)| {
+            let r = match n.contains("_proj.") {
+                true => t
+                    .to_dtype(DType::BF16)
+                    .unwrap()
+                    .to_dtype(DType::F32)
+                    .unwrap(),
+                false => t,
+            };
+            (n, r)
+        })
+        .collect();
+    let twin = CausalLm::from_weights(cfg.clone(), &rounded, DType::F32, &Device::Cpu)
+        .unwrap()
+        .with_lora(&lora(&["q_proj", "v_proj"]), 9)
+        .unwrap();
+    perturb_b(&twin, 0.05);
+    let (x, mask) = inputs();
+    let got = half.forward(&x, Some(&mask)).unwrap();
+    assert_eq!(
+        max_abs_diff(&got, &twin.forward(&x, Some(&mask)).unwrap()),
+        0.0
+    );
+    assert!(max_abs_diff(&got, &m.forward(&x, Some(&mask)).unwrap()) > 0.0);
+
+    let grads_of = |model: &CausalLm| {
+        let loss = model
+            .forward(&x, Some(&mask))
+            .unwrap()
+            .sqr()
+            .unwrap()
+            .mean_all()
+            .unwrap();
+        let grads = loss.backward().unwrap();
+        model
+            .vars()
+            .into_iter()
+            .map(|(n, v)| (n, grads.get(v.as_tensor()).unwrap().clone()))
+            .collect::<Vec<_>>()
+    };
+    for ((n, a), (_, b)) in grads_of(&half).iter().zip(grads_of(&twin).iter()) {
+        assert_eq!(a.dtype(), DType::F32, "{n}");
+        assert_eq!(max_abs_diff(a, b), 0.0, "{n}");
+    }
+
+    let merged = half.weights().unwrap();
+    let q = "model.layers.0.self_attn.q_proj.weight";
+    assert_eq!(merged[q].dtype(), DType::F32);
+    assert_eq!(max_abs_diff(&merged[q], &twin.weights().unwrap()[q]), 0.0);
+    let frozen = "model.layers.0.self_attn.k_proj.weight";
+    assert_eq!(merged[frozen].dtype(), DType::BF16);
+    assert_eq!(merged["model.embed_tokens.weight"].dtype(), DType::F32);
+
+    let off = half.base_model().unwrap().forward(&x, Some(&mask)).unwrap();
+    let twin_off = twin.base_model().unwrap().forward(&x, Some(&mask)).unwrap();
+    assert_eq!(max_abs_diff(&off, &twin_off), 0.0);
+    let copy = half.deep_clone().unwrap();
+    assert_eq!(
+        max_abs_diff(&copy.forward(&x, Some(&mask)).unwrap(), &got),
+        0.0
+    );
+    assert_eq!(copy.weights().unwrap()[frozen].dtype(), DType::BF16);
+}

@@ -9,7 +9,7 @@
 //! adapters' frozen base is exactly the reference.
 
 use crate::error::Cause;
-use crate::recipe::Recipe;
+use crate::recipe::{BaseDtype, Recipe};
 use oxalign_models::lora::{recorded_origin, ADAPTER_CONFIG_FILE, ADAPTER_SUBDIR};
 use oxalign_models::nn::head::Head;
 use oxalign_models::nn::model::Model;
@@ -43,7 +43,10 @@ pub(crate) fn load_trained<H: Head>(
     let absolute = std::fs::canonicalize(&base_dir).unwrap_or(base_dir);
     model.set_adapter_base(&absolute.to_string_lossy());
     model.set_dropout_seed(seed);
-    Ok(model)
+    match lora.base_dtype {
+        BaseDtype::F32 => Ok(model),
+        kept => Ok(model.with_base_in(kept.dtype())?),
+    }
 }
 
 /// The base folder of the adapter in `saved`, when it holds one for this kind of model.

@@ -3,7 +3,7 @@
 //! `oxalign_models::lora`; which trainers wear them is `controller/setup.rs`'s.
 
 use super::{Recipe, RecipeError, Sharding};
-use oxalign_models::LoraConfig;
+use oxalign_models::{LoraConfig, Precision};
 use serde::{Deserialize, Serialize};
 
 /// `[lora]`: when present, every trainer of the run (SFT, reward model, DPO, the RL policy
@@ -34,6 +34,10 @@ pub struct LoraSection {
     /// none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adapter: Option<String>,
+    /// The dtype the frozen base's projection weights are kept in: `"f32"`, or `"bf16"`
+    /// (half their bytes; forwards widen them exactly to f32, adapters and their optimizer
+    /// stay f32, merged weights are f32). Default `"f32"`.
+    pub base_dtype: BaseDtype,
     /// Whether the SFT warm-up before RL trains adapters too. `false`: the warm-up trains
     /// every weight and RL's adapters start on its result (the frozen reference). Default
     /// true.
@@ -50,7 +54,29 @@ impl Default for LoraSection {
             modules_to_save: vec![],
             use_rslora: false,
             adapter: None,
+            base_dtype: BaseDtype::F32,
             warmup: true,
+        }
+    }
+}
+
+/// `lora.base_dtype`: how the frozen base is stored.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BaseDtype {
+    /// As loaded, f32.
+    #[default]
+    F32,
+    /// The projections rounded to bf16 once, at load.
+    Bf16,
+}
+
+impl BaseDtype {
+    /// The tensor dtype.
+    pub fn dtype(self) -> candle_core::DType {
+        match self {
+            BaseDtype::F32 => candle_core::DType::F32,
+            BaseDtype::Bf16 => candle_core::DType::BF16,
         }
     }
 }
@@ -122,6 +148,14 @@ pub(crate) fn validate(
             "lora",
             "LoRA with roles on worker nodes ([cluster]) is not supported yet; run the roles \
              in this process"
+                .into(),
+        ));
+    }
+    if l.base_dtype == BaseDtype::Bf16 && r.policy_precision() == Precision::FakeInt8 {
+        return Err(bad(
+            "lora.base_dtype",
+            "a bf16 base with rl.trainer_precision = \"fake_int8\" is not supported (the \
+             int8 fake quantization reads f32 weights); use base_dtype = \"f32\""
                 .into(),
         ));
     }

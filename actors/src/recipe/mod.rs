@@ -40,7 +40,7 @@ pub use env::{
     EnvHttpSection, EnvKind, EnvSection, HttpToolSection, OnEpisodeFailure, BUILT_IN_TOOLS,
 };
 pub use log::LogSection;
-pub use lora::LoraSection;
+pub use lora::{BaseDtype, LoraSection};
 pub use offline::{DpoSection, RmSection, RunKind};
 pub(crate) use overrides::apply_override;
 pub use python_reward::PythonRewardSection;

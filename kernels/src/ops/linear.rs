@@ -17,6 +17,7 @@
 use std::sync::OnceLock;
 
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
 
 use super::cpu_math::contiguous_slice;
 use super::validate;
@@ -33,8 +34,9 @@ pub fn linear_f32(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     linear_op(Numbers::F32, x, w)
 }
 
-/// `x · Wᵀ` in bf16 with f32 sums: `x` `[.., in]` f32, `w` `[out, in]` f32 -> `[.., out]` f32.
-/// Differentiable in both, with bf16 products in the backward too. The CPU kernel is the
+/// `x · Wᵀ` in bf16 with f32 sums: `x` `[.., in]` f32, `w` `[out, in]` f32 (or bf16: a
+/// frozen weight kept in bf16) -> `[.., out]` f32. Differentiable in both (a bf16 `w` only
+/// when frozen), with bf16 products in the backward too. The CPU kernel is the
 /// fastest this CPU has ([`Bf16Path::detect`]).
 pub fn linear_bf16(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     static PATH: OnceLock<Bf16Path> = OnceLock::new();
@@ -44,13 +46,12 @@ pub fn linear_bf16(x: &Tensor, w: &Tensor) -> Result<Tensor> {
 /// [`linear_bf16`] on a chosen CPU path (one of [`Bf16Path::available`]), for tests and
 /// benchmarks that compare the paths.
 pub fn linear_bf16_on(path: Bf16Path, x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    for (name, t) in [("x", x), ("w", w)] {
-        if t.dtype() != DType::F32 {
-            candle_core::bail!(
-                "{OP}: `{name}` must be f32 (the master copy), got {:?}",
-                t.dtype()
-            );
-        }
+    if x.dtype() != DType::F32 || !matches!(w.dtype(), DType::F32 | DType::BF16) {
+        candle_core::bail!(
+            "{OP}: `x` must be f32 and `w` f32 (the master copy) or bf16 (frozen), got {:?} and {:?}",
+            x.dtype(),
+            w.dtype()
+        );
     }
     if !x.device().is_cpu() {
         return composed(x, w, DType::BF16);
@@ -113,9 +114,26 @@ struct Product {
     numbers: Numbers,
 }
 
-/// A contiguous f32 tensor as a row-major matrix over its last dim.
-fn matrix<'a>(s: &'a CpuStorage, l: &Layout, arg: &str) -> Result<MatView<'a>> {
-    let data = contiguous_slice::<f32>(s, l, OP, arg)?;
+/// A contiguous f32 tensor as a row-major matrix over its last dim; a bf16 one (a frozen
+/// weight) widened into `widened` first (exactly: every bf16 is an f32).
+fn matrix<'a>(
+    s: &'a CpuStorage,
+    l: &Layout,
+    arg: &str,
+    widened: &'a mut Vec<f32>,
+) -> Result<MatView<'a>> {
+    let data = match s {
+        CpuStorage::BF16(_) => {
+            let half = contiguous_slice::<half::bf16>(s, l, OP, arg)?;
+            *widened = crate::host_memory::zeros_touched(half.len(), 0f32);
+            widened
+                .par_iter_mut()
+                .zip(half.par_iter())
+                .for_each(|(w, h)| *w = h.to_f32());
+            widened.as_slice()
+        }
+        _ => contiguous_slice::<f32>(s, l, OP, arg)?,
+    };
     let cols = *l.dims().last().unwrap_or(&1);
     let rows = match cols {
         0 => l.dims()[..l.dims().len().saturating_sub(1)]
@@ -138,7 +156,11 @@ impl CustomOp2 for Product {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (m1, m2) = (matrix(s1, l1, "lhs")?, matrix(s2, l2, "rhs")?);
+        let (mut wide1, mut wide2) = (Vec::new(), Vec::new());
+        let (m1, m2) = (
+            matrix(s1, l1, "lhs", &mut wide1)?,
+            matrix(s2, l2, "rhs", &mut wide2)?,
+        );
         let (a, b) = match self.kind {
             Kind::Forward => (m1, m2.t()),
             Kind::GradInput => (m1, m2),
@@ -191,9 +213,12 @@ impl CustomOp2 for Product {
             ),
             false => None,
         };
-        let gw = match w.track_op() {
-            true => Some(grad.apply_op2_no_bwd(x, &product(Kind::GradWeight))?),
-            false => None,
+        let gw = match (w.track_op(), w.dtype()) {
+            (true, DType::BF16) => {
+                candle_core::bail!("{OP}: a bf16 weight is a frozen one; it takes no gradient")
+            }
+            (true, _) => Some(grad.apply_op2_no_bwd(x, &product(Kind::GradWeight))?),
+            (false, _) => None,
         };
         Ok((gx, gw))
     }

@@ -107,3 +107,34 @@ fn non_f32_inputs_to_bf16_are_refused_with_the_argument_named() {
     let e = linear_bf16(&x, &w).unwrap_err().to_string();
     assert!(e.contains("`x` must be f32"), "{e}");
 }
+
+/// A frozen weight kept in bf16 (a LoRA base): both ops widen it exactly, so the forward
+/// and the input gradient equal those of its f32 widening (f32 op: bit for bit; bf16 op:
+/// the rounding of an already-bf16 weight changes nothing), and a bf16 weight that is
+/// tracked for a gradient is refused.
+#[test]
+fn a_frozen_bf16_weight_computes_as_its_f32_widening() {
+    let c = case();
+    let w16 = c.w.as_tensor().to_dtype(DType::BF16).unwrap().detach();
+    let wide = w16.to_dtype(DType::F32).unwrap().detach();
+    type Op = fn(&Tensor, &Tensor) -> Result<Tensor>;
+    for (name, op) in [("f32", linear_f32 as Op), ("bf16", linear_bf16 as Op)] {
+        let got = op(c.x.as_tensor(), &w16).unwrap();
+        let want = op(c.x.as_tensor(), &wide).unwrap();
+        assert_eq!(max_diff(&got, &want), 0.0, "{name} forward");
+        let gx = |w: &Tensor| {
+            let y = op(c.x.as_tensor(), w).unwrap();
+            let grads = (y * &c.g).unwrap().sum_all().unwrap().backward().unwrap();
+            grads.get(c.x.as_tensor()).unwrap().clone()
+        };
+        assert_eq!(
+            max_diff(&gx(&w16), &gx(&wide)),
+            0.0,
+            "{name} input gradient"
+        );
+        let tracked = Var::from_tensor(&w16).unwrap();
+        let y = op(c.x.as_tensor(), tracked.as_tensor()).unwrap();
+        let e = y.sum_all().unwrap().backward().unwrap_err().to_string();
+        assert!(e.contains("frozen"), "{name}: {e}");
+    }
+}

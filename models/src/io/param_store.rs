@@ -122,6 +122,35 @@ impl ParamStore {
         })
     }
 
+    /// This store with the parameters `names` converted to `dtype` (new `Var`s; every other
+    /// parameter shared): a frozen LoRA base kept in bf16. [`ParamStore::dtype`] stays the
+    /// store's own.
+    pub(crate) fn with_dtype_of(&self, names: &[String], dtype: DType) -> Result<ParamStore> {
+        let varmap = VarMap::new();
+        {
+            let source = self
+                .varmap
+                .data()
+                .lock()
+                .map_err(|_| candle_core::Error::Msg("VarMap lock poisoned".into()))?;
+            let mut data = varmap
+                .data()
+                .lock()
+                .map_err(|_| candle_core::Error::Msg("VarMap lock poisoned".into()))?;
+            for (name, var) in source.iter() {
+                let var = match names.contains(name) {
+                    true => Var::from_tensor(&var.as_tensor().detach().to_dtype(dtype)?)?,
+                    false => var.clone(),
+                };
+                data.insert(name.clone(), var);
+            }
+        }
+        Ok(ParamStore {
+            varmap,
+            ..self.clone()
+        })
+    }
+
     /// This store with every parameter frozen (same `Var`s; [`ParamStore::get`] hands out
     /// detached tensors): a model bound to it computes no gradient and keeps no graph.
     pub fn frozen_view(&self) -> ParamStore {

@@ -7,7 +7,8 @@ use candle_core::{DType, Tensor};
 use std::collections::HashMap;
 
 /// `base` with every weight that has an adapter in `adapters` replaced by
-/// `W + scale · B·A` (computed in f32, stored in `W`'s dtype), and every other tensor of
+/// `W + scale · B·A` (computed in f32, stored in `W`'s dtype, or f32 for a bf16 `W`: the
+/// update of a bf16 base must not be rounded away), and every other tensor of
 /// `adapters` that `base` names (modules trained whole) taking the adapter set's value.
 pub(crate) fn merge_into(
     base: &mut HashMap<String, Tensor>,
@@ -20,7 +21,11 @@ pub(crate) fn merge_into(
         if let (Some(a), Some(b)) = (adapters.get(&a_name), adapters.get(&b_name)) {
             let w = &base[&name];
             let delta = b.to_dtype(DType::F32)?.matmul(&a.to_dtype(DType::F32)?)?;
-            let merged = (w.to_dtype(DType::F32)? + (delta * scale)?)?.to_dtype(w.dtype())?;
+            let dtype = match w.dtype() {
+                DType::BF16 => DType::F32,
+                d => d,
+            };
+            let merged = (w.to_dtype(DType::F32)? + (delta * scale)?)?.to_dtype(dtype)?;
             base.insert(name, merged);
         } else if let Some(whole) = adapters.get(&name) {
             base.insert(name, whole.clone());

@@ -8,6 +8,7 @@
 //! and the optimizer, which works over [`Model::params`], sees only the adapters (and the
 //! modules trained whole).
 
+use crate::config::layout::FeedForwardParams;
 use crate::config::model_config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::io::checkpoint::write_checkpoint_tensors;
@@ -22,7 +23,7 @@ use crate::lora::targets::{adapter_specs, saved_modules, targeted_linears};
 use crate::nn::decoder::Decoder;
 use crate::nn::head::Head;
 use crate::nn::model::Model;
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -126,10 +127,44 @@ impl<H: Head> Model<H> {
                 base: self.params.clone(),
                 modules,
                 base_name: String::new(),
+                base_dtype: DType::F32,
                 dropout,
             }),
         };
         model.set_precision(self.precision);
+        Ok(model)
+    }
+
+    /// This LoRA model with the frozen base's projection weights (the linear layers of
+    /// attention and dense MLPs, adapted or not) kept in `dtype`: `BF16` halves their bytes,
+    /// and every forward computes with them widened exactly to f32 (so in f32 precision the
+    /// model is the f32 one with its base rounded to bf16 once). Embeddings, norms, heads,
+    /// routers and experts stay f32, as do the adapters, their gradients and optimizer
+    /// state; merged weights are f32. The adapters, settings, base name and dropout seed
+    /// carry over. Errors for a model without adapters or a dtype other than f32/bf16.
+    pub fn with_base_in(&self, dtype: DType) -> Result<Self> {
+        let Some(l) = &self.lora else {
+            return Err(lora_error(LoraError::Mismatch(
+                "a base dtype applies to a model wearing adapters".into(),
+            )));
+        };
+        if !matches!(dtype, DType::F32 | DType::BF16) {
+            return Err(lora_error(LoraError::Setting {
+                key: "base_dtype",
+                message: format!("{dtype:?} is not supported; expected f32 or bf16"),
+            }));
+        }
+        let names = projection_weights(&self.config);
+        let store = l.base.with_dtype_of(&names, dtype)?;
+        let mut base = Model::<H>::build(self.config.clone(), store)?;
+        base.set_precision(self.precision);
+        let mut model =
+            base.with_adapters(&l.config, &self.params.snapshot()?, Path::new(ADAPTERS))?;
+        if let Some(m) = &mut model.lora {
+            m.base_name = l.base_name.clone();
+            m.base_dtype = dtype;
+            m.dropout.set_seed(l.dropout.seed());
+        }
         Ok(model)
     }
 
@@ -213,7 +248,10 @@ impl<H: Head> Model<H> {
         let base = Model::<H>::build(self.config.clone(), l.base.clone())?.deep_clone()?;
         let copy = base.with_adapters(&l.config, &self.params.snapshot()?, Path::new(ADAPTERS))?;
         copy.set_dropout_seed(l.dropout.seed());
-        Ok(copy)
+        match l.base_dtype {
+            DType::F32 => Ok(copy),
+            dtype => copy.with_base_in(dtype),
+        }
     }
 
     /// Writes the merged model as an HF folder (`config` and `architecture` as
@@ -265,6 +303,19 @@ fn head_trained_whole<H: Head>(lora: &LoraConfig) -> LoraConfig {
         lora.modules_to_save.push("score".into());
     }
     lora
+}
+
+/// The weight names of every attention and dense-MLP projection of `config`'s decoder.
+fn projection_weights(config: &ModelConfig) -> Vec<String> {
+    let mut names = vec![];
+    for layer in config.backbone_params().layers {
+        let a = &layer.attn;
+        names.extend([&a.q, &a.k, &a.v, &a.o].map(|l| l.weight.name.clone()));
+        if let FeedForwardParams::Dense(m) = &layer.ffn {
+            names.extend([&m.gate, &m.up, &m.down].map(|l| l.weight.name.clone()));
+        }
+    }
+    names
 }
 
 /// A [`LoraError`] as the crate's error.
