@@ -139,3 +139,39 @@ fn probe_tolerance_scales_with_the_log_prob() {
     assert!(engine.refit(&wrong, Some(&probe)).is_err());
     assert_eq!(engine.version(), 1);
 }
+
+/// A refit where only some tensors changed (a LoRA update: the adapted projections move,
+/// embeddings, norms and the LM head do not) serves exactly what a fresh engine on the new
+/// weights serves, verified by the same checksums, in f32 and int8; the unchanged parts are
+/// kept rather than copied (`weights_tests.rs` checks that).
+#[test]
+fn a_partial_update_serves_what_a_fresh_engine_serves() {
+    use oxalign_models::engine::QuantMode;
+    let cfg = tiny(Family::Llama);
+    for quant in [QuantMode::None, QuantMode::Int8] {
+        let trainer = CausalLm::init_random(&cfg, 1, &Device::Cpu).unwrap();
+        let config = EngineConfig { quant, ..config() };
+        let mut engine = Engine::from_model(&trainer, config.clone()).unwrap();
+        let mut weights = trainer.weights().unwrap();
+        let other = CausalLm::init_random(&cfg, 2, &Device::Cpu)
+            .unwrap()
+            .weights()
+            .unwrap();
+        for name in [
+            "model.layers.0.self_attn.q_proj.weight",
+            "model.layers.1.mlp.down_proj.weight",
+        ] {
+            weights.insert(name.into(), other[name].clone());
+        }
+        trainer.load_weights_from(&weights).unwrap();
+        let update = WeightUpdate::from_model(1, &trainer).unwrap();
+        let report = engine.refit(&update, None).unwrap();
+        assert_eq!(report.checksums_ok, trainer.vars().len());
+        let mut fresh = Engine::from_model(&trainer, config).unwrap();
+        assert_eq!(
+            engine.generate(&reqs()).unwrap(),
+            fresh.generate(&reqs()).unwrap(),
+            "{quant:?}"
+        );
+    }
+}

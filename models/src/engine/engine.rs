@@ -33,6 +33,8 @@ pub struct Engine {
     model: ModelConfig,
     config: EngineConfig,
     weights: EngineWeights,
+    /// The checksum of every tensor of `weights` (the engine's f32 copy), by name.
+    sums: HashMap<String, u64>,
     inv_freq: Vec<f32>,
     dims: AttnDims,
     pool: BlockPool,
@@ -71,7 +73,14 @@ impl Engine {
     ) -> EngineResult<Engine> {
         model.validate()?;
         let num_blocks = config.resolve_num_blocks(&model)?;
-        let (w, _) = EngineWeights::build(&model, weights, config.quant, device, experts.as_ref())?;
+        let (w, sums) = EngineWeights::build(
+            &model,
+            weights,
+            config.quant,
+            device,
+            experts.as_ref(),
+            None,
+        )?;
         let pool = BlockPool::new(
             model.num_hidden_layers,
             num_blocks,
@@ -98,6 +107,7 @@ impl Engine {
             model,
             config,
             weights: w,
+            sums,
             pool,
             device: device.clone(),
             stats,
@@ -547,6 +557,7 @@ impl Engine {
             self.config.quant,
             &self.device,
             self.experts.as_ref(),
+            Some((&self.weights, &self.sums)),
         )?;
         let tv = Instant::now();
         let names = verify_checksums(&sums, update).map_err(reject)?;
@@ -565,12 +576,14 @@ impl Engine {
             .filter_map(|n| update.tensors.get(*n))
             .map(|t| t.elem_count() * 4)
             .sum();
+        let tensors = names.len();
+        self.sums = sums;
         Ok(RefitReport {
             version: update.version,
             previous_version: kept,
-            tensors: names.len(),
+            tensors,
             bytes,
-            checksums_ok: names.len(),
+            checksums_ok: tensors,
             probe_max_abs_diff: max_diff,
             probe_mean_abs_diff: mean_diff,
             seconds: t0.elapsed().as_secs_f64(),

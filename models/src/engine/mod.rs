@@ -77,6 +77,7 @@ mod score;
 mod simd;
 mod stats;
 mod step_item;
+mod weight_source;
 mod weights;
 
 pub use config::{EngineConfig, QuantMode};

@@ -3,7 +3,7 @@
 //! Inference only (no gradients); it never aliases the trainer's `Var` storage.
 
 use crate::config::layout::{
-    causal_lm_specs, lm_head_param, FeedForwardParams, LayerParams, LinearParams, MlpParams,
+    lm_head_param, FeedForwardParams, LayerParams, LinearParams, MlpParams,
 };
 use crate::config::model_config::{Activation, ModelConfig};
 use crate::config::param_spec::{DtypePolicy, ParamSpec};
@@ -12,12 +12,11 @@ use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::expert::ExpertWeights;
 use crate::engine::linear::{host, Linear};
 use crate::engine::moe_forward::MoeWeights;
-use crate::error::ModelError;
-use crate::moe::expert_parallel::{ExpertNames, ExpertParallel};
+use crate::engine::weight_source::WeightSource;
+use crate::moe::expert_parallel::ExpertParallel;
 use crate::nn::rope::RotaryEmbedding;
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The feed-forward block of one layer.
@@ -202,66 +201,18 @@ pub fn checksum_f32(v: &[f32]) -> u64 {
     h.wrapping_mul(0xC4CE_B9FE_1A85_EC53) ^ (h >> 31)
 }
 
-/// The path named by missing-tensor and shape errors of the engine's weights (they come
-/// from a map, not a file).
-const WEIGHTS_MAP: &str = "<engine weights map>";
-
-/// The engine's own f32 copy on `device` of every tensor of `cfg` (with `ep`, only those
-/// this rank keeps) from `tensors` (HF names), each checked for its declared shape, and the
-/// checksum of each copy, by name.
-fn copy_declared(
-    cfg: &ModelConfig,
-    tensors: &HashMap<String, Tensor>,
-    device: &Device,
-    ep: Option<&ExpertParallel>,
-) -> EngineResult<(HashMap<String, Tensor>, HashMap<String, u64>)> {
-    let source = PathBuf::from(WEIGHTS_MAP);
-    let mut own: HashMap<String, Tensor> = HashMap::new();
-    let mut sums = HashMap::new();
-    let names = ExpertNames::of(cfg);
-    let specs = causal_lm_specs(cfg)
-        .into_iter()
-        .filter(|s| ep.is_none_or(|p| p.keeps(&names, &s.name)));
-    for spec in specs {
-        let t = tensors
-            .get(&spec.name)
-            .ok_or_else(|| ModelError::MissingTensor {
-                name: spec.name.clone(),
-                path: source.clone(),
-            })?;
-        if t.dims() != spec.shape.as_slice() {
-            return Err(ModelError::ShapeMismatch {
-                name: spec.name.clone(),
-                expected: spec.shape.clone(),
-                found: t.dims().to_vec(),
-                path: source.clone(),
-            }
-            .into());
-        }
-        // `copy` gives the engine its own storage: a later in-place optimizer update of
-        // the trainer's `Var` must not leak into the rollout weights without a refit.
-        let t = t
-            .detach()
-            .to_dtype(DType::F32)?
-            .to_device(device)?
-            .contiguous()?
-            .copy()?;
-        sums.insert(spec.name.clone(), tensor_checksum(&t)?);
-        own.insert(spec.name, t);
-    }
-    Ok((own, sums))
-}
-
 /// The engine's weights of decoder layer `i` declared by `l`: host norms, fused q/k/v and
-/// output projections, the feed-forward block and the layer's attention window.
+/// output projections, the feed-forward block and the layer's attention window. A linear
+/// layer of `old` (the layer served now) whose tensors did not change is kept.
 fn layer_weights(
     cfg: &ModelConfig,
-    i: usize,
-    l: &LayerParams,
-    get: &dyn Fn(&ParamSpec) -> EngineResult<Tensor>,
+    (i, l): (usize, &LayerParams),
+    source: &WeightSource,
     quant: QuantMode,
     ep: Option<&ExpertParallel>,
+    old: Option<&LayerWeights>,
 ) -> EngineResult<LayerWeights> {
+    let get = |spec: &ParamSpec| source.tensor(spec);
     let a = &l.attn;
     let norm = |spec: &ParamSpec| host_norm(cfg, &get(spec)?);
     let qk_norm = match (&a.q_norm, &a.k_norm) {
@@ -272,17 +223,44 @@ fn layer_weights(
         Some((pre, post)) => Some((norm(pre)?, norm(post)?)),
         None => None,
     };
+    let linear = |parts: &[&LinearParams], served: Option<&Linear>| -> EngineResult<Linear> {
+        match served {
+            Some(kept) if source.unchanged(&linear_specs(parts))? => Ok(kept.clone()),
+            _ => fused(parts, &get, quant),
+        }
+    };
+    let ffn = match (&l.ffn, old.map(|o| &o.ffn)) {
+        (
+            FeedForwardParams::Dense(m),
+            Some(FfnWeights::Dense {
+                gate_up: kept_gate_up,
+                down: kept_down,
+            }),
+        ) => FfnWeights::Dense {
+            gate_up: linear(&[&m.gate, &m.up], Some(kept_gate_up))?,
+            down: linear(&[&m.down], Some(kept_down))?,
+        },
+        (decl, _) => ffn_weights(cfg, decl, &get, quant, ep)?,
+    };
     Ok(LayerWeights {
         input_norm: norm(&l.input_norm)?,
-        qkv: fused(&[&a.q, &a.k, &a.v], get, quant)?,
-        o: fused(&[&a.o], get, quant)?,
+        qkv: linear(&[&a.q, &a.k, &a.v], old.map(|o| &o.qkv))?,
+        o: linear(&[&a.o], old.map(|o| &o.o))?,
         qk_norm,
         post_norm: norm(&l.post_attention_norm)?,
         feedforward_norms,
-        ffn: ffn_weights(cfg, &l.ffn, get, quant, ep)?,
+        ffn,
         window: cfg.layer_window(i),
         local_rope: cfg.layer_uses_local_rope(i),
     })
+}
+
+/// The weight and bias declarations of `parts`.
+fn linear_specs<'a>(parts: &[&'a LinearParams]) -> Vec<&'a ParamSpec> {
+    parts
+        .iter()
+        .flat_map(|p| std::iter::once(&p.weight).chain(p.bias.as_ref()))
+        .collect()
 }
 
 /// An RMSNorm weight on the host as the engine scales by it: `offset + w` (Gemma's `1 + w`,
@@ -299,42 +277,45 @@ fn host_norm(cfg: &ModelConfig, w: &Tensor) -> EngineResult<Vec<f32>> {
 impl EngineWeights {
     /// Copies (and optionally quantizes) the weights of `cfg` from `tensors` (HF names; extra
     /// entries ignored) onto `device`. Returns the weights and, per tensor, the checksum of
-    /// the engine's f32 copy. With `ep`, only this rank's routed experts are taken.
+    /// the engine's f32 copy. With `ep`, only this rank's routed experts are taken. With
+    /// `served` (a refit: the weights served now and their checksums), every linear layer,
+    /// the embedding and the LM head whose tensors did not change are kept, not copied.
     pub(crate) fn build(
         cfg: &ModelConfig,
         tensors: &HashMap<String, Tensor>,
         quant: QuantMode,
         device: &Device,
         ep: Option<&ExpertParallel>,
+        served: Option<(&EngineWeights, &HashMap<String, u64>)>,
     ) -> EngineResult<(EngineWeights, HashMap<String, u64>)> {
-        let (own, sums) = copy_declared(cfg, tensors, device, ep)?;
-        let source = PathBuf::from(WEIGHTS_MAP);
-        let get = |spec: &ParamSpec| -> EngineResult<Tensor> {
-            own.get(&spec.name).cloned().ok_or_else(|| {
-                ModelError::MissingTensor {
-                    name: spec.name.clone(),
-                    path: source.clone(),
-                }
-                .into()
-            })
-        };
+        let source = WeightSource::new(tensors, device, served.map(|(_, sums)| sums));
+        let old = served.map(|(w, _)| w);
+        let get = |spec: &ParamSpec| source.tensor(spec);
         let decl = cfg.backbone_params();
         let mut layers = Vec::with_capacity(decl.layers.len());
         for (i, l) in decl.layers.iter().enumerate() {
-            layers.push(layer_weights(cfg, i, l, &get, quant, ep)?);
+            let kept = old.and_then(|w| w.layers.get(i));
+            layers.push(layer_weights(cfg, (i, l), &source, quant, ep, kept)?);
         }
-        let embed = get(&decl.embed_tokens)?;
-        // The LM head is a linear layer (quantizable) even when it reuses the embedding.
-        let lm_w = match lm_head_param(cfg) {
-            Some(spec) => get(&spec)?,
-            None => embed.clone(),
+        let head_spec = lm_head_param(cfg);
+        let embed = match old {
+            Some(w) if source.unchanged(&[&decl.embed_tokens])? => w.embed.clone(),
+            _ => Arc::new(host(&get(&decl.embed_tokens)?)?),
         };
+        // The LM head is a linear layer (quantizable) even when it reuses the embedding.
+        let lm_head = match (old, &head_spec) {
+            (Some(w), Some(spec)) if source.unchanged(&[spec])? => w.lm_head.clone(),
+            (Some(w), None) if source.unchanged(&[&decl.embed_tokens])? => w.lm_head.clone(),
+            (_, Some(spec)) => Linear::new(get(spec)?, None, quant)?,
+            (_, None) => Linear::new(get(&decl.embed_tokens)?, None, quant)?,
+        };
+        let norm = host_norm(cfg, &get(&decl.norm)?)?;
         let weights = EngineWeights {
-            embed: Arc::new(host(&embed)?),
+            embed,
             hidden: cfg.hidden_size,
             layers,
-            norm: host_norm(cfg, &get(&decl.norm)?)?,
-            lm_head: Linear::new(lm_w, None, quant)?,
+            norm,
+            lm_head,
             eps: cfg.rms_norm_eps,
             intermediate: cfg.intermediate_size,
             embed_scale: cfg.embed_scale(),
@@ -347,7 +328,7 @@ impl EngineWeights {
             local_inv_freq: RotaryEmbedding::local(cfg).map(|r| r.inv_freq().to_vec()),
             final_softcap: cfg.style.final_softcap.map(|c| c as f32),
         };
-        Ok((weights, sums))
+        Ok((weights, source.finish(cfg, ep)?))
     }
 
     /// Number of sparse (MoE) layers.
@@ -395,3 +376,7 @@ impl EngineWeights {
                 .sum::<usize>()
     }
 }
+
+#[cfg(test)]
+#[path = "weights_tests.rs"]
+mod tests;
