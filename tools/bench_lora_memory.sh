@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Peak RSS and step time of GRPO on the 56M Llama (`init_preset = "small"`, vocab 32000),
-# full fine-tuning against LoRA (r 16, alpha 32, all linear layers), alternated.
+# full fine-tuning against LoRA (r 16, alpha 32, all linear layers) and LoRA on a bf16
+# base (lora.base_dtype = "bf16"), alternated.
 #
-#   tools/bench_lora_memory.sh [REPS]        (default 2 pairs; BIN=target/release/oxalign)
+#   tools/bench_lora_memory.sh [REPS]        (default 2 rounds; BIN=target/release/oxalign;
+#                                             MODES="full lora lora-bf16" by default;
+#                                             EXTRA="--set k=v ..." applies to every mode)
 #
 # Each run: configs/grpo.toml without SFT, 4 RL steps of 16 prompts x 4 samples, 16 new
 # tokens, in a fresh temporary folder. Prints one line per run: peak RSS (GNU time's
@@ -15,11 +18,16 @@ RECIPE=$PWD/configs/grpo.toml
 COMMON=(--set model.init_preset=small --set sft.steps=0 --set run.steps=4
         --set run.checkpoint_every=100 --set rl.max_new_tokens=16 --quiet)
 echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; uptime: $(uptime | sed 's/.*load/load/')"
+MODES=${MODES:-full lora lora-bf16}
+read -r -a SHARED <<< "${EXTRA:-}"
 for rep in $(seq "$REPS"); do
-  for mode in full lora; do
+  for mode in $MODES; do
     dir=$(mktemp -d)
-    extra=()
-    [ "$mode" = lora ] && extra=(--set lora.r=16 --set lora.alpha=32)
+    extra=("${SHARED[@]}")
+    case $mode in
+      lora) extra+=(--set lora.r=16 --set lora.alpha=32) ;;
+      lora-bf16) extra+=(--set lora.r=16 --set lora.alpha=32 --set lora.base_dtype=bf16) ;;
+    esac
     ( cd "$dir" && /usr/bin/time -f "%M" -o rss.txt "$BIN" train "$RECIPE" "${COMMON[@]}" \
         --set run.name=b "${extra[@]}" > log.txt 2>&1 )
     python3 - "$mode" "$rep" "$dir" <<'PY'
@@ -28,7 +36,7 @@ mode, rep, d = sys.argv[1:]
 rows = [json.loads(l) for l in open(f"{d}/runs/b/metrics.jsonl")][1:]
 med = lambda k: statistics.median(r[k] for r in rows)
 rss = int(open(f"{d}/rss.txt").read().split()[-1]) / 1024
-print(f"{mode:4s} rep {rep}: peak RSS {rss:7.0f} MiB  step {med('step_seconds'):.2f} s  update {med('time_train'):.2f} s")
+print(f"{mode:9s} rep {rep}: peak RSS {rss:7.0f} MiB  step {med('step_seconds'):.2f} s  update {med('time_train'):.2f} s")
 PY
     rm -rf "$dir"
   done

@@ -307,6 +307,9 @@ fn policy_trainer(
         trainer.router_aux_loss_coef = coef;
     }
     trainer.model.set_precision(recipe.policy_precision());
+    if recipe.model.gradient_checkpointing {
+        trainer.checkpoint_activations()?;
+    }
     Ok(trainer)
 }
 
@@ -584,6 +587,11 @@ pub(crate) async fn spawn_critic(
             CriticTrainer::new(model, recipe.rl.critic_lr, 0.0).map_err(|e| fail(e.into()))?;
         trainer.max_value_loss = recipe.guard.max_value_loss;
         trainer.packing = recipe.rl.packing;
+        if recipe.model.gradient_checkpointing {
+            trainer
+                .checkpoint_activations()
+                .map_err(|e| fail(e.into()))?;
+        }
         shard_if(recipe, &mut trainer, rank, world, cgroup.as_deref()).map_err(&fail)?;
         ts.push(trainer);
     }

@@ -29,5 +29,38 @@ pub(crate) fn validate(
                 .to_string(),
         ));
     }
+    checkpointing(r, bad)
+}
+
+/// Refuses `model.gradient_checkpointing` where the recompute does not apply: sharded or
+/// expert-parallel training, LoRA dropout (the recompute would draw other masks), GPUs.
+fn checkpointing(
+    r: &Recipe,
+    bad: &impl Fn(&str, String) -> RecipeError,
+) -> Result<(), RecipeError> {
+    if !r.model.gradient_checkpointing {
+        return Ok(());
+    }
+    let refuse = |why: &str| {
+        Err(bad(
+            "model.gradient_checkpointing",
+            format!("cannot be used {why}"),
+        ))
+    };
+    if r.placement.sharding == super::Sharding::Sharded {
+        return refuse("with placement.sharding = \"sharded\" (sharded training recomputes each layer in its backward already)");
+    }
+    if r.placement.expert_parallel > 1 {
+        return refuse("with placement.expert_parallel > 1");
+    }
+    if r.lora.as_ref().is_some_and(|l| l.dropout > 0.0) {
+        return refuse(
+            "with lora.dropout > 0 (the recomputed layers would draw other dropout masks)",
+        );
+    }
+    let p = &r.placement;
+    if [&p.policy, &p.critic].iter().any(|d| d.contains("cuda")) {
+        return refuse("on CUDA devices yet (the recomputing layer op is CPU-only)");
+    }
     Ok(())
 }

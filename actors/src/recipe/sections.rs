@@ -123,6 +123,13 @@ pub struct ModelSection {
     /// in f32. `rl.trainer_precision`, when not `"f32"`, overrides it for the RL policy.
     /// Default `"f32"`.
     pub precision: oxalign_models::Precision,
+    /// Activation checkpointing (HF's `gradient_checkpointing`) in every trainer: a
+    /// training forward keeps only each decoder layer's input and the backward recomputes
+    /// the layers one at a time, so the activations held through a step shrink to one
+    /// `[B, T, H]` per layer, for one more forward of each layer. Same gradients. CPU
+    /// devices, replicated training (a sharded one recomputes already), no expert
+    /// parallelism, no `lora.dropout`. Default `false`.
+    pub gradient_checkpointing: bool,
 }
 
 impl Default for ModelSection {
@@ -136,6 +143,7 @@ impl Default for ModelSection {
             teacher_path: None,
             router_aux_loss_coef: None,
             precision: oxalign_models::Precision::F32,
+            gradient_checkpointing: false,
         }
     }
 }

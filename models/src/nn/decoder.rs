@@ -225,7 +225,11 @@ impl Decoder {
                 (Some(local), true) => local,
                 _ => &global,
             };
-            if let Some(r) = self.residency.as_ref().filter(|r| !r.is_resident(i)) {
+            let streamed = self
+                .residency
+                .as_ref()
+                .filter(|r| !(r.is_resident(i) || cache.is_some() && r.weights_stay()));
+            if let Some(r) = streamed {
                 if cache.is_some() {
                     candle_core::bail!(
                         "layer {i}'s weights are not present (sharded); a cached forward needs the whole model gathered"

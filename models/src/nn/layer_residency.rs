@@ -25,4 +25,11 @@ pub trait LayerResidency: Send + Sync + std::fmt::Debug {
     /// layer alone (recomputed from its input), before the weights are freed. Called once
     /// per layer per backward, in reverse layer order.
     fn take_gradients(&self, layer: usize, grads: &GradStore) -> Result<()>;
+
+    /// True when the weights are always present and layers stream only to recompute their
+    /// activations in the backward (activation checkpointing): a forward with a KV cache
+    /// then runs the layers as usual instead of failing.
+    fn weights_stay(&self) -> bool {
+        false
+    }
 }

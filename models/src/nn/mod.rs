@@ -6,6 +6,7 @@
 
 pub mod attention;
 pub(crate) mod causal_lm;
+pub mod checkpointing;
 pub mod decoder;
 pub(crate) mod decoder_layer;
 pub(crate) mod f32_linear;

@@ -10,6 +10,7 @@ use crate::io::checkpoint::{read_checkpoint, write_checkpoint, CONFIG_FILE};
 use crate::io::param_store::ParamStore;
 use crate::lora::parts::LoraParts;
 use crate::moe::expert_parallel::{gather_experts, ExpertNames, ExpertParallel};
+use crate::nn::checkpointing::Checkpointing;
 use crate::nn::decoder::Decoder;
 use crate::nn::head::Head;
 use crate::nn::precision::Precision;
@@ -90,6 +91,17 @@ impl<H: Head> Model<H> {
         residency: Option<std::sync::Arc<dyn crate::nn::layer_residency::LayerResidency>>,
     ) {
         self.decoder.set_layer_residency(residency);
+    }
+
+    /// Turns on activation checkpointing (`nn/checkpointing.rs`): every forward without a
+    /// KV cache keeps only each decoder layer's input, and the backward recomputes the
+    /// layers one at a time. The returned handle collects the gradients of the trainable
+    /// weights inside the layers; the trainer adds them to the loss's own. CPU only.
+    pub fn checkpoint_activations(&mut self) -> std::sync::Arc<Checkpointing> {
+        let vars = self.vars().into_iter().map(|(_, v)| v).collect();
+        let checkpoint = std::sync::Arc::new(Checkpointing::new(vars));
+        self.set_layer_residency(Some(checkpoint.clone()));
+        checkpoint
     }
 
     /// The numbers the linear layers compute in.

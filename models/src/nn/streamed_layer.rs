@@ -98,9 +98,15 @@ pub(crate) fn forward_streamed(
         routing: trace.next_layer_alone(),
         chosen: chosen.clone(),
     };
-    let out = x
-        .contiguous()?
-        .apply_op1_arc(Arc::new(Box::new(op) as Box<dyn CustomOp1 + Send + Sync>))?;
+    // Candle calls an op's backward only when its input is tracked. Below a frozen
+    // embedding (a LoRA model) the first layer's input is not, yet its weights (adapters)
+    // want gradients: the input then enters as a leaf of its own (the gradient reaching it is
+    // dropped).
+    let x = match x.track_op() {
+        true => x.contiguous()?,
+        false => Var::from_tensor(&x.contiguous()?)?.into_inner(),
+    };
+    let out = x.apply_op1_arc(Arc::new(Box::new(op) as Box<dyn CustomOp1 + Send + Sync>))?;
     let n_out = dims.0 * dims.1 * dims.2;
     let y = out.narrow(0, 0, n_out)?.reshape(dims)?;
     if let Some(c) = lock_chosen(&chosen)?.as_ref() {

@@ -45,6 +45,13 @@ impl Sharded for CriticTrainer {
 }
 
 impl CriticTrainer {
+    /// Turns on activation checkpointing for this trainer's forwards and backwards
+    /// ([`oxalign_models::Model::checkpoint_activations`]). Errors when sharded.
+    pub fn checkpoint_activations(&mut self) -> Result<()> {
+        let checkpoint = self.model.checkpoint_activations();
+        self.params.set_checkpointing(checkpoint)
+    }
+
     /// Wraps `model` with AdamW (default parameter groups).
     pub fn new(model: ValueModel, lr: f64, weight_decay: f64) -> Result<Self> {
         let (opt, vars) = adamw_over(model.params(), lr, weight_decay)?;

@@ -7,8 +7,10 @@
 
 use crate::optim::{clip_coefficient, AdamW, AdamWConfig};
 use crate::{Result, RlhfError};
+use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor, Var};
 use oxalign_kernels::collective::Collective;
+use oxalign_models::nn::checkpointing::Checkpointing;
 use oxalign_models::ParamStore;
 
 /// What one optimizer step did.
@@ -32,19 +34,34 @@ pub fn apply_gradients(
     max_grad_norm: f64,
     collective: Option<&dyn Collective>,
 ) -> Result<StepStats> {
-    apply_gradients_measured(loss, vars, opt, max_grad_norm, collective).map(|(s, _, _)| s)
+    apply_gradients_measured(loss, vars, opt, max_grad_norm, collective, None).map(|(s, _, _)| s)
 }
 
-/// [`apply_gradients`], also returning the bytes held by the gradients the optimizer stepped
-/// on (measured from their storage).
+/// The gradients of `loss`: its backward, plus what the layers of an activation-checkpointed
+/// model computed in their recomputed backwards (`checkpoint`).
+pub(crate) fn backward(loss: &Tensor, checkpoint: Option<&Checkpointing>) -> Result<GradStore> {
+    if let Some(c) = checkpoint {
+        c.clear();
+    }
+    let mut grads = loss.backward()?;
+    if let Some(c) = checkpoint {
+        c.add_taken_to(&mut grads)?;
+    }
+    Ok(grads)
+}
+
+/// [`apply_gradients`] (with the gradients of checkpointed layers, [`backward`]), also
+/// returning the bytes held by the gradients the optimizer stepped on (measured from their
+/// storage).
 pub(crate) fn apply_gradients_measured(
     loss: &Tensor,
     vars: &[Var],
     opt: &mut AdamW,
     max_grad_norm: f64,
     collective: Option<&dyn Collective>,
+    checkpoint: Option<&Checkpointing>,
 ) -> Result<(StepStats, usize, usize)> {
-    let mut grads = loss.backward()?;
+    let mut grads = backward(loss, checkpoint)?;
     if let Some(c) = collective.filter(|c| c.world_size() > 1) {
         let local: Vec<Tensor> = vars
             .iter()

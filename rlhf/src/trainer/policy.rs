@@ -160,6 +160,13 @@ impl PolicyTrainer {
         })
     }
 
+    /// Turns on activation checkpointing for this trainer's forwards and backwards
+    /// ([`oxalign_models::Model::checkpoint_activations`]). Errors when sharded.
+    pub fn checkpoint_activations(&mut self) -> Result<()> {
+        let checkpoint = self.model.checkpoint_activations();
+        self.params.set_checkpointing(checkpoint)
+    }
+
     /// Next-token log-probs `[B, T-1]` (nats) of `batch` under the current weights and
     /// [`Self::rollout_distribution`], detached.
     pub fn logprobs(&self, batch: &TokenBatch) -> Result<Tensor> {

@@ -2,7 +2,7 @@
 //! pairs (chosen and rejected rows scored at their last real token), and plain scoring for
 //! evaluation. The loss is in `losses/bradley_terry.rs`.
 
-use super::grads::{adamw_over, apply_gradients, check_loss, StepStats};
+use super::grads::{adamw_over, apply_gradients_measured, check_loss, StepStats};
 use super::TokenBatch;
 use crate::losses::{bradley_terry_loss, BradleyTerryStats};
 use crate::mask::host_f64;
@@ -10,6 +10,7 @@ use crate::optim::AdamW;
 use crate::Result;
 use candle_core::Var;
 use oxalign_kernels::collective::Collective;
+use oxalign_models::nn::checkpointing::Checkpointing;
 use oxalign_models::RewardModel;
 
 /// A reward model and its optimizer.
@@ -22,6 +23,7 @@ pub struct RewardTrainer {
     /// [`crate::RlhfError::Diverged`] before the weights change). Default infinite.
     pub max_loss: f64,
     vars: Vec<Var>,
+    checkpoint: Option<std::sync::Arc<Checkpointing>>,
 }
 
 impl RewardTrainer {
@@ -33,7 +35,14 @@ impl RewardTrainer {
             opt,
             max_loss: f64::INFINITY,
             vars,
+            checkpoint: None,
         })
+    }
+
+    /// Turns on activation checkpointing for this trainer's forwards and backwards
+    /// ([`oxalign_models::Model::checkpoint_activations`]).
+    pub fn checkpoint_activations(&mut self) {
+        self.checkpoint = Some(self.model.checkpoint_activations());
     }
 
     /// Sequence scores `[B]` of `batch` (prompt + response), detached, on the host.
@@ -73,12 +82,13 @@ impl RewardTrainer {
             &device,
             collective,
         )?;
-        let step = apply_gradients(
+        let (step, _, _) = apply_gradients_measured(
             &loss.affine(weight, 0.0)?,
             &self.vars,
             &mut self.opt,
             max_grad_norm,
             collective,
+            self.checkpoint.as_deref(),
         )?;
         Ok((stats, step))
     }

@@ -16,6 +16,7 @@ use crate::optim::AdamW;
 use crate::{Result, RlhfError};
 use candle_core::{Tensor, Var};
 use oxalign_kernels::collective::Collective;
+use oxalign_models::nn::checkpointing::Checkpointing;
 use oxalign_models::nn::layer_residency::LayerResidency;
 use oxalign_models::ParamStore;
 use std::path::Path;
@@ -34,6 +35,8 @@ pub struct TrainParams {
     last_grad_bytes: usize,
     /// [`TrainMemory::step_peak`] of the last step.
     last_step_peak: Option<usize>,
+    /// The model's activation checkpointing, whose layers' gradients join the loss's.
+    checkpoint: Option<Arc<Checkpointing>>,
 }
 
 impl TrainParams {
@@ -45,7 +48,24 @@ impl TrainParams {
             experts: None,
             last_grad_bytes: 0,
             last_step_peak: None,
+            checkpoint: None,
         }
+    }
+
+    /// Adds the gradients `checkpoint` collects to every step's (activation checkpointing;
+    /// replicated training only: sharded training streams and recomputes its layers anyway).
+    pub(crate) fn set_checkpointing(&mut self, checkpoint: Arc<Checkpointing>) -> Result<()> {
+        if self.fsdp.is_some() || self.experts.is_some() {
+            return Err(crate::RlhfError::InvalidArgument {
+                name: "gradient_checkpointing".into(),
+                value: "true".into(),
+                reason: "applies to replicated trainers only (a sharded one recomputes its \
+                         layers already; expert-parallel ones are not supported)"
+                    .into(),
+            });
+        }
+        self.checkpoint = Some(checkpoint);
+        Ok(())
     }
 
     /// Backward, gradient exchange (all-reduce, or reduce-scatter when sharded), clip and
@@ -72,7 +92,14 @@ impl TrainParams {
             return Ok(stats);
         }
         let (stats, bytes, peak) = match &self.fsdp {
-            None => apply_gradients_measured(loss, &self.vars, opt, max_grad_norm, collective)?,
+            None => apply_gradients_measured(
+                loss,
+                &self.vars,
+                opt,
+                max_grad_norm,
+                collective,
+                self.checkpoint.as_deref(),
+            )?,
             Some(fsdp) => apply_sharded_gradients(
                 loss,
                 fsdp,

@@ -48,6 +48,9 @@ async fn spawn(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<Box<dyn RewardModel
         m.set_precision(r.model.precision);
         let mut t = RewardTrainer::new(m, r.rm.lr, 0.0).map_err(|e| fail(e.into()))?;
         t.max_loss = r.guard.max_policy_loss;
+        if r.model.gradient_checkpointing {
+            t.checkpoint_activations();
+        }
         trainers.push(t);
     }
     ctx.monitor.report(ActorInfo::new(ROLE, ROLE, g.names()));

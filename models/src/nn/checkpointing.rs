@@ -1,0 +1,90 @@
+//! Activation checkpointing (HF's `gradient_checkpointing`): a training forward keeps only
+//! each decoder layer's input, and the backward recomputes one layer at a time from it, so
+//! the activations held between forward and backward are `layers × [B, T, H]` instead of
+//! every intermediate of every layer. The price is one more forward of each layer.
+//!
+//! It is the streamed layer of the sharded trainer (`streamed_layer.rs`) with weights that
+//! never leave: [`Checkpointing`] is a [`LayerResidency`] whose layers are never "resident"
+//! (so each runs as one op outside candle's graph), whose acquire and release do nothing,
+//! and which collects the gradients each layer's recomputed backward computes for the
+//! trainable `Var`s. The trainer adds them to the gradients of the loss's own backward
+//! ([`Checkpointing::add_taken_to`]) before clipping and the optimizer step. Forwards with
+//! a KV cache run the layers as usual.
+
+use crate::nn::layer_residency::LayerResidency;
+use candle_core::backprop::GradStore;
+use candle_core::{Result, Tensor, Var};
+use std::sync::{Mutex, MutexGuard};
+
+/// The checkpointing of one model's decoder layers, collecting its trainable `Var`s'
+/// gradients from the layers' recomputed backwards.
+#[derive(Debug)]
+pub struct Checkpointing {
+    vars: Vec<Var>,
+    /// The gradient taken so far for each of `vars`.
+    taken: Mutex<Vec<Option<Tensor>>>,
+}
+
+impl Checkpointing {
+    /// Checkpointing whose gradients are those of `vars` (the model's trainable ones).
+    pub fn new(vars: Vec<Var>) -> Checkpointing {
+        let taken = Mutex::new(vec![None; vars.len()]);
+        Checkpointing { vars, taken }
+    }
+
+    fn taken(&self) -> MutexGuard<'_, Vec<Option<Tensor>>> {
+        self.taken.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Moves every gradient the layers' backwards produced since the last call into
+    /// `grads` (added to a gradient `grads` already holds for the same `Var`).
+    pub fn add_taken_to(&self, grads: &mut GradStore) -> Result<()> {
+        let mut taken = self.taken();
+        for (var, g) in self.vars.iter().zip(taken.iter_mut()) {
+            let Some(g) = g.take() else { continue };
+            let sum = match grads.get(var.as_tensor()) {
+                Some(have) => (have + g)?,
+                None => g,
+            };
+            grads.insert(var.as_tensor(), sum);
+        }
+        Ok(())
+    }
+
+    /// Forgets gradients taken and not yet added (a step that failed after its backward).
+    pub fn clear(&self) {
+        self.taken().iter_mut().for_each(|g| *g = None);
+    }
+}
+
+impl LayerResidency for Checkpointing {
+    fn is_resident(&self, _layer: usize) -> bool {
+        false
+    }
+
+    fn acquire(&self, _layer: usize) -> Result<()> {
+        Ok(())
+    }
+
+    fn release(&self, _layer: usize) -> Result<()> {
+        Ok(())
+    }
+
+    fn take_gradients(&self, _layer: usize, grads: &GradStore) -> Result<()> {
+        let mut taken = self.taken();
+        for (var, slot) in self.vars.iter().zip(taken.iter_mut()) {
+            let Some(g) = grads.get(var.as_tensor()) else {
+                continue;
+            };
+            *slot = Some(match slot.take() {
+                Some(have) => (have + g)?,
+                None => g.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    fn weights_stay(&self) -> bool {
+        true
+    }
+}

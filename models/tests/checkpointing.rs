@@ -1,0 +1,102 @@
+//! Activation checkpointing (`Model::checkpoint_activations`): the same function and the
+//! same gradients as the plain model (full fine-tuning and LoRA adapters; dense, Gemma's
+//! block and a mixture of experts, whose recompute replays the forward's routing), with the
+//! layers' weight gradients reaching the trainer through the checkpoint's handle; a cached
+//! forward (generation) still runs.
+
+mod common;
+
+use candle_core::{Device, Tensor};
+use common::{batch, ids, max_abs_diff, tiny};
+use oxalign_models::{CausalLm, Family, KvCache, LoraConfig};
+
+fn inputs() -> (Tensor, Tensor) {
+    let rows = [ids(1, 9, 64), ids(2, 9, 64)];
+    let mask = Tensor::new(&[[0u32, 0, 1, 1, 1, 1, 1, 1, 1], [1; 9]], &Device::Cpu).unwrap();
+    (batch(&rows), mask)
+}
+
+/// `(name, gradient)` of every trainable weight of `m` for a fixed loss.
+fn gradients(
+    m: &CausalLm,
+    extra: Option<&oxalign_models::nn::checkpointing::Checkpointing>,
+) -> (Tensor, Vec<(String, Tensor)>) {
+    let (x, mask) = inputs();
+    let logits = m.forward(&x, Some(&mask)).unwrap();
+    let loss = (logits.sqr().unwrap().mean_all().unwrap()
+        + logits.narrow(2, 0, 7).unwrap().mean_all().unwrap())
+    .unwrap();
+    let mut grads = loss.backward().unwrap();
+    if let Some(c) = extra {
+        c.add_taken_to(&mut grads).unwrap();
+    }
+    let out = m
+        .vars()
+        .into_iter()
+        .map(|(n, v)| {
+            let g = grads
+                .get(v.as_tensor())
+                .unwrap_or_else(|| panic!("{n}: no gradient (checkpointed: {})", extra.is_some()));
+            (n, g.clone())
+        })
+        .collect();
+    (logits, out)
+}
+
+fn assert_same(plain: &CausalLm, what: &str) {
+    let mut copy = plain.deep_clone().unwrap();
+    let checkpoint = copy.checkpoint_activations();
+    let (want_logits, want) = gradients(plain, None);
+    let (got_logits, got) = gradients(&copy, Some(&checkpoint));
+    assert_eq!(
+        max_abs_diff(&want_logits, &got_logits),
+        0.0,
+        "{what}: forward"
+    );
+    assert_eq!(want.len(), got.len());
+    for ((name, a), (_, b)) in want.iter().zip(&got) {
+        let scale = a
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+            .max(1e-6);
+        let d = max_abs_diff(a, b);
+        assert!(
+            d <= 1e-5 * scale,
+            "{what}: {name} differs by {d} (scale {scale})"
+        );
+    }
+}
+
+#[test]
+fn checkpointed_layers_give_the_plain_models_gradients() {
+    for family in [Family::Llama, Family::Gemma3, Family::Qwen3Moe] {
+        let m = CausalLm::init_random(&tiny(family), 5, &Device::Cpu).unwrap();
+        assert_same(&m, &format!("{family} full"));
+        let lora = LoraConfig::all_linear(4, 8.0);
+        let adapted = m.with_lora(&lora, 3).unwrap();
+        for (name, var) in adapted.vars() {
+            if name.ends_with("lora_B.weight") {
+                let t = (var.as_tensor().ones_like().unwrap() * 0.01).unwrap();
+                var.set(&t).unwrap();
+            }
+        }
+        assert_same(&adapted, &format!("{family} LoRA"));
+    }
+}
+
+#[test]
+fn a_cached_forward_runs_the_layers_as_usual() {
+    let m = CausalLm::init_random(&tiny(Family::Llama), 5, &Device::Cpu).unwrap();
+    let mut copy = m.deep_clone().unwrap();
+    let _checkpoint = copy.checkpoint_activations();
+    let x = Tensor::new(&[[3u32, 4, 5, 6]], &Device::Cpu).unwrap();
+    let mut cache = KvCache::new(m.config().num_hidden_layers);
+    let mut cache2 = KvCache::new(m.config().num_hidden_layers);
+    let want = m.forward_cached(&x, None, &mut cache).unwrap();
+    let got = copy.forward_cached(&x, None, &mut cache2).unwrap();
+    assert_eq!(max_abs_diff(&want, &got), 0.0);
+}
