@@ -335,3 +335,26 @@ fn lora_run_resumes_exactly(lora_keys: &str) {
     assert!(!run.join("reference/adapter").exists());
     assert_eq!(config["r"], 4);
 }
+
+/// `model.gradient_checkpointing = true` trains the same run: the SFT warm-up, the policy
+/// (PPO) and the critic recompute their layers in the backward and take the same steps, so
+/// every exact metric equals the run without it, with full weights and with LoRA adapters.
+#[test]
+fn activation_checkpointing_trains_the_same_run() {
+    let recipe = RECIPE
+        .replace("steps = 30", "steps = 3")
+        .replace("steps = 100", "steps = 10");
+    for lora in ["", "\n[lora]\nr = 4\nalpha = 8\n"] {
+        let recipe = recipe.clone() + lora;
+        let run = |checkpointing: &str| {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("r.toml"), &recipe).unwrap();
+            let key = format!("model.gradient_checkpointing={checkpointing}");
+            train(dir.path(), &["--set", &key]);
+            metrics(dir.path())
+        };
+        let (plain, checkpointed) = (run("false"), run("true"));
+        assert_eq!((plain.len(), checkpointed.len()), (3, 3));
+        assert_same_exact_metrics(&plain, &checkpointed);
+    }
+}

@@ -636,3 +636,25 @@ fn the_answer_field_must_name_a_column_other_than_the_prompt() {
     let e = parse("[data]\nanswer_column = \"solution\"\n", &[]).unwrap_err();
     assert!(e.to_string().contains("answer_column"), "{e}");
 }
+
+/// `model.gradient_checkpointing` is accepted for replicated CPU training (LoRA included)
+/// and refused, naming the key and why, where the recompute does not apply.
+#[test]
+fn gradient_checkpointing_is_refused_where_the_recompute_does_not_apply() {
+    let on = "[model]\ngradient_checkpointing = true\n";
+    for ok in [on.to_string(), format!("{on}[lora]\nr = 4\n")] {
+        let r = parse(&ok, &[]).unwrap();
+        validate(&r, Path::new("r.toml")).unwrap();
+    }
+    for (extra, why) in [
+        ("[placement]\nsharding = \"sharded\"\n", "sharded"),
+        ("[lora]\ndropout = 0.1\n", "lora.dropout"),
+    ] {
+        let r = parse(&format!("{on}{extra}"), &[]).unwrap();
+        let e = validate(&r, Path::new("r.toml")).unwrap_err().to_string();
+        assert!(
+            e.contains("model.gradient_checkpointing") && e.contains(why),
+            "{e}"
+        );
+    }
+}
