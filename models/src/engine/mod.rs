@@ -58,6 +58,7 @@
 //! ```
 
 mod block_pool;
+mod checksum;
 mod config;
 #[allow(clippy::module_inception)]
 mod engine;
@@ -80,9 +81,9 @@ mod step_item;
 mod weight_source;
 mod weights;
 
+pub use checksum::{checksum_f32, tensor_checksum};
 pub use config::{EngineConfig, QuantMode};
 pub use engine::Engine;
 pub use error::{EngineError, EngineResult};
 pub use refit::{Probe, RefitReport, WeightUpdate};
 pub use request::{Detokenize, EngineRequest};
-pub use weights::{checksum_f32, tensor_checksum};

@@ -2,8 +2,8 @@
 //! sender's per-tensor checksums, a fixed probe with the trainer's expected log-probs, and the
 //! report the engine returns. Applying a refit is `Engine::refit`; nothing here touches disk.
 
+use crate::engine::checksum::tensor_checksum;
 use crate::engine::error::EngineResult;
-use crate::engine::weights::tensor_checksum;
 use crate::moe::routing::{ExpertChoices, RouterTrace};
 use crate::nn::causal_lm::CausalLm;
 use crate::nn::precision::Precision;

@@ -9,8 +9,8 @@
 use crate::config::layout::causal_lm_specs;
 use crate::config::model_config::ModelConfig;
 use crate::config::param_spec::ParamSpec;
+use crate::engine::checksum::tensor_checksum;
 use crate::engine::error::EngineResult;
-use crate::engine::weights::tensor_checksum;
 use crate::error::ModelError;
 use crate::moe::expert_parallel::{ExpertNames, ExpertParallel};
 use candle_core::{DType, Device, Tensor};

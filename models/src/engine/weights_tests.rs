@@ -7,6 +7,7 @@ use crate::config::layout::causal_lm_specs;
 use crate::config::model_config::Family;
 use crate::config::param_spec::init_tensors;
 use crate::config::preset::Preset;
+use candle_core::DType;
 
 #[test]
 fn a_refit_build_keeps_the_unchanged_parts() {
