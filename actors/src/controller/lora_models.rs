@@ -10,9 +10,11 @@
 
 use crate::error::Cause;
 use crate::recipe::{BaseDtype, Recipe};
+use candle_core::Device;
 use oxalign_models::lora::{recorded_origin, ADAPTER_CONFIG_FILE, ADAPTER_SUBDIR};
 use oxalign_models::nn::head::Head;
 use oxalign_models::nn::model::Model;
+use oxalign_models::CausalLm;
 use oxalign_models::ModelError;
 use std::path::{Path, PathBuf};
 
@@ -47,6 +49,21 @@ pub(crate) fn load_trained<H: Head>(
         BaseDtype::F32 => Ok(model),
         kept => Ok(model.with_base_in(kept.dtype())?),
     }
+}
+
+/// The policy's model at `weights` on `device` as its trainer builds it: with `[lora]`,
+/// the adapters of `load_trained` (`lora.adapter` to start from, seeded by the run's seed).
+/// An engine role of a LoRA run builds the same model, so that it can take adapters alone.
+pub(crate) fn policy_model(
+    recipe: &Recipe,
+    weights: &Path,
+    device: &Device,
+) -> Result<CausalLm, Cause> {
+    let start = recipe.lora.as_ref().and_then(|l| l.adapter.as_deref());
+    let seed = recipe.run.seed ^ 0x10AA;
+    load_trained(recipe, weights, start.map(Path::new), seed, |d| {
+        Ok(CausalLm::load(d, device)?)
+    })
 }
 
 /// The base folder of the adapter in `saved`, when it holds one for this kind of model.

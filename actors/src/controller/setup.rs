@@ -5,7 +5,7 @@
 
 use crate::cluster::{Remote, RemoteSources, RoleKind};
 use crate::controller::error::{At, RunError};
-use crate::controller::lora_models::load_trained;
+use crate::controller::lora_models::{load_trained, policy_model};
 use crate::controller::shared_reference::{base_as_reference, start_reference};
 use crate::error::{Cause, Missing, RoleError};
 use crate::executor::ExecutorPool;
@@ -284,11 +284,7 @@ fn policy_trainer(
     weights: &Path,
     dev: &candle_core::Device,
 ) -> Result<PolicyTrainer, Cause> {
-    let start = recipe.lora.as_ref().and_then(|l| l.adapter.as_deref());
-    let seed = recipe.run.seed ^ 0x10AA;
-    let m = load_trained(recipe, weights, start.map(Path::new), seed, |d| {
-        Ok(CausalLm::load(d, dev)?)
-    })?;
+    let m = policy_model(recipe, weights, dev)?;
     if recipe.rl.routing_replay && m.config().moe.is_none() {
         return Err(Cause::RoutingReplayDense {
             weights: weights.to_path_buf(),
@@ -410,9 +406,17 @@ pub(crate) async fn spawn_engine(
     let name = crate::roles::ENGINE_ROLE;
     let fail = setup_failed(name);
     let (eg, devices) = group(p, name).map_err(RunError::at(At::Setup))?;
+    // With LoRA the engine role keeps the policy's model as the trainer builds it (frozen
+    // base and adapters) and takes the adapters alone at each refit.
     let engines = devices
         .iter()
-        .map(|d| EngineReplica::new(&CausalLm::load(weights, d)?, engine_config(recipe)))
+        .map(|d| match recipe.lora {
+            Some(_) => EngineReplica::with_adapters(
+                policy_model(recipe, weights, d)?,
+                engine_config(recipe),
+            ),
+            None => EngineReplica::new(&CausalLm::load(weights, d)?, engine_config(recipe)),
+        })
         .collect::<Result<Vec<_>, Cause>>()
         .map_err(&fail)?;
     let replicas = Replicas::new(name, eg.specs.clone(), engines, pool.clone()).map_err(&fail)?;

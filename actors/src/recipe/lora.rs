@@ -112,7 +112,7 @@ impl LoraSection {
 
 /// Refuses bad adapter settings, an `adapter` that is no PEFT folder, and what LoRA does
 /// not support yet: sharded training (the shards would be the adapters while the frozen
-/// base streams) and roles on worker nodes.
+/// base streams).
 pub(crate) fn validate(
     r: &Recipe,
     bad: &impl Fn(&str, String) -> RecipeError,
@@ -140,14 +140,6 @@ pub(crate) fn validate(
         return Err(bad(
             "lora",
             "LoRA with placement.sharding = \"sharded\" is not supported; use \"replicated\""
-                .into(),
-        ));
-    }
-    if !r.cluster.nodes.is_empty() {
-        return Err(bad(
-            "lora",
-            "LoRA with roles on worker nodes ([cluster]) is not supported yet; run the roles \
-             in this process"
                 .into(),
         ));
     }

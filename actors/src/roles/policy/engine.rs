@@ -26,6 +26,10 @@ pub struct EngineReplica {
     /// Record the experts every token is routed to (rollout routing replay,
     /// `rl.routing_replay`); the samples carry them to the trainer.
     pub record_routing: bool,
+    /// With `[lora]`, an engine role's copy of the trainer's model (the same frozen base
+    /// and adapters): an update then carries only the adapters, loaded into it and merged
+    /// here (see [`EngineReplica::refit_arrived`]).
+    adapted: Option<CausalLm>,
 }
 
 impl EngineReplica {
@@ -34,6 +38,17 @@ impl EngineReplica {
         Ok(Self {
             engine: Engine::from_model(model, config)?,
             record_routing: false,
+            adapted: None,
+        })
+    }
+
+    /// An engine serving the LoRA model `model` (base + adapters, merged), which it keeps:
+    /// its refits take adapters only.
+    pub fn with_adapters(model: CausalLm, config: EngineConfig) -> Result<Self, Cause> {
+        Ok(Self {
+            engine: Engine::from_model(&model, config)?,
+            record_routing: false,
+            adapted: Some(model),
         })
     }
 
@@ -48,6 +63,7 @@ impl EngineReplica {
         Ok(Self {
             engine: Engine::from_model_with_experts(model, config, ep)?,
             record_routing: false,
+            adapted: None,
         })
     }
 
@@ -122,8 +138,12 @@ impl EngineReplica {
     }
 
     /// Takes the weights an engine role received (`arrived`, already checked bucket by
-    /// bucket) as `version`: onto this engine's device, then [`Engine::refit`]'s own
-    /// verification (checksums of its copy, the probe).
+    /// bucket against the sender's checksums) as `version`: onto this engine's device, then
+    /// [`Engine::refit`]'s own verification (checksums of its copy, the probe). With LoRA
+    /// they are the adapters: loaded into the kept model (every adapter required, shapes
+    /// checked) and merged onto its frozen base here, so the checksums the engine checks its
+    /// copy against are this merge's, and the probe (the trainer's log-probs) verifies that
+    /// the merged weights compute the trainer's function.
     pub(crate) fn refit_arrived(
         &mut self,
         version: u64,
@@ -139,10 +159,16 @@ impl EngineReplica {
                 Ok((t.name.clone(), x))
             })
             .collect::<Result<_, candle_core::Error>>()?;
-        let update = WeightUpdate {
-            version,
-            tensors,
-            checksums: arrived.checksums.clone(),
+        let update = match &self.adapted {
+            Some(model) => {
+                model.load_weights_from(&tensors)?;
+                WeightUpdate::from_model(version, model)?
+            }
+            None => WeightUpdate {
+                version,
+                tensors,
+                checksums: arrived.checksums.clone(),
+            },
         };
         self.refit(&update, probe)
     }

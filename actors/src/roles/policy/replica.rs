@@ -41,25 +41,42 @@ impl PolicyReplica {
     /// The trainer's weights as update `version` (checksummed here), and the probe the
     /// engine must reproduce after taking them.
     pub(crate) fn refit_update(&self, version: u64) -> Result<(WeightUpdate, Probe), Cause> {
+        let update = WeightUpdate::from_model(version, &self.trainer.model)?;
+        Ok((update, self.probe()?))
+    }
+
+    /// The trainer's log-probs of a fixed sequence: the engine's on it must match them.
+    fn probe(&self) -> Result<Probe, Cause> {
         let model = &self.trainer.model;
         let vocab = model.config().vocab_size as u32;
-        // A fixed probe sequence: the engine's log-probs on it must match the trainer's.
         let probe_tokens: Vec<u32> = (0..16u32).map(|i| (i * 37 + 11) % vocab.max(1)).collect();
-        let probe = Probe::from_model(model, probe_tokens, self.refit_tolerance)?;
-        Ok((WeightUpdate::from_model(version, model)?, probe))
+        Ok(Probe::from_model(
+            model,
+            probe_tokens,
+            self.refit_tolerance,
+        )?)
     }
 
     /// The trainer's weights as update `version` for an engine role: host f32 copies packed
     /// into buckets of at most `bucket_bytes` (`cluster.refit_bucket_mb`), in name order,
-    /// each piece checksummed, with the probe.
+    /// each piece checksummed, with the probe. A LoRA model sends only what it trains (the
+    /// adapters and any module trained whole): the engine role holds the same frozen base
+    /// and merges them itself (`EngineReplica::refit_arrived`).
     pub(crate) fn export(&self, version: u64, bucket_bytes: usize) -> Result<WeightExport, Cause> {
-        let (update, probe) = self.refit_update(version)?;
-        let mut names: Vec<&String> = update.tensors.keys().collect();
+        let model = &self.trainer.model;
+        let (tensors, probe) = match model.lora() {
+            Some(_) => (model.params().snapshot()?, self.probe()?),
+            None => {
+                let (update, probe) = self.refit_update(version)?;
+                (update.tensors, probe)
+            }
+        };
+        let mut names: Vec<&String> = tensors.keys().collect();
         names.sort();
         let tensors = names
             .into_iter()
             .map(|name| {
-                let t = &update.tensors[name];
+                let t = &tensors[name];
                 Ok(HostTensor {
                     name: name.clone(),
                     shape: t.dims().to_vec(),
