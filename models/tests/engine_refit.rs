@@ -175,3 +175,72 @@ fn a_partial_update_serves_what_a_fresh_engine_serves() {
         );
     }
 }
+
+/// A LoRA model's update shares the frozen base and carries the adapters: the engine merges
+/// each adapted weight as it reads it (no merged copy of the model), checks it against the
+/// sender's checksum of the merged weight, and then serves exactly what a fresh engine on
+/// the eagerly merged weights serves. A base weight damaged in the update is refused.
+#[test]
+fn a_lora_update_is_merged_as_the_engine_reads_it() {
+    use oxalign_models::engine::tensor_checksum;
+    use oxalign_models::LoraConfig;
+    let cfg = tiny(Family::Llama);
+    let lora = LoraConfig {
+        r: 4,
+        alpha: 8.0,
+        dropout: 0.0,
+        target_modules: vec!["all-linear".into()],
+        modules_to_save: vec![],
+        use_rslora: false,
+    };
+    let trainer = CausalLm::init_random(&cfg, 1, &Device::Cpu)
+        .unwrap()
+        .with_lora(&lora, 3)
+        .unwrap();
+    let mut engine = Engine::from_model(&trainer, config()).unwrap();
+    for (i, (name, var)) in trainer.vars().into_iter().enumerate() {
+        if name.ends_with("lora_B.weight") {
+            let v = (var.as_tensor().ones_like().unwrap() * (0.01 * (i % 5 + 1) as f64)).unwrap();
+            var.set(&v).unwrap();
+        }
+    }
+    let q = "model.layers.0.self_attn.q_proj.weight";
+    let merged = trainer.weights().unwrap();
+    let update = WeightUpdate::from_model(1, &trainer).unwrap();
+    assert!(update.merge.is_some());
+    let diff = |a: &candle_core::Tensor, b: &candle_core::Tensor| {
+        let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
+        d.to_scalar::<f32>().unwrap()
+    };
+    assert!(
+        diff(&update.tensors[q], &merged[q]) > 0.0,
+        "the base, not a merged copy"
+    );
+    assert_eq!(update.checksums[q], tensor_checksum(&merged[q]).unwrap());
+
+    let mut damaged = update.clone();
+    let moved = (damaged.tensors[q].clone() + 1e-3).unwrap();
+    damaged.tensors.insert(q.into(), moved);
+    let err = engine.refit(&damaged, None).unwrap_err().to_string();
+    assert!(
+        err.contains(q) && err.contains("checksum mismatch"),
+        "{err}"
+    );
+    assert_eq!(engine.version(), 0);
+
+    let report = engine.refit(&update, None).unwrap();
+    assert_eq!(report.checksums_ok, cfg_params(&cfg));
+    let mut fresh = Engine::from_model(&trainer, config()).unwrap();
+    assert_eq!(
+        engine.generate(&reqs()).unwrap(),
+        fresh.generate(&reqs()).unwrap()
+    );
+}
+
+/// The number of weights of a plain model of `cfg`.
+fn cfg_params(cfg: &oxalign_models::ModelConfig) -> usize {
+    CausalLm::init_random(cfg, 0, &Device::Cpu)
+        .unwrap()
+        .vars()
+        .len()
+}

@@ -75,7 +75,7 @@ impl Engine {
         let num_blocks = config.resolve_num_blocks(&model)?;
         let (w, sums) = EngineWeights::build(
             &model,
-            weights,
+            (weights, None),
             config.quant,
             device,
             experts.as_ref(),
@@ -553,7 +553,7 @@ impl Engine {
         }
         let (staged, sums) = EngineWeights::build(
             &self.model,
-            &update.tensors,
+            (&update.tensors, update.merge.as_ref()),
             self.config.quant,
             &self.device,
             self.experts.as_ref(),

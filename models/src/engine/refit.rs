@@ -4,6 +4,7 @@
 
 use crate::engine::checksum::tensor_checksum;
 use crate::engine::error::EngineResult;
+use crate::lora::AdapterMerge;
 use crate::moe::routing::{ExpertChoices, RouterTrace};
 use crate::nn::causal_lm::CausalLm;
 use crate::nn::precision::Precision;
@@ -17,29 +18,52 @@ use std::collections::HashMap;
 pub struct WeightUpdate {
     /// Policy version these weights are (must be above the engine's current version).
     pub version: u64,
-    /// Weights by HF name (every `CausalLm` parameter; extra entries ignored).
+    /// Weights by HF name (every `CausalLm` parameter; extra entries ignored); with
+    /// `merge`, the base weights the adapters are merged into.
     pub tensors: HashMap<String, Tensor>,
-    /// Checksum of each tensor as the sender saw it.
+    /// Checksum of each weight as the sender saw it (merged, with `merge`).
     pub checksums: HashMap<String, u64>,
+    /// LoRA adapters the engine merges into `tensors` as it reads each weight, so that no
+    /// merged copy of every adapted layer exists at once; `None`: `tensors` are the weights.
+    pub merge: Option<AdapterMerge>,
 }
 
 impl WeightUpdate {
     /// An update of `tensors`, checksummed here (on the sender's side).
     pub fn new(version: u64, tensors: HashMap<String, Tensor>) -> EngineResult<WeightUpdate> {
+        WeightUpdate::merging(version, tensors, None)
+    }
+
+    /// An update of `tensors` with `merge`'s adapters merged into them, checksummed here
+    /// (each merged weight made, summed and dropped in turn).
+    pub fn merging(
+        version: u64,
+        tensors: HashMap<String, Tensor>,
+        merge: Option<AdapterMerge>,
+    ) -> EngineResult<WeightUpdate> {
         let checksums = tensors
             .iter()
-            .map(|(n, t)| Ok((n.clone(), tensor_checksum(t)?)))
+            .map(|(n, t)| {
+                let sum = match &merge {
+                    Some(m) => tensor_checksum(&m.weight(n, t)?)?,
+                    None => tensor_checksum(t)?,
+                };
+                Ok((n.clone(), sum))
+            })
             .collect::<candle_core::Result<_>>()?;
         Ok(WeightUpdate {
             version,
             tensors,
             checksums,
+            merge,
         })
     }
 
-    /// An update from a trainer model's current weights (detached copies).
+    /// An update from a trainer model's current weights (detached copies; a LoRA model's
+    /// frozen base shared and its adapters merged as the engine reads them).
     pub fn from_model(version: u64, model: &CausalLm) -> EngineResult<WeightUpdate> {
-        WeightUpdate::new(version, model.weights()?)
+        let (tensors, merge) = model.weights_to_merge()?;
+        WeightUpdate::merging(version, tensors, merge)
     }
 }
 

@@ -12,6 +12,7 @@ use crate::config::param_spec::ParamSpec;
 use crate::engine::checksum::tensor_checksum;
 use crate::engine::error::EngineResult;
 use crate::error::ModelError;
+use crate::lora::AdapterMerge;
 use crate::moe::expert_parallel::{ExpertNames, ExpertParallel};
 use candle_core::{DType, Device, Tensor};
 use std::cell::RefCell;
@@ -25,6 +26,8 @@ const WEIGHTS_MAP: &str = "<engine weights map>";
 /// The tensors one build reads, and the checksums it has recorded.
 pub(crate) struct WeightSource<'a> {
     tensors: &'a HashMap<String, Tensor>,
+    /// Adapters merged into `tensors` as each weight is read (a LoRA refit).
+    merge: Option<&'a AdapterMerge>,
     device: &'a Device,
     /// The checksums of the weights served now (a refit), by name.
     served: Option<&'a HashMap<String, u64>>,
@@ -33,20 +36,31 @@ pub(crate) struct WeightSource<'a> {
 
 impl<'a> WeightSource<'a> {
     pub(crate) fn new(
-        tensors: &'a HashMap<String, Tensor>,
+        (tensors, merge): (&'a HashMap<String, Tensor>, Option<&'a AdapterMerge>),
         device: &'a Device,
         served: Option<&'a HashMap<String, u64>>,
     ) -> WeightSource<'a> {
         WeightSource {
             tensors,
+            merge,
             device,
             served,
             sums: RefCell::new(HashMap::new()),
         }
     }
 
+    /// The update's weight for `spec` (merged with its adapter, if any), which must exist
+    /// with the declared shape.
+    fn checked(&self, spec: &ParamSpec) -> EngineResult<Tensor> {
+        let t = self.declared(spec)?;
+        match self.merge {
+            Some(m) => Ok(m.weight(&spec.name, t)?),
+            None => Ok(t.clone()),
+        }
+    }
+
     /// The update's tensor for `spec`, which must exist with the declared shape.
-    fn checked(&self, spec: &ParamSpec) -> EngineResult<&'a Tensor> {
+    fn declared(&self, spec: &ParamSpec) -> EngineResult<&'a Tensor> {
         let source = PathBuf::from(WEIGHTS_MAP);
         let t = self
             .tensors
@@ -92,7 +106,7 @@ impl<'a> WeightSource<'a> {
         };
         let mut sums = Vec::with_capacity(specs.len());
         for spec in specs {
-            let sum = tensor_checksum(self.checked(spec)?)?;
+            let sum = tensor_checksum(&self.checked(spec)?)?;
             if served.get(&spec.name) != Some(&sum) {
                 return Ok(false);
             }
@@ -116,7 +130,7 @@ impl<'a> WeightSource<'a> {
             .filter(|s| ep.is_none_or(|p| p.keeps(&names, &s.name)))
         {
             if let std::collections::hash_map::Entry::Vacant(slot) = sums.entry(spec.name.clone()) {
-                slot.insert(tensor_checksum(self.checked(&spec)?)?);
+                slot.insert(tensor_checksum(&self.checked(&spec)?)?);
             }
         }
         Ok(sums)

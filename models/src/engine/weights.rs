@@ -13,6 +13,7 @@ use crate::engine::expert::ExpertWeights;
 use crate::engine::linear::{host, Linear};
 use crate::engine::moe_forward::MoeWeights;
 use crate::engine::weight_source::WeightSource;
+use crate::lora::AdapterMerge;
 use crate::moe::expert_parallel::ExpertParallel;
 use crate::nn::rope::RotaryEmbedding;
 use candle_core::{Device, Tensor};
@@ -250,13 +251,13 @@ fn host_norm(cfg: &ModelConfig, w: &Tensor) -> EngineResult<Vec<f32>> {
 
 impl EngineWeights {
     /// Copies (and optionally quantizes) the weights of `cfg` from `tensors` (HF names; extra
-    /// entries ignored) onto `device`. Returns the weights and, per tensor, the checksum of
+    /// entries ignored; LoRA adapters merged into them as each is read) onto `device`. Returns the weights and, per tensor, the checksum of
     /// the engine's f32 copy. With `ep`, only this rank's routed experts are taken. With
     /// `served` (a refit: the weights served now and their checksums), every linear layer,
     /// the embedding and the LM head whose tensors did not change are kept, not copied.
     pub(crate) fn build(
         cfg: &ModelConfig,
-        tensors: &HashMap<String, Tensor>,
+        tensors: (&HashMap<String, Tensor>, Option<&AdapterMerge>),
         quant: QuantMode,
         device: &Device,
         ep: Option<&ExpertParallel>,

@@ -16,13 +16,13 @@ fn a_refit_build_keeps_the_unchanged_parts() {
     let dev = Device::Cpu;
     let mut tensors = init_tensors(&specs, 1, DType::F32, &dev).unwrap();
     let (served, sums) =
-        EngineWeights::build(&cfg, &tensors, QuantMode::None, &dev, None, None).unwrap();
+        EngineWeights::build(&cfg, (&tensors, None), QuantMode::None, &dev, None, None).unwrap();
     let q = "model.layers.0.self_attn.q_proj.weight";
     let moved = (tensors[q].clone() + 1.0).unwrap();
     tensors.insert(q.into(), moved);
     let (next, next_sums) = EngineWeights::build(
         &cfg,
-        &tensors,
+        (&tensors, None),
         QuantMode::None,
         &dev,
         None,

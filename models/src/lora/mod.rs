@@ -19,4 +19,5 @@ pub(crate) mod targets;
 
 pub use config::{LoraConfig, LoraError};
 pub use dropout::DropoutScope;
+pub use merge::AdapterMerge;
 pub use peft_files::{recorded_origin, ADAPTER_CONFIG_FILE, ADAPTER_SUBDIR, ADAPTER_WEIGHTS_FILE};

@@ -16,7 +16,7 @@ use crate::io::param_store::ParamStore;
 use crate::lora::config::{LoraConfig, LoraError};
 use crate::lora::dropout::{AdapterBinding, DropoutScope, LoraDropout};
 use crate::lora::init::fresh_adapters;
-use crate::lora::merge::merge_into;
+use crate::lora::merge::{merge_into, AdapterMerge};
 use crate::lora::parts::LoraParts;
 use crate::lora::peft_files::{read_adapter, write_adapter, ADAPTER_SUBDIR};
 use crate::lora::targets::{adapter_specs, saved_modules, targeted_linears};
@@ -238,6 +238,25 @@ impl<H: Head> Model<H> {
             .collect();
         merge_into(&mut all, &self.params.snapshot()?, l.config.scale())?;
         Ok(all)
+    }
+
+    /// The merged weights as parts, for a reader that merges one weight at a time: the
+    /// frozen base (shared, not copied) with the modules trained whole in place, and the
+    /// adapters to merge into it (`None` without adapters: the weights themselves, copied).
+    pub fn weights_to_merge(
+        &self,
+    ) -> candle_core::Result<(HashMap<String, Tensor>, Option<AdapterMerge>)> {
+        let Some(l) = &self.lora else {
+            return Ok((self.params.snapshot()?, None));
+        };
+        let mut base: HashMap<String, Tensor> = l
+            .base
+            .vars()
+            .into_iter()
+            .map(|(n, v)| (n, v.as_tensor().detach()))
+            .collect();
+        let merge = AdapterMerge::new(&mut base, self.params.snapshot()?, l.config.scale());
+        Ok((base, Some(merge)))
     }
 
     /// An independent copy of a LoRA model: base and adapters copied.

@@ -168,6 +168,7 @@ impl EngineReplica {
                 version,
                 tensors,
                 checksums: arrived.checksums.clone(),
+                merge: None,
             },
         };
         self.refit(&update, probe)
