@@ -1,7 +1,8 @@
 //! Refit tests: after the trainer's weights change, a verified refit makes the engine produce
 //! what a fresh engine / model with the new weights produces; a tensor corrupted in transit is
 //! caught by its checksum, a wrong probe and a stale version are rejected, and a rejected refit
-//! leaves the served weights and version untouched. The engine never aliases trainer storage.
+//! leaves the served weights and version untouched. The engine never aliases trainer storage
+//! that can change (only a LoRA model's frozen base embedding is read in place).
 
 mod common;
 

@@ -17,6 +17,7 @@ use crate::engine::simd::wide_simd;
 use crate::engine::stats::EngineStats;
 use crate::engine::step_item::{AttnDims, StepItem, WantLogits};
 use crate::engine::weights::EngineWeights;
+use crate::lora::AdapterMerge;
 use crate::moe::expert_parallel::ExpertParallel;
 use crate::moe::routing::ExpertChoices;
 use crate::nn::causal_lm::CausalLm;
@@ -71,11 +72,22 @@ impl Engine {
         device: &Device,
         experts: Option<ExpertParallel>,
     ) -> EngineResult<Engine> {
+        Engine::assemble(model, (weights, None), config, device, experts)
+    }
+
+    /// [`Engine::with_experts`] over `weights` with LoRA adapters merged as each is read.
+    fn assemble(
+        model: ModelConfig,
+        weights: (&HashMap<String, Tensor>, Option<&AdapterMerge>),
+        config: EngineConfig,
+        device: &Device,
+        experts: Option<ExpertParallel>,
+    ) -> EngineResult<Engine> {
         model.validate()?;
         let num_blocks = config.resolve_num_blocks(&model)?;
         let (w, sums) = EngineWeights::build(
             &model,
-            (weights, None),
+            weights,
             config.quant,
             device,
             experts.as_ref(),
@@ -122,11 +134,14 @@ impl Engine {
 
     /// An engine over the current weights of `model` (on the model's device).
     pub fn from_model(model: &CausalLm, config: EngineConfig) -> EngineResult<Engine> {
-        Engine::new(
-            model.config().clone(),
-            &model.weights()?,
+        let (weights, merge) = model.weights_to_merge()?;
+        let cfg = model.config().clone();
+        Engine::assemble(
+            cfg,
+            (&weights, merge.as_ref()),
             config,
             model.device(),
+            None,
         )
     }
 
@@ -139,14 +154,10 @@ impl Engine {
         config: EngineConfig,
         ep: ExpertParallel,
     ) -> EngineResult<Engine> {
-        let weights = model.weights()?;
-        Engine::with_experts(
-            model.config().clone(),
-            &weights,
-            config,
-            model.device(),
-            Some(ep),
-        )
+        let (weights, merge) = model.weights_to_merge()?;
+        let cfg = model.config().clone();
+        let on = model.device();
+        Engine::assemble(cfg, (&weights, merge.as_ref()), config, on, Some(ep))
     }
 
     /// The model config.

@@ -68,7 +68,7 @@ pub(crate) fn paged_forward(
     let global = rope_tables(items, inv_freq);
     let local = w.local_inv_freq.as_deref().map(|f| rope_tables(items, f));
     let hidden = w.hidden;
-    let mut x = embed_tokens(w, &ids);
+    let mut x = embed_tokens(w, &ids)?;
     let q_dim = dims.heads * dims.head_dim;
     let mut h = vec![0f32; total * hidden];
     let mut attn_out = vec![0f32; total * q_dim];
@@ -122,17 +122,14 @@ pub(crate) fn paged_forward(
 
 /// The embedding rows of `ids` (times the model's embedding scale): `[ids.len(), hidden]`
 /// f32, row-major.
-fn embed_tokens(w: &EngineWeights, ids: &[u32]) -> Vec<f32> {
+fn embed_tokens(w: &EngineWeights, ids: &[u32]) -> candle_core::Result<Vec<f32>> {
     let hidden = w.hidden;
     let mut x = vec![0f32; ids.len() * hidden];
-    for (row, &id) in x.chunks_mut(hidden).zip(ids) {
-        let id = id as usize;
-        row.copy_from_slice(&w.embed[id * hidden..(id + 1) * hidden]);
-    }
+    w.embed.copy_rows(ids, hidden, &mut x)?;
     if let Some(scale) = w.embed_scale {
         x.iter_mut().for_each(|v| *v *= scale);
     }
-    x
+    Ok(x)
 }
 
 /// The model's final soft-cap on LM-head logits, in place (Gemma 2; nothing otherwise), as

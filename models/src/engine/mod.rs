@@ -60,6 +60,7 @@
 mod block_pool;
 mod checksum;
 mod config;
+mod embed_table;
 #[allow(clippy::module_inception)]
 mod engine;
 mod error;

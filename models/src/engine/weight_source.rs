@@ -98,6 +98,23 @@ impl<'a> WeightSource<'a> {
         Ok(t)
     }
 
+    /// A LoRA update's tensor for `spec` as it is, not copied, when it has no adapter: the
+    /// frozen base (or a module trained whole, already a copy), which nothing writes; its
+    /// checksum recorded. `None` for any other update (the caller copies the weight).
+    pub(crate) fn frozen(&self, spec: &ParamSpec) -> EngineResult<Option<Tensor>> {
+        let Some(merge) = self.merge else {
+            return Ok(None);
+        };
+        if merge.adapts(&spec.name) || !self.device.same_device(&Device::Cpu) {
+            return Ok(None);
+        }
+        let t = self.declared(spec)?.clone();
+        self.sums
+            .borrow_mut()
+            .insert(spec.name.clone(), tensor_checksum(&t)?);
+        Ok(Some(t))
+    }
+
     /// True when this is a refit and every tensor of `specs` has the checksum of the one
     /// served now; their checksums are then recorded (the served copies are the update's).
     pub(crate) fn unchanged(&self, specs: &[&ParamSpec]) -> EngineResult<bool> {

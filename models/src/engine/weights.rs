@@ -8,6 +8,7 @@ use crate::config::layout::{
 use crate::config::model_config::{Activation, ModelConfig};
 use crate::config::param_spec::{DtypePolicy, ParamSpec};
 use crate::engine::config::QuantMode;
+use crate::engine::embed_table::EmbedTable;
 use crate::engine::error::{EngineError, EngineResult};
 use crate::engine::expert::ExpertWeights;
 use crate::engine::linear::{host, Linear};
@@ -52,7 +53,7 @@ pub(crate) struct LayerWeights {
 #[derive(Clone, Debug)]
 pub(crate) struct EngineWeights {
     /// Token embeddings `[vocab, hidden]`, host, row-major.
-    pub embed: Arc<Vec<f32>>,
+    pub embed: EmbedTable,
     pub hidden: usize,
     pub layers: Vec<LayerWeights>,
     pub norm: Vec<f32>,
@@ -275,7 +276,13 @@ impl EngineWeights {
         let head_spec = lm_head_param(cfg);
         let embed = match old {
             Some(w) if source.unchanged(&[&decl.embed_tokens])? => w.embed.clone(),
-            _ => Arc::new(host(&get(&decl.embed_tokens)?)?),
+            _ => match source
+                .frozen(&decl.embed_tokens)?
+                .and_then(|t| EmbedTable::frozen(&t))
+            {
+                Some(shared) => shared,
+                None => EmbedTable::Own(Arc::new(host(&get(&decl.embed_tokens)?)?)),
+            },
         };
         // The LM head is a linear layer (quantizable) even when it reuses the embedding.
         let lm_head = match (old, &head_spec) {

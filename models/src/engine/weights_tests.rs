@@ -29,7 +29,7 @@ fn a_refit_build_keeps_the_unchanged_parts() {
         Some((&served, &sums)),
     )
     .unwrap();
-    assert!(Arc::ptr_eq(&served.embed, &next.embed));
+    assert!(served.embed.same(&next.embed));
     let packed = |l: &Linear| match l {
         Linear::Packed(w, _) => Arc::as_ptr(w) as usize,
         other => panic!("expected a packed f32 weight, got {other:?}"),
@@ -41,5 +41,64 @@ fn a_refit_build_keeps_the_unchanged_parts() {
     assert_eq!(next_sums.len(), sums.len());
     for (name, sum) in &next_sums {
         assert_eq!(sum == &sums[name], name != q, "{name}");
+    }
+}
+
+/// A LoRA model's engine reads the frozen base embedding in place (no second copy of the
+/// largest unpacked tensor); a plain model's engine copies it, so that an optimizer's
+/// in-place update never reaches the rollouts without a refit.
+#[test]
+fn only_a_frozen_base_embedding_is_shared() {
+    use crate::engine::checksum::tensor_checksum;
+    use crate::engine::embed_table::host_ptr;
+    use crate::lora::LoraConfig;
+    use crate::nn::causal_lm::CausalLm;
+    let cfg = ModelConfig::preset(Family::Llama, Preset::Tiny, 64);
+    let dev = Device::Cpu;
+    let plain = CausalLm::init_random(&cfg, 1, &dev).unwrap();
+    let lora = LoraConfig {
+        r: 2,
+        alpha: 4.0,
+        dropout: 0.0,
+        target_modules: vec!["all-linear".into()],
+        modules_to_save: vec![],
+        use_rslora: false,
+    };
+    let adapted = plain.with_lora(&lora, 2).unwrap();
+    let embed = "model.embed_tokens.weight";
+    for (model, shared) in [(&plain, false), (&adapted, true)] {
+        let (tensors, merge) = model.weights_to_merge().unwrap();
+        let (w, sums) = EngineWeights::build(
+            &cfg,
+            (&tensors, merge.as_ref()),
+            QuantMode::None,
+            &dev,
+            None,
+            None,
+        )
+        .unwrap();
+        let base = model.vars().into_iter().chain(adapted_base(model));
+        let trainer_embed = base
+            .filter(|(n, _)| n == embed)
+            .map(|(_, v)| v)
+            .next()
+            .unwrap();
+        let same = match &w.embed {
+            EmbedTable::Frozen(t) => host_ptr(t) == host_ptr(trainer_embed.as_tensor()),
+            EmbedTable::Own(_) => false,
+        };
+        assert_eq!(same, shared);
+        assert_eq!(
+            sums[embed],
+            tensor_checksum(trainer_embed.as_tensor()).unwrap()
+        );
+    }
+}
+
+/// The frozen base's variables of a LoRA model (none for a plain one).
+fn adapted_base(model: &crate::nn::causal_lm::CausalLm) -> Vec<(String, candle_core::Var)> {
+    match model.lora() {
+        Some(_) => model.base_model().unwrap().vars(),
+        None => vec![],
     }
 }

@@ -54,6 +54,12 @@ impl AdapterMerge {
         AdapterMerge { adapters, scale }
     }
 
+    /// Whether the weight `name` has an adapter (its merged value is not its base value).
+    pub fn adapts(&self, name: &str) -> bool {
+        let (a_name, b_name) = adapter_names(name);
+        self.adapters.contains_key(&a_name) && self.adapters.contains_key(&b_name)
+    }
+
     /// The weight `name` whose base value is `w`: `W + scale · B·A` when it has an adapter
     /// (computed in f32, stored in `W`'s dtype, or f32 for a bf16 `W`: the update of a
     /// bf16 base must not be rounded away), `w` itself otherwise.
