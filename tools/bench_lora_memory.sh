@@ -9,7 +9,7 @@
 #
 # Each run: configs/grpo.toml without SFT, 4 RL steps of 16 prompts x 4 samples, 16 new
 # tokens, in a fresh temporary folder. Prints one line per run: peak RSS (GNU time's
-# maximum resident set), the median step time and policy-update time over steps 2-4.
+# maximum resident set), the median step, policy-update and refit times over steps 2-4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/target/release/oxalign}
@@ -36,7 +36,8 @@ mode, rep, d = sys.argv[1:]
 rows = [json.loads(l) for l in open(f"{d}/runs/b/metrics.jsonl")][1:]
 med = lambda k: statistics.median(r[k] for r in rows)
 rss = int(open(f"{d}/rss.txt").read().split()[-1]) / 1024
-print(f"{mode:9s} rep {rep}: peak RSS {rss:7.0f} MiB  step {med('step_seconds'):.2f} s  update {med('time_train'):.2f} s")
+print(f"{mode:9s} rep {rep}: peak RSS {rss:7.0f} MiB  step {med('step_seconds'):.2f} s  "
+      f"update {med('time_train'):.2f} s  refit {med('refit_seconds'):.3f} s")
 PY
     rm -rf "$dir"
   done
