@@ -9,7 +9,8 @@
 #
 # Each run: configs/grpo.toml without SFT, 4 RL steps of 16 prompts x 4 samples, 16 new
 # tokens, in a fresh temporary folder. Prints one line per run: peak RSS (GNU time's
-# maximum resident set), the median step, policy-update and refit times over steps 2-4.
+# maximum resident set), the median step, policy-update and refit times over steps 2-4,
+# and from the last checkpoint the bytes trained (gradients are as large) and AdamW's state.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/target/release/oxalign}
@@ -36,8 +37,17 @@ mode, rep, d = sys.argv[1:]
 rows = [json.loads(l) for l in open(f"{d}/runs/b/metrics.jsonl")][1:]
 med = lambda k: statistics.median(r[k] for r in rows)
 rss = int(open(f"{d}/rss.txt").read().split()[-1]) / 1024
+# The last checkpoint's files: what is trained (the adapter file, or every weight), whose
+# gradients are as large, and AdamW's moments.
+import glob, os
+ckpt = sorted(glob.glob(f"{d}/runs/b/checkpoints/step_*"))[-1] + "/policy"
+mib = lambda p: os.path.getsize(p) / 2**20
+adapter = f"{ckpt}/adapter/adapter_model.safetensors"
+trained = mib(adapter) if os.path.exists(adapter) else mib(f"{ckpt}/model.safetensors")
+optim = mib(f"{ckpt}/optimizer/optimizer.safetensors")
 print(f"{mode:9s} rep {rep}: peak RSS {rss:7.0f} MiB  step {med('step_seconds'):.2f} s  "
-      f"update {med('time_train'):.2f} s  refit {med('refit_seconds'):.3f} s")
+      f"update {med('time_train'):.2f} s  refit {med('refit_seconds'):.3f} s  "
+      f"trained {trained:.1f} MiB  optimizer {optim:.1f} MiB")
 PY
     rm -rf "$dir"
   done
