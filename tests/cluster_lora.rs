@@ -23,6 +23,14 @@ fn lora_recipe(placement: &str, addr: Option<&str>) -> String {
     r
 }
 
+/// The LoRA run in one process, on one replica: what the placed runs are compared with.
+fn one_process_run() -> tempfile::TempDir {
+    let one = tempfile::tempdir().unwrap();
+    let out = train(one.path(), &lora_recipe("", None));
+    assert!(out.status.success(), "single process: {}", stderr(&out));
+    one
+}
+
 /// Size of the final model's weights file: what a refit of every weight would send.
 fn full_weights_bytes(dir: &std::path::Path) -> f64 {
     let sft = dir.join("runs/c/final/model.safetensors");
@@ -33,9 +41,7 @@ fn full_weights_bytes(dir: &std::path::Path) -> f64 {
 
 #[test]
 fn a_lora_engine_on_a_worker_takes_only_the_adapters_and_trains_as_one_process() {
-    let one = tempfile::tempdir().unwrap();
-    let out = train(one.path(), &lora_recipe("", None));
-    assert!(out.status.success(), "single process: {}", stderr(&out));
+    let one = one_process_run();
 
     let n1 = Worker::start("127.0.0.1:0", None);
     let two = tempfile::tempdir().unwrap();
@@ -66,9 +72,7 @@ fn a_lora_engine_on_a_worker_takes_only_the_adapters_and_trains_as_one_process()
 
 #[test]
 fn a_lora_policy_on_a_worker_trains_as_one_process() {
-    let one = tempfile::tempdir().unwrap();
-    let out = train(one.path(), &lora_recipe("", None));
-    assert!(out.status.success(), "single process: {}", stderr(&out));
+    let one = one_process_run();
 
     let n1 = Worker::start("127.0.0.1:0", None);
     let two = tempfile::tempdir().unwrap();
@@ -110,9 +114,7 @@ fn assert_close(a: &std::path::Path, b: &std::path::Path, keys: &[&str], tol: f6
 /// replica's token mean, as without LoRA, so they are not compared.)
 #[test]
 fn lora_over_two_data_parallel_replicas_trains_as_one() {
-    let one = tempfile::tempdir().unwrap();
-    let out = train(one.path(), &lora_recipe("", None));
-    assert!(out.status.success(), "one replica: {}", stderr(&out));
+    let one = one_process_run();
     let two = tempfile::tempdir().unwrap();
     let placement = "policy = \"cpu:0,cpu:1\"\ncritic = \"cpu:0,cpu:1\"";
     let out = train(two.path(), &lora_recipe(placement, None));

@@ -83,15 +83,17 @@ impl<'a> WeightSource<'a> {
 
     /// The engine's own f32 copy of `spec`'s tensor on the device, its checksum recorded.
     pub(crate) fn tensor(&self, spec: &ParamSpec) -> EngineResult<Tensor> {
-        // `copy` gives the engine its own storage: a later in-place optimizer update of
-        // the trainer's `Var` must not leak into the rollout weights without a refit.
         let t = self
             .checked(spec)?
             .detach()
             .to_dtype(DType::F32)?
             .to_device(self.device)?
-            .contiguous()?
-            .copy()?;
+            .contiguous()?;
+        // `copy` gives the engine its own storage: a later in-place optimizer update of
+        // the trainer's `Var` must not leak into the rollout weights without a refit. A
+        // merged weight is already a tensor of its own.
+        let merged = self.merge.is_some_and(|m| m.adapts(&spec.name));
+        let t = if merged { t } else { t.copy()? };
         self.sums
             .borrow_mut()
             .insert(spec.name.clone(), tensor_checksum(&t)?);
@@ -105,7 +107,7 @@ impl<'a> WeightSource<'a> {
         let Some(merge) = self.merge else {
             return Ok(None);
         };
-        if merge.adapts(&spec.name) || !self.device.same_device(&Device::Cpu) {
+        if merge.adapts(&spec.name) {
             return Ok(None);
         }
         let t = self.declared(spec)?.clone();

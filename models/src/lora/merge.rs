@@ -6,24 +6,6 @@ use crate::lora::targets::adapter_names;
 use candle_core::{DType, Tensor};
 use std::collections::HashMap;
 
-/// `base` with every weight that has an adapter in `adapters` replaced by
-/// `W + scale · B·A` (computed in f32, stored in `W`'s dtype, or f32 for a bf16 `W`: the
-/// update of a bf16 base must not be rounded away), and every other tensor of
-/// `adapters` that `base` names (modules trained whole) taking the adapter set's value.
-pub(crate) fn merge_into(
-    base: &mut HashMap<String, Tensor>,
-    adapters: &HashMap<String, Tensor>,
-    scale: f64,
-) -> candle_core::Result<()> {
-    let merge = AdapterMerge::new(base, adapters.clone(), scale);
-    let weights: Vec<String> = base.keys().cloned().collect();
-    for name in weights {
-        let merged = merge.weight(&name, &base[&name])?;
-        base.insert(name, merged);
-    }
-    Ok(())
-}
-
 /// LoRA adapters to merge into a set of base weights one weight at a time, as a reader
 /// asks for each (an engine refit: no merged copy of every adapted layer at once).
 #[derive(Clone, Debug)]
@@ -52,6 +34,18 @@ impl AdapterMerge {
             }
         }
         AdapterMerge { adapters, scale }
+    }
+
+    /// Every weight of `weights` (the base this merge was made on) replaced by its merged
+    /// value ([`AdapterMerge::weight`]).
+    pub(crate) fn merge_all(
+        &self,
+        weights: &mut HashMap<String, Tensor>,
+    ) -> candle_core::Result<()> {
+        for (name, w) in weights.iter_mut() {
+            *w = self.weight(name, w)?;
+        }
+        Ok(())
     }
 
     /// Whether the weight `name` has an adapter (its merged value is not its base value).

@@ -16,7 +16,7 @@ use crate::io::param_store::ParamStore;
 use crate::lora::config::{LoraConfig, LoraError};
 use crate::lora::dropout::{AdapterBinding, DropoutScope, LoraDropout};
 use crate::lora::init::fresh_adapters;
-use crate::lora::merge::{merge_into, AdapterMerge};
+use crate::lora::merge::AdapterMerge;
 use crate::lora::parts::LoraParts;
 use crate::lora::peft_files::{read_adapter, write_adapter, ADAPTER_SUBDIR};
 use crate::lora::targets::{adapter_specs, saved_modules, targeted_linears};
@@ -224,19 +224,13 @@ impl<H: Head> Model<H> {
     /// The merged weights `W + (α/r)·B·A` of every adapted layer, the base's elsewhere,
     /// and the modules trained whole (detached copies, HF names).
     pub(crate) fn merged_weights(&self) -> candle_core::Result<HashMap<String, Tensor>> {
-        let Some(l) = &self.lora else {
-            return self.params.snapshot();
-        };
         // The base never changes, so its tensors are shared, not copied: only the adapted
         // weights are new tensors (a refit or save of a LoRA model costs their size, not
         // the model's).
-        let mut all: HashMap<String, Tensor> = l
-            .base
-            .vars()
-            .into_iter()
-            .map(|(n, v)| (n, v.as_tensor().detach()))
-            .collect();
-        merge_into(&mut all, &self.params.snapshot()?, l.config.scale())?;
+        let (mut all, merge) = self.weights_to_merge()?;
+        if let Some(m) = merge {
+            m.merge_all(&mut all)?;
+        }
         Ok(all)
     }
 
