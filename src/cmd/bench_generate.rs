@@ -221,6 +221,9 @@ fn build_engine(args: &Args, quant: QuantMode, model: &CausalLm) -> anyhow::Resu
         max_batched_tokens: args.max_batched_tokens as usize,
         max_running: args.batch as usize,
         quant,
+        // Every repetition generates the same prompts: a cache across calls would skip
+        // their prefill, which HF's `generate` does not.
+        prefix_cache: false,
         ..EngineConfig::default()
     };
     match Engine::from_model(model, ec) {

@@ -219,6 +219,7 @@ pub fn engine_config(recipe: &Recipe) -> EngineConfig {
         max_batched_tokens: e.max_batched_tokens,
         max_running: e.max_running,
         prefix_sharing: true,
+        prefix_cache: e.prefix_cache,
         quant: e.quant,
     }
 }
@@ -229,6 +230,7 @@ pub(crate) fn scoring_engine_config(recipe: &Recipe) -> EngineConfig {
     EngineConfig {
         quant: QuantMode::None,
         prefix_sharing: false,
+        prefix_cache: false,
         ..engine_config(recipe)
     }
 }

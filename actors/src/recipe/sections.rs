@@ -620,6 +620,10 @@ pub struct EngineSection {
     pub max_batched_tokens: usize,
     /// Most sequences running at once. Default `256`.
     pub max_running: usize,
+    /// Keep the KV blocks of finished sequences, at the served weights, for later requests
+    /// that start with the same tokens (the next turn of an episode, a shared system
+    /// prompt). Default `true`; every refit clears them.
+    pub prefix_cache: bool,
     /// Weight precision for rollouts: `none`, `bf16`, `int8` or `q4`. Default `"none"`.
     pub quant: QuantMode,
     /// Largest allowed |Δ log-prob| between engine and trainer on the refit probe, per nat
@@ -635,6 +639,7 @@ impl Default for EngineSection {
             kv_memory_mb: 256,
             max_batched_tokens: 2048,
             max_running: 256,
+            prefix_cache: true,
             quant: QuantMode::None,
             refit_tolerance: 1e-4,
         }

@@ -1,6 +1,9 @@
 //! The paged KV cache: a pool of fixed-size K/V blocks per layer in host f32 buffers, with a
-//! free list and reference counts (prefix sharing, copy-on-write copies). It knows nothing
-//! about sequences or scheduling; block tables are held by the scheduler's sequences.
+//! free list and reference counts (prefix sharing, copy-on-write copies), and optionally the
+//! prefix cache of full blocks left by finished sequences (`prefix_cache.rs`). It knows
+//! nothing about sequences or scheduling; block tables are held by the scheduler's sequences.
+
+use crate::engine::prefix_cache::{NodeId, PrefixCache, ROOT};
 
 /// Pool of KV blocks. Layout of each layer's buffers (f32, keys after RoPE):
 /// keys `[num_blocks, kv_heads, head_dim, block_size]` (a block's positions are contiguous
@@ -17,6 +20,15 @@ pub(crate) struct BlockPool {
     refcount: Vec<u32>,
     free: Vec<usize>,
     peak_used: usize,
+    cache: Option<PrefixCache>,
+}
+
+/// What a prefix match found: the cached blocks of the prefix, in order, and the trie node of
+/// the last one (where the sequence's next full block is cached).
+#[derive(Debug)]
+pub(crate) struct PrefixMatch {
+    pub blocks: Vec<usize>,
+    pub node: NodeId,
 }
 
 impl BlockPool {
@@ -41,7 +53,14 @@ impl BlockPool {
             // Popped from the back: hand out low block ids first.
             free: (0..num_blocks).rev().collect(),
             peak_used: 0,
+            cache: None,
         }
+    }
+
+    /// Keeps full blocks of finished sequences for later requests with the same prefix.
+    pub fn with_prefix_cache(mut self) -> BlockPool {
+        self.cache = Some(PrefixCache::new(self.num_blocks));
+        self
     }
 
     /// Tokens per block.
@@ -54,14 +73,19 @@ impl BlockPool {
         self.num_blocks
     }
 
-    /// Blocks not referenced by any sequence.
+    /// Blocks not referenced by any sequence (free, or cached and idle).
     pub fn num_free(&self) -> usize {
-        self.free.len()
+        self.free.len() + self.cache.as_ref().map_or(0, PrefixCache::num_idle)
+    }
+
+    /// Blocks in the prefix cache (in use or idle).
+    pub fn num_cached(&self) -> usize {
+        self.cache.as_ref().map_or(0, PrefixCache::len)
     }
 
     /// Blocks referenced by at least one sequence.
     pub fn num_used(&self) -> usize {
-        self.num_blocks - self.free.len()
+        self.num_blocks - self.num_free()
     }
 
     /// Most blocks in use at once since the pool was made.
@@ -74,8 +98,16 @@ impl BlockPool {
         self.refcount[block]
     }
 
-    /// Takes a free block (refcount 1), or `None` when the pool is exhausted.
+    /// Takes a free block (refcount 1), evicting the least recently used cached prefix when
+    /// none is free, or `None` when the pool is exhausted.
     pub fn allocate(&mut self) -> Option<usize> {
+        if self.free.is_empty() {
+            if let Some(cache) = &mut self.cache {
+                let mut freed = cache.evict_oldest();
+                freed.reverse();
+                self.free.extend(freed);
+            }
+        }
         let b = self.free.pop()?;
         self.refcount[b] = 1;
         self.peak_used = self.peak_used.max(self.num_used());
@@ -92,8 +124,55 @@ impl BlockPool {
     pub fn release(&mut self, block: usize) {
         debug_assert!(self.refcount[block] > 0, "releasing a free block");
         self.refcount[block] -= 1;
-        if self.refcount[block] == 0 {
-            self.free.push(block);
+        if self.refcount[block] > 0 {
+            return;
+        }
+        match &mut self.cache {
+            Some(cache) if cache.holds(block) => cache.park(block),
+            _ => self.free.push(block),
+        }
+    }
+
+    /// The longest cached prefix of `tokens` in whole blocks, at most `max_blocks` of them;
+    /// each block found gains a reference (the caller's sequence now holds it).
+    pub fn match_prefix(&mut self, tokens: &[u32], max_blocks: usize) -> PrefixMatch {
+        let mut found = PrefixMatch {
+            blocks: vec![],
+            node: ROOT,
+        };
+        let Some(cache) = &mut self.cache else {
+            return found;
+        };
+        for chunk in tokens.chunks_exact(self.block_size).take(max_blocks) {
+            let Some((node, block)) = cache.child(found.node, chunk) else {
+                break;
+            };
+            if self.refcount[block] == 0 {
+                cache.unpark(block);
+            }
+            self.refcount[block] += 1;
+            cache.touch(node);
+            found.blocks.push(block);
+            found.node = node;
+        }
+        self.peak_used = self.peak_used.max(self.num_used());
+        found
+    }
+
+    /// Caches `block`, full with `tokens`, under the prefix ending at `parent`. Returns its
+    /// node, or `None` when the same tokens are cached already under `parent` (or there is no
+    /// cache): then the block stays private and the sequence caches no further blocks.
+    pub fn cache_block(&mut self, parent: NodeId, tokens: &[u32], block: usize) -> Option<NodeId> {
+        debug_assert_eq!(tokens.len(), self.block_size);
+        self.cache.as_mut()?.insert(parent, tokens, block)
+    }
+
+    /// Empties the prefix cache (the weights changed): its idle blocks become free.
+    pub fn clear_prefix_cache(&mut self) {
+        if let Some(cache) = &mut self.cache {
+            let mut freed = cache.clear();
+            freed.reverse();
+            self.free.extend(freed);
         }
     }
 

@@ -57,6 +57,10 @@ pub struct EngineConfig {
     pub max_running: usize,
     /// Share the prompt's KV blocks between requests with identical prompts (default true).
     pub prefix_sharing: bool,
+    /// Keep the full KV blocks of finished sequences, at the served weights, for later
+    /// requests that start with the same tokens: the next turn of an episode prefills only
+    /// the reply and its own turn (default true; cleared by every refit).
+    pub prefix_cache: bool,
     /// Linear-layer weight precision (default f32).
     pub quant: QuantMode,
 }
@@ -70,6 +74,7 @@ impl Default for EngineConfig {
             max_batched_tokens: 2048,
             max_running: 256,
             prefix_sharing: true,
+            prefix_cache: true,
             quant: QuantMode::None,
         }
     }

@@ -93,13 +93,16 @@ impl Engine {
             experts.as_ref(),
             None,
         )?;
-        let pool = BlockPool::new(
+        let mut pool = BlockPool::new(
             model.num_hidden_layers,
             num_blocks,
             config.block_size,
             model.num_key_value_heads,
             model.head_dim,
         );
+        if config.prefix_cache {
+            pool = pool.with_prefix_cache();
+        }
         let stats = EngineStats {
             block_size: config.block_size,
             num_blocks,
@@ -186,6 +189,7 @@ impl Engine {
         s.blocks_used = self.pool.num_used();
         s.blocks_free = self.pool.num_free();
         s.peak_blocks_used = self.pool.peak_used();
+        s.cached_blocks = self.pool.num_cached();
         s
     }
 
@@ -261,10 +265,12 @@ impl Engine {
             stops: &stops,
             detokenize,
         };
+        // Routing replay records the experts of every fed token, so nothing is skipped.
         let mut sched = Scheduler::new(
             self.new_sequences(requests),
             self.config.max_batched_tokens,
             self.config.max_running,
+            log.is_none(),
         );
         while !self.all_ranks_done(sched.is_done())? {
             if sched.is_done() {
@@ -276,6 +282,7 @@ impl Engine {
         }
         self.stats.preemptions += sched.preemptions;
         self.stats.cow_copies += sched.cow_copies;
+        self.stats.prefix_cache_hit_tokens += sched.cache_hit_tokens;
         Ok(out)
     }
 
@@ -304,16 +311,12 @@ impl Engine {
                     }
                 }
             }
-            seqs.push(Sequence {
-                req: i,
-                tokens: req.prompt.clone(),
-                prompt_len: req.prompt.len(),
-                computed: 0,
-                blocks: vec![],
-                sampler: Sampler::new(req.sampling.clone()),
-                followers: vec![],
+            seqs.push(Sequence::new(
+                i,
+                &req.prompt,
+                Sampler::new(req.sampling.clone()),
                 state,
-            });
+            ));
         }
         seqs
     }
@@ -367,7 +370,9 @@ impl Engine {
             } else {
                 self.stats.prefill_tokens += p.chunk as u64;
             }
-            if s.computed < s.tokens.len() {
+            let done = s.computed == s.tokens.len();
+            sched.cache_full_blocks(p.seq, &mut self.pool);
+            if !done {
                 continue;
             }
             draws.push((p.seq, row));
@@ -582,6 +587,8 @@ impl Engine {
         self.stats.weight_bytes = staged.linear_bytes();
         self.weights = staged;
         self.stats.version = update.version;
+        // Cached K/V were computed by the old weights.
+        self.pool.clear_prefix_cache();
         let bytes = names
             .iter()
             .filter_map(|n| update.tensors.get(*n))

@@ -1,11 +1,14 @@
-//! The rollout engine: a paged KV cache (block pool with reference counts, prefix sharing and
-//! copy-on-write), a continuous-batching scheduler (chunked prefill, batched decode, preemption
+//! The rollout engine: a paged KV cache (block pool with reference counts, prefix sharing,
+//! copy-on-write and a prefix cache across calls), a continuous-batching scheduler (chunked prefill, batched decode, preemption
 //! by recompute), seeded sampling with stop tokens/strings, verified versioned refits, and
 //! optional int8/4-bit weights. CPU first; it does not train.
 //!
 //! The parts:
 //! * `block_pool.rs`: the paged KV cache: host f32 blocks per layer, reference counts,
 //!   copy-on-write. Keys are channel-major within a block, values position-major.
+//! * `prefix_cache.rs`: full blocks of finished sequences kept (a trie over blocks of tokens,
+//!   LRU eviction, cleared by every refit), so the next turn of an episode or a recomputed
+//!   sequence prefills only what is new.
 //! * `scheduler.rs`: continuous batching, chunked prefill under a token budget, prefix sharing
 //!   between the samples of one prompt, preemption by recompute.
 //! * `forward.rs`: one step over a ragged batch, on host buffers: per layer RMSNorm, fused
@@ -70,6 +73,7 @@ mod linear;
 mod moe_dispatch;
 mod moe_forward;
 mod paged_attention;
+mod prefix_cache;
 mod refit;
 mod request;
 mod route_log;

@@ -1,10 +1,12 @@
 //! Continuous-batching scheduler: per-sequence state and block tables, the waiting queue and
 //! running batch, chunked prefill under a token budget, batched decode, prefix sharing of a
-//! prompt between its samples (fork + copy-on-write), and preemption by recompute when blocks
-//! run out. It decides what runs each step; the math is in `forward.rs`.
+//! prompt between its samples (fork + copy-on-write), the prefix cache's matches on admission
+//! and its full blocks as they fill, and preemption by recompute when blocks run out. It
+//! decides what runs each step; the math is in `forward.rs`.
 
 use crate::engine::block_pool::BlockPool;
 use crate::engine::error::{EngineError, EngineResult};
+use crate::engine::prefix_cache::{NodeId, ROOT};
 use crate::engine::sampler::Sampler;
 use std::collections::VecDeque;
 
@@ -41,6 +43,26 @@ pub(crate) struct Sequence {
     pub followers: Vec<usize>,
     /// Life-cycle state.
     pub state: SeqState,
+    /// Leading blocks that are in the prefix cache, and the cache node of the last of them
+    /// (`None` once one of its blocks was found cached already: it caches no more).
+    pub cached: (usize, Option<NodeId>),
+}
+
+impl Sequence {
+    /// A waiting sequence for request `req` with prompt `prompt`.
+    pub fn new(req: usize, prompt: &[u32], sampler: Sampler, state: SeqState) -> Sequence {
+        Sequence {
+            req,
+            tokens: prompt.to_vec(),
+            prompt_len: prompt.len(),
+            computed: 0,
+            blocks: vec![],
+            sampler,
+            followers: vec![],
+            state,
+            cached: (0, Some(ROOT)),
+        }
+    }
 }
 
 /// One scheduled item: `chunk` new tokens of sequence `seq` starting at its `computed`.
@@ -57,13 +79,24 @@ pub(crate) struct Scheduler {
     running: Vec<usize>,
     max_batched_tokens: usize,
     max_running: usize,
+    /// Look admitted sequences up in the pool's prefix cache.
+    match_cache: bool,
     pub preemptions: u64,
     pub cow_copies: u64,
+    /// Tokens whose K/V an admitted sequence found in the prefix cache.
+    pub cache_hit_tokens: u64,
 }
 
 impl Scheduler {
-    /// A scheduler over `seqs`; sequences in state `Waiting` are queued in order.
-    pub fn new(seqs: Vec<Sequence>, max_batched_tokens: usize, max_running: usize) -> Scheduler {
+    /// A scheduler over `seqs`; sequences in state `Waiting` are queued in order. With
+    /// `match_cache`, an admitted sequence starts after the longest prefix the pool's cache
+    /// holds.
+    pub fn new(
+        seqs: Vec<Sequence>,
+        max_batched_tokens: usize,
+        max_running: usize,
+        match_cache: bool,
+    ) -> Scheduler {
         let waiting = seqs
             .iter()
             .enumerate()
@@ -76,8 +109,10 @@ impl Scheduler {
             running: vec![],
             max_batched_tokens,
             max_running,
+            match_cache,
             preemptions: 0,
             cow_copies: 0,
+            cache_hit_tokens: 0,
         }
     }
 
@@ -124,11 +159,14 @@ impl Scheduler {
             if !self.running.is_empty() && self.running.len() + group > self.max_running {
                 break;
             }
+            let hit = self.match_cached_prefix(idx, pool);
             let s = &self.seqs[idx];
             let chunk = (s.tokens.len() - s.computed).min(budget);
             if !self.ensure_blocks(idx, chunk, pool)? {
+                self.drop_blocks(idx, pool);
                 break;
             }
+            self.cache_hit_tokens += hit as u64;
             self.waiting.pop_front();
             self.seqs[idx].state = SeqState::Running;
             self.running.push(idx);
@@ -170,14 +208,54 @@ impl Scheduler {
         Ok(true)
     }
 
-    /// Preemption by recompute: frees the blocks of `idx` and queues it first; its tokens
-    /// (prompt + generated) are prefilled again when it is readmitted.
-    fn preempt(&mut self, idx: usize, pool: &mut BlockPool) {
+    /// Starts sequence `idx` (holding no blocks) after the longest cached prefix of its
+    /// tokens, leaving at least one token to compute (its logits are needed). Returns the
+    /// tokens found.
+    fn match_cached_prefix(&mut self, idx: usize, pool: &mut BlockPool) -> usize {
+        let s = &mut self.seqs[idx];
+        if !self.match_cache || s.computed > 0 {
+            return 0;
+        }
+        let bs = pool.block_size();
+        let found = pool.match_prefix(&s.tokens, (s.tokens.len() - 1) / bs);
+        let n = found.blocks.len();
+        s.blocks = found.blocks;
+        s.computed = n * bs;
+        s.cached = (n, Some(found.node));
+        n * bs
+    }
+
+    /// Caches the blocks of sequence `idx` that its computed tokens have filled since the
+    /// last call, each under the one before it.
+    pub fn cache_full_blocks(&mut self, idx: usize, pool: &mut BlockPool) {
+        let bs = pool.block_size();
+        let s = &mut self.seqs[idx];
+        while let (n, Some(parent)) = s.cached {
+            if (n + 1) * bs > s.computed {
+                break;
+            }
+            let node = pool.cache_block(parent, &s.tokens[n * bs..(n + 1) * bs], s.blocks[n]);
+            s.cached = (n + 1, node);
+        }
+    }
+
+    /// Releases every block of `idx`: it computes from scratch (or the cache) when next
+    /// admitted.
+    fn drop_blocks(&mut self, idx: usize, pool: &mut BlockPool) {
         let s = &mut self.seqs[idx];
         for b in s.blocks.drain(..) {
             pool.release(b);
         }
         s.computed = 0;
+        s.cached = (0, Some(ROOT));
+    }
+
+    /// Preemption by recompute: frees the blocks of `idx` and queues it first; its tokens
+    /// (prompt + generated) are prefilled again (or found in the prefix cache) when it is
+    /// readmitted.
+    fn preempt(&mut self, idx: usize, pool: &mut BlockPool) {
+        self.drop_blocks(idx, pool);
+        let s = &mut self.seqs[idx];
         s.state = SeqState::Waiting;
         self.waiting.push_front(idx);
         self.preemptions += 1;
@@ -190,6 +268,7 @@ impl Scheduler {
         let followers = std::mem::take(&mut self.seqs[leader].followers);
         let blocks = self.seqs[leader].blocks.clone();
         let computed = self.seqs[leader].computed;
+        let cached = self.seqs[leader].cached;
         let mut shared = 0;
         for &f in &followers {
             for &b in &blocks {
@@ -199,6 +278,7 @@ impl Scheduler {
             let s = &mut self.seqs[f];
             s.blocks = blocks.clone();
             s.computed = computed;
+            s.cached = cached;
             s.state = SeqState::Running;
             self.running.push(f);
         }

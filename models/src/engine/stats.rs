@@ -26,6 +26,11 @@ pub struct EngineStats {
     pub forked_sequences: u64,
     /// Copy-on-write block copies.
     pub cow_copies: u64,
+    /// Prompt (and recomputed) tokens whose K/V were found in the prefix cache instead of
+    /// prefilled.
+    pub prefix_cache_hit_tokens: u64,
+    /// Blocks in the prefix cache now (full blocks kept at the served weights).
+    pub cached_blocks: usize,
     /// Forward steps run.
     pub steps: u64,
     /// Prompt (and recomputed) tokens processed.
