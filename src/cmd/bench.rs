@@ -22,6 +22,7 @@ pub enum BenchCommand {
     Matmul(super::bench_matmul::Args),
     Generate(super::bench_generate::Args),
     RlStep(super::bench_rl_step::Args),
+    Turns(super::bench_turns::Args),
 }
 
 /// Runs `oxalign bench <benchmark>`.
@@ -31,5 +32,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         BenchCommand::Matmul(a) => super::bench_matmul::run(a),
         BenchCommand::Generate(a) => super::bench_generate::run(a),
         BenchCommand::RlStep(a) => super::bench_rl_step::run(a),
+        BenchCommand::Turns(a) => super::bench_turns::run(a),
     }
 }

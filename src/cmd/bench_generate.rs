@@ -309,7 +309,7 @@ fn measure(args: &Args, runner: &mut Runner<'_>) -> anyhow::Result<Measured> {
 }
 
 /// `batch` prompts of `len` token ids drawn from `1..vocab` by a fixed LCG of `seed`.
-fn random_prompts(seed: u64, batch: u64, len: u64, vocab: usize) -> Vec<Vec<u32>> {
+pub(super) fn random_prompts(seed: u64, batch: u64, len: u64, vocab: usize) -> Vec<Vec<u32>> {
     let mut x = seed ^ 0x2545_F491_4F6C_DD1D;
     (0..batch)
         .map(|_| {

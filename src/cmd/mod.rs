@@ -7,6 +7,7 @@ pub mod bench_matmul;
 pub mod bench_rl_step;
 pub mod bench_train;
 pub mod bench_train_batch;
+pub mod bench_turns;
 pub mod cluster;
 pub(crate) mod curves;
 pub mod dashboard;
