@@ -20,7 +20,7 @@ pub(crate) struct BlockPool {
     refcount: Vec<u32>,
     free: Vec<usize>,
     peak_used: usize,
-    cache: Option<PrefixCache>,
+    cache: Option<Box<PrefixCache>>,
 }
 
 /// What a prefix match found: the cached blocks of the prefix, in order, and the trie node of
@@ -59,7 +59,7 @@ impl BlockPool {
 
     /// Keeps full blocks of finished sequences for later requests with the same prefix.
     pub fn with_prefix_cache(mut self) -> BlockPool {
-        self.cache = Some(PrefixCache::new(self.num_blocks));
+        self.cache = Some(Box::new(PrefixCache::new(self.num_blocks)));
         self
     }
 
@@ -75,12 +75,12 @@ impl BlockPool {
 
     /// Blocks not referenced by any sequence (free, or cached and idle).
     pub fn num_free(&self) -> usize {
-        self.free.len() + self.cache.as_ref().map_or(0, PrefixCache::num_idle)
+        self.free.len() + self.cache.as_ref().map_or(0, |c| c.num_idle())
     }
 
     /// Blocks in the prefix cache (in use or idle).
     pub fn num_cached(&self) -> usize {
-        self.cache.as_ref().map_or(0, PrefixCache::len)
+        self.cache.as_ref().map_or(0, |c| c.len())
     }
 
     /// Blocks referenced by at least one sequence.
