@@ -40,6 +40,18 @@ pub enum Truncation {
     Bootstrap,
 }
 
+/// How the policy's learning rate moves over the RL steps.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RlLrSchedule {
+    /// `rl.lr` at every step.
+    Constant,
+    /// From `rl.lr` at the first RL step down to 0 after `run.steps` (TRL's default).
+    Linear,
+    /// Half a cosine from `rl.lr` down to 0 after `run.steps`.
+    Cosine,
+}
+
 /// Where prompts come from.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -292,6 +304,9 @@ pub struct RlSection {
     pub minibatch_size: usize,
     /// Policy learning rate. Default `1e-5`.
     pub lr: f64,
+    /// `constant`, `linear` or `cosine`: the policy's learning rate over the RL steps (the
+    /// decays reach 0 after `run.steps`). Default `"constant"`.
+    pub lr_schedule: RlLrSchedule,
     /// Critic learning rate. Default `1e-4`.
     pub critic_lr: f64,
     /// PPO clip range ε (the lower one, `1 − ε`). Default `0.2`.
@@ -500,6 +515,7 @@ impl Default for RlSection {
             ppo_epochs: 1,
             minibatch_size: 32,
             lr: 1e-5,
+            lr_schedule: RlLrSchedule::Constant,
             critic_lr: 1e-4,
             clip_eps: 0.2,
             clip_eps_high: None,

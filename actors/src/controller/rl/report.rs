@@ -59,6 +59,8 @@ pub(crate) struct StepOutcome<'a> {
     pub gen_tokens: usize,
     pub all_tokens: usize,
     pub beta: f64,
+    /// The policy's learning rate this step (`rl.lr_schedule`).
+    pub lr: f64,
     pub exp: &'a Experience,
     pub policy: &'a PolicyTrainSummary,
     pub value_loss: Option<f64>,
@@ -129,6 +131,7 @@ fn learning(o: &StepOutcome<'_>) -> Vec<(&'static str, f64)> {
         (metric::KL, s.kl),
         ("kl_seq", s.kl_seq),
         ("kl_coef", o.beta),
+        ("lr", o.lr),
         (metric::POLICY_LOSS, ps.policy_loss),
         (metric::ENTROPY, ps.entropy),
         (metric::CLIP_FRAC, ps.clip_frac),

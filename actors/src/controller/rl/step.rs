@@ -197,6 +197,7 @@ pub(crate) async fn run_step(
         gen_tokens,
         all_tokens,
         beta,
+        lr: super::update::policy_lr(&ctx.recipe.rl, step, ctx.recipe.run.steps),
         exp: &trained.exp,
         policy: &trained.policy,
         value_loss: trained.value_loss,

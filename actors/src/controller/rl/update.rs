@@ -7,7 +7,30 @@ use super::seeds::sample_seed;
 use crate::controller::context::Ctx;
 use crate::controller::error::{At, DivergenceError, RunError};
 use crate::controller::setup::Roles;
+use crate::recipe::{RlLrSchedule, RlSection};
 use crate::roles::{CriticWork, PolicyTrainSummary, PolicyWork};
+use oxalign_rlhf::optim::LrSchedule;
+
+/// The policy's learning rate at RL step `step` (1-based) of `steps`, by `rl.lr_schedule`.
+pub(crate) fn policy_lr(rl: &RlSection, step: u64, steps: u64) -> f64 {
+    let (peak_lr, min_lr, warmup_steps, total_steps) = (rl.lr, 0.0, 0, steps);
+    let schedule = match rl.lr_schedule {
+        RlLrSchedule::Constant => LrSchedule::Constant { lr: rl.lr },
+        RlLrSchedule::Linear => LrSchedule::WarmupLinear {
+            peak_lr,
+            min_lr,
+            warmup_steps,
+            total_steps,
+        },
+        RlLrSchedule::Cosine => LrSchedule::WarmupCosine {
+            peak_lr,
+            min_lr,
+            warmup_steps,
+            total_steps,
+        },
+    };
+    schedule.lr_at(step.saturating_sub(1))
+}
 
 /// The update stage: the policy's and (PPO) the critic's updates on `exp`, concurrently.
 /// Returns the policy's summary and the critic's value loss; a divergence in either stops
@@ -25,7 +48,7 @@ pub(crate) async fn update(
     let policy_work = PolicyWork {
         batch: exp.batch.clone(),
         cfg: policy_loss_config(rl, beta),
-        lr: rl.lr,
+        lr: policy_lr(rl, step, ctx.recipe.run.steps),
         epochs: rl.ppo_epochs,
         minibatch_size: rl.minibatch_size,
         shuffle_seed,
@@ -72,5 +95,35 @@ pub(crate) async fn update(
             None => Ok((ps, Some(c.value_loss))),
         },
         None => Ok((ps, None)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rl(schedule: RlLrSchedule) -> RlSection {
+        RlSection {
+            lr: 1e-4,
+            lr_schedule: schedule,
+            ..RlSection::default()
+        }
+    }
+
+    #[test]
+    fn the_policy_lr_follows_the_schedule_over_the_run() {
+        let c = rl(RlLrSchedule::Constant);
+        assert_eq!(policy_lr(&c, 1, 100), 1e-4);
+        assert_eq!(policy_lr(&c, 100, 100), 1e-4);
+        // Step 1 trains at the peak; step 51 of 100 half way down; the last step is above 0.
+        let l = rl(RlLrSchedule::Linear);
+        assert_eq!(policy_lr(&l, 1, 100), 1e-4);
+        assert!((policy_lr(&l, 51, 100) - 0.5e-4).abs() < 1e-12);
+        assert!((policy_lr(&l, 100, 100) - 1e-6).abs() < 1e-12);
+        let k = rl(RlLrSchedule::Cosine);
+        assert_eq!(policy_lr(&k, 1, 100), 1e-4);
+        assert!((policy_lr(&k, 51, 100) - 0.5e-4).abs() < 1e-12);
+        let last = policy_lr(&k, 100, 100);
+        assert!(last > 0.0 && last < 1e-7, "{last}");
     }
 }
