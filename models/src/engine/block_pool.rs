@@ -102,10 +102,8 @@ impl BlockPool {
     /// none is free, or `None` when the pool is exhausted.
     pub fn allocate(&mut self) -> Option<usize> {
         if self.free.is_empty() {
-            if let Some(cache) = &mut self.cache {
-                let mut freed = cache.evict_oldest();
-                freed.reverse();
-                self.free.extend(freed);
+            if let Some(freed) = self.cache.as_mut().map(|c| c.evict_oldest()) {
+                self.take_back(freed);
             }
         }
         let b = self.free.pop()?;
@@ -169,11 +167,15 @@ impl BlockPool {
 
     /// Empties the prefix cache (the weights changed): its idle blocks become free.
     pub fn clear_prefix_cache(&mut self) {
-        if let Some(cache) = &mut self.cache {
-            let mut freed = cache.clear();
-            freed.reverse();
-            self.free.extend(freed);
+        if let Some(freed) = self.cache.as_mut().map(|c| c.clear()) {
+            self.take_back(freed);
         }
+    }
+
+    /// Puts blocks the prefix cache let go of on the free list, the first of them to be
+    /// handed out first.
+    fn take_back(&mut self, freed: Vec<usize>) {
+        self.free.extend(freed.into_iter().rev());
     }
 
     /// Copy-on-write: copies the K/V of `block` (all layers) into a fresh block, drops one

@@ -287,11 +287,8 @@ impl Scheduler {
 
     /// Marks `idx` finished, frees its blocks and drops it from the running batch.
     pub fn finish(&mut self, idx: usize, pool: &mut BlockPool) {
-        let s = &mut self.seqs[idx];
-        for b in s.blocks.drain(..) {
-            pool.release(b);
-        }
-        s.state = SeqState::Finished;
+        self.drop_blocks(idx, pool);
+        self.seqs[idx].state = SeqState::Finished;
         self.running.retain(|&r| r != idx);
     }
 }
