@@ -7,8 +7,9 @@ Each line is {"row", "label", "side": "ours"|"peer", "result": <one benchmark's 
 Throughput rows (generate, train) use tokens/s, higher is better; the GRPO step uses seconds
 per step, lower is better. A cell is the median over rounds of each run's median, with the
 min-max of those medians; each oxalign cell is divided by each peer of its row (so > 1 means
-oxalign is faster) using the medians. Training rows also show the achieved GFLOP/s beside
-the GEMM peak each side measured for its precision.
+oxalign is faster) using the medians. Rows whose benchmark reports them also show the
+achieved GFLOP/s beside the GEMM peak that side measured in the same process, and the peak
+RSS (median over rounds) with each oxalign cell's ratio to each peer's.
 """
 import json
 import statistics
@@ -34,9 +35,11 @@ def main():
         res = r["result"]
         if "achieved_gflops" in res and res.get("peak_gflops"):
             cell.setdefault("gflops", []).append((res["achieved_gflops"], res["peak_gflops"]))
+        if res.get("peak_rss_bytes"):
+            cell.setdefault("rss", []).append(res["peak_rss_bytes"])
     print(f"CPU: {model}; flags: {flags}; load average at the end: {load}\n")
-    print("| workload | side | median | min-max over rounds | against each peer |")
-    print("|---|---|---|---|---|")
+    print("| workload | side | median | min-max over rounds | against each peer | peak RSS |")
+    print("|---|---|---|---|---|---|")
     rows = []
     for (row, _label) in cells:
         if row not in rows:
@@ -44,6 +47,8 @@ def main():
     for row in rows:
         here = [(label, c) for (r, label), c in cells.items() if r == row]
         peers = [(label, statistics.median(c["v"])) for label, c in here if c["side"] == "peer"]
+        peer_rss = [(label, statistics.median(c["rss"])) for label, c in here
+                    if c["side"] == "peer" and c.get("rss")]
         for label, c in here:
             med = statistics.median(c["v"])
             unit = "tok/s" if c["higher"] else "s/step"
@@ -57,7 +62,13 @@ def main():
                 ratios = ", ".join(
                     f"{(med / p if c['higher'] else p / med):.2f}x {name}" for name, p in peers
                 )
-            print(f"| {row} | {label} | {med:.4g} {unit} | {spread} | {ratios} |")
+            rss = ""
+            if c.get("rss"):
+                mine = statistics.median(c["rss"])
+                rss = f"{mine / 1e9:.2f} GB"
+                if c["side"] == "ours" and peer_rss:
+                    rss += " (" + ", ".join(f"{mine / r:.2f}x {n}" for n, r in peer_rss) + ")"
+            print(f"| {row} | {label} | {med:.4g} {unit} | {spread} | {ratios} | {rss} |")
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ the same model folder and prompt file, timed per step, with HF `generate` timed 
 
 Each step: --prompts-per-step prompts x --samples completions (up to --max-new-tokens,
 temperature 1), an exact-match reward, the reference model's log-probs (beta > 0), one
-optimizer update (num_iterations 1, one minibatch), f32, torch threads = --threads. Prints one
-JSON line: step seconds and generate seconds (median/min/max over the timed steps) and the
-completion tokens per step.
+optimizer update (num_iterations 1, one minibatch), f32 (or with --bf16, TRL's `bf16=True`:
+torch's bf16 autocast over f32 weights, the peer's mixed precision), torch threads = --threads.
+Prints one JSON line: step seconds and generate seconds (median/min/max over the timed steps)
+and the completion tokens per step.
 
 Setup helpers (run once):
   --make-model DIR --tokenizer-from OXALIGN_TINY_DIR   writes the 11M-parameter Qwen2 of the
@@ -105,7 +106,7 @@ def run(args):
         logging_steps=1,
         save_strategy="no",
         report_to=[],
-        bf16=False,
+        bf16=args.bf16,
         seed=args.seed,
         dataloader_num_workers=0,
     )
@@ -146,6 +147,7 @@ def run(args):
         "trl": __import__("trl").__version__,
         "torch": torch.__version__,
         "threads": args.threads,
+        "precision": "bf16-autocast" if args.bf16 else "f32",
         "prompts_per_step": args.prompts_per_step,
         "samples": args.samples,
         "max_new_tokens": args.max_new_tokens,
@@ -172,6 +174,7 @@ def main():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--bf16", action="store_true", help="TRL's bf16=True (autocast, f32 weights)")
     args = p.parse_args()
     if args.make_model:
         if not args.tokenizer_from:

@@ -11,7 +11,7 @@ use std::time::Instant;
 use candle_core::{Tensor, D};
 use clap::{Parser, ValueEnum};
 use oxalign_models::engine::{Engine, EngineConfig, QuantMode};
-use oxalign_models::{CausalLm, GenerationRequest, SamplingParams};
+use oxalign_models::{CausalLm, GenerationRequest, Precision, SamplingParams};
 use serde::Serialize;
 
 use crate::model_dir::{check_model_dir, model_error, open_device};
@@ -102,6 +102,13 @@ struct Report {
     ttft_seconds: Spread,
     peak_rss_bytes: Option<u64>,
     threads: usize,
+    /// Model FLOPs of one run (see [`generation_flops`]).
+    flops_per_run: f64,
+    /// `flops_per_run` over the median run time.
+    achieved_gflops: f64,
+    /// f32 GEMM throughput (2048³, as `oxalign bench matmul`) measured in this process before
+    /// the runs: the distance of `achieved_gflops` to the machine's limit.
+    peak_gflops: f64,
     /// Paged engine: bytes of weights read per decode step.
     weight_bytes_per_step: Option<usize>,
     /// Paged engine: K/V bytes read by the last decode step (all sequences, all layers).
@@ -166,7 +173,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return user_error("--quant needs --engine paged");
     }
     let device = open_device(&args.device)?;
+    let peak = super::bench_matmul::measure_matmul_peak(2048, 5, Precision::F32)?;
     let model = CausalLm::load(&args.model, &device).map_err(|e| model_error(e, &args.model))?;
+    let flops_per_run = generation_flops(&args, &model);
     let vocab = model.config().vocab_size;
     let prompts = random_prompts(args.seed, args.batch, args.prompt_len, vocab);
     let mut runner = Runner {
@@ -200,6 +209,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ttft_seconds: Spread::of(&m.ttft),
         peak_rss_bytes: peak_rss_bytes(Path::new("/proc/self/status")),
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        flops_per_run,
+        achieved_gflops: flops_per_run / Spread::of(&m.secs).median / 1e9,
+        peak_gflops: peak.gflops_median,
         weight_bytes_per_step: stats.as_ref().map(|s| s.weight_bytes),
         kv_bytes_last_step: kv_last,
         kv_blocks_peak: stats.as_ref().map(|s| s.peak_blocks_used),
@@ -208,6 +220,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
+}
+
+/// Model FLOPs of one run: every prompt and generated token through the decoder's matmuls
+/// (2 FLOPs per weight), the LM head for the generated tokens only (a prompt's last position
+/// yields the first), and attention over the cache (`QKᵀ` and `AV`, `4 · layers · width`
+/// per cached position, causal: `2 · layers · width · len²` per sequence).
+fn generation_flops(args: &Args, model: &CausalLm) -> f64 {
+    let cfg = model.config();
+    let (_, matmul_params) = super::bench_train::parameter_counts(model);
+    let head = (cfg.vocab_size * cfg.hidden_size) as f64;
+    let decoder = matmul_params as f64 - head;
+    let (p, n) = (args.prompt_len as f64, args.new_tokens as f64);
+    let width = (cfg.num_attention_heads * cfg.head_dim) as f64;
+    let layers = cfg.num_hidden_layers as f64;
+    let per_sequence =
+        2.0 * decoder * (p + n) + 2.0 * head * n + 2.0 * layers * width * (p + n) * (p + n);
+    per_sequence * args.batch as f64
 }
 
 /// The paged engine of `--engine paged` with the command's pool and batch settings.

@@ -54,6 +54,10 @@ pub struct Args {
     /// Rollout weight precision: none, bf16, int8, q4.
     #[arg(long, default_value = "none")]
     pub quant: String,
+    /// The trainers' precision (`model.precision`): f32 or bf16-mixed (bf16 matmuls over f32
+    /// master weights and f32 AdamW moments).
+    #[arg(long, default_value = "f32")]
+    pub precision: String,
     /// Timed steps.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
     pub steps: u64,
@@ -75,6 +79,7 @@ struct Report {
     bench: &'static str,
     algorithm: String,
     quant: String,
+    precision: String,
     prompts_per_step: u64,
     samples: u64,
     max_new_tokens: u64,
@@ -107,6 +112,7 @@ checkpoint_every = 0
 
 [model]
 path = {model:?}
+precision = {precision:?}
 
 [data]
 task = "jsonl"
@@ -134,6 +140,7 @@ kind = "exact_match"
 
 [engine]
 quant = {quant:?}
+refit_tolerance = {tol}
 "#,
         out = out_dir.display().to_string(),
         seed = a.seed,
@@ -147,7 +154,20 @@ quant = {quant:?}
         mnt = a.max_new_tokens,
         stale = a.max_staleness,
         quant = a.quant,
+        precision = a.precision,
+        tol = refit_tolerance(&a.quant),
     )
+}
+
+/// The refit probe's tolerance for an engine of weight precision `quant`: the f32 default, or
+/// one a rounded engine's log-probs meet (a quantized engine serves weights a little off the
+/// trainer's, so the strict f32 check would reject every refit).
+fn refit_tolerance(quant: &str) -> f64 {
+    match quant {
+        "none" => 1e-4,
+        "bf16" => 0.05,
+        _ => 1.0,
+    }
 }
 
 /// Runs `oxalign bench rl-step`.
@@ -229,6 +249,7 @@ fn report(a: &Args, metrics: &str) -> anyhow::Result<Report> {
         bench: "rl-step",
         algorithm: a.algorithm.clone(),
         quant: a.quant.clone(),
+        precision: a.precision.clone(),
         prompts_per_step: a.prompts_per_step,
         samples: a.samples,
         max_new_tokens: a.max_new_tokens,

@@ -253,7 +253,9 @@ fn check_numbers(args: &Args) -> anyhow::Result<()> {
 
 /// `(all parameters, those multiplied in a matmul)`: a tied LM head multiplies by the
 /// embedding table, so the table counts then; an untied embedding is a lookup.
-fn parameter_counts(model: &CausalLm) -> (usize, usize) {
+/// `(all parameters, matmul parameters)`: the latter leaves out the input embedding table (a
+/// lookup) unless it is tied to the LM head.
+pub(super) fn parameter_counts(model: &CausalLm) -> (usize, usize) {
     let named = model.vars();
     let params: usize = named.iter().map(|(_, v)| v.elem_count()).sum();
     let embed: usize = named
