@@ -21,7 +21,10 @@
 mod bf16_avx512;
 #[cfg(target_arch = "x86_64")]
 mod bf16_blocked;
+#[cfg(target_arch = "x86_64")]
 mod bf16_pack;
+#[cfg(target_arch = "x86_64")]
+mod bf16_pack_avx512;
 mod bf16_rounded;
 mod f32;
 mod strided;

@@ -112,3 +112,72 @@ fn the_f32_gemm_reads_strided_views() {
         }
     }
 }
+
+/// The packers round exactly as `half` does, special values included, on every layout.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn packing_rounds_every_value_as_half_does() {
+    use super::bf16_pack::{pack_a, pack_b, MR, NR};
+    let special = [
+        f32::NAN,
+        -f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -0.0,
+        1e-40,
+        -3e-39,
+        1.0 + 1.0 / 256.0,
+        1.0 + 3.0 / 256.0,
+        f32::MAX,
+        f32::MIN_POSITIVE,
+        f32::from_bits(0x3f80_8001),
+    ];
+    let (k, n) = (37, 41);
+    let data: Vec<f32> = values(k * n, 9)
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            if i % 3 == 0 {
+                special[(i / 3) % special.len()]
+            } else {
+                v
+            }
+        })
+        .collect();
+    let row_major = MatView::row_major(&data, k, n);
+    let transposed = MatView::row_major(&data, n, k).t();
+    let pairs = k.div_ceil(2);
+    let want = |m: &MatView, kk: usize, j: usize| -> u32 {
+        let hi = if kk + 1 < k {
+            bf16_bits(m.at(kk + 1, j))
+        } else {
+            0
+        };
+        bf16_bits(m.at(kk, j)) as u32 | (hi as u32) << 16
+    };
+    for b in [row_major, transposed] {
+        let mut out = Vec::new();
+        pack_b(b, &mut out);
+        for p in 0..pairs {
+            for j in 0..n {
+                let got = out[(j / NR) * pairs * NR + p * NR + j % NR];
+                assert_eq!(got, want(&b, 2 * p, j), "B pair {p} column {j}");
+            }
+        }
+        // The same matrix as `A` ([n, k]): rows 3.. of it, pairs 2.. in tiles of MR.
+        let a = b.t();
+        let (row0, rows, p0, pn) = (3, n - 3, 2, pairs - 2);
+        let mut tiles = vec![u32::MAX; rows.div_ceil(MR) * pn * MR];
+        pack_a(a, row0, rows, p0, pn, &mut tiles);
+        for (idx, &got) in tiles.iter().enumerate() {
+            let (t, p, i) = (idx / (pn * MR), idx / MR % pn, idx % MR);
+            let r = t * MR + i;
+            let expect = if r < rows {
+                want(&b, 2 * (p0 + p), row0 + r)
+            } else {
+                0
+            };
+            assert_eq!(got, expect, "A tile {t} pair {p} lane {i}");
+        }
+    }
+}
