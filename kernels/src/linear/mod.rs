@@ -10,6 +10,8 @@ mod int8_panel;
 mod int8_vnni;
 mod packed;
 #[cfg(target_arch = "x86_64")]
+mod packed_bf16dot;
+#[cfg(target_arch = "x86_64")]
 mod packed_x86;
 mod panel;
 

@@ -8,10 +8,13 @@
 //! kernels are AVX-512F (8 rows × 32 channels) and AVX2+FMA (4 rows × 16 channels); other
 //! CPUs run a portable loop.
 //!
-//! A bf16 weight ([`PackedBf16Weight`]) halves the bytes streamed per call: each panel row is
-//! widened to f32 in registers (a 16-bit shift, exact) and multiplied with f32 activations
-//! into f32 sums, so its product equals the f32 kernel's on the bf16-rounded weight, bit for
-//! bit, on the same register kernel. Inference only: no gradients, no tensors.
+//! A bf16 weight ([`PackedBf16Weight`]) halves the bytes streamed per call. On a CPU with
+//! AVX-512 BF16 the activations are rounded to bf16 too and `vdpbf16ps` multiplies pairs of
+//! both into f32 sums (`packed_bf16dot.rs`: twice the f32 kernel's products per
+//! instruction). Elsewhere each panel row is widened to f32 in registers (a 16-bit shift,
+//! exact) and multiplied with f32 activations into f32 sums, so its product equals the f32
+//! kernel's on the bf16-rounded weight, bit for bit, on the same register kernel. Inference
+//! only: no gradients, no tensors.
 
 pub use super::panel::PanelElement;
 use super::panel::PANEL;
@@ -38,6 +41,9 @@ pub type PackedBf16Weight = PackedWeight<bf16>;
 /// Which register kernel runs on this CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum PanelKernel {
+    /// AVX-512F, and for bf16 weights the AVX-512 BF16 dot products on bf16-rounded
+    /// activations (`packed_bf16dot.rs`).
+    Avx512Bf16Dot,
     Avx512,
     Avx2,
     Portable,
@@ -47,6 +53,9 @@ impl PanelKernel {
     pub(crate) fn detect() -> PanelKernel {
         #[cfg(target_arch = "x86_64")]
         {
+            if super::packed_bf16dot::available() {
+                return PanelKernel::Avx512Bf16Dot;
+            }
             if std::arch::is_x86_feature_detected!("avx512f") {
                 return PanelKernel::Avx512;
             }
@@ -126,15 +135,24 @@ impl<E: PanelElement> PackedWeight<E> {
         }
         let (k, n) = (self.in_dim, self.out_dim);
         let out_ptr = SendPtr(out.as_mut_ptr());
+        let mut pairs = Vec::new();
         for m0 in (0..rows).step_by(ROW_BLOCK) {
             let mr = ROW_BLOCK.min(rows - m0);
             let xb = &x[m0 * k..(m0 + mr) * k];
+            let operand = match kernel {
+                #[cfg(target_arch = "x86_64")]
+                PanelKernel::Avx512Bf16Dot if E::BF16 => {
+                    crate::matmul::bf16_row_pairs(xb, mr, k, &mut pairs);
+                    Rows::Bf16Pairs(&pairs)
+                }
+                _ => Rows::F32(xb),
+            };
             self.packed
                 .par_chunks(k * PANEL)
                 .enumerate()
                 .for_each(|(p, panel)| {
                     let mut tile = [0f32; ROW_BLOCK * PANEL];
-                    panel_product(kernel, xb, mr, k, panel, &mut tile);
+                    panel_product(kernel, operand, mr, k, panel, &mut tile);
                     let cols = PANEL.min(n - p * PANEL);
                     for r in 0..mr {
                         // SAFETY: each task writes only columns p*32..p*32+cols of its rows;
@@ -172,18 +190,41 @@ impl SendPtr {
     }
 }
 
+/// One block of input rows as a panel kernel reads them.
+#[derive(Clone, Copy)]
+enum Rows<'a> {
+    /// f32, `[rows, k]`.
+    F32(&'a [f32]),
+    /// bf16 pairs, `[rows][k.div_ceil(2)]`, for the bf16 dot-product kernel.
+    Bf16Pairs(&'a [u32]),
+}
+
 /// `tile[r][c] = Σ_k x[r, k] · panel[k][c]` for `rows ≤ 64` rows of `x` (`[rows, k]`).
 fn panel_product<E: PanelElement>(
     kernel: PanelKernel,
-    x: &[f32],
+    x: Rows,
     rows: usize,
     k: usize,
     panel: &[E],
     tile: &mut [f32],
 ) {
+    let x = match x {
+        Rows::F32(x) => x,
+        #[cfg(target_arch = "x86_64")]
+        Rows::Bf16Pairs(xp) => {
+            // SAFETY: `Bf16Pairs` is only made for panels with `E::BF16`, whose elements are
+            // bf16 (the register kernels read them as 16-bit values too).
+            let panel = unsafe { std::slice::from_raw_parts(panel.as_ptr().cast(), panel.len()) };
+            return super::packed_bf16dot::panel_bf16dot(xp, rows, k, panel, tile);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        Rows::Bf16Pairs(_) => unreachable!("bf16 pairs are made on x86-64 only"),
+    };
     match kernel {
         #[cfg(target_arch = "x86_64")]
-        PanelKernel::Avx512 => super::packed_x86::panel_avx512(x, rows, k, panel, tile),
+        PanelKernel::Avx512 | PanelKernel::Avx512Bf16Dot => {
+            super::packed_x86::panel_avx512(x, rows, k, panel, tile)
+        }
         #[cfg(target_arch = "x86_64")]
         PanelKernel::Avx2 => super::packed_x86::panel_avx2(x, rows, k, panel, tile),
         _ => panel_portable(x, rows, k, panel, tile),

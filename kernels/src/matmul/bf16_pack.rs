@@ -135,3 +135,25 @@ fn pack_a_columns(a: MatView, r0: usize, live: usize, p0: usize, tile: &mut [u32
         lanes[live..].fill(0);
     }
 }
+
+/// Each row of `x` (`[rows, k]` row-major) as bf16 pairs, `[rows][k.div_ceil(2)]` in `out`
+/// (resized): the activations of a bf16 dot-product kernel.
+pub(crate) fn bf16_row_pairs(x: &[f32], rows: usize, k: usize, out: &mut Vec<u32>) {
+    assert_eq!(x.len(), rows * k, "bf16_row_pairs: x must be [rows, k]");
+    let pairs = k.div_ceil(2);
+    out.clear();
+    out.resize(rows * pairs, 0);
+    for (row, dst) in x
+        .chunks_exact(k.max(1))
+        .zip(out.chunks_exact_mut(pairs.max(1)))
+    {
+        if simd::available() {
+            // SAFETY: the CPU has AVX-512F/BW; `row` holds `k` values and `dst` `pairs`.
+            unsafe { simd::pack_row(row.as_ptr(), k, dst.as_mut_ptr()) };
+        } else {
+            for (p, d) in dst.iter_mut().enumerate() {
+                *d = pair(2 * p, k, |c| row[c]);
+            }
+        }
+    }
+}

@@ -165,3 +165,21 @@ pub(super) unsafe fn pack_rows(
         j += n;
     }
 }
+
+/// The pairs of one contiguous run of `k` values, in order: `out[p] = (src[2p], src[2p + 1])`
+/// for `p < k.div_ceil(2)`.
+///
+/// # Safety
+/// AVX-512F/BW; `src` valid for `k` reads, `out` for `k.div_ceil(2)` writes.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn pack_row(src: *const f32, k: usize, out: *mut u32) {
+    let pairs = k.div_ceil(2);
+    let mut p = 0;
+    while p < pairs {
+        let count = 16.min(pairs - p);
+        let v = pairs_of_run(src.add(2 * p), (k - 2 * p).min(32));
+        let m: __mmask16 = ((1u32 << count) - 1) as u16;
+        _mm512_mask_storeu_epi32(out.add(p) as *mut _, m, v);
+        p += count;
+    }
+}

@@ -6,8 +6,9 @@
 //!   to even) and the products summed in f32. The rounding happens while packing, so the
 //!   f32 master weights are never overwritten.
 //!
-//! bf16 paths, chosen at run time from what the CPU has ([`Bf16Path::detect`]; the
-//! environment variable `OXALIGN_BF16_GEMM=avx512bf16|rounded` overrides):
+//! bf16 paths, chosen at run time from what the CPU has and which of them is faster there
+//! ([`Bf16Path::detect`], `bf16_path.rs`; the environment variable
+//! `OXALIGN_BF16_GEMM=avx512bf16|rounded` overrides):
 //! - [`Bf16Path::Avx512Bf16`]: operands packed as bf16 pairs, a 12 × 32 register tile of
 //!   `vdpbf16ps` (two bf16 products per f32 lane and instruction), `bf16_avx512.rs`;
 //! - [`Bf16Path::RoundedF32`]: every other CPU (AVX2, AVX-512 without BF16, NEON): the
@@ -25,12 +26,15 @@ mod bf16_blocked;
 mod bf16_pack;
 #[cfg(target_arch = "x86_64")]
 mod bf16_pack_avx512;
+mod bf16_path;
 mod bf16_rounded;
 mod f32;
 mod strided;
 #[cfg(test)]
 mod tests;
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) use bf16_pack::bf16_row_pairs;
 pub(crate) use strided::{gemm_rm, MatRef};
 
 /// A strided f32 matrix view: the operands of every GEMM here.
@@ -43,53 +47,6 @@ pub enum Bf16Path {
     Avx512Bf16,
     /// bf16-rounded operands multiplied by the f32 GEMM (any CPU).
     RoundedF32,
-}
-
-impl Bf16Path {
-    /// The path this CPU runs: `OXALIGN_BF16_GEMM=avx512bf16` or `=rounded` when set (and
-    /// available), else the AVX-512 BF16 tile on AMD CPUs that have it, else
-    /// [`Bf16Path::RoundedF32`]. On an Intel Xeon without AMX the tile reached 0.45x of the
-    /// f32 GEMM and the rounded operands 0.9x (`oxalign bench matmul --precision bf16-mixed`,
-    /// docs/PERFORMANCE.md); on AMD Zen 4 the tile is expected to beat f32 (the vendor's
-    /// instruction tables: two bf16 products per lane at the f32 FMA's rate; not measured
-    /// here).
-    pub fn detect() -> Bf16Path {
-        let tile = Bf16Path::available().contains(&Bf16Path::Avx512Bf16);
-        match std::env::var("OXALIGN_BF16_GEMM").as_deref() {
-            Ok("avx512bf16") if tile => return Bf16Path::Avx512Bf16,
-            Ok("rounded") => return Bf16Path::RoundedF32,
-            _ => {}
-        }
-        match tile && amd() {
-            true => Bf16Path::Avx512Bf16,
-            false => Bf16Path::RoundedF32,
-        }
-    }
-
-    /// Every path this CPU can run (for tests and benchmarks).
-    pub fn available() -> Vec<Bf16Path> {
-        let mut paths = vec![Bf16Path::RoundedF32];
-        #[cfg(target_arch = "x86_64")]
-        if bf16_avx512::available() {
-            paths.push(Bf16Path::Avx512Bf16);
-        }
-        paths
-    }
-}
-
-/// Whether the CPU's vendor string is AMD's.
-fn amd() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let id = std::arch::x86_64::__cpuid(0);
-        let mut vendor = [0u8; 12];
-        vendor[..4].copy_from_slice(&id.ebx.to_le_bytes());
-        vendor[4..8].copy_from_slice(&id.edx.to_le_bytes());
-        vendor[8..].copy_from_slice(&id.ecx.to_le_bytes());
-        &vendor == b"AuthenticAMD"
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
 }
 
 /// The numbers a GEMM computes in.
