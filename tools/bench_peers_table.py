@@ -16,6 +16,14 @@ import statistics
 import sys
 
 
+def peak_name(res):
+    """Which GEMM a result's peak is: bf16 or f32 (ours name it; PyTorch's names a dtype)."""
+    named = str(res.get("peak_precision") or res.get("precision") or "")
+    matmul = res.get("matmul") or {}
+    named += " " + str(matmul.get("precision") or matmul.get("dtype") or "")
+    return "bf16" if "bf16" in named or "bfloat16" in named else "f32"
+
+
 def metric(result):
     """(value, higher_is_better) of one benchmark line."""
     if "tokens_per_sec" in result:
@@ -35,6 +43,7 @@ def main():
         res = r["result"]
         if "achieved_gflops" in res and res.get("peak_gflops"):
             cell.setdefault("gflops", []).append((res["achieved_gflops"], res["peak_gflops"]))
+            cell["peak_of"] = peak_name(res)
         if res.get("peak_rss_bytes"):
             cell.setdefault("rss", []).append(res["peak_rss_bytes"])
     print(f"CPU: {model}; flags: {flags}; load average at the end: {load}\n")
@@ -57,7 +66,7 @@ def main():
             if c.get("gflops"):
                 achieved = statistics.median(g for g, _ in c["gflops"])
                 peak = statistics.median(p for _, p in c["gflops"])
-                label = f"{label} ({achieved:.0f} of {peak:.0f} GFLOP/s peak)"
+                label = f"{label} ({achieved:.0f} of {peak:.0f} GFLOP/s {c['peak_of']} peak)"
             if c["side"] == "ours":
                 ratios = ", ".join(
                     f"{(med / p if c['higher'] else p / med):.2f}x {name}" for name, p in peers

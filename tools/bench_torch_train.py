@@ -12,7 +12,8 @@ line with the same fields as `oxalign bench train` (token ids differ: a differen
 distribution). The FLOPs formula is the same: 6 * matmul_params * batch * seq
 + 12 * layers * heads * head_dim * seq^2 * batch, matmul_params = all parameters but the input
 embedding table (unless tied). MFU is against --peak-gflops (pass `oxalign bench matmul`'s
-median to compare both with one peak) or, when omitted, torch's own 2048^3 f32 GEMM median.
+median to compare both with one peak) or, when omitted, torch's own 2048^3 GEMM median (f32,
+or bf16 with --bf16).
 --bf16 runs the forward and the loss under `torch.autocast("cpu", dtype=torch.bfloat16)`
 (f32 master weights and AdamW state, bf16 matmuls): PyTorch's mixed precision, its best
 setting on CPUs with AVX512-BF16 or AMX. It measures; it does not check numerics against
@@ -48,16 +49,16 @@ def peak_rss_bytes():
     return None
 
 
-def matmul_peak(n=2048, reps=7):
-    a = torch.randn(n, n, dtype=torch.float32)
-    b = torch.randn(n, n, dtype=torch.float32)
+def matmul_peak(n=2048, reps=7, dtype=torch.float32):
+    a = torch.randn(n, n, dtype=dtype)
+    b = torch.randn(n, n, dtype=dtype)
     torch.matmul(a, b)
     gflops = []
     for _ in range(reps):
         t0 = time.perf_counter()
         torch.matmul(a, b)
         gflops.append(2.0 * n**3 / (time.perf_counter() - t0) / 1e9)
-    out = {"size": n, "reps": reps, "threads": torch.get_num_threads()}
+    out = {"size": n, "reps": reps, "threads": torch.get_num_threads(), "dtype": str(dtype)}
     out.update({f"gflops_{k}": v for k, v in spread(gflops).items()})
     return out
 
@@ -84,7 +85,8 @@ def main():
     torch.manual_seed(args.seed)
     matmul = None
     if args.peak_gflops is None:
-        matmul = matmul_peak()
+        # The GEMM of the precision the step multiplies in (autocast: bf16 operands).
+        matmul = matmul_peak(dtype=torch.bfloat16 if args.bf16 else torch.float32)
         peak, peak_source = matmul["gflops_median"], "measured"
     else:
         peak, peak_source = args.peak_gflops, "given"

@@ -109,6 +109,8 @@ struct Report {
     /// f32 GEMM throughput (2048³, as `oxalign bench matmul`) measured in this process before
     /// the runs: the distance of `achieved_gflops` to the machine's limit.
     peak_gflops: f64,
+    /// Which GEMM `peak_gflops` measured (`f32`, or `bf16_mixed` for a bf16 engine).
+    peak_precision: Precision,
     /// Paged engine: bytes of weights read per decode step.
     weight_bytes_per_step: Option<usize>,
     /// Paged engine: K/V bytes read by the last decode step (all sequences, all layers).
@@ -173,7 +175,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return user_error("--quant needs --engine paged");
     }
     let device = open_device(&args.device)?;
-    let peak = super::bench_matmul::measure_matmul_peak(2048, 5, Precision::F32)?;
+    // The GEMM peak of the numbers the engine multiplies in: bf16 for a bf16 engine (whose
+    // kernel rounds activations where the CPU has AVX-512 BF16), else f32 (int8 has no GEMM
+    // peak of its own here).
+    let peak_precision = match quant {
+        QuantMode::Bf16 => Precision::Bf16Mixed,
+        _ => Precision::F32,
+    };
+    let peak = super::bench_matmul::measure_matmul_peak(2048, 5, peak_precision)?;
     let model = CausalLm::load(&args.model, &device).map_err(|e| model_error(e, &args.model))?;
     let flops_per_run = generation_flops(&args, &model);
     let vocab = model.config().vocab_size;
@@ -212,6 +221,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         flops_per_run,
         achieved_gflops: flops_per_run / Spread::of(&m.secs).median / 1e9,
         peak_gflops: peak.gflops_median,
+        peak_precision,
         weight_bytes_per_step: stats.as_ref().map(|s| s.weight_bytes),
         kv_bytes_last_step: kv_last,
         kv_blocks_peak: stats.as_ref().map(|s| s.peak_blocks_used),
