@@ -12,8 +12,9 @@ pub(super) fn available() -> bool {
         && std::arch::is_x86_feature_detected!("avx512bf16")
 }
 
-/// `C[..live, ..cols] (+)= A_tile · B_panel` over `pn` pairs: `a` is `[pn][MR]` pairs, `b`
-/// `[pn][NR]` pairs, `c` row-major with stride `ldc`; `first` overwrites `C`, otherwise adds.
+/// `C[..live, ..cols] (+)= alpha · A_tile · B_panel` over `pn` pairs: `a` is `[pn][MR]`
+/// pairs, `b` `[pn][NR]` pairs, `c` row-major with stride `ldc`; `first` overwrites `C`,
+/// otherwise adds.
 ///
 /// # Safety
 /// The CPU must have AVX-512F and AVX-512 BF16; `a.len() >= pn · MR`, `b.len() >= pn · NR`,
@@ -28,7 +29,7 @@ pub(super) unsafe fn tile(
     ldc: usize,
     live: usize,
     cols: usize,
-    first: bool,
+    (first, alpha): (bool, f32),
 ) {
     debug_assert!(a.len() >= pn * MR && b.len() >= pn * NR);
     debug_assert!(live >= 1 && cols >= 1 && c.len() >= (live - 1) * ldc + cols);
@@ -54,6 +55,13 @@ pub(super) unsafe fn tile(
         _ => 0,
     };
     let cp = c.as_mut_ptr();
+    if alpha != 1.0 {
+        let a = _mm512_set1_ps(alpha);
+        for row in acc.iter_mut() {
+            row[0] = _mm512_mul_ps(row[0], a);
+            row[1] = _mm512_mul_ps(row[1], a);
+        }
+    }
     for (i, row) in acc.iter().enumerate().take(live) {
         let r0 = cp.add(i * ldc);
         let r1 = r0.wrapping_add(16);

@@ -13,13 +13,14 @@ use super::bf16_pack::{pack_a, pack_b, MR, NR};
 use super::MatView;
 
 /// Pairs of `k` per block (256 values of `k`).
-const KC_PAIRS: usize = 128;
+pub(super) const KC_PAIRS: usize = 128;
 /// Rows of `C` per parallel block (a multiple of `MR`).
 const MC: usize = 8 * MR;
 
 thread_local! {
     static PACKED_B: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
-    static PACKED_A: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+    /// This thread's `A` blocks (also `bf16_serial.rs`'s).
+    pub(super) static PACKED_A: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// `c = a · b` on the AVX-512 BF16 tile.
@@ -71,7 +72,7 @@ fn row_block(
                 // SAFETY: `available()` held when this path was chosen; `a_tile` holds `pn`
                 // pairs × MR rows and `panel` `pn` pairs × NR columns; the tile writes
                 // `live` rows of `cols` columns at stride `n`, all inside `c_tile`.
-                unsafe { avx512::tile(pn, a_tile, panel, c_tile, n, live, cols, p0 == 0) };
+                unsafe { avx512::tile(pn, a_tile, panel, c_tile, n, live, cols, (p0 == 0, 1.0)) };
             }
         }
     }

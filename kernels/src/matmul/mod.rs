@@ -28,6 +28,8 @@ mod bf16_pack;
 mod bf16_pack_avx512;
 mod bf16_path;
 mod bf16_rounded;
+#[cfg(target_arch = "x86_64")]
+mod bf16_serial;
 mod f32;
 mod strided;
 #[cfg(test)]
@@ -35,6 +37,8 @@ mod tests;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) use bf16_pack::bf16_row_pairs;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use bf16_serial::{gemm_packed, PackedRhs, RhsWindow};
 pub(crate) use strided::{gemm_rm, MatRef};
 
 /// A strided f32 matrix view: the operands of every GEMM here.

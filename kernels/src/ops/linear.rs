@@ -39,8 +39,13 @@ pub fn linear_f32(x: &Tensor, w: &Tensor) -> Result<Tensor> {
 /// when frozen), with bf16 products in the backward too. The CPU kernel is the
 /// fastest this CPU has ([`Bf16Path::detect`]).
 pub fn linear_bf16(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    linear_bf16_on(bf16_path(), x, w)
+}
+
+/// The bf16 GEMM path of this process ([`Bf16Path::detect`], decided once).
+pub(crate) fn bf16_path() -> Bf16Path {
     static PATH: OnceLock<Bf16Path> = OnceLock::new();
-    linear_bf16_on(*PATH.get_or_init(Bf16Path::detect), x, w)
+    *PATH.get_or_init(Bf16Path::detect)
 }
 
 /// [`linear_bf16`] on a chosen CPU path (one of [`Bf16Path::available`]), for tests and

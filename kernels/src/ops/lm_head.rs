@@ -12,6 +12,7 @@
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
 use super::cpu_math::{contiguous_slice, Real};
+use super::lm_head_bf16::Bf16Head;
 use super::lm_head_cpu::{self, BackwardRows, HeadDims, COLS};
 use super::truncation::{TokenDistribution, Truncation};
 use super::validate;
@@ -45,6 +46,29 @@ pub fn lm_head_logprobs(
     weight: &Tensor,
     targets: &Tensor,
     dist: TokenDistribution,
+) -> Result<HeadOutputs> {
+    lm_head_logprobs_with(hidden, weight, targets, dist, HeadProducts::F32)
+}
+
+/// The numbers the fused head multiplies in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HeadProducts {
+    /// f32 operands and sums.
+    #[default]
+    F32,
+    /// The hidden states, the weight and (backward) the logits' gradient rounded to bf16,
+    /// f32 sums (`lm_head_bf16.rs`): bf16 mixed precision. The softmax, log-probs and
+    /// entropy stay f32; f64 inputs compute in f64.
+    Bf16,
+}
+
+/// [`lm_head_logprobs`] with its products in `products`' numbers.
+pub fn lm_head_logprobs_with(
+    hidden: &Tensor,
+    weight: &Tensor,
+    targets: &Tensor,
+    dist: TokenDistribution,
+    products: HeadProducts,
 ) -> Result<HeadOutputs> {
     let temperature = dist.temperature;
     validate::float_dtype(OP, "hidden", hidden)?;
@@ -80,15 +104,16 @@ pub fn lm_head_logprobs(
     let out = if hidden.device().is_cpu() {
         let hf = hidden.reshape((n, h))?.contiguous()?;
         let tf = targets.reshape(n)?.contiguous()?;
-        hf.apply_op3(&weight.contiguous()?, &tf, LmHead { dist })?
+        hf.apply_op3(&weight.contiguous()?, &tf, LmHead { dist, products })?
     } else {
-        composed(
-            &hidden.reshape((n, h))?,
-            weight,
-            &targets.reshape(n)?,
-            dist,
-            None,
-        )?
+        let round = |t: &Tensor| match products {
+            HeadProducts::Bf16 if t.dtype() == DType::F32 => {
+                t.to_dtype(DType::BF16)?.to_dtype(DType::F32)
+            }
+            _ => Ok(t.clone()),
+        };
+        let (hidden, weight) = (round(&hidden.reshape((n, h))?)?, round(weight)?);
+        composed(&hidden, &weight, &targets.reshape(n)?, dist, None)?
     };
     Ok(HeadOutputs {
         logprobs: out.narrow(1, 0, 1)?.reshape(lead)?,
@@ -177,12 +202,14 @@ fn kept_mask(logits: &Tensor, targets: &Tensor, cut: Truncation) -> Result<Tenso
 /// pass and are not differentiable.
 struct LmHead {
     dist: TokenDistribution,
+    products: HeadProducts,
 }
 
 /// Backward op: `(hidden, weight, targets) -> [N·H + V·H]`, the gradients of hidden and
 /// weight flattened one after the other. Carries the forward output and its gradient.
 struct LmHeadGrad<T> {
     temperature: f64,
+    products: HeadProducts,
     /// Whether the weight's gradient is wanted (not for a frozen head).
     want_dw: bool,
     res: Vec<T>,
@@ -201,20 +228,36 @@ fn fwd_typed<T: Real + 'static>(
     s2: &CpuStorage,
     l2: &Layout,
     targets: &[u32],
-    dist: TokenDistribution,
+    (dist, products): (TokenDistribution, HeadProducts),
 ) -> Result<Vec<T>> {
     let d = dims_of(l1, l2)?;
     let h = contiguous_slice::<T>(s1, l1, OP, "hidden")?;
     let w = contiguous_slice::<T>(s2, l2, OP, "weight")?;
     let scale = T::from_f64(1.0 / dist.temperature);
+    let head = bf16_head(products, w, d, false);
+    let cut = dist.truncation;
     Ok(lm_head_cpu::forward(
         h,
         w,
         targets,
         d,
         scale,
-        dist.truncation,
+        cut,
+        head.as_ref(),
     ))
+}
+
+/// The weight prepared for bf16 products when `products` asks for them and `w` is f32.
+fn bf16_head<T: 'static>(
+    products: HeadProducts,
+    w: &[T],
+    d: HeadDims,
+    backward: bool,
+) -> Option<Bf16Head> {
+    match products {
+        HeadProducts::Bf16 => Bf16Head::new(w, d, backward, super::linear::bf16_path()),
+        HeadProducts::F32 => None,
+    }
 }
 
 impl CustomOp3 for LmHead {
@@ -234,7 +277,7 @@ impl CustomOp3 for LmHead {
         let targets = contiguous_slice::<u32>(s3, l3, OP, "targets")?;
         let d = dims_of(l1, l2)?;
         validate::targets_in_vocab(OP, targets, d.vocab)?;
-        let t = self.dist;
+        let t = (self.dist, self.products);
         let out = match (s1, s2) {
             (CpuStorage::F32(_), CpuStorage::F32(_)) => {
                 CpuStorage::F32(fwd_typed::<f32>(s1, l1, s2, l2, targets, t)?)
@@ -263,6 +306,7 @@ impl CustomOp3 for LmHead {
             DType::F64 => {
                 let op = LmHeadGrad::<f64> {
                     temperature: self.dist.temperature,
+                    products: self.products,
                     want_dw,
                     res: res.flatten_all()?.to_vec1()?,
                     grad: grad_res.flatten_all()?.to_vec1()?,
@@ -272,6 +316,7 @@ impl CustomOp3 for LmHead {
             _ => {
                 let op = LmHeadGrad::<f32> {
                     temperature: self.dist.temperature,
+                    products: self.products,
                     want_dw,
                     res: res.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?,
                     grad: grad_res.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?,
@@ -302,7 +347,8 @@ impl<T: Real + 'static> LmHeadGrad<T> {
         let w = contiguous_slice::<T>(s2, l2, OP, "weight")?;
         let rows = BackwardRows::select(h, targets, &self.res, &self.grad, d.hidden);
         let scale = T::from_f64(1.0 / self.temperature);
-        let (mut dh, dw) = lm_head_cpu::backward(&rows, w, d, scale, self.want_dw);
+        let head = bf16_head(self.products, w, d, true);
+        let (mut dh, dw) = lm_head_cpu::backward(&rows, w, d, (scale, self.want_dw), head.as_ref());
         dh.extend_from_slice(&dw);
         Ok(dh)
     }

@@ -16,6 +16,7 @@ use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::cpu_math::{row_exp_sums, row_max, Real};
+use super::lm_head_bf16::{round_in_place, Bf16Head};
 use super::truncation::{kept_threshold, Truncation};
 use crate::matmul::{gemm_rm, MatRef};
 
@@ -93,6 +94,7 @@ pub(crate) fn forward<T: Real + 'static>(
     d: HeadDims,
     scale: T,
     cut: Truncation,
+    bf16: Option<&Bf16Head>,
 ) -> Vec<T> {
     let mut out = vec![T::ZERO; d.n * COLS];
     let truncated = !cut.is_off(d.vocab);
@@ -101,9 +103,9 @@ pub(crate) fn forward<T: Real + 'static>(
         .zip(targets.par_chunks(ROW_BLOCK))
         .for_each(|((out, hb), tb)| {
             if truncated {
-                forward_block_truncated(out, hb, tb, w, d, scale, cut)
+                forward_block_truncated(out, hb, tb, w, d, (scale, cut), bf16)
             } else {
-                forward_block(out, hb, tb, w, d, scale)
+                forward_block(out, hb, tb, w, d, scale, bf16)
             }
         });
     out
@@ -117,6 +119,7 @@ fn forward_block<T: Real + 'static>(
     w: &[T],
     d: HeadDims,
     scale: T,
+    bf16: Option<&Bf16Head>,
 ) {
     let rows = targets.len();
     let mut z = vec![T::ZERO; rows * VOCAB_CHUNK];
@@ -125,8 +128,13 @@ fn forward_block<T: Real + 'static>(
     let lhs = MatRef::row_major(hb, rows, d.hidden);
     for c0 in (0..d.vocab).step_by(VOCAB_CHUNK) {
         let cw = VOCAB_CHUNK.min(d.vocab - c0);
-        let wc = MatRef::row_major(&w[c0 * d.hidden..(c0 + cw) * d.hidden], cw, d.hidden);
-        gemm_rm(&mut z, lhs, wc.t(), scale, false, T::ONE);
+        match bf16 {
+            Some(head) => head.logits(hb, rows, (c0, cw), &mut z[..rows * cw], scale),
+            None => {
+                let wc = MatRef::row_major(&w[c0 * d.hidden..(c0 + cw) * d.hidden], cw, d.hidden);
+                gemm_rm(&mut z, lhs, wc.t(), scale, false, T::ONE);
+            }
+        }
         for (r, row) in z[..rows * cw].chunks(cw).enumerate() {
             stats[r].absorb(row);
             let y = targets[r] as usize;
@@ -154,14 +162,19 @@ fn forward_block_truncated<T: Real + 'static>(
     targets: &[u32],
     w: &[T],
     d: HeadDims,
-    scale: T,
-    cut: Truncation,
+    (scale, cut): (T, Truncation),
+    bf16: Option<&Bf16Head>,
 ) {
     let rows = targets.len();
     let mut z = vec![T::ZERO; rows * d.vocab];
-    let lhs = MatRef::row_major(hb, rows, d.hidden);
-    let wm = MatRef::row_major(w, d.vocab, d.hidden);
-    gemm_rm(&mut z, lhs, wm.t(), scale, false, T::ONE);
+    match bf16 {
+        Some(head) => head.logits(hb, rows, (0, d.vocab), &mut z, scale),
+        None => {
+            let lhs = MatRef::row_major(hb, rows, d.hidden);
+            let wm = MatRef::row_major(w, d.vocab, d.hidden);
+            gemm_rm(&mut z, lhs, wm.t(), scale, false, T::ONE);
+        }
+    }
     let mut kept = Vec::with_capacity(d.vocab);
     for ((row, o), &y) in z.chunks(d.vocab).zip(out.chunks_mut(COLS)).zip(targets) {
         let zy = row[y as usize];
@@ -237,8 +250,8 @@ pub(crate) fn backward<T: Real + 'static>(
     rows: &BackwardRows<T>,
     w: &[T],
     d: HeadDims,
-    scale: T,
-    want_dw: bool,
+    (scale, want_dw): (T, bool),
+    bf16: Option<&Bf16Head>,
 ) -> (Vec<T>, Vec<T>) {
     let mut dh = crate::host_memory::zeros_touched(d.n * d.hidden, T::ZERO);
     let mut dw = match want_dw {
@@ -248,7 +261,7 @@ pub(crate) fn backward<T: Real + 'static>(
     for r0 in (0..rows.len()).step_by(BACKWARD_ROWS) {
         let r1 = (r0 + BACKWARD_ROWS).min(rows.len());
         let dw_all = want_dw.then_some(dw.as_mut_slice());
-        let part = backward_rows(rows, r0..r1, w, dw_all, d, scale);
+        let part = backward_rows(rows, r0..r1, (w, dw_all), d, scale, bf16);
         for (k, &i) in rows.index[r0..r1].iter().enumerate() {
             let src = &part[k * d.hidden..(k + 1) * d.hidden];
             for (o, &v) in dh[i * d.hidden..(i + 1) * d.hidden].iter_mut().zip(src) {
@@ -267,10 +280,10 @@ pub(crate) fn backward<T: Real + 'static>(
 fn backward_rows<T: Real + 'static>(
     rows: &BackwardRows<T>,
     span: std::ops::Range<usize>,
-    w: &[T],
-    dw: Option<&mut [T]>,
+    (w, dw): (&[T], Option<&mut [T]>),
     d: HeadDims,
     scale: T,
+    bf16: Option<&Bf16Head>,
 ) -> Vec<T> {
     let len = span.len() * d.hidden;
     let chunks = d.vocab.div_ceil(VOCAB_CHUNK);
@@ -285,7 +298,8 @@ fn backward_rows<T: Real + 'static>(
             let wc = MatRef::row_major(&w[c0 * d.hidden..(c0 + cw) * d.hidden], cw, d.hidden);
             let at = (c0 - first) * d.hidden..(c0 - first + cw) * d.hidden;
             let dw_chunk = dw_group.as_deref_mut().map(|g| &mut g[at]);
-            backward_chunk(rows, span.clone(), wc, c0, dw_chunk, &mut dh, d, scale);
+            let chunk = Chunk { wc, c0, bf16 };
+            backward_chunk(rows, span.clone(), chunk, dw_chunk, &mut dh, d, scale);
         }
         dh
     };
@@ -310,19 +324,27 @@ fn backward_rows<T: Real + 'static>(
     dh
 }
 
-/// The rows of `span`, against vocabulary chunk `wc` (entries `c0..c0 + wc.rows`).
-#[allow(clippy::too_many_arguments)]
+/// One vocabulary chunk of the backward pass: the weight rows `wc` of entries `c0..c0 +
+/// wc.rows`, and the bf16 head when the products run in bf16.
+#[derive(Clone, Copy)]
+struct Chunk<'a, T> {
+    wc: MatRef<'a, T>,
+    c0: usize,
+    bf16: Option<&'a Bf16Head>,
+}
+
+/// The rows of `span`, against one vocabulary chunk.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn backward_chunk<T: Real + 'static>(
     rows: &BackwardRows<T>,
     span: std::ops::Range<usize>,
-    wc: MatRef<'_, T>,
-    c0: usize,
+    chunk: Chunk<'_, T>,
     mut dw_chunk: Option<&mut [T]>,
     dh: &mut [T],
     d: HeadDims,
     scale: T,
 ) {
+    let Chunk { wc, c0, bf16 } = chunk;
     let cw = wc.rows;
     let mut z = vec![T::ZERO; ROW_BLOCK * cw];
     for b0 in (span.start..span.end).step_by(ROW_BLOCK) {
@@ -330,15 +352,26 @@ fn backward_chunk<T: Real + 'static>(
         let n_rows = b1 - b0;
         let hb = MatRef::row_major(&rows.hidden[b0 * d.hidden..b1 * d.hidden], n_rows, d.hidden);
         let z = &mut z[..n_rows * cw];
-        gemm_rm(z, hb, wc.t(), scale, false, T::ONE);
+        match bf16 {
+            Some(head) => head.logits(hb.data, n_rows, (c0, cw), z, scale),
+            None => gemm_rm(z, hb, wc.t(), scale, false, T::ONE),
+        }
         for (k, zr) in z.chunks_mut(cw).enumerate() {
             logits_to_grad(zr, rows, b0 + k, c0);
+        }
+        let local = (b0 - span.start) * d.hidden..(b1 - span.start) * d.hidden;
+        if let Some(head) = bf16 {
+            round_in_place(z);
+            if let Some(dw) = dw_chunk.as_deref_mut() {
+                head.weight_grad(z, (n_rows, cw), hb.data, dw, scale);
+            }
+            head.input_grad(z, n_rows, (c0, cw), &mut dh[local], scale);
+            continue;
         }
         let dz = MatRef::row_major(&*z, n_rows, cw);
         if let Some(dw) = dw_chunk.as_deref_mut() {
             gemm_rm(dw, dz.t(), hb, scale, true, T::ONE);
         }
-        let local = (b0 - span.start) * d.hidden..(b1 - span.start) * d.hidden;
         gemm_rm(&mut dh[local], dz, wc, scale, true, T::ONE);
     }
 }

@@ -271,3 +271,110 @@ fn a_target_outside_the_kept_set_widens_it() -> Result<()> {
     assert_eq!(lp0[0], 0.0);
     Ok(())
 }
+
+/// `t` rounded to bf16 values (f32 storage).
+fn bf16_values(t: &Tensor) -> Result<Tensor> {
+    t.to_dtype(DType::BF16)?.to_dtype(DType::F32)
+}
+
+/// bf16 products: the forward is the composed head on bf16-rounded hidden states and weight
+/// (the same logits up to summation order); the gradients are the composed head's gradients
+/// at those rounded operands, to the rounding of the logits' gradient (2^-9 relative per
+/// element). Shapes cross row blocks and vocabulary chunks, with odd hidden sizes.
+#[test]
+fn bf16_products_are_the_composed_head_on_rounded_operands() -> Result<()> {
+    for &(b, t, hd, v, temp) in &[
+        (2, 70, 33, 1100, 0.9),
+        (1, 5, 32, 37, 1.0),
+        (3, 101, 16, 2900, 1.3),
+    ] {
+        let h = Var::from_tensor(&random_tensor(&[b, t, hd], 1.0, 31 + v as u64)?)?;
+        let w = Var::from_tensor(&random_tensor(&[v, hd], 0.5, 32)?)?;
+        let y = random_ids(&[b, t], v, 33)?;
+        let a = random_tensor(&[b, t], 1.0, 34)?;
+        let c = random_tensor(&[b, t], 0.3, 35)?;
+        let loss = |lp: &Tensor, ent: &Tensor| -> Result<Tensor> {
+            lp.mul(&a)?.sum_all()? + ent.mul(&c)?.sum_all()?
+        };
+        let fused = lm_head_logprobs_with(
+            h.as_tensor(),
+            w.as_tensor(),
+            &y,
+            tempered(temp),
+            HeadProducts::Bf16,
+        )?;
+        let g_fused = loss(&fused.logprobs, &fused.entropy)?.backward()?;
+        let (hr, wr) = (
+            Var::from_tensor(&bf16_values(&h)?)?,
+            Var::from_tensor(&bf16_values(&w)?)?,
+        );
+        let (lp, ent) = composed_ref(hr.as_tensor(), wr.as_tensor(), &y, temp)?;
+        assert_close(&fused.logprobs, &lp, 5e-5, "bf16 log-probs")?;
+        assert_close(&fused.entropy, &ent, 5e-5, "bf16 entropy")?;
+        let g_comp = loss(&lp, &ent)?.backward()?;
+        for (var, at, what) in [(&h, &hr, "d hidden"), (&w, &wr, "d weight")] {
+            let got = g_fused.get(var.as_tensor()).expect("fused grad");
+            let want = g_comp.get(at.as_tensor()).expect("composed grad");
+            assert_close(got, want, 1e-2, what)?;
+        }
+        // Not the f32 head: the rounding is there.
+        let f32_head = lm_head_logprobs(h.as_tensor(), w.as_tensor(), &y, tempered(temp))?;
+        let gap = (f32_head.logprobs - &fused.logprobs)?
+            .abs()?
+            .max_all()?
+            .to_scalar::<f32>()?;
+        assert!(
+            gap > 1e-6,
+            "({b},{t},{hd},{v}): bf16 products equal f32's (gap {gap})"
+        );
+    }
+    Ok(())
+}
+
+/// Every bf16 path of this CPU computes the same head: forward outputs and both gradients
+/// agree between the packed AVX-512 BF16 tile and the rounded f32 GEMM to f32 summation.
+#[test]
+fn every_bf16_path_computes_the_same_head() {
+    use crate::matmul::Bf16Path;
+    let d = HeadDims {
+        n: 150,
+        hidden: 45,
+        vocab: 1300,
+    };
+    let h: Vec<f32> = random_tensor(&[d.n * d.hidden], 1.0, 41)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let w: Vec<f32> = random_tensor(&[d.vocab * d.hidden], 0.5, 42)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let y: Vec<u32> = (0..d.n).map(|i| (i * 37 % d.vocab) as u32).collect();
+    let run = |path: Bf16Path| {
+        let fwd_head = super::Bf16Head::new(&w, d, false, path);
+        let res = lm_head_cpu::forward(&h, &w, &y, d, 1.0f32, Truncation::OFF, fwd_head.as_ref());
+        let grad: Vec<f32> = (0..d.n * COLS)
+            .map(|i| [0.7, -0.2, 0.0, 0.0][i % COLS])
+            .collect();
+        let rows = BackwardRows::select(&h, &y, &res, &grad, d.hidden);
+        let head = super::Bf16Head::new(&w, d, true, path);
+        let (dh, dw) = lm_head_cpu::backward(&rows, &w, d, (1.0, true), head.as_ref());
+        (res, dh, dw)
+    };
+    let paths = Bf16Path::available();
+    let first = run(paths[0]);
+    for &path in &paths[1..] {
+        let other = run(path);
+        for (what, a, b) in [
+            ("forward", &first.0, &other.0),
+            ("d hidden", &first.1, &other.1),
+            ("d weight", &first.2, &other.2),
+        ] {
+            for (i, (x, z)) in a.iter().zip(b.iter()).enumerate() {
+                let close = x == z || (x - z).abs() <= 1e-4 * (1.0 + z.abs());
+                assert!(close, "{path:?} {what} at {i}: {x} vs {z}");
+            }
+        }
+    }
+    eprintln!("bf16 head paths compared: {paths:?}");
+}

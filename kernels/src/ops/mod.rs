@@ -33,6 +33,7 @@ mod cuda_launch;
 mod entropy;
 mod linear;
 mod lm_head;
+mod lm_head_bf16;
 mod lm_head_cpu;
 pub mod reference;
 mod rms_norm;
@@ -51,7 +52,10 @@ pub use attention::{causal_attention, causal_attention_engine_order, causal_atte
 pub use cuda_launch::compile_cuda_kernels;
 pub use entropy::entropy;
 pub use linear::{linear_bf16, linear_bf16_on, linear_f32};
-pub use lm_head::{lm_head_logprobs, lm_head_logprobs_softcapped, softcap, HeadOutputs};
+pub use lm_head::{
+    lm_head_logprobs, lm_head_logprobs_softcapped, lm_head_logprobs_with, softcap, HeadOutputs,
+    HeadProducts,
+};
 pub use rms_norm::rms_norm;
 pub use rope::rope;
 pub use swiglu::{swiglu, swiglu_engine_order};

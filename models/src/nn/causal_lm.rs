@@ -12,7 +12,8 @@ use crate::nn::precision::Precision;
 use candle_core::{DType, Tensor};
 use oxalign_kernels::linear::Int8Operand;
 use oxalign_kernels::ops::{
-    lm_head_logprobs, lm_head_logprobs_softcapped, softcap, HeadOutputs, TokenDistribution,
+    lm_head_logprobs_softcapped, lm_head_logprobs_with, softcap, HeadOutputs, HeadProducts,
+    TokenDistribution,
 };
 
 /// A decoder-only language model with HF tensor names (`model.*`, `lm_head.weight`): the
@@ -44,15 +45,15 @@ impl CausalLm {
         self.decoder().forward(input_ids, attention_mask, None)
     }
 
-    /// LM head: hidden `[..., H]` -> logits `[..., V]` (f32 under bf16 mixed precision, as
-    /// the fused log-prob head computes them).
+    /// LM head: hidden `[..., H]` -> logits `[..., V]` (f32 logits of bf16 products under
+    /// bf16 mixed precision, as the fused log-prob head computes them).
     pub fn lm_logits(&self, hidden: &Tensor) -> candle_core::Result<Tensor> {
-        let precision = match self.precision {
-            Precision::Bf16Mixed => Precision::F32,
-            p => p,
-        };
-        let logits =
-            crate::nn::fake_quant::quantizable_linear(hidden, &self.head.weight, None, precision)?;
+        let logits = crate::nn::fake_quant::quantizable_linear(
+            hidden,
+            &self.head.weight,
+            None,
+            self.precision,
+        )?;
         match self.config.style.final_softcap {
             Some(c) => softcap(&logits, c),
             None => Ok(logits),
@@ -155,9 +156,13 @@ impl CausalLm {
         };
         let weight = fake_quant(&weight, Int8Operand::Weight, self.precision)?;
         let hidden = quantized_input(&hidden.to_dtype(weight.dtype())?, self.precision)?;
+        let products = match self.precision {
+            Precision::Bf16Mixed => HeadProducts::Bf16,
+            _ => HeadProducts::F32,
+        };
         match self.config.style.final_softcap {
             Some(c) => lm_head_logprobs_softcapped(&hidden, &weight, &targets, dist, c),
-            None => lm_head_logprobs(&hidden, &weight, &targets, dist),
+            None => lm_head_logprobs_with(&hidden, &weight, &targets, dist, products),
         }
     }
 
