@@ -11,12 +11,14 @@
 //! `OXALIGN_BF16_GEMM=avx512bf16|rounded` overrides):
 //! - [`Bf16Path::Avx512Bf16`]: operands packed as bf16 pairs, a 12 × 32 register tile of
 //!   `vdpbf16ps` (two bf16 products per f32 lane and instruction), `bf16_avx512.rs`;
-//! - [`Bf16Path::RoundedF32`]: every other CPU (AVX2, AVX-512 without BF16, NEON): the
-//!   operands rounded to bf16 values held in f32 and multiplied by the f32 GEMM. The same
-//!   numbers up to summation order, at f32 speed.
+//! - [`Bf16Path::RoundedF32`]: every other CPU (AVX2, AVX-512 without BF16, NEON), and an
+//!   AVX-512 BF16 CPU where the tile times slower: the operands rounded to bf16 values held
+//!   in f32 and multiplied by the f32 GEMM. The same numbers up to summation order, at f32
+//!   speed.
 //!
-//! AMX tiles are not used yet (no machine with AMX enabled has run this code). Not here: the
-//! differentiable linear op (`ops/linear.rs`).
+//! `bf16_serial.rs` multiplies on the calling thread against a `B` packed once (the fused LM
+//! head's chunks). AMX tiles are not used yet (no machine with AMX enabled has run this
+//! code). Not here: the differentiable linear op (`ops/linear.rs`).
 
 #[cfg(target_arch = "x86_64")]
 mod bf16_avx512;
