@@ -88,6 +88,45 @@ fn engine_logprobs_equal_trainer_forward() {
     }
 }
 
+/// The engine's default 16-position blocks (keys read four blocks at a time) and heads of 64
+/// and 80 channels (values summed 64 channels at a time, then the 16-channel rest), over
+/// contexts of up to seven blocks: log-probs equal the trainer's.
+#[test]
+fn wide_heads_in_default_blocks_equal_trainer_forward() {
+    for head_dim in [64, 80] {
+        let mut c = tiny(Family::Llama);
+        (c.hidden_size, c.num_attention_heads, c.num_key_value_heads) = (2 * head_dim, 4, 2);
+        c.head_dim = head_dim;
+        c.max_position_embeddings = 256;
+        let m = CausalLm::init_random(&c, 77, &Device::Cpu).unwrap();
+        let config = EngineConfig {
+            num_blocks: Some(64),
+            ..EngineConfig::default()
+        };
+        assert_eq!(config.block_size, 16);
+        let mut engine = Engine::from_model(&m, config).unwrap();
+        let reqs: Vec<GenerationRequest> = (0..4)
+            .map(|i| {
+                let mut r = GenerationRequest::new(ids(50 + i, 5 + 28 * i as usize, 64), 9);
+                r.ignore_eos = true;
+                r.sampling = SamplingParams::greedy();
+                r
+            })
+            .collect();
+        let out = engine.generate(&reqs).unwrap();
+        for (r, c) in reqs.iter().zip(&out) {
+            let dist = Sampler::new(r.sampling.clone()).distribution();
+            let want = trainer_logprobs(&m, &r.prompt, &c.tokens, dist);
+            for (a, b) in c.logprobs.iter().zip(&want) {
+                assert!(
+                    (a - b).abs() <= 1e-5,
+                    "head_dim {head_dim}: engine {a} vs trainer {b}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn engine_greedy_equals_no_cache_loop_and_generate() {
     for family in Family::ALL {

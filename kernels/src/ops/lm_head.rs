@@ -255,7 +255,9 @@ fn bf16_head<T: 'static>(
     backward: bool,
 ) -> Option<Bf16Head> {
     match products {
-        HeadProducts::Bf16 => Bf16Head::new(w, d, backward, super::linear::bf16_path()),
+        HeadProducts::Bf16 => {
+            Bf16Head::new(w, (d.vocab, d.hidden), backward, super::linear::bf16_path())
+        }
         HeadProducts::F32 => None,
     }
 }

@@ -12,7 +12,6 @@
 
 use std::any::TypeId;
 
-use super::lm_head_cpu::HeadDims;
 #[cfg(target_arch = "x86_64")]
 use crate::matmul::{gemm_packed, PackedRhs, RhsWindow};
 use crate::matmul::{gemm_rm, round_to_bf16, Bf16Path, MatView};
@@ -66,7 +65,7 @@ impl Bf16Head {
     /// (f64 storage computes in f64). `backward` also prepares `W` for `∂h`.
     pub(crate) fn new<T: 'static>(
         w: &[T],
-        d: HeadDims,
+        (vocab, hidden): (usize, usize),
         backward: bool,
         path: Bf16Path,
     ) -> Option<Bf16Head> {
@@ -74,11 +73,10 @@ impl Bf16Head {
             return None;
         }
         let w = f32s(w);
-        let hidden = d.hidden;
         match path {
             #[cfg(target_arch = "x86_64")]
             Bf16Path::Avx512Bf16 => {
-                let wm = MatView::row_major(w, d.vocab, hidden);
+                let wm = MatView::row_major(w, vocab, hidden);
                 Some(Bf16Head::Tile {
                     wt: PackedRhs::pack(wm.t()),
                     w: backward.then(|| PackedRhs::pack(wm)),

@@ -351,13 +351,13 @@ fn every_bf16_path_computes_the_same_head() {
         .unwrap();
     let y: Vec<u32> = (0..d.n).map(|i| (i * 37 % d.vocab) as u32).collect();
     let run = |path: Bf16Path| {
-        let fwd_head = super::Bf16Head::new(&w, d, false, path);
+        let fwd_head = super::Bf16Head::new(&w, (d.vocab, d.hidden), false, path);
         let res = lm_head_cpu::forward(&h, &w, &y, d, 1.0f32, Truncation::OFF, fwd_head.as_ref());
         let grad: Vec<f32> = (0..d.n * COLS)
             .map(|i| [0.7, -0.2, 0.0, 0.0][i % COLS])
             .collect();
         let rows = BackwardRows::select(&h, &y, &res, &grad, d.hidden);
-        let head = super::Bf16Head::new(&w, d, true, path);
+        let head = super::Bf16Head::new(&w, (d.vocab, d.hidden), true, path);
         let (dh, dw) = lm_head_cpu::backward(&rows, &w, d, (1.0, true), head.as_ref());
         (res, dh, dw)
     };

@@ -152,6 +152,9 @@ fn attend_token(job: &TokenJob<'_>, scores: &mut Vec<f32>, out: &mut [f32]) {
 /// [`LANES`] positions, so no horizontal sums are needed.
 #[inline(always)]
 fn group_scores(job: &TokenJob<'_>, g: usize, qg: &[f32], n_rep: usize, scores: &mut [f32]) {
+    if job.pool.block_size() == LANES {
+        return group_scores_by_four(job, g, qg, n_rep, scores);
+    }
     let (hd, bs) = (job.dims.head_dim, job.pool.block_size());
     let scale = (hd as f64).powf(-0.5) as f32;
     let (lo, n) = (job.span.start, job.span.len());
@@ -193,13 +196,90 @@ fn group_scores(job: &TokenJob<'_>, g: usize, qg: &[f32], n_rep: usize, scores: 
     }
 }
 
-/// `out_r = Σ_i p_ri · v_(lo + i)` for the `n_rep` heads of group `g`, [`LANES`] channels at
-/// a time so the accumulators stay in registers.
+/// [`group_scores`] when a key block is one vector of [`LANES`] positions (the default block
+/// size): four blocks at a time, so each query head runs four independent sums instead of
+/// one chain of `head_dim` dependent adds. Every score is still summed over `d` in order, so
+/// the numbers are the same bits.
+#[inline(always)]
+fn group_scores_by_four(
+    job: &TokenJob<'_>,
+    g: usize,
+    qg: &[f32],
+    n_rep: usize,
+    scores: &mut [f32],
+) {
+    let hd = job.dims.head_dim;
+    let scale = (hd as f64).powf(-0.5) as f32;
+    let (lo, end, n) = (job.span.start, job.span.end, job.span.len());
+    let (first, last) = (lo / LANES, (end - 1) / LANES);
+    let mut b = first;
+    while b <= last {
+        let count = 4.min(last + 1 - b);
+        let keys: [&[f32]; 4] = std::array::from_fn(|j| {
+            job.pool
+                .key_block(job.layer, job.table[b + j.min(count - 1)], g)
+        });
+        for r in 0..n_rep {
+            let q = &qg[r * hd..(r + 1) * hd];
+            let mut acc = [[0f32; LANES]; 4];
+            for (d, &qd) in q.iter().enumerate() {
+                for (a, kt) in acc.iter_mut().zip(&keys) {
+                    let k: &[f32; LANES] = kt[d * LANES..(d + 1) * LANES].try_into().unwrap();
+                    for l in 0..LANES {
+                        a[l] += qd * k[l];
+                    }
+                }
+            }
+            for (j, a) in acc.iter().enumerate().take(count) {
+                for (l, v) in a.iter().enumerate() {
+                    let p = (b + j) * LANES + l;
+                    if p >= lo && p < end {
+                        scores[r * n + p - lo] = v * scale;
+                    }
+                }
+            }
+        }
+        b += count;
+    }
+}
+
+/// `out_r = Σ_i p_ri · v_(lo + i)` for the `n_rep` heads of group `g`, 64 channels (four
+/// independent sums) at a time while they last, then [`LANES`] at a time, so the
+/// accumulators stay in registers. Each channel is summed over positions in order.
 #[inline(always)]
 fn group_values(job: &TokenJob<'_>, g: usize, n_rep: usize, probs: &[f32], out: &mut [f32]) {
     let (hd, bs) = (job.dims.head_dim, job.pool.block_size());
     let (lo, n) = (job.span.start, job.span.len());
     let mut d0 = 0;
+    while d0 + 4 * LANES <= hd {
+        for r in 0..n_rep {
+            let p_r = &probs[r * n..(r + 1) * n];
+            let mut acc = [[0f32; LANES]; 4];
+            let mut pos = lo;
+            while pos < job.span.end {
+                let end = (pos - pos % bs + bs).min(job.span.end);
+                let vb = job.pool.value_block(job.layer, job.table[pos / bs], g);
+                for p in pos..end {
+                    let w = p_r[p - lo];
+                    let base = (p % bs) * hd + d0;
+                    for (j, a) in acc.iter_mut().enumerate() {
+                        let v: &[f32; LANES] = vb[base + j * LANES..base + (j + 1) * LANES]
+                            .try_into()
+                            .unwrap();
+                        for l in 0..LANES {
+                            a[l] += w * v[l];
+                        }
+                    }
+                }
+                pos = end;
+            }
+            for (j, a) in acc.iter().enumerate() {
+                let at = r * hd + d0 + j * LANES;
+                out[at..at + LANES].copy_from_slice(a);
+            }
+        }
+        d0 += 4 * LANES;
+    }
     while d0 < hd {
         let width = LANES.min(hd - d0);
         for r in 0..n_rep {
