@@ -5,6 +5,7 @@
 use std::arch::x86_64::*;
 
 use super::bf16_pack::{MR, NR};
+use super::bf16_pack_avx512::lane_mask;
 
 /// Whether this CPU has AVX-512F and AVX-512 BF16.
 pub(super) fn available() -> bool {
@@ -44,16 +45,7 @@ pub(super) unsafe fn tile(
             row[1] = _mm512_dpbf16_ps(row[1], av, b1);
         }
     }
-    let m0: __mmask16 = if cols >= 16 {
-        0xffff
-    } else {
-        (1u16 << cols) - 1
-    };
-    let m1: __mmask16 = match cols {
-        32.. => 0xffff,
-        17..=31 => (1u16 << (cols - 16)) - 1,
-        _ => 0,
-    };
+    let (m0, m1) = (lane_mask(cols), lane_mask(cols.saturating_sub(16)));
     let cp = c.as_mut_ptr();
     if alpha != 1.0 {
         let a = _mm512_set1_ps(alpha);

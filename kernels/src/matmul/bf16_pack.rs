@@ -143,11 +143,12 @@ pub(crate) fn bf16_row_pairs(x: &[f32], rows: usize, k: usize, out: &mut Vec<u32
     let pairs = k.div_ceil(2);
     out.clear();
     out.resize(rows * pairs, 0);
+    let simd = simd::available();
     for (row, dst) in x
         .chunks_exact(k.max(1))
         .zip(out.chunks_exact_mut(pairs.max(1)))
     {
-        if simd::available() {
+        if simd {
             // SAFETY: the CPU has AVX-512F/BW; `row` holds `k` values and `dst` `pairs`.
             unsafe { simd::pack_row(row.as_ptr(), k, dst.as_mut_ptr()) };
         } else {

@@ -16,6 +16,12 @@ pub(super) fn available() -> bool {
         && std::arch::is_x86_feature_detected!("avx512bw")
 }
 
+/// The mask of the first `n` of 16 lanes (all 16 for `n >= 16`, none for 0).
+#[inline]
+pub(super) fn lane_mask(n: usize) -> __mmask16 {
+    ((1u32 << n.min(16)) - 1) as u16
+}
+
 /// 16 f32 values rounded to bf16, each held in the high half of its 32-bit lane (the low
 /// half is garbage the caller drops).
 #[inline]
@@ -38,12 +44,7 @@ unsafe fn round_high(v: __m512) -> __m512i {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn pairs_of_run(src: *const f32, len: usize) -> __m512i {
-    let m0: __mmask16 = if len >= 16 { 0xffff } else { (1u16 << len) - 1 };
-    let m1: __mmask16 = match len {
-        32.. => 0xffff,
-        17..=31 => (1u16 << (len - 16)) - 1,
-        _ => 0,
-    };
+    let (m0, m1) = (lane_mask(len), lane_mask(len.saturating_sub(16)));
     let lo = round_high(_mm512_maskz_loadu_ps(m0, src));
     let hi = round_high(_mm512_maskz_loadu_ps(m1, src.wrapping_add(16)));
     // The high 16-bit word of each of the 32 values, in order: word `2i + 1` of `lo:hi`.
@@ -62,11 +63,7 @@ unsafe fn pairs_of_run(src: *const f32, len: usize) -> __m512i {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn pairs_of_rows(even: *const f32, odd: Option<*const f32>, lanes: usize) -> __m512i {
-    let m: __mmask16 = if lanes >= 16 {
-        0xffff
-    } else {
-        (1u16 << lanes) - 1
-    };
+    let m = lane_mask(lanes);
     let lo = _mm512_srli_epi32(round_high(_mm512_maskz_loadu_ps(m, even)), 16);
     match odd {
         Some(odd) => {
@@ -126,7 +123,7 @@ pub(super) unsafe fn pack_runs(
     (stride, lanes): (usize, usize),
 ) {
     debug_assert!(runs.len() <= lanes && lanes <= 16);
-    let store: __mmask16 = ((1u32 << lanes) - 1) as u16;
+    let store = lane_mask(lanes);
     let mut p = 0;
     while p < pn {
         let k = 2 * (p0 + p);
@@ -160,7 +157,7 @@ pub(super) unsafe fn pack_rows(
     while j < lanes {
         let n = 16.min(lanes - j);
         let v = pairs_of_rows(even.add(j), odd.map(|o| o.add(j)), n);
-        let m: __mmask16 = if n >= 16 { 0xffff } else { (1u16 << n) - 1 };
+        let m = lane_mask(n);
         _mm512_mask_storeu_epi32(out.add(j) as *mut _, m, v);
         j += n;
     }
@@ -178,7 +175,7 @@ pub(super) unsafe fn pack_row(src: *const f32, k: usize, out: *mut u32) {
     while p < pairs {
         let count = 16.min(pairs - p);
         let v = pairs_of_run(src.add(2 * p), (k - 2 * p).min(32));
-        let m: __mmask16 = ((1u32 << count) - 1) as u16;
+        let m = lane_mask(count);
         _mm512_mask_storeu_epi32(out.add(p) as *mut _, m, v);
         p += count;
     }
