@@ -9,10 +9,10 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::attention_fwd::{Dims, HeadView, Tiles};
-use super::attention_tile::TransposedTile;
+use super::attention_fwd::{span_of, Dims, HeadView, Tiles};
+use super::attention_tile::{TransposedTile, ROWS};
 use super::attention_visibility::Visibility;
-use super::cpu_math::{axpy, row_dot, Real};
+use super::cpu_math::{axpy, axpy_terms, row_dot, Real};
 
 /// What the backward pass reads: the forward inputs, its output and log-sum-exp, and the
 /// upstream gradient (all flat, in the layouts of [`Dims`]; `lse` is `[b, nh, t]`).
@@ -44,27 +44,43 @@ impl<'a, T: Real> GradView<'a, T> {
         }
     }
 
-    /// For query `i` against the keys of a tile (`kt`, `vt`: its K and V rows): writes
-    /// `P_ij` into `p` and `dS_ij` into `ds` at tile-local indices and returns their range.
+    /// For the query rows `rows` (at most [`ROWS`]) against the keys of a tile (`kt`, `vt`:
+    /// its K and V rows): writes `P_ij` into `p` and `dS_ij` into `ds`, row `r` of the group in
+    /// block `r` of each (`p.len() / ROWS` entries per row) at tile-local indices, and returns
+    /// each row's range (empty for a dead row and past the group's end).
     #[inline(always)]
-    fn tile_p_ds(
+    fn group_p_ds(
         &self,
         (kt, vt): (&TransposedTile<T>, &TransposedTile<T>),
-        i: usize,
+        rows: Range<usize>,
         p: &mut [T],
         ds: &mut [T],
-    ) -> Range<usize> {
-        let local = self.head.tile_scores(kt, i, p);
-        if local.is_empty() {
-            return local;
+    ) -> [Range<usize>; ROWS] {
+        let h = &self.head;
+        let mut locals = h.group_scores(kt, rows.clone(), p);
+        for (r, local) in locals.iter_mut().enumerate() {
+            if rows.start + r < rows.end && !h.vis.row_sees_any(h.b, rows.start + r) {
+                *local = 0..0;
+            }
         }
-        vt.dots(self.head.row(self.d_out, i), T::ONE, local.clone(), ds);
-        let (lse, delta) = (self.lse[i], self.delta[i]);
-        for (p, ds) in p[local.clone()].iter_mut().zip(&mut ds[local.clone()]) {
-            *p = (*p - lse).exp();
-            *ds = *p * (*ds - delta);
+        let Some(span) = span_of(&locals) else {
+            return locals;
+        };
+        let d_out = std::array::from_fn(|r| h.row(self.d_out, (rows.start + r).min(rows.end - 1)));
+        vt.dots_rows(d_out, T::ONE, span, ds);
+        let w = p.len() / ROWS;
+        let blocks = p.chunks_exact_mut(w).zip(ds.chunks_exact_mut(w));
+        for (r, (local, (p, ds))) in locals.iter().zip(blocks).enumerate() {
+            let (lse, delta) = (
+                self.lse[rows.start + r.min(rows.len() - 1)],
+                self.delta[rows.start + r.min(rows.len() - 1)],
+            );
+            for (p, ds) in p[local.clone()].iter_mut().zip(&mut ds[local.clone()]) {
+                *p = (*p - lse).exp();
+                *ds = *p * (*ds - delta);
+            }
         }
-        local
+        locals
     }
 }
 
@@ -131,22 +147,20 @@ fn dq_block<T: Real>(g: &GradView<T>, tk: usize, i0: usize, dq: &mut [T]) {
     let h = &g.head;
     let rows = dq.len() / h.hd;
     let (mut kt, mut vt) = (TransposedTile::new(h.hd, tk), TransposedTile::new(h.hd, tk));
-    let (mut p, mut ds) = (vec![T::ZERO; tk], vec![T::ZERO; tk]);
+    let (mut p, mut ds) = (vec![T::ZERO; ROWS * tk], vec![T::ZERO; ROWS * tk]);
     let mut j0 = h.vis.key_range(h.b, i0).start;
     while j0 < i0 + rows {
         let keys = j0..(j0 + tk).min(i0 + rows);
         kt.load(h.k, keys.clone());
         vt.load(h.v, keys.clone());
-        for (r, dq_i) in dq.chunks_mut(h.hd).enumerate() {
-            let i = i0 + r;
-            if !h.vis.row_sees_any(h.b, i) {
-                continue;
-            }
-            let local = g.tile_p_ds((&kt, &vt), i, &mut p, &mut ds);
-            for c in local {
-                if p[c] != T::ZERO {
-                    axpy(dq_i, ds[c] * h.scale, h.row(h.k, j0 + c));
-                }
+        for (n, dq) in dq.chunks_mut(ROWS * h.hd).enumerate() {
+            let first = i0 + n * ROWS;
+            let group = first..first + dq.len() / h.hd;
+            let locals = g.group_p_ds((&kt, &vt), group, &mut p, &mut ds);
+            let blocks = p.chunks_exact(tk).zip(ds.chunks_exact(tk));
+            for ((dq_i, local), (p, ds)) in dq.chunks_mut(h.hd).zip(locals).zip(blocks) {
+                let terms = local.filter(|&c| p[c] != T::ZERO);
+                axpy_terms(dq_i, terms.map(|c| (ds[c] * h.scale, h.row(h.k, j0 + c))));
             }
         }
         j0 = keys.end;
@@ -204,19 +218,26 @@ fn dkv_block<T: Real>(
     let h = &g.head;
     let hd = h.hd;
     let width = tiles.0.keys().len();
-    let (mut p, mut ds) = (vec![T::ZERO; width], vec![T::ZERO; width]);
-    for i in h.vis.query_range_for(h.b, tiles.0.keys()) {
-        if !h.vis.row_sees_any(h.b, i) {
+    let (mut p, mut ds) = (vec![T::ZERO; ROWS * width], vec![T::ZERO; ROWS * width]);
+    let queries = h.vis.query_range_for(h.b, tiles.0.keys());
+    for first in queries.clone().step_by(ROWS) {
+        let group = first..(first + ROWS).min(queries.end);
+        let locals = g.group_p_ds(tiles, group.clone(), &mut p, &mut ds);
+        let Some(span) = span_of(&locals) else {
             continue;
-        }
-        let local = g.tile_p_ds(tiles, i, &mut p, &mut ds);
-        let (q_i, do_i) = (h.row(h.q, i), h.row(g.d_out, i));
-        for c in local {
-            if p[c] != T::ZERO {
-                let r = c * hd;
-                axpy(&mut dv[r..r + hd], p[c], do_i);
-                axpy(&mut dk[r..r + hd], ds[c] * h.scale, q_i);
-            }
+        };
+        // Key by key, the group's rows in order: each dk/dv row gets its terms in the order
+        // of the queries, as one axpy per query would add them.
+        for c in span {
+            let live = |r: &usize| locals[*r].contains(&c) && p[r * width + c] != T::ZERO;
+            let rows = (0..group.len()).filter(live);
+            let r = c * hd;
+            let dv_terms = rows
+                .clone()
+                .map(|r| (p[r * width + c], h.row(g.d_out, first + r)));
+            axpy_terms(&mut dv[r..r + hd], dv_terms);
+            let dk_terms = rows.map(|r| (ds[r * width + c] * h.scale, h.row(h.q, first + r)));
+            axpy_terms(&mut dk[r..r + hd], dk_terms);
         }
     }
 }

@@ -8,9 +8,9 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::attention_tile::TransposedTile;
+use super::attention_tile::{TransposedTile, ROWS};
 use super::attention_visibility::Visibility;
-use super::cpu_math::{axpy, row_max, scale_in_place, Real};
+use super::cpu_math::{axpy, axpy_terms, row_max, scale_in_place, Real};
 
 /// Shapes of one call: q `[b, nh, t, hd]`, k and v `[b, nkv, t, hd]` (`nkv` divides `nh`).
 #[derive(Clone, Copy, Debug)]
@@ -86,31 +86,55 @@ impl<T: Real> HeadView<'_, T> {
         &x[i * self.hd..(i + 1) * self.hd]
     }
 
-    /// Scaled scores `hd^-0.5 q_i . k_j` of query `i` against the keys of `tile` it may
-    /// see, written at tile-local indices, with padded keys at `-inf`. Returns the local
-    /// index range written (empty when the row sees none of the tile).
-    pub(crate) fn tile_scores(
+    /// Scaled scores `hd^-0.5 q_i . k_j` of the query rows `rows` (at most [`ROWS`]) against
+    /// the keys of `tile` each may see: row `r` of the group in `scores[r * w..(r + 1) * w]`
+    /// (`w = scores.len() / ROWS`) at tile-local indices, padded keys at `-inf`. Returns each
+    /// row's local range written (empty when the row sees none of the tile, and past the
+    /// group's end).
+    pub(crate) fn group_scores(
         &self,
         tile: &TransposedTile<T>,
-        i: usize,
+        rows: Range<usize>,
         scores: &mut [T],
-    ) -> Range<usize> {
-        let keys = self.vis.key_range_in(self.b, i, tile.keys());
+    ) -> [Range<usize>; ROWS] {
         let j0 = tile.keys().start;
-        let local = keys.start - j0..keys.end - j0;
-        if local.is_empty() {
-            return local;
-        }
-        tile.dots(self.row(self.q, i), self.scale, local.clone(), scores);
+        let locals: [Range<usize>; ROWS] = std::array::from_fn(|r| {
+            let i = rows.start + r;
+            if i >= rows.end {
+                return 0..0;
+            }
+            let keys = self.vis.key_range_in(self.b, i, tile.keys());
+            match keys.is_empty() {
+                true => 0..0,
+                false => keys.start - j0..keys.end - j0,
+            }
+        });
+        let Some(span) = span_of(&locals) else {
+            return locals;
+        };
+        let xs = std::array::from_fn(|r| self.row(self.q, (rows.start + r).min(rows.end - 1)));
+        tile.dots_rows(xs, self.scale, span, scores);
         if let Some(valid) = self.valid {
-            for (s, &ok) in scores[local.clone()].iter_mut().zip(&valid[keys]) {
-                if !ok {
-                    *s = T::NEG_INFINITY;
+            let w = scores.len() / ROWS;
+            for (local, scores) in locals.iter().zip(scores.chunks_exact_mut(w)) {
+                let keys = &valid[j0 + local.start..j0 + local.end];
+                for (s, &ok) in scores[local.clone()].iter_mut().zip(keys) {
+                    if !ok {
+                        *s = T::NEG_INFINITY;
+                    }
                 }
             }
         }
-        local
+        locals
     }
+}
+
+/// The smallest range holding every non-empty range of `locals`, or `None` when all are empty.
+pub(crate) fn span_of(locals: &[Range<usize>]) -> Option<Range<usize>> {
+    let live = locals.iter().filter(|l| !l.is_empty());
+    let start = live.clone().map(|l| l.start).min()?;
+    let end = live.map(|l| l.end).max()?;
+    Some(start..end)
 }
 
 /// Attention output `[b, nh, t, hd]` and per-row log-sum-exp of the scaled scores
@@ -170,7 +194,7 @@ fn forward_block<T: Real>(h: &HeadView<T>, tk: usize, i0: usize, out: &mut [T], 
             sum: T::ZERO,
         })
         .collect();
-    let mut scores = vec![T::ZERO; tk];
+    let mut scores = vec![T::ZERO; ROWS * tk];
     let mut tile = TransposedTile::new(hd, tk);
     // Key ranges only grow with i: the block's keys run from the first row's lowest key to
     // its last row (causal).
@@ -178,10 +202,15 @@ fn forward_block<T: Real>(h: &HeadView<T>, tk: usize, i0: usize, out: &mut [T], 
     let mut j0 = keys_lo;
     while j0 < keys_hi {
         tile.load(h.k, j0..(j0 + tk).min(keys_hi));
-        for (r, (st, acc)) in state.iter_mut().zip(out.chunks_mut(hd)).enumerate() {
-            let local = h.tile_scores(&tile, i0 + r, &mut scores);
-            if !local.is_empty() {
-                online_update(h, j0 + local.start, &mut scores[local], st, acc);
+        let groups = state.chunks_mut(ROWS).zip(out.chunks_mut(ROWS * hd));
+        for (g, (states, accs)) in groups.enumerate() {
+            let first = i0 + g * ROWS;
+            let locals = h.group_scores(&tile, first..first + states.len(), &mut scores);
+            let rows = states.iter_mut().zip(accs.chunks_mut(hd));
+            for ((st, acc), (local, s)) in rows.zip(locals.into_iter().zip(scores.chunks_mut(tk))) {
+                if !local.is_empty() {
+                    online_update(h, j0 + local.start, &mut s[local], st, acc);
+                }
             }
         }
         j0 = tile.keys().end;
@@ -216,12 +245,11 @@ fn online_update<T: Real>(
     for x in s.iter_mut() {
         *x = (*x - m).exp();
     }
-    for (c, &p) in s.iter().enumerate() {
-        if p != T::ZERO {
-            st.sum += p;
-            axpy(acc, p, h.row(h.v, j0 + c));
-        }
+    for &p in s.iter().filter(|&&p| p != T::ZERO) {
+        st.sum += p;
     }
+    let terms = s.iter().enumerate().filter(|(_, &p)| p != T::ZERO);
+    axpy_terms(acc, terms.map(|(c, &p)| (p, h.row(h.v, j0 + c))));
 }
 
 /// Normalises row `i`'s output and returns its log-sum-exp. A dead row (no visible key)

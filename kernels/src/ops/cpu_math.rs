@@ -259,6 +259,36 @@ pub(crate) fn axpy<T: Real>(y: &mut [T], alpha: T, x: &[T]) {
     }
 }
 
+/// `y += Σ_t a_t x_t` over the `terms` `(a_t, x_t)`, each element's terms added one after
+/// another in order (the same bits as one [`axpy`] per term), with `y` held in registers
+/// across all the terms 64 elements at a time: one load and store of `y` per block instead of
+/// one per term. Every `x_t` is at least `y.len()` long.
+#[inline(always)]
+pub(crate) fn axpy_terms<'a, T: Real + 'a>(
+    y: &mut [T],
+    terms: impl Iterator<Item = (T, &'a [T])> + Clone,
+) {
+    const W: usize = 64;
+    let mut blocks = y.chunks_exact_mut(W);
+    let mut at = 0;
+    for block in &mut blocks {
+        let mut acc: [T; W] = std::array::from_fn(|l| block[l]);
+        for (a, x) in terms.clone() {
+            for (o, &x) in acc.iter_mut().zip(&x[at..at + W]) {
+                *o += a * x;
+            }
+        }
+        block.copy_from_slice(&acc);
+        at += W;
+    }
+    let tail = blocks.into_remainder();
+    if !tail.is_empty() {
+        for (a, x) in terms {
+            axpy(tail, a, &x[at..]);
+        }
+    }
+}
+
 /// `y *= alpha` elementwise.
 #[inline]
 pub(crate) fn scale_in_place<T: Real>(y: &mut [T], alpha: T) {
