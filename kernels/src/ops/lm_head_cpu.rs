@@ -20,12 +20,21 @@ use super::lm_head_bf16::{round_in_place, Bf16Head};
 use super::truncation::{kept_threshold, Truncation};
 use crate::matmul::{gemm_rm, MatRef};
 
-/// Rows per forward task and per backward row block.
-const ROW_BLOCK: usize = 128;
+/// Rows per forward task at most (`ROW_BLOCK × VOCAB_CHUNK` f32 logits are 512 KiB, an L2's
+/// share; each chunk's weights are packed once per block, so taller blocks pack less per
+/// product); see [`forward_rows_per_task`].
+const ROW_BLOCK: usize = 256;
+/// Rows per forward task under a truncation, where a task holds its rows' whole logits.
+const TRUNCATED_ROW_BLOCK: usize = 128;
 /// Vocabulary entries per chunk of logits (`ROW_BLOCK × VOCAB_CHUNK` floats live at once).
 const VOCAB_CHUNK: usize = 512;
 /// Rows processed per backward pass over the vocabulary; bounds the per-task `dh` buffers.
 const BACKWARD_ROWS: usize = 8192;
+/// Rows per backward GEMM against one vocabulary chunk (`BACKWARD_BLOCK × VOCAB_CHUNK` floats
+/// of `∂z` per task, 2 MiB in f32): tall enough that packing the chunk's weights, and
+/// reading and writing its `∂W` rows, cost little beside the products (at 128 rows the chunk's
+/// weights were packed twice and its 1 MiB of `∂W` read and written once per 128 rows).
+const BACKWARD_BLOCK: usize = 1024;
 
 /// Shapes of one fused head call: `n` rows of `hidden` features, `vocab` outputs.
 #[derive(Clone, Copy, Debug)]
@@ -98,9 +107,10 @@ pub(crate) fn forward<T: Real + 'static>(
 ) -> Vec<T> {
     let mut out = vec![T::ZERO; d.n * COLS];
     let truncated = !cut.is_off(d.vocab);
-    out.par_chunks_mut(ROW_BLOCK * COLS)
-        .zip(h.par_chunks(ROW_BLOCK * d.hidden))
-        .zip(targets.par_chunks(ROW_BLOCK))
+    let rows = forward_rows_per_task(d.n, truncated);
+    out.par_chunks_mut(rows * COLS)
+        .zip(h.par_chunks(rows * d.hidden))
+        .zip(targets.par_chunks(rows))
         .for_each(|((out, hb), tb)| {
             if truncated {
                 forward_block_truncated(out, hb, tb, w, d, (scale, cut), bf16)
@@ -109,6 +119,20 @@ pub(crate) fn forward<T: Real + 'static>(
             }
         });
     out
+}
+
+/// Rows per forward task for `n` rows: [`ROW_BLOCK`] (or [`TRUNCATED_ROW_BLOCK`]), lowered
+/// to a multiple of 16 that still gives every thread two tasks when `n` is short.
+fn forward_rows_per_task(n: usize, truncated: bool) -> usize {
+    let most = if truncated {
+        TRUNCATED_ROW_BLOCK
+    } else {
+        ROW_BLOCK
+    };
+    let share = n
+        .div_ceil(2 * rayon::current_num_threads())
+        .next_multiple_of(16);
+    share.clamp(16, most)
 }
 
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
@@ -152,8 +176,8 @@ fn forward_block<T: Real + 'static>(
     }
 }
 
-/// [`forward_block`] under a truncation: each row's logits are built whole (`ROW_BLOCK × V`
-/// floats at once), its kept threshold is found, lowered to the target's logit when the
+/// [`forward_block`] under a truncation: each row's logits are built whole
+/// (`TRUNCATED_ROW_BLOCK × V` floats at once), its kept threshold is found, lowered to the target's logit when the
 /// target fell below it, and only kept logits enter the softmax.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn forward_block_truncated<T: Real + 'static>(
@@ -346,9 +370,9 @@ fn backward_chunk<T: Real + 'static>(
 ) {
     let Chunk { wc, c0, bf16 } = chunk;
     let cw = wc.rows;
-    let mut z = vec![T::ZERO; ROW_BLOCK * cw];
-    for b0 in (span.start..span.end).step_by(ROW_BLOCK) {
-        let b1 = (b0 + ROW_BLOCK).min(span.end);
+    let mut z = vec![T::ZERO; BACKWARD_BLOCK.min(span.len()) * cw];
+    for b0 in (span.start..span.end).step_by(BACKWARD_BLOCK) {
+        let b1 = (b0 + BACKWARD_BLOCK).min(span.end);
         let n_rows = b1 - b0;
         let hb = MatRef::row_major(&rows.hidden[b0 * d.hidden..b1 * d.hidden], n_rows, d.hidden);
         let z = &mut z[..n_rows * cw];
