@@ -70,11 +70,9 @@ impl<'a, T: Real> GradView<'a, T> {
         vt.dots_rows(d_out, T::ONE, span, ds);
         let w = p.len() / ROWS;
         let blocks = p.chunks_exact_mut(w).zip(ds.chunks_exact_mut(w));
-        for (r, (local, (p, ds))) in locals.iter().zip(blocks).enumerate() {
-            let (lse, delta) = (
-                self.lse[rows.start + r.min(rows.len() - 1)],
-                self.delta[rows.start + r.min(rows.len() - 1)],
-            );
+        let live = locals.iter().zip(blocks).enumerate();
+        for (r, (local, (p, ds))) in live.filter(|(_, (l, _))| !l.is_empty()) {
+            let (lse, delta) = (self.lse[rows.start + r], self.delta[rows.start + r]);
             for (p, ds) in p[local.clone()].iter_mut().zip(&mut ds[local.clone()]) {
                 *p = (*p - lse).exp();
                 *ds = *p * (*ds - delta);
