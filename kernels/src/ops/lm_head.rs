@@ -1,19 +1,23 @@
 //! The fused LM head: token log-probs and entropy of `softmax(h Wᵀ / temperature)` straight
 //! from the hidden states, as a differentiable candle op that never builds the `[N, V]`
 //! logits or their gradient (Liger-style fused linear cross-entropy, generalised to the
-//! log-prob and entropy that RL losses need). The backward pass recomputes logits block by
-//! block. CPU kernels in `lm_head_cpu.rs`; on other devices the same math is composed from
+//! log-prob and entropy that RL losses need). The backward pass reads the logits back when
+//! the forward kept them (at most `lm_head_cpu::LOGITS_CACHE_BYTES`, only when a gradient
+//! will be taken), and recomputes them block by block otherwise. CPU kernels in `lm_head_cpu.rs`; on other devices the same math is composed from
 //! candle ops (which does build the logits). No masking here: callers weight the results.
 //!
 //! The distribution is `softmax(logits / T)` over a kept set (`truncation.rs`), the one the
 //! rollout sampled from: with top-k / top-p the CPU kernel builds one block of whole rows at a
 //! time to find each row's kept set.
 
+use std::any::Any;
+use std::sync::Mutex;
+
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
 use super::cpu_math::{contiguous_slice, Real};
 use super::lm_head_bf16::Bf16Head;
-use super::lm_head_cpu::{self, BackwardRows, HeadDims, COLS};
+use super::lm_head_cpu::{self, BackwardRows, HeadDims, LogitsCache, COLS};
 use super::truncation::{TokenDistribution, Truncation};
 use super::validate;
 
@@ -104,7 +108,13 @@ pub fn lm_head_logprobs_with(
     let out = if hidden.device().is_cpu() {
         let hf = hidden.reshape((n, h))?.contiguous()?;
         let tf = targets.reshape(n)?.contiguous()?;
-        hf.apply_op3(&weight.contiguous()?, &tf, LmHead { dist, products })?
+        let op = LmHead {
+            dist,
+            products,
+            keep_logits: hidden.track_op() || weight.track_op(),
+            kept: Mutex::new(None),
+        };
+        hf.apply_op3(&weight.contiguous()?, &tf, op)?
     } else {
         let round = |t: &Tensor| match products {
             HeadProducts::Bf16 if t.dtype() == DType::F32 => {
@@ -203,6 +213,11 @@ fn kept_mask(logits: &Tensor, targets: &Tensor, cut: Truncation) -> Result<Tenso
 struct LmHead {
     dist: TokenDistribution,
     products: HeadProducts,
+    /// Whether a backward pass will follow, so the forward keeps its logits when they fit
+    /// (`lm_head_cpu::LogitsCache`).
+    keep_logits: bool,
+    /// The kept logits (a `LogitsCache<T>` of the forward's dtype), taken by the backward.
+    kept: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
 /// Backward op: `(hidden, weight, targets) -> [N·H + V·H]`, the gradients of hidden and
@@ -214,6 +229,8 @@ struct LmHeadGrad<T> {
     want_dw: bool,
     res: Vec<T>,
     grad: Vec<T>,
+    /// The forward's logits, when it kept them.
+    cache: Option<LogitsCache<T>>,
 }
 
 fn dims_of(l1: &Layout, l2: &Layout) -> Result<HeadDims> {
@@ -222,29 +239,36 @@ fn dims_of(l1: &Layout, l2: &Layout) -> Result<HeadDims> {
     Ok(HeadDims { n, hidden, vocab })
 }
 
-fn fwd_typed<T: Real + 'static>(
-    s1: &CpuStorage,
-    l1: &Layout,
-    s2: &CpuStorage,
-    l2: &Layout,
-    targets: &[u32],
-    (dist, products): (TokenDistribution, HeadProducts),
-) -> Result<Vec<T>> {
-    let d = dims_of(l1, l2)?;
-    let h = contiguous_slice::<T>(s1, l1, OP, "hidden")?;
-    let w = contiguous_slice::<T>(s2, l2, OP, "weight")?;
-    let scale = T::from_f64(1.0 / dist.temperature);
-    let head = bf16_head(products, w, d, false);
-    let cut = dist.truncation;
-    Ok(lm_head_cpu::forward(
-        h,
-        w,
-        targets,
-        d,
-        scale,
-        cut,
-        head.as_ref(),
-    ))
+impl LmHead {
+    fn fwd_typed<T: Real + 'static>(
+        &self,
+        (s1, l1): (&CpuStorage, &Layout),
+        (s2, l2): (&CpuStorage, &Layout),
+        targets: &[u32],
+    ) -> Result<Vec<T>> {
+        let d = dims_of(l1, l2)?;
+        let h = contiguous_slice::<T>(s1, l1, OP, "hidden")?;
+        let w = contiguous_slice::<T>(s2, l2, OP, "weight")?;
+        let scale = T::from_f64(1.0 / self.dist.temperature);
+        let head = bf16_head(self.products, w, d, false);
+        let cut = self.dist.truncation;
+        let mut cache = match self.keep_logits && cut.is_off(d.vocab) {
+            true => LogitsCache::<T>::fitting(d),
+            false => None,
+        };
+        let out = lm_head_cpu::forward(h, w, targets, d, scale, cut, head.as_ref(), cache.as_mut());
+        if let Some(cache) = cache {
+            *self.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(cache));
+        }
+        Ok(out)
+    }
+
+    /// The logits the forward kept, if it kept them in `T`'s numbers (taken: a second
+    /// backward pass recomputes them).
+    fn take_kept<T: 'static>(&self) -> Option<LogitsCache<T>> {
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        kept.downcast::<LogitsCache<T>>().ok().map(|b| *b)
+    }
 }
 
 /// The weight prepared for bf16 products when `products` asks for them and `w` is f32.
@@ -279,13 +303,12 @@ impl CustomOp3 for LmHead {
         let targets = contiguous_slice::<u32>(s3, l3, OP, "targets")?;
         let d = dims_of(l1, l2)?;
         validate::targets_in_vocab(OP, targets, d.vocab)?;
-        let t = (self.dist, self.products);
         let out = match (s1, s2) {
             (CpuStorage::F32(_), CpuStorage::F32(_)) => {
-                CpuStorage::F32(fwd_typed::<f32>(s1, l1, s2, l2, targets, t)?)
+                CpuStorage::F32(self.fwd_typed::<f32>((s1, l1), (s2, l2), targets)?)
             }
             (CpuStorage::F64(_), CpuStorage::F64(_)) => {
-                CpuStorage::F64(fwd_typed::<f64>(s1, l1, s2, l2, targets, t)?)
+                CpuStorage::F64(self.fwd_typed::<f64>((s1, l1), (s2, l2), targets)?)
             }
             (a, _) => validate::unsupported_cpu_dtype(OP, a)?,
         };
@@ -312,6 +335,7 @@ impl CustomOp3 for LmHead {
                     want_dw,
                     res: res.flatten_all()?.to_vec1()?,
                     grad: grad_res.flatten_all()?.to_vec1()?,
+                    cache: self.take_kept(),
                 };
                 hidden.apply_op3_no_bwd(weight, targets, &op)?
             }
@@ -322,6 +346,7 @@ impl CustomOp3 for LmHead {
                     want_dw,
                     res: res.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?,
                     grad: grad_res.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?,
+                    cache: self.take_kept(),
                 };
                 hidden.apply_op3_no_bwd(weight, targets, &op)?
             }
@@ -350,7 +375,9 @@ impl<T: Real + 'static> LmHeadGrad<T> {
         let rows = BackwardRows::select(h, targets, &self.res, &self.grad, d.hidden);
         let scale = T::from_f64(1.0 / self.temperature);
         let head = bf16_head(self.products, w, d, true);
-        let (mut dh, dw) = lm_head_cpu::backward(&rows, w, d, (scale, self.want_dw), head.as_ref());
+        let source = (w, self.cache.as_ref());
+        let (mut dh, dw) =
+            lm_head_cpu::backward(&rows, source, d, (scale, self.want_dw), head.as_ref());
         dh.extend_from_slice(&dw);
         Ok(dh)
     }

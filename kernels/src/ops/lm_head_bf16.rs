@@ -16,6 +16,20 @@ use std::any::TypeId;
 use crate::matmul::{gemm_packed, PackedRhs, RhsWindow};
 use crate::matmul::{gemm_rm, round_to_bf16, Bf16Path, MatView};
 
+/// A block of hidden states packed once for the `∂W` products of every vocabulary chunk
+/// (the AVX-512 BF16 tile; empty elsewhere).
+pub(crate) struct PackedHidden {
+    #[cfg(target_arch = "x86_64")]
+    packed: Option<PackedRhs>,
+}
+
+/// The hidden states `[rows, hidden]` of one backward block, and their packed form when
+/// [`Bf16Head::pack_hidden`] made one.
+pub(crate) struct HiddenRows<'a, T> {
+    pub rows: &'a [T],
+    pub packed: Option<&'a PackedHidden>,
+}
+
 /// The head weight, prepared for bf16 products.
 pub(crate) enum Bf16Head {
     /// Packed bf16 pairs for the AVX-512 BF16 tile: `Wᵀ` (`[hidden, vocab]`) and, for the
@@ -87,6 +101,30 @@ impl Bf16Head {
                 w: rounded(w),
                 hidden,
             }),
+        }
+    }
+
+    /// Whether the products round their operands to bf16 themselves (the tile rounds while
+    /// packing), so `∂z` need not be rounded first.
+    pub(crate) fn rounds_operands(&self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Bf16Head::Tile { .. } => true,
+            Bf16Head::Rounded { .. } => false,
+        }
+    }
+
+    /// `hb` (`[rows, hidden]`) packed for [`Self::weight_grad`]'s products.
+    pub(crate) fn pack_hidden<T: 'static>(&self, hb: &[T], rows: usize) -> PackedHidden {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Bf16Head::Tile { hidden, .. } => PackedHidden {
+                packed: Some(PackedRhs::pack(MatView::row_major(f32s(hb), rows, *hidden))),
+            },
+            Bf16Head::Rounded { .. } => PackedHidden {
+                #[cfg(target_arch = "x86_64")]
+                packed: None,
+            },
         }
     }
 
@@ -169,35 +207,37 @@ impl Bf16Head {
         }
     }
 
-    /// `dw += scale · dzᵀ · hb`: `dz` `[rows, cw]`, `hb` `[rows, hidden]`, `dw` `[cw, hidden]`.
+    /// `dw += scale · dzᵀ · hb`: `dz` `[rows, cw]`, `hb` `[rows, hidden]` (packed by
+    /// [`Self::pack_hidden`] or not), `dw` `[cw, hidden]`.
     pub(crate) fn weight_grad<T: 'static + Copy>(
         &self,
         dz: &[T],
         (rows, cw): (usize, usize),
-        hb: &[T],
+        hb: HiddenRows<'_, T>,
         dw: &mut [T],
         scale: T,
     ) {
-        let (dz, hb, dw, scale, h) = (
-            f32s(dz),
-            f32s(hb),
-            f32s_mut(dw),
-            scalar(scale),
-            self.hidden(),
-        );
+        let (dz, dw, scale, h) = (f32s(dz), f32s_mut(dw), scalar(scale), self.hidden());
+        let (packed, hb) = (hb.packed, f32s(hb.rows));
         let dzt = MatView::row_major(dz, rows, cw).t();
         match self {
             #[cfg(target_arch = "x86_64")]
             Bf16Head::Tile { .. } => {
-                let hp = PackedRhs::pack(MatView::row_major(hb, rows, h));
                 let window = RhsWindow {
                     pair0: 0,
                     col0: 0,
                     cols: h,
                 };
-                gemm_packed(dzt, &hp, window, dw, (h, scale, true));
+                match packed.and_then(|p| p.packed.as_ref()) {
+                    Some(hp) => gemm_packed(dzt, hp, window, dw, (h, scale, true)),
+                    None => {
+                        let hp = PackedRhs::pack(MatView::row_major(hb, rows, h));
+                        gemm_packed(dzt, &hp, window, dw, (h, scale, true));
+                    }
+                }
             }
             Bf16Head::Rounded { .. } => {
+                let _ = packed;
                 let hr = rounded(hb);
                 gemm_rm(dw, dzt, MatView::row_major(&hr, rows, h), scale, true, 1.0);
             }

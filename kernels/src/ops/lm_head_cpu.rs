@@ -5,8 +5,9 @@
 //!   online log-sum-exp (running max, sum of exponentials and their logit-weighted sum).
 //!   Under a top-k / top-p truncation a block's rows are built whole instead, since the kept
 //!   set depends on the whole row (`truncation.rs`).
-//! * Backward: the logits of each (row block, vocabulary chunk) are recomputed, turned into
-//!   `dz` in place, and multiplied into the gradients of `h` and `W`. Rayon runs over
+//! * Backward: the logits of each (row block, vocabulary chunk) are read back from the
+//!   forward's [`LogitsCache`] when it kept them, else recomputed; turned into `dz` in place,
+//!   and multiplied into the gradients of `h` and `W`. Rayon runs over
 //!   vocabulary chunks, so each task owns its rows of `dW`; `dh` is summed over tasks.
 //!   Rows whose upstream gradients are both zero (masked positions) are skipped.
 //!
@@ -16,7 +17,7 @@ use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::cpu_math::{row_exp_sums, row_max, Real};
-use super::lm_head_bf16::{round_in_place, Bf16Head};
+use super::lm_head_bf16::{round_in_place, Bf16Head, HiddenRows, PackedHidden};
 use super::truncation::{kept_threshold, Truncation};
 use crate::matmul::{gemm_rm, MatRef};
 
@@ -93,9 +94,35 @@ impl<T: Real> RowStats<T> {
 /// Columns of the forward output: log-prob, entropy, logsumexp, kept threshold.
 pub(crate) const COLS: usize = 4;
 
+/// Most bytes of logits a forward pass keeps for its backward pass ([`LogitsCache`]): the
+/// `[n, V]` logits of an 8×256 batch at a 32,000-token vocabulary in f32 (250 MiB). Above
+/// it the backward pass recomputes them, so a long batch or a large vocabulary never holds
+/// the `[n, V]` logits at once.
+pub(crate) const LOGITS_CACHE_BYTES: usize = 256 << 20;
+
+/// The scaled logits `[n, V]` of a forward pass, kept for its backward pass, which then
+/// skips one of its three products per (row block, vocabulary chunk) and reads the very
+/// values the forward took its softmax of.
+pub(crate) struct LogitsCache<T> {
+    pub logits: Vec<T>,
+    pub vocab: usize,
+}
+
+impl<T: Real> LogitsCache<T> {
+    /// Room for the logits of `d`, when they fit [`LOGITS_CACHE_BYTES`].
+    pub fn fitting(d: HeadDims) -> Option<Self> {
+        let bytes = d.n.checked_mul(d.vocab)?.checked_mul(std::mem::size_of::<T>())?;
+        (bytes <= LOGITS_CACHE_BYTES).then(|| Self {
+            logits: crate::host_memory::zeros_touched(d.n * d.vocab, T::ZERO),
+            vocab: d.vocab,
+        })
+    }
+}
+
 /// Forward: `[n, 4]` rows of `(log p(target), entropy, logsumexp, τ)` of `softmax(scale · h
 /// Wᵀ)` restricted to the tempered logits `≥ τ` (see `truncation.rs`; `τ = -inf` when `cut`
-/// keeps everything).
+/// keeps everything). With `cache` (untruncated only) the scaled logits are kept in it.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn forward<T: Real + 'static>(
     h: &[T],
     w: &[T],
@@ -104,20 +131,29 @@ pub(crate) fn forward<T: Real + 'static>(
     scale: T,
     cut: Truncation,
     bf16: Option<&Bf16Head>,
+    cache: Option<&mut LogitsCache<T>>,
 ) -> Vec<T> {
     let mut out = vec![T::ZERO; d.n * COLS];
     let truncated = !cut.is_off(d.vocab);
     let rows = forward_rows_per_task(d.n, truncated);
-    out.par_chunks_mut(rows * COLS)
+    let blocks = out
+        .par_chunks_mut(rows * COLS)
         .zip(h.par_chunks(rows * d.hidden))
-        .zip(targets.par_chunks(rows))
-        .for_each(|((out, hb), tb)| {
+        .zip(targets.par_chunks(rows));
+    match cache.filter(|_| !truncated) {
+        Some(cache) => blocks
+            .zip(cache.logits.par_chunks_mut(rows * d.vocab))
+            .for_each(|(((out, hb), tb), kept)| {
+                forward_block(out, hb, tb, w, d, scale, bf16, Some(kept))
+            }),
+        None => blocks.for_each(|((out, hb), tb)| {
             if truncated {
                 forward_block_truncated(out, hb, tb, w, d, (scale, cut), bf16)
             } else {
-                forward_block(out, hb, tb, w, d, scale, bf16)
+                forward_block(out, hb, tb, w, d, scale, bf16, None)
             }
-        });
+        }),
+    }
     out
 }
 
@@ -135,6 +171,8 @@ fn forward_rows_per_task(n: usize, truncated: bool) -> usize {
     share.clamp(16, most)
 }
 
+/// One block of rows, untruncated; `kept` (`[rows, V]`) receives the logits when given.
+#[allow(clippy::too_many_arguments)]
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn forward_block<T: Real + 'static>(
     out: &mut [T],
@@ -144,6 +182,7 @@ fn forward_block<T: Real + 'static>(
     d: HeadDims,
     scale: T,
     bf16: Option<&Bf16Head>,
+    mut kept: Option<&mut [T]>,
 ) {
     let rows = targets.len();
     let mut z = vec![T::ZERO; rows * VOCAB_CHUNK];
@@ -160,6 +199,9 @@ fn forward_block<T: Real + 'static>(
             }
         }
         for (r, row) in z[..rows * cw].chunks(cw).enumerate() {
+            if let Some(kept) = kept.as_deref_mut() {
+                kept[r * d.vocab + c0..r * d.vocab + c0 + cw].copy_from_slice(row);
+            }
             stats[r].absorb(row);
             let y = targets[r] as usize;
             if (c0..c0 + cw).contains(&y) {
@@ -269,10 +311,11 @@ impl<T: Real> BackwardRows<T> {
 }
 
 /// Backward: `(dh [n, hidden], dW [vocab, hidden])` for the selected rows; with
-/// `want_dw = false` (a frozen head) `dW` is empty and its products are skipped.
+/// `want_dw = false` (a frozen head) `dW` is empty and its products are skipped. `cache`
+/// holds the forward's logits of every row, when it kept them.
 pub(crate) fn backward<T: Real + 'static>(
     rows: &BackwardRows<T>,
-    w: &[T],
+    (w, cache): (&[T], Option<&LogitsCache<T>>),
     d: HeadDims,
     (scale, want_dw): (T, bool),
     bf16: Option<&Bf16Head>,
@@ -285,7 +328,8 @@ pub(crate) fn backward<T: Real + 'static>(
     for r0 in (0..rows.len()).step_by(BACKWARD_ROWS) {
         let r1 = (r0 + BACKWARD_ROWS).min(rows.len());
         let dw_all = want_dw.then_some(dw.as_mut_slice());
-        let part = backward_rows(rows, r0..r1, (w, dw_all), d, scale, bf16);
+        let source = Source { w, cache, bf16 };
+        let part = backward_rows(rows, r0..r1, (source, dw_all), d, scale);
         for (k, &i) in rows.index[r0..r1].iter().enumerate() {
             let src = &part[k * d.hidden..(k + 1) * d.hidden];
             for (o, &v) in dh[i * d.hidden..(i + 1) * d.hidden].iter_mut().zip(src) {
@@ -304,12 +348,23 @@ pub(crate) fn backward<T: Real + 'static>(
 fn backward_rows<T: Real + 'static>(
     rows: &BackwardRows<T>,
     span: std::ops::Range<usize>,
-    (w, dw): (&[T], Option<&mut [T]>),
+    (source, dw): (Source<'_, T>, Option<&mut [T]>),
     d: HeadDims,
     scale: T,
-    bf16: Option<&Bf16Head>,
 ) -> Vec<T> {
+    let Source { w, cache, bf16 } = source;
     let len = span.len() * d.hidden;
+    // The hidden states of each row block, packed once for the `∂W` products of every chunk.
+    let packed_hidden: Vec<PackedHidden> = match (bf16, dw.is_some()) {
+        (Some(head), true) => (span.start..span.end)
+            .step_by(BACKWARD_BLOCK)
+            .map(|b0| {
+                let b1 = (b0 + BACKWARD_BLOCK).min(span.end);
+                head.pack_hidden(&rows.hidden[b0 * d.hidden..b1 * d.hidden], b1 - b0)
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
     let chunks = d.vocab.div_ceil(VOCAB_CHUNK);
     let tasks = (2 * rayon::current_num_threads()).clamp(1, chunks);
     let group_rows = chunks.div_ceil(tasks) * VOCAB_CHUNK;
@@ -322,7 +377,13 @@ fn backward_rows<T: Real + 'static>(
             let wc = MatRef::row_major(&w[c0 * d.hidden..(c0 + cw) * d.hidden], cw, d.hidden);
             let at = (c0 - first) * d.hidden..(c0 - first + cw) * d.hidden;
             let dw_chunk = dw_group.as_deref_mut().map(|g| &mut g[at]);
-            let chunk = Chunk { wc, c0, bf16 };
+            let chunk = Chunk {
+                wc,
+                c0,
+                bf16,
+                cache,
+                packed_hidden: &packed_hidden,
+            };
             backward_chunk(rows, span.clone(), chunk, dw_chunk, &mut dh, d, scale);
         }
         dh
@@ -348,13 +409,25 @@ fn backward_rows<T: Real + 'static>(
     dh
 }
 
+/// Where the backward pass gets its logits: the head weight, the forward's kept logits when
+/// there are any, and the bf16 head when the products run in bf16.
+#[derive(Clone, Copy)]
+struct Source<'a, T> {
+    w: &'a [T],
+    cache: Option<&'a LogitsCache<T>>,
+    bf16: Option<&'a Bf16Head>,
+}
+
 /// One vocabulary chunk of the backward pass: the weight rows `wc` of entries `c0..c0 +
-/// wc.rows`, and the bf16 head when the products run in bf16.
+/// wc.rows`, the kept logits, the bf16 head, and (bf16 tile) each row block's hidden states
+/// packed for `∂W` (in `span`'s blocks of [`BACKWARD_BLOCK`] rows; empty otherwise).
 #[derive(Clone, Copy)]
 struct Chunk<'a, T> {
     wc: MatRef<'a, T>,
     c0: usize,
     bf16: Option<&'a Bf16Head>,
+    cache: Option<&'a LogitsCache<T>>,
+    packed_hidden: &'a [PackedHidden],
 }
 
 /// The rows of `span`, against one vocabulary chunk.
@@ -368,7 +441,13 @@ fn backward_chunk<T: Real + 'static>(
     d: HeadDims,
     scale: T,
 ) {
-    let Chunk { wc, c0, bf16 } = chunk;
+    let Chunk {
+        wc,
+        c0,
+        bf16,
+        cache,
+        packed_hidden,
+    } = chunk;
     let cw = wc.rows;
     let mut z = vec![T::ZERO; BACKWARD_BLOCK.min(span.len()) * cw];
     for b0 in (span.start..span.end).step_by(BACKWARD_BLOCK) {
@@ -376,18 +455,30 @@ fn backward_chunk<T: Real + 'static>(
         let n_rows = b1 - b0;
         let hb = MatRef::row_major(&rows.hidden[b0 * d.hidden..b1 * d.hidden], n_rows, d.hidden);
         let z = &mut z[..n_rows * cw];
-        match bf16 {
-            Some(head) => head.logits(hb.data, n_rows, (c0, cw), z, scale),
-            None => gemm_rm(z, hb, wc.t(), scale, false, T::ONE),
+        match (cache, bf16) {
+            (Some(cache), _) => {
+                for (k, zr) in z.chunks_mut(cw).enumerate() {
+                    let at = rows.index[b0 + k] * cache.vocab + c0;
+                    zr.copy_from_slice(&cache.logits[at..at + cw]);
+                }
+            }
+            (None, Some(head)) => head.logits(hb.data, n_rows, (c0, cw), z, scale),
+            (None, None) => gemm_rm(z, hb, wc.t(), scale, false, T::ONE),
         }
         for (k, zr) in z.chunks_mut(cw).enumerate() {
             logits_to_grad(zr, rows, b0 + k, c0);
         }
         let local = (b0 - span.start) * d.hidden..(b1 - span.start) * d.hidden;
         if let Some(head) = bf16 {
-            round_in_place(z);
+            if !head.rounds_operands() {
+                round_in_place(z);
+            }
             if let Some(dw) = dw_chunk.as_deref_mut() {
-                head.weight_grad(z, (n_rows, cw), hb.data, dw, scale);
+                let hidden = HiddenRows {
+                    rows: hb.data,
+                    packed: packed_hidden.get((b0 - span.start) / BACKWARD_BLOCK),
+                };
+                head.weight_grad(z, (n_rows, cw), hidden, dw, scale);
             }
             head.input_grad(z, n_rows, (c0, cw), &mut dh[local], scale);
             continue;

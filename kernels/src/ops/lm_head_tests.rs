@@ -331,8 +331,9 @@ fn bf16_products_are_the_composed_head_on_rounded_operands() -> Result<()> {
     Ok(())
 }
 
-/// Every bf16 path of this CPU computes the same head: forward outputs and both gradients
-/// agree between the packed AVX-512 BF16 tile and the rounded f32 GEMM to f32 summation.
+/// Every bf16 path of this CPU computes the same head, with the forward's logits kept for
+/// the backward pass or recomputed there: forward outputs and both gradients agree between
+/// the packed AVX-512 BF16 tile and the rounded f32 GEMM to f32 summation.
 #[test]
 fn every_bf16_path_computes_the_same_head() {
     use crate::matmul::Bf16Path;
@@ -350,20 +351,24 @@ fn every_bf16_path_computes_the_same_head() {
         .to_vec1()
         .unwrap();
     let y: Vec<u32> = (0..d.n).map(|i| (i * 37 % d.vocab) as u32).collect();
-    let run = |path: Bf16Path| {
+    let run = |(path, keep): (Bf16Path, bool)| {
         let fwd_head = super::Bf16Head::new(&w, (d.vocab, d.hidden), false, path);
-        let res = lm_head_cpu::forward(&h, &w, &y, d, 1.0f32, Truncation::OFF, fwd_head.as_ref());
+        let mut cache = keep.then(|| LogitsCache::fitting(d).expect("a small head fits"));
+        let cut = Truncation::OFF;
+        let res = lm_head_cpu::forward(&h, &w, &y, d, 1.0f32, cut, fwd_head.as_ref(), cache.as_mut());
         let grad: Vec<f32> = (0..d.n * COLS)
             .map(|i| [0.7, -0.2, 0.0, 0.0][i % COLS])
             .collect();
         let rows = BackwardRows::select(&h, &y, &res, &grad, d.hidden);
         let head = super::Bf16Head::new(&w, (d.vocab, d.hidden), true, path);
-        let (dh, dw) = lm_head_cpu::backward(&rows, &w, d, (1.0, true), head.as_ref());
+        let source = (w.as_slice(), cache.as_ref());
+        let (dh, dw) = lm_head_cpu::backward(&rows, source, d, (1.0, true), head.as_ref());
         (res, dh, dw)
     };
     let paths = Bf16Path::available();
-    let first = run(paths[0]);
-    for &path in &paths[1..] {
+    let runs: Vec<(Bf16Path, bool)> = paths.iter().flat_map(|&p| [(p, false), (p, true)]).collect();
+    let first = run(runs[0]);
+    for &path in &runs[1..] {
         let other = run(path);
         for (what, a, b) in [
             ("forward", &first.0, &other.0),
@@ -377,4 +382,20 @@ fn every_bf16_path_computes_the_same_head() {
         }
     }
     eprintln!("bf16 head paths compared: {paths:?}");
+}
+
+/// The forward keeps its logits for the backward pass only within the budget: a batch whose
+/// `[n, V]` logits exceed it gets no cache (and the backward recomputes them).
+#[test]
+fn logits_are_kept_only_within_the_budget() {
+    let fits = HeadDims {
+        n: 2048,
+        hidden: 512,
+        vocab: 32000,
+    };
+    let kept = LogitsCache::<f32>::fitting(fits).expect("8x256 at 32k fits");
+    assert_eq!(kept.logits.len(), fits.n * fits.vocab);
+    let over = HeadDims { n: 4096, ..fits };
+    assert!(LogitsCache::<f32>::fitting(over).is_none());
+    assert!(LogitsCache::<f64>::fitting(fits).is_none());
 }
