@@ -112,8 +112,9 @@ impl<T: Real> LogitsCache<T> {
     /// Room for the logits of `d`, when they fit [`LOGITS_CACHE_BYTES`].
     pub fn fitting(d: HeadDims) -> Option<Self> {
         let bytes = d.n.checked_mul(d.vocab)?.checked_mul(std::mem::size_of::<T>())?;
+        // Written before it is read (no `zeros_touched`: the first touch of a page is a write).
         (bytes <= LOGITS_CACHE_BYTES).then(|| Self {
-            logits: crate::host_memory::zeros_touched(d.n * d.vocab, T::ZERO),
+            logits: vec![T::ZERO; d.n * d.vocab],
             vocab: d.vocab,
         })
     }
