@@ -111,7 +111,9 @@ pub(crate) struct LogitsCache<T> {
 impl<T: Real> LogitsCache<T> {
     /// Room for the logits of `d`, when they fit [`LOGITS_CACHE_BYTES`].
     pub fn fitting(d: HeadDims) -> Option<Self> {
-        let bytes = d.n.checked_mul(d.vocab)?.checked_mul(std::mem::size_of::<T>())?;
+        let bytes =
+            d.n.checked_mul(d.vocab)?
+                .checked_mul(std::mem::size_of::<T>())?;
         // Written before it is read (no `zeros_touched`: the first touch of a page is a write).
         (bytes <= LOGITS_CACHE_BYTES).then(|| Self {
             logits: vec![T::ZERO; d.n * d.vocab],

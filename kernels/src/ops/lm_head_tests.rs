@@ -355,7 +355,16 @@ fn every_bf16_path_computes_the_same_head() {
         let fwd_head = super::Bf16Head::new(&w, (d.vocab, d.hidden), false, path);
         let mut cache = keep.then(|| LogitsCache::fitting(d).expect("a small head fits"));
         let cut = Truncation::OFF;
-        let res = lm_head_cpu::forward(&h, &w, &y, d, 1.0f32, cut, fwd_head.as_ref(), cache.as_mut());
+        let res = lm_head_cpu::forward(
+            &h,
+            &w,
+            &y,
+            d,
+            1.0f32,
+            cut,
+            fwd_head.as_ref(),
+            cache.as_mut(),
+        );
         let grad: Vec<f32> = (0..d.n * COLS)
             .map(|i| [0.7, -0.2, 0.0, 0.0][i % COLS])
             .collect();
@@ -366,7 +375,10 @@ fn every_bf16_path_computes_the_same_head() {
         (res, dh, dw)
     };
     let paths = Bf16Path::available();
-    let runs: Vec<(Bf16Path, bool)> = paths.iter().flat_map(|&p| [(p, false), (p, true)]).collect();
+    let runs: Vec<(Bf16Path, bool)> = paths
+        .iter()
+        .flat_map(|&p| [(p, false), (p, true)])
+        .collect();
     let first = run(runs[0]);
     for &path in &runs[1..] {
         let other = run(path);
