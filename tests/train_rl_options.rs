@@ -222,6 +222,14 @@ fn the_adaptive_kl_controller_tracks_the_per_sequence_kl() {
             "rl.kl_target=0.03",
             "--set",
             "rl.kl_horizon=100",
+            // The quickstart's recipe before its demonstration set and lr schedule, on
+            // which this target was chosen.
+            "--set",
+            "sft.examples=0",
+            "--set",
+            "rl.lr=1e-4",
+            "--set",
+            "rl.lr_schedule=\"constant\"",
         ],
     );
     let m = metrics(dir.path(), "quickstart");
@@ -260,6 +268,10 @@ fn the_critics_value_loss_follows_the_recipes_loss_aggregation() {
                 "run.steps=1",
                 "--set",
                 "sft.steps=30",
+                // Fresh SFT rows, as the quickstart had before its demonstration set:
+                // 30 steps over the 150 demonstrations leave every first-step reward 0.
+                "--set",
+                "sft.examples=0",
                 "--set",
                 &agg,
             ],
