@@ -16,8 +16,8 @@ use std::sync::Mutex;
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
 use super::cpu_math::{contiguous_slice, Real};
-use super::lm_head_bf16::Bf16Head;
-use super::lm_head_cpu::{self, BackwardRows, HeadDims, LogitsCache, COLS};
+use super::lm_head_bf16::{Bf16Head, HeadPass};
+use super::lm_head_cpu::{self, BackwardRows, HeadDims, COLS};
 use super::truncation::{TokenDistribution, Truncation};
 use super::validate;
 
@@ -214,9 +214,9 @@ struct LmHead {
     dist: TokenDistribution,
     products: HeadProducts,
     /// Whether a backward pass will follow, so the forward keeps its logits when they fit
-    /// (`lm_head_cpu::LogitsCache`).
+    /// (`lm_head_cpu::logits_room`).
     keep_logits: bool,
-    /// The kept logits (a `LogitsCache<T>` of the forward's dtype), taken by the backward.
+    /// The kept logits (a `Vec<T>` of the forward's dtype), taken by the backward.
     kept: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
@@ -230,7 +230,7 @@ struct LmHeadGrad<T> {
     res: Vec<T>,
     grad: Vec<T>,
     /// The forward's logits, when it kept them.
-    cache: Option<LogitsCache<T>>,
+    cache: Option<Vec<T>>,
 }
 
 fn dims_of(l1: &Layout, l2: &Layout) -> Result<HeadDims> {
@@ -250,24 +250,29 @@ impl LmHead {
         let h = contiguous_slice::<T>(s1, l1, OP, "hidden")?;
         let w = contiguous_slice::<T>(s2, l2, OP, "weight")?;
         let scale = T::from_f64(1.0 / self.dist.temperature);
-        let head = bf16_head(self.products, w, d, false);
+        let head = bf16_head(self.products, w, d, HeadPass::Forward);
         let cut = self.dist.truncation;
-        let mut cache = match self.keep_logits && cut.is_off(d.vocab) {
-            true => LogitsCache::<T>::fitting(d),
-            false => None,
-        };
-        let out = lm_head_cpu::forward(h, w, targets, d, scale, cut, head.as_ref(), cache.as_mut());
-        if let Some(cache) = cache {
-            *self.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(cache));
+        let (out, kept) = lm_head_cpu::forward(
+            h,
+            w,
+            targets,
+            d,
+            scale,
+            cut,
+            head.as_ref(),
+            self.keep_logits,
+        );
+        if let Some(kept) = kept {
+            *self.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(kept));
         }
         Ok(out)
     }
 
     /// The logits the forward kept, if it kept them in `T`'s numbers (taken: a second
     /// backward pass recomputes them).
-    fn take_kept<T: 'static>(&self) -> Option<LogitsCache<T>> {
+    fn take_kept<T: 'static>(&self) -> Option<Vec<T>> {
         let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-        kept.downcast::<LogitsCache<T>>().ok().map(|b| *b)
+        kept.downcast::<Vec<T>>().ok().map(|b| *b)
     }
 }
 
@@ -276,11 +281,11 @@ fn bf16_head<T: 'static>(
     products: HeadProducts,
     w: &[T],
     d: HeadDims,
-    backward: bool,
+    pass: HeadPass,
 ) -> Option<Bf16Head> {
     match products {
         HeadProducts::Bf16 => {
-            Bf16Head::new(w, (d.vocab, d.hidden), backward, super::linear::bf16_path())
+            Bf16Head::new(w, (d.vocab, d.hidden), pass, super::linear::bf16_path())
         }
         HeadProducts::F32 => None,
     }
@@ -374,8 +379,11 @@ impl<T: Real + 'static> LmHeadGrad<T> {
         let w = contiguous_slice::<T>(s2, l2, OP, "weight")?;
         let rows = BackwardRows::select(h, targets, &self.res, &self.grad, d.hidden);
         let scale = T::from_f64(1.0 / self.temperature);
-        let head = bf16_head(self.products, w, d, true);
-        let source = (w, self.cache.as_ref());
+        let pass = HeadPass::Backward {
+            recompute_logits: self.cache.is_none(),
+        };
+        let head = bf16_head(self.products, w, d, pass);
+        let source = (w, self.cache.as_deref());
         let (mut dh, dw) =
             lm_head_cpu::backward(&rows, source, d, (scale, self.want_dw), head.as_ref());
         dh.extend_from_slice(&dw);

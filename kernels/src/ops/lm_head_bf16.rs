@@ -16,27 +16,38 @@ use std::any::TypeId;
 use crate::matmul::{gemm_packed, PackedRhs, RhsWindow};
 use crate::matmul::{gemm_rm, round_to_bf16, Bf16Path, MatView};
 
-/// A block of hidden states packed once for the `∂W` products of every vocabulary chunk
-/// (the AVX-512 BF16 tile; empty elsewhere).
-pub(crate) struct PackedHidden {
-    #[cfg(target_arch = "x86_64")]
-    packed: Option<PackedRhs>,
-}
+/// A block of hidden states packed once for the `∂W` products of every vocabulary chunk, on
+/// the AVX-512 BF16 tile (no other path packs, so elsewhere there is none).
+#[cfg(target_arch = "x86_64")]
+pub(crate) type PackedHidden = PackedRhs;
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) enum PackedHidden {}
 
 /// The hidden states `[rows, hidden]` of one backward block, and their packed form when
 /// [`Bf16Head::pack_hidden`] made one.
 pub(crate) struct HiddenRows<'a, T> {
     pub rows: &'a [T],
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub packed: Option<&'a PackedHidden>,
+}
+
+/// Which products a pass of the head runs, so that only their operands are prepared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HeadPass {
+    /// The logits.
+    Forward,
+    /// The gradients of the hidden states and the weight, and the logits again unless the
+    /// forward kept them.
+    Backward { recompute_logits: bool },
 }
 
 /// The head weight, prepared for bf16 products.
 pub(crate) enum Bf16Head {
-    /// Packed bf16 pairs for the AVX-512 BF16 tile: `Wᵀ` (`[hidden, vocab]`) and, for the
-    /// backward pass, `W` (`[vocab, hidden]`).
+    /// Packed bf16 pairs for the AVX-512 BF16 tile: `Wᵀ` (`[hidden, vocab]`) when the pass
+    /// computes logits and, for the backward pass, `W` (`[vocab, hidden]`).
     #[cfg(target_arch = "x86_64")]
     Tile {
-        wt: PackedRhs,
+        wt: Option<PackedRhs>,
         w: Option<PackedRhs>,
         hidden: usize,
     },
@@ -76,11 +87,11 @@ fn rounded(v: &[f32]) -> Vec<f32> {
 
 impl Bf16Head {
     /// The head for weight `w` (`[vocab, hidden]`) on `path`, or `None` when `T` is not f32
-    /// (f64 storage computes in f64). `backward` also prepares `W` for `∂h`.
+    /// (f64 storage computes in f64), prepared for the products of `pass`.
     pub(crate) fn new<T: 'static>(
         w: &[T],
         (vocab, hidden): (usize, usize),
-        backward: bool,
+        pass: HeadPass,
         path: Bf16Path,
     ) -> Option<Bf16Head> {
         if TypeId::of::<T>() != TypeId::of::<f32>() {
@@ -91,9 +102,13 @@ impl Bf16Head {
             #[cfg(target_arch = "x86_64")]
             Bf16Path::Avx512Bf16 => {
                 let wm = MatView::row_major(w, vocab, hidden);
+                let logits = pass
+                    != HeadPass::Backward {
+                        recompute_logits: false,
+                    };
                 Some(Bf16Head::Tile {
-                    wt: PackedRhs::pack(wm.t()),
-                    w: backward.then(|| PackedRhs::pack(wm)),
+                    wt: logits.then(|| PackedRhs::pack(wm.t())),
+                    w: (pass != HeadPass::Forward).then(|| PackedRhs::pack(wm)),
                     hidden,
                 })
             }
@@ -114,17 +129,15 @@ impl Bf16Head {
         }
     }
 
-    /// `hb` (`[rows, hidden]`) packed for [`Self::weight_grad`]'s products.
-    pub(crate) fn pack_hidden<T: 'static>(&self, hb: &[T], rows: usize) -> PackedHidden {
+    /// `hb` (`[rows, hidden]`) packed for [`Self::weight_grad`]'s products, on the tile (the
+    /// rounded path multiplies the rows as they are: `None`).
+    pub(crate) fn pack_hidden<T: 'static>(&self, hb: &[T], rows: usize) -> Option<PackedHidden> {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Bf16Head::Tile { hidden, .. } => PackedHidden {
-                packed: Some(PackedRhs::pack(MatView::row_major(f32s(hb), rows, *hidden))),
-            },
-            Bf16Head::Rounded { .. } => PackedHidden {
-                #[cfg(target_arch = "x86_64")]
-                packed: None,
-            },
+            Bf16Head::Tile { hidden, .. } => {
+                Some(PackedRhs::pack(MatView::row_major(f32s(hb), rows, *hidden)))
+            }
+            Bf16Head::Rounded { .. } => None,
         }
     }
 
@@ -149,6 +162,7 @@ impl Bf16Head {
         match self {
             #[cfg(target_arch = "x86_64")]
             Bf16Head::Tile { wt, .. } => {
+                let wt = wt.as_ref().expect("a head that computes logits packs Wᵀ");
                 let window = RhsWindow {
                     pair0: 0,
                     col0: c0,
@@ -207,8 +221,8 @@ impl Bf16Head {
         }
     }
 
-    /// `dw += scale · dzᵀ · hb`: `dz` `[rows, cw]`, `hb` `[rows, hidden]` (packed by
-    /// [`Self::pack_hidden`] or not), `dw` `[cw, hidden]`.
+    /// `dw += scale · dzᵀ · hb`: `dz` `[rows, cw]`, `hb` `[rows, hidden]` (on the tile,
+    /// packed by [`Self::pack_hidden`]), `dw` `[cw, hidden]`.
     pub(crate) fn weight_grad<T: 'static + Copy>(
         &self,
         dz: &[T],
@@ -218,27 +232,20 @@ impl Bf16Head {
         scale: T,
     ) {
         let (dz, dw, scale, h) = (f32s(dz), f32s_mut(dw), scalar(scale), self.hidden());
-        let (packed, hb) = (hb.packed, f32s(hb.rows));
         let dzt = MatView::row_major(dz, rows, cw).t();
         match self {
             #[cfg(target_arch = "x86_64")]
             Bf16Head::Tile { .. } => {
+                let hp = hb.packed.expect("the tile's hidden states come packed");
                 let window = RhsWindow {
                     pair0: 0,
                     col0: 0,
                     cols: h,
                 };
-                match packed.and_then(|p| p.packed.as_ref()) {
-                    Some(hp) => gemm_packed(dzt, hp, window, dw, (h, scale, true)),
-                    None => {
-                        let hp = PackedRhs::pack(MatView::row_major(hb, rows, h));
-                        gemm_packed(dzt, &hp, window, dw, (h, scale, true));
-                    }
-                }
+                gemm_packed(dzt, hp, window, dw, (h, scale, true));
             }
             Bf16Head::Rounded { .. } => {
-                let _ = packed;
-                let hr = rounded(hb);
+                let hr = rounded(f32s(hb.rows));
                 gemm_rm(dw, dzt, MatView::row_major(&hr, rows, h), scale, true, 1.0);
             }
         }

@@ -6,7 +6,7 @@
 //!   Under a top-k / top-p truncation a block's rows are built whole instead, since the kept
 //!   set depends on the whole row (`truncation.rs`).
 //! * Backward: the logits of each (row block, vocabulary chunk) are read back from the
-//!   forward's [`LogitsCache`] when it kept them, else recomputed; turned into `dz` in place,
+//!   forward's kept logits ([`logits_room`]) when it kept them, else recomputed; turned into `dz` in place,
 //!   and multiplied into the gradients of `h` and `W`. Rayon runs over
 //!   vocabulary chunks, so each task owns its rows of `dW`; `dh` is summed over tasks.
 //!   Rows whose upstream gradients are both zero (masked positions) are skipped.
@@ -94,37 +94,28 @@ impl<T: Real> RowStats<T> {
 /// Columns of the forward output: log-prob, entropy, logsumexp, kept threshold.
 pub(crate) const COLS: usize = 4;
 
-/// Most bytes of logits a forward pass keeps for its backward pass ([`LogitsCache`]): the
+/// Most bytes of logits a forward pass keeps for its backward pass ([`logits_room`]): the
 /// `[n, V]` logits of an 8×256 batch at a 32,000-token vocabulary in f32 (250 MiB). Above
 /// it the backward pass recomputes them, so a long batch or a large vocabulary never holds
 /// the `[n, V]` logits at once.
 pub(crate) const LOGITS_CACHE_BYTES: usize = 256 << 20;
 
-/// The scaled logits `[n, V]` of a forward pass, kept for its backward pass, which then
-/// skips one of its three products per (row block, vocabulary chunk) and reads the very
-/// values the forward took its softmax of.
-pub(crate) struct LogitsCache<T> {
-    pub logits: Vec<T>,
-    pub vocab: usize,
-}
-
-impl<T: Real> LogitsCache<T> {
-    /// Room for the logits of `d`, when they fit [`LOGITS_CACHE_BYTES`].
-    pub fn fitting(d: HeadDims) -> Option<Self> {
-        let bytes =
-            d.n.checked_mul(d.vocab)?
-                .checked_mul(std::mem::size_of::<T>())?;
-        // Written before it is read (no `zeros_touched`: the first touch of a page is a write).
-        (bytes <= LOGITS_CACHE_BYTES).then(|| Self {
-            logits: vec![T::ZERO; d.n * d.vocab],
-            vocab: d.vocab,
-        })
-    }
+/// Room for the scaled logits `[n, V]` of a forward pass, when they fit
+/// [`LOGITS_CACHE_BYTES`]: kept for the backward pass, which then skips one of its three
+/// products per (row block, vocabulary chunk) and reads the very values the forward took its
+/// softmax of. Written before it is read (so no `zeros_touched`: a page's first touch is a
+/// write).
+pub(crate) fn logits_room<T: Real>(d: HeadDims) -> Option<Vec<T>> {
+    let bytes =
+        d.n.checked_mul(d.vocab)?
+            .checked_mul(std::mem::size_of::<T>())?;
+    (bytes <= LOGITS_CACHE_BYTES).then(|| vec![T::ZERO; d.n * d.vocab])
 }
 
 /// Forward: `[n, 4]` rows of `(log p(target), entropy, logsumexp, τ)` of `softmax(scale · h
 /// Wᵀ)` restricted to the tempered logits `≥ τ` (see `truncation.rs`; `τ = -inf` when `cut`
-/// keeps everything). With `cache` (untruncated only) the scaled logits are kept in it.
+/// keeps everything), and, with `keep` on an untruncated head whose logits fit
+/// [`logits_room`], the scaled logits `[n, V]` for the backward pass.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward<T: Real + 'static>(
     h: &[T],
@@ -134,21 +125,27 @@ pub(crate) fn forward<T: Real + 'static>(
     scale: T,
     cut: Truncation,
     bf16: Option<&Bf16Head>,
-    cache: Option<&mut LogitsCache<T>>,
-) -> Vec<T> {
+    keep: bool,
+) -> (Vec<T>, Option<Vec<T>>) {
     let mut out = vec![T::ZERO; d.n * COLS];
     let truncated = !cut.is_off(d.vocab);
+    let mut kept = match keep && !truncated {
+        true => logits_room::<T>(d),
+        false => None,
+    };
     let rows = forward_rows_per_task(d.n, truncated);
     let blocks = out
         .par_chunks_mut(rows * COLS)
         .zip(h.par_chunks(rows * d.hidden))
         .zip(targets.par_chunks(rows));
-    match cache.filter(|_| !truncated) {
-        Some(cache) => blocks
-            .zip(cache.logits.par_chunks_mut(rows * d.vocab))
-            .for_each(|(((out, hb), tb), kept)| {
-                forward_block(out, hb, tb, w, d, scale, bf16, Some(kept))
-            }),
+    match kept.as_mut() {
+        Some(kept) => {
+            blocks
+                .zip(kept.par_chunks_mut(rows * d.vocab))
+                .for_each(|(((out, hb), tb), kept)| {
+                    forward_block(out, hb, tb, w, d, scale, bf16, Some(kept))
+                })
+        }
         None => blocks.for_each(|((out, hb), tb)| {
             if truncated {
                 forward_block_truncated(out, hb, tb, w, d, (scale, cut), bf16)
@@ -157,7 +154,7 @@ pub(crate) fn forward<T: Real + 'static>(
             }
         }),
     }
-    out
+    (out, kept)
 }
 
 /// Rows per forward task for `n` rows: [`ROW_BLOCK`] (or [`TRUNCATED_ROW_BLOCK`]), lowered
@@ -315,10 +312,10 @@ impl<T: Real> BackwardRows<T> {
 
 /// Backward: `(dh [n, hidden], dW [vocab, hidden])` for the selected rows; with
 /// `want_dw = false` (a frozen head) `dW` is empty and its products are skipped. `cache`
-/// holds the forward's logits of every row, when it kept them.
+/// holds the forward's logits `[n, V]` of every row, when it kept them.
 pub(crate) fn backward<T: Real + 'static>(
     rows: &BackwardRows<T>,
-    (w, cache): (&[T], Option<&LogitsCache<T>>),
+    (w, cache): (&[T], Option<&[T]>),
     d: HeadDims,
     (scale, want_dw): (T, bool),
     bf16: Option<&Bf16Head>,
@@ -358,7 +355,7 @@ fn backward_rows<T: Real + 'static>(
     let Source { w, cache, bf16 } = source;
     let len = span.len() * d.hidden;
     // The hidden states of each row block, packed once for the `∂W` products of every chunk.
-    let packed_hidden: Vec<PackedHidden> = match (bf16, dw.is_some()) {
+    let packed_hidden: Vec<Option<PackedHidden>> = match (bf16, dw.is_some()) {
         (Some(head), true) => (span.start..span.end)
             .step_by(BACKWARD_BLOCK)
             .map(|b0| {
@@ -417,7 +414,7 @@ fn backward_rows<T: Real + 'static>(
 #[derive(Clone, Copy)]
 struct Source<'a, T> {
     w: &'a [T],
-    cache: Option<&'a LogitsCache<T>>,
+    cache: Option<&'a [T]>,
     bf16: Option<&'a Bf16Head>,
 }
 
@@ -429,8 +426,8 @@ struct Chunk<'a, T> {
     wc: MatRef<'a, T>,
     c0: usize,
     bf16: Option<&'a Bf16Head>,
-    cache: Option<&'a LogitsCache<T>>,
-    packed_hidden: &'a [PackedHidden],
+    cache: Option<&'a [T]>,
+    packed_hidden: &'a [Option<PackedHidden>],
 }
 
 /// The rows of `span`, against one vocabulary chunk.
@@ -461,8 +458,8 @@ fn backward_chunk<T: Real + 'static>(
         match (cache, bf16) {
             (Some(cache), _) => {
                 for (k, zr) in z.chunks_mut(cw).enumerate() {
-                    let at = rows.index[b0 + k] * cache.vocab + c0;
-                    zr.copy_from_slice(&cache.logits[at..at + cw]);
+                    let at = rows.index[b0 + k] * d.vocab + c0;
+                    zr.copy_from_slice(&cache[at..at + cw]);
                 }
             }
             (None, Some(head)) => head.logits(hb.data, n_rows, (c0, cw), z, scale),
@@ -479,7 +476,9 @@ fn backward_chunk<T: Real + 'static>(
             if let Some(dw) = dw_chunk.as_deref_mut() {
                 let hidden = HiddenRows {
                     rows: hb.data,
-                    packed: packed_hidden.get((b0 - span.start) / BACKWARD_BLOCK),
+                    packed: packed_hidden
+                        .get((b0 - span.start) / BACKWARD_BLOCK)
+                        .and_then(Option::as_ref),
                 };
                 head.weight_grad(z, (n_rows, cw), hidden, dw, scale);
             }

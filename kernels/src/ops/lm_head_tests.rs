@@ -352,25 +352,24 @@ fn every_bf16_path_computes_the_same_head() {
         .unwrap();
     let y: Vec<u32> = (0..d.n).map(|i| (i * 37 % d.vocab) as u32).collect();
     let run = |(path, keep): (Bf16Path, bool)| {
-        let fwd_head = super::Bf16Head::new(&w, (d.vocab, d.hidden), false, path);
-        let mut cache = keep.then(|| LogitsCache::fitting(d).expect("a small head fits"));
+        let fwd_head = super::Bf16Head::new(&w, (d.vocab, d.hidden), HeadPass::Forward, path);
         let cut = Truncation::OFF;
-        let res = lm_head_cpu::forward(
-            &h,
-            &w,
-            &y,
-            d,
-            1.0f32,
-            cut,
-            fwd_head.as_ref(),
-            cache.as_mut(),
+        let fwd = lm_head_cpu::forward(&h, &w, &y, d, 1.0f32, cut, fwd_head.as_ref(), keep);
+        let (res, cache) = fwd;
+        assert_eq!(
+            cache.is_some(),
+            keep,
+            "a small head keeps its logits when asked"
         );
         let grad: Vec<f32> = (0..d.n * COLS)
             .map(|i| [0.7, -0.2, 0.0, 0.0][i % COLS])
             .collect();
         let rows = BackwardRows::select(&h, &y, &res, &grad, d.hidden);
-        let head = super::Bf16Head::new(&w, (d.vocab, d.hidden), true, path);
-        let source = (w.as_slice(), cache.as_ref());
+        let pass = HeadPass::Backward {
+            recompute_logits: !keep,
+        };
+        let head = super::Bf16Head::new(&w, (d.vocab, d.hidden), pass, path);
+        let source = (w.as_slice(), cache.as_deref());
         let (dh, dw) = lm_head_cpu::backward(&rows, source, d, (1.0, true), head.as_ref());
         (res, dh, dw)
     };
@@ -405,9 +404,9 @@ fn logits_are_kept_only_within_the_budget() {
         hidden: 512,
         vocab: 32000,
     };
-    let kept = LogitsCache::<f32>::fitting(fits).expect("8x256 at 32k fits");
-    assert_eq!(kept.logits.len(), fits.n * fits.vocab);
+    let kept = lm_head_cpu::logits_room::<f32>(fits).expect("8x256 at 32k fits");
+    assert_eq!(kept.len(), fits.n * fits.vocab);
     let over = HeadDims { n: 4096, ..fits };
-    assert!(LogitsCache::<f32>::fitting(over).is_none());
-    assert!(LogitsCache::<f64>::fitting(fits).is_none());
+    assert!(lm_head_cpu::logits_room::<f32>(over).is_none());
+    assert!(lm_head_cpu::logits_room::<f64>(fits).is_none());
 }
