@@ -2,7 +2,10 @@
 //! same gradients as the plain model (full fine-tuning and LoRA adapters; dense, Gemma's
 //! block and a mixture of experts, whose recompute replays the forward's routing), with the
 //! layers' weight gradients reaching the trainer through the checkpoint's handle; a cached
-//! forward (generation) still runs.
+//! forward (generation) still runs. The layerwise backward (`Model::layerwise_backward`:
+//! each layer's forward graph kept and dropped after its backward) gives the plain
+//! backward's gradients to the bit, and a second backward over the same loss (the kept
+//! graphs gone) recomputes them.
 
 mod common;
 
@@ -43,9 +46,25 @@ fn gradients(
     (logits, out)
 }
 
-fn assert_same(plain: &CausalLm, what: &str) {
+/// How the copy under test holds its activations.
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Recompute,
+    Layerwise,
+}
+
+fn assert_same(plain: &CausalLm, what: &str, mode: Mode) {
     let mut copy = plain.deep_clone().unwrap();
-    let checkpoint = copy.checkpoint_activations();
+    let checkpoint = match mode {
+        Mode::Recompute => copy.checkpoint_activations(),
+        Mode::Layerwise => copy.layerwise_backward(),
+    };
+    // The layerwise backward runs the plain backward's arithmetic: equal to the bit.
+    let tolerance = match mode {
+        Mode::Recompute => 1e-5,
+        Mode::Layerwise => 0.0,
+    };
+    let what = format!("{what} {mode:?}");
     let (want_logits, want) = gradients(plain, None);
     let (got_logits, got) = gradients(&copy, Some(&checkpoint));
     assert_eq!(
@@ -65,7 +84,7 @@ fn assert_same(plain: &CausalLm, what: &str) {
             .max(1e-6);
         let d = max_abs_diff(a, b);
         assert!(
-            d <= 1e-5 * scale,
+            d <= tolerance * scale,
             "{what}: {name} differs by {d} (scale {scale})"
         );
     }
@@ -75,7 +94,9 @@ fn assert_same(plain: &CausalLm, what: &str) {
 fn checkpointed_layers_give_the_plain_models_gradients() {
     for family in [Family::Llama, Family::Gemma3, Family::Qwen3Moe] {
         let m = CausalLm::init_random(&tiny(family), 5, &Device::Cpu).unwrap();
-        assert_same(&m, &format!("{family} full"));
+        for mode in [Mode::Recompute, Mode::Layerwise] {
+            assert_same(&m, &format!("{family} full"), mode);
+        }
         let lora = LoraConfig::all_linear(4, 8.0);
         let adapted = m.with_lora(&lora, 3).unwrap();
         for (name, var) in adapted.vars() {
@@ -84,8 +105,37 @@ fn checkpointed_layers_give_the_plain_models_gradients() {
                 var.set(&t).unwrap();
             }
         }
-        assert_same(&adapted, &format!("{family} LoRA"));
+        for mode in [Mode::Recompute, Mode::Layerwise] {
+            assert_same(&adapted, &format!("{family} LoRA"), mode);
+        }
     }
+}
+
+#[test]
+fn a_second_layerwise_backward_recomputes_the_dropped_layers() {
+    let m = CausalLm::init_random(&tiny(Family::Llama), 5, &Device::Cpu).unwrap();
+    let mut copy = m.deep_clone().unwrap();
+    let layerwise = copy.layerwise_backward();
+    let (x, mask) = inputs();
+    let loss = copy
+        .forward(&x, Some(&mask))
+        .unwrap()
+        .sqr()
+        .unwrap()
+        .mean_all()
+        .unwrap();
+    let mut taken = Vec::new();
+    for _ in 0..2 {
+        let mut grads = loss.backward().unwrap();
+        layerwise.add_taken_to(&mut grads).unwrap();
+        let (name, w) = &copy.vars()[3];
+        assert!(name.contains("layers."), "{name}");
+        taken.push(grads.get(w.as_tensor()).unwrap().clone());
+    }
+    let d = max_abs_diff(&taken[0], &taken[1]);
+    let scale = taken[0].abs().unwrap().max_all().unwrap();
+    let scale = scale.to_scalar::<f32>().unwrap();
+    assert!(d <= 1e-5 * scale, "second backward differs by {d}");
 }
 
 #[test]

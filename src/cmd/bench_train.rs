@@ -8,8 +8,10 @@ use super::proc_stats::{peak_rss_bytes, process_cpu_seconds};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use candle_core::Var;
+use candle_core::backprop::GradStore;
+use candle_core::{Tensor, Var};
 use clap::Parser;
+use oxalign_models::nn::checkpointing::Checkpointing;
 use oxalign_models::{CausalLm, Precision};
 use oxalign_rlhf::optim::{clip_coefficient, AdamW, AdamWConfig};
 use serde::Serialize;
@@ -83,6 +85,20 @@ pub struct Args {
     /// GEMM peak.
     #[arg(long, default_value = "f32")]
     pub precision: Precision,
+    /// How the backward holds activations: `plain` (candle's one backward: every activation
+    /// lives until it ends), `layerwise` (each decoder layer's activations freed once its
+    /// backward is done; the trainers' default) or `recompute` (activation checkpointing).
+    #[arg(long, value_enum, default_value_t = BackwardMode::Layerwise)]
+    pub backward: BackwardMode,
+}
+
+/// `--backward`: what a step keeps of the forward for its backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackwardMode {
+    Plain,
+    Layerwise,
+    Recompute,
 }
 
 /// The JSON line `oxalign bench train` prints.
@@ -92,6 +108,8 @@ struct Report {
     model: String,
     /// Numbers of the linear layers (`--precision`).
     precision: Precision,
+    /// What the step kept of the forward for its backward (`--backward`).
+    backward: BackwardMode,
     /// Bytes of weights, gradients and AdamW moments the optimizer step reads and writes
     /// (all f32: 4 arrays read, 3 written, 4 bytes each per parameter).
     optimizer_bytes_per_step: usize,
@@ -164,6 +182,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut model =
         CausalLm::load(&args.model, &device).map_err(|e| model_error(e, &args.model))?;
     model.set_precision(args.precision);
+    let layers = match args.backward {
+        BackwardMode::Plain => None,
+        BackwardMode::Layerwise => Some(model.layerwise_backward()),
+        BackwardMode::Recompute => Some(model.checkpoint_activations()),
+    };
     let cfg = model.config().clone();
     if seq > cfg.max_position_embeddings {
         return user_error(format!(
@@ -175,7 +198,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (params, matmul_params) = parameter_counts(&model);
     let data = BenchBatch::new(batch, seq, cfg.vocab_size, args.lengths, args.seed, &device)?;
     let rows = data.rows(args.packing)?;
-    let times = time_steps(&args, &model, &data)?;
+    let times = time_steps(&args, &model, &data, layers.as_deref())?;
 
     let tokens: usize = data.lens.iter().sum();
     let tps: Vec<f64> = times.step.iter().map(|s| tokens as f64 / s).collect();
@@ -192,6 +215,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bench: "train",
         model: args.model.display().to_string(),
         precision: args.precision,
+        backward: args.backward,
         optimizer_bytes_per_step: params * 4 * 7,
         params,
         matmul_params,
@@ -282,7 +306,12 @@ struct StepTimes {
 }
 
 /// Runs `--warmup + --steps` AdamW steps (forward, backward, clip, step) on `data`.
-fn time_steps(args: &Args, model: &CausalLm, data: &BenchBatch) -> anyhow::Result<StepTimes> {
+fn time_steps(
+    args: &Args,
+    model: &CausalLm,
+    data: &BenchBatch,
+    layers: Option<&Checkpointing>,
+) -> anyhow::Result<StepTimes> {
     let named = model.vars();
     let vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
     let config = AdamWConfig {
@@ -297,7 +326,7 @@ fn time_steps(args: &Args, model: &CausalLm, data: &BenchBatch) -> anyhow::Resul
         let loss = data.loss(model, args.packing)?;
         let loss_value = f64::from(loss.to_scalar::<f32>()?);
         let t1 = Instant::now();
-        let grads = loss.backward()?;
+        let grads = backward(loss, layers)?;
         let t2 = Instant::now();
         let (_, clip_scale) = clip_coefficient(&grads, vars.iter(), args.max_grad_norm)?;
         opt.step_scaled(&grads, clip_scale)?;
@@ -316,6 +345,21 @@ fn time_steps(args: &Args, model: &CausalLm, data: &BenchBatch) -> anyhow::Resul
         }
     }
     Ok(t)
+}
+
+/// The gradients of `loss`, with those the decoder layers' own backwards took (`layers`);
+/// the loss's graph is dropped before they are returned, as a trainer's step does before its
+/// optimizer runs.
+fn backward(loss: Tensor, layers: Option<&Checkpointing>) -> candle_core::Result<GradStore> {
+    if let Some(l) = layers {
+        l.clear();
+    }
+    let mut grads = loss.backward()?;
+    drop(loss);
+    if let Some(l) = layers {
+        l.add_taken_to(&mut grads)?;
+    }
+    Ok(grads)
 }
 
 /// Model FLOPs of one training step (forward + backward ≈ 3× forward):

@@ -10,6 +10,7 @@
 //! timed out is replayed from the newest checkpoint once the role is rebuilt (`rl/run_loop.rs`,
 //! `supervisor.rs`), within the restart budget.
 
+mod activations;
 mod clock;
 mod context;
 mod data_check;

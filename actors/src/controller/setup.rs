@@ -4,6 +4,7 @@
 //! node's worker instead and reached through [`Remote`].
 
 use crate::cluster::{Remote, RemoteSources, RoleKind};
+use crate::controller::activations::Activations;
 use crate::controller::error::{At, RunError};
 use crate::controller::lora_models::{load_trained, policy_model};
 use crate::controller::shared_reference::{base_as_reference, start_reference};
@@ -305,8 +306,10 @@ fn policy_trainer(
         trainer.router_aux_loss_coef = coef;
     }
     trainer.model.set_precision(recipe.policy_precision());
-    if recipe.model.gradient_checkpointing {
-        trainer.checkpoint_activations()?;
+    match Activations::of(recipe, dev.is_cpu()) {
+        Activations::Recompute => trainer.checkpoint_activations()?,
+        Activations::Layerwise => trainer.layerwise_backward()?,
+        Activations::Plain => {}
     }
     Ok(trainer)
 }
@@ -593,11 +596,12 @@ pub(crate) async fn spawn_critic(
             CriticTrainer::new(model, recipe.rl.critic_lr, 0.0).map_err(|e| fail(e.into()))?;
         trainer.max_value_loss = recipe.guard.max_value_loss;
         trainer.packing = recipe.rl.packing;
-        if recipe.model.gradient_checkpointing {
-            trainer
-                .checkpoint_activations()
-                .map_err(|e| fail(e.into()))?;
+        match Activations::of(recipe, dev.is_cpu()) {
+            Activations::Recompute => trainer.checkpoint_activations(),
+            Activations::Layerwise => trainer.layerwise_backward(),
+            Activations::Plain => Ok(()),
         }
+        .map_err(|e| fail(e.into()))?;
         shard_if(recipe, &mut trainer, rank, world, cgroup.as_deref()).map_err(&fail)?;
         ts.push(trainer);
     }

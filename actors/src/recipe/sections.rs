@@ -140,7 +140,9 @@ pub struct ModelSection {
     /// the layers one at a time, so the activations held through a step shrink to one
     /// `[B, T, H]` per layer, for one more forward of each layer. Same gradients. CPU
     /// devices, replicated training (a sharded one recomputes already), no expert
-    /// parallelism, no `lora.dropout`. Default `false`.
+    /// parallelism, no `lora.dropout`. Default `false`: a replicated CPU trainer then runs
+    /// the layerwise backward (no recompute; each layer's activations freed as soon as its
+    /// backward is done, instead of all at the end).
     pub gradient_checkpointing: bool,
 }
 

@@ -105,7 +105,7 @@ fn lead_and_width(x: &Tensor) -> Result<(Vec<usize>, usize)> {
 
 /// Which of a linear layer's three products an op computes (`r`: all leading dims).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     /// `(x [.., i], W [o, i]) -> x · Wᵀ [.., o]`.
     Forward,
     /// `(∂y [r, o], W [o, i]) -> ∂y · W [r, i]`.
@@ -114,14 +114,21 @@ enum Kind {
     GradWeight,
 }
 
-struct Product {
+pub(super) struct Product {
     kind: Kind,
     numbers: Numbers,
 }
 
+impl Product {
+    /// The product `kind` in `numbers`.
+    pub(super) fn new(kind: Kind, numbers: Numbers) -> Product {
+        Product { kind, numbers }
+    }
+}
+
 /// A contiguous f32 tensor as a row-major matrix over its last dim; a bf16 one (a frozen
 /// weight) widened into `widened` first (exactly: every bf16 is an f32).
-fn matrix<'a>(
+pub(super) fn matrix<'a>(
     s: &'a CpuStorage,
     l: &Layout,
     arg: &str,
@@ -205,10 +212,7 @@ impl CustomOp2 for Product {
             candle_core::bail!("{OP}: no second derivative");
         }
         let grad = grad.contiguous()?;
-        let product = |kind| Product {
-            kind,
-            numbers: self.numbers,
-        };
+        let product = |kind| Product::new(kind, self.numbers);
         // A frozen operand (a LoRA model's base weight, the frozen embedding's output) is
         // not tracked: its product is skipped, not computed and dropped.
         let gx = match x.track_op() {

@@ -384,10 +384,13 @@ impl<T: Real + 'static> LmHeadGrad<T> {
         };
         let head = bf16_head(self.products, w, d, pass);
         let source = (w, self.cache.as_deref());
-        let (mut dh, dw) =
-            lm_head_cpu::backward(&rows, source, d, (scale, self.want_dw), head.as_ref());
-        dh.extend_from_slice(&dw);
-        Ok(dh)
+        Ok(lm_head_cpu::backward(
+            &rows,
+            source,
+            d,
+            (scale, self.want_dw),
+            head.as_ref(),
+        ))
     }
 }
 

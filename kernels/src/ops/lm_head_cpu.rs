@@ -310,24 +310,23 @@ impl<T: Real> BackwardRows<T> {
     }
 }
 
-/// Backward: `(dh [n, hidden], dW [vocab, hidden])` for the selected rows; with
-/// `want_dw = false` (a frozen head) `dW` is empty and its products are skipped. `cache`
-/// holds the forward's logits `[n, V]` of every row, when it kept them.
+/// Backward: `dh [n, hidden]` followed by `dW [vocab, hidden]` in one buffer (the op's one
+/// output: joining two buffers afterwards would hold `dW` twice for a moment) for the
+/// selected rows; with `want_dw = false` (a frozen head) `dW` is absent and its products
+/// are skipped. `cache` holds the forward's logits `[n, V]` of every row, when it kept them.
 pub(crate) fn backward<T: Real + 'static>(
     rows: &BackwardRows<T>,
     (w, cache): (&[T], Option<&[T]>),
     d: HeadDims,
     (scale, want_dw): (T, bool),
     bf16: Option<&Bf16Head>,
-) -> (Vec<T>, Vec<T>) {
-    let mut dh = crate::host_memory::zeros_touched(d.n * d.hidden, T::ZERO);
-    let mut dw = match want_dw {
-        true => crate::host_memory::zeros_touched(d.vocab * d.hidden, T::ZERO),
-        false => Vec::new(),
-    };
+) -> Vec<T> {
+    let dw_len = if want_dw { d.vocab * d.hidden } else { 0 };
+    let mut out = crate::host_memory::zeros_touched(d.n * d.hidden + dw_len, T::ZERO);
+    let (dh, dw) = out.split_at_mut(d.n * d.hidden);
     for r0 in (0..rows.len()).step_by(BACKWARD_ROWS) {
         let r1 = (r0 + BACKWARD_ROWS).min(rows.len());
-        let dw_all = want_dw.then_some(dw.as_mut_slice());
+        let dw_all = want_dw.then_some(&mut *dw);
         let source = Source { w, cache, bf16 };
         let part = backward_rows(rows, r0..r1, (source, dw_all), d, scale);
         for (k, &i) in rows.index[r0..r1].iter().enumerate() {
@@ -337,7 +336,7 @@ pub(crate) fn backward<T: Real + 'static>(
             }
         }
     }
-    (dh, dw)
+    out
 }
 
 /// One pass over the vocabulary for rows `span` of `rows`: accumulates into `dw` (when

@@ -10,8 +10,10 @@
 //! forward and backward; padding, GQA, sliding windows and packed segments are per-query key
 //! ranges in `attention_visibility.rs`; `attention_engine_order.rs` is a second f32 forward in
 //! the decoding engine's per-query arithmetic, for a trainer in the engine's numbers), the
-//! SwiGLU gate (`swiglu.rs`) and the linear layer (`linear.rs`: f32 or bf16 mixed precision
-//! over `matmul/`'s GEMMs, both gradients written straight into their layouts). Beside them:
+//! SwiGLU gate (`swiglu.rs`), the linear layer (`linear.rs`: f32 or bf16 mixed precision
+//! over `matmul/`'s GEMMs, both gradients written straight into their layouts) and the two
+//! fused as a feed-forward block's gate and down projection (`swiglu_linear.rs`: the gate's
+//! output recomputed in the backward, not held). Beside them:
 //! the token distribution every log-prob is taken under (`truncation.rs`) and the host row
 //! math the trainer and the engine share (`rows.rs`).
 
@@ -40,6 +42,7 @@ mod rms_norm;
 mod rope;
 pub mod rows;
 mod swiglu;
+mod swiglu_linear;
 #[cfg(test)]
 mod testing;
 mod token_logprobs;
@@ -59,5 +62,6 @@ pub use lm_head::{
 pub use rms_norm::rms_norm;
 pub use rope::rope;
 pub use swiglu::{swiglu, swiglu_engine_order};
+pub use swiglu_linear::{swiglu_linear_bf16, swiglu_linear_f32};
 pub use token_logprobs::token_logprobs;
 pub use truncation::{TokenDistribution, Truncation};

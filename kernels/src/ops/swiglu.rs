@@ -19,13 +19,7 @@ const CHUNK: usize = 1 << 14;
 ///
 /// `gate` and `up`: the same shape and dtype (f32, or f64 on CPU). Differentiable in both.
 pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
-    swiglu_op(
-        gate,
-        up,
-        SwiGlu {
-            engine_order: false,
-        },
-    )
+    swiglu_op(gate, up, SwiGlu::PLAIN)
 }
 
 /// [`swiglu`] whose CPU forward computes `g / (1 + e^-g) · u`, the arithmetic of the
@@ -54,12 +48,31 @@ fn swiglu_op(gate: &Tensor, up: &Tensor, op: SwiGlu) -> Result<Tensor> {
 }
 
 /// Forward op: `(gate, up) -> silu(gate) * up`, in the engine's order when `engine_order`.
-struct SwiGlu {
+pub(super) struct SwiGlu {
     engine_order: bool,
 }
 
+impl SwiGlu {
+    /// [`swiglu`]'s forward (not the engine's order).
+    pub(super) const PLAIN: SwiGlu = SwiGlu {
+        engine_order: false,
+    };
+}
+
 /// Backward op: `(gate, up, grad) -> [2, ...]`: the gradients of gate and up, stacked.
-struct SwiGluGrad;
+pub(super) struct SwiGluGrad;
+
+/// [`swiglu`]'s forward on f32 storages (`gate`, `up`), as a vector.
+pub(super) fn silu_times_up(
+    s1: &CpuStorage,
+    l1: &Layout,
+    s2: &CpuStorage,
+    l2: &Layout,
+) -> Result<Vec<f32>> {
+    let g = contiguous_slice::<f32>(s1, l1, OP, "gate")?;
+    let u = contiguous_slice::<f32>(s2, l2, OP, "up")?;
+    Ok(fwd(g, u, false))
+}
 
 #[inline(always)]
 fn sigmoid<T: Real>(x: T) -> T {

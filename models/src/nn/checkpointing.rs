@@ -10,6 +10,13 @@
 //! trainable `Var`s. The trainer adds them to the gradients of the loss's own backward
 //! ([`Checkpointing::add_taken_to`]) before clipping and the optimizer step. Forwards with
 //! a KV cache run the layers as usual.
+//!
+//! [`Checkpointing::layerwise`] is the same machinery without the recompute: each layer's
+//! forward keeps its own graph, and the backward walks the layers top-down over those
+//! graphs, dropping each one as soon as its layer is done. The arithmetic is the plain
+//! backward's; what changes is that a layer's activations are freed while the layers below
+//! still run their backward (candle frees a graph only when the whole backward is done), so
+//! the step's peak memory no longer holds every activation beside every gradient.
 
 use crate::nn::layer_residency::LayerResidency;
 use candle_core::backprop::GradStore;
@@ -21,6 +28,8 @@ use std::sync::{Mutex, MutexGuard};
 #[derive(Debug)]
 pub struct Checkpointing {
     vars: Vec<Var>,
+    /// False: the layers keep their forward's graph for the backward (no recompute).
+    recompute: bool,
     /// The gradient taken so far for each of `vars`.
     taken: Mutex<Vec<Option<Tensor>>>,
 }
@@ -29,7 +38,26 @@ impl Checkpointing {
     /// Checkpointing whose gradients are those of `vars` (the model's trainable ones).
     pub fn new(vars: Vec<Var>) -> Checkpointing {
         let taken = Mutex::new(vec![None; vars.len()]);
-        Checkpointing { vars, taken }
+        Checkpointing {
+            vars,
+            recompute: true,
+            taken,
+        }
+    }
+
+    /// The layerwise backward without recompute (see the module docs), collecting the
+    /// gradients of `vars`.
+    pub fn layerwise(vars: Vec<Var>) -> Checkpointing {
+        Checkpointing {
+            recompute: false,
+            ..Checkpointing::new(vars)
+        }
+    }
+
+    /// True when the backward recomputes each layer (activation checkpointing); false for
+    /// the layerwise backward over the forward's kept graphs.
+    pub fn recomputes(&self) -> bool {
+        self.recompute
     }
 
     fn taken(&self) -> MutexGuard<'_, Vec<Option<Tensor>>> {
@@ -86,5 +114,9 @@ impl LayerResidency for Checkpointing {
 
     fn weights_stay(&self) -> bool {
         true
+    }
+
+    fn keeps_forward_graph(&self) -> bool {
+        !self.recompute
     }
 }

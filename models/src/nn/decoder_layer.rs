@@ -103,6 +103,21 @@ impl DecoderLayer {
         cache: Option<(&mut KvCache, usize)>,
         trace: &mut RouterTrace,
     ) -> Result<Tensor> {
+        let (residual, branch) = self.forward_parts(x, cos, sin, visible, cache, trace)?;
+        residual + branch
+    }
+
+    /// [`Self::forward`]'s output as its two summands: the residual stream after attention
+    /// and the feed-forward branch (normed where the family norms it).
+    pub(crate) fn forward_parts(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        visible: &Visibility,
+        cache: Option<(&mut KvCache, usize)>,
+        trace: &mut RouterTrace,
+    ) -> Result<(Tensor, Tensor)> {
         let h = self
             .attn
             .forward(&self.input_norm.forward(x)?, cos, sin, visible, cache)?;
@@ -114,12 +129,12 @@ impl DecoderLayer {
             None => {
                 let x = (x + h)?;
                 let h = ffn(&self.post_attn_norm.forward(&x)?, trace)?;
-                x + h
+                Ok((x, h))
             }
             Some((pre, post)) => {
                 let x = (x + self.post_attn_norm.forward(&h)?)?;
                 let h = ffn(&pre.forward(&x)?, trace)?;
-                x + post.forward(&h)?
+                Ok((x, post.forward(&h)?))
             }
         }
     }

@@ -32,4 +32,11 @@ pub trait LayerResidency: Send + Sync + std::fmt::Debug {
     fn weights_stay(&self) -> bool {
         false
     }
+
+    /// True when a layer's backward runs over the graph its forward built and kept (only
+    /// where the weights stay): no recompute, and each layer's activations are freed as
+    /// soon as its backward is done, instead of when the whole backward ends.
+    fn keeps_forward_graph(&self) -> bool {
+        false
+    }
 }

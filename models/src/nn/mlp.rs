@@ -1,5 +1,7 @@
 //! The gated feed-forward block of a decoder layer: `down(act(gate(x)) * up(x))`, SiLU (the
-//! gate fused: `oxalign_kernels::ops::swiglu`) or GELU-tanh (Gemma's GeGLU, candle ops),
+//! gate fused: `oxalign_kernels::ops::swiglu`, and fused with the down projection where that
+//! applies, `Proj::forward_after_swiglu`, so the gate's output is not held for the
+//! backward) or GELU-tanh (Gemma's GeGLU, candle ops),
 //! with optional biases (llama `mlp_bias`) and LoRA adapters (`proj.rs`). Nothing else.
 
 use crate::config::layout::MlpParams;
@@ -41,7 +43,12 @@ impl Mlp {
         // In the engine's numbers the activation must be the engine's bits too.
         let act = match (self.activation, p) {
             (Activation::GeluTanh, _) => (gate.gelu()? * up)?,
-            (Activation::Silu, Precision::F32 | Precision::Bf16Mixed) => swiglu(&gate, &up)?,
+            (Activation::Silu, Precision::F32 | Precision::Bf16Mixed) => {
+                if let Some(y) = self.down.forward_after_swiglu(&gate, &up, p)? {
+                    return Ok(y);
+                }
+                swiglu(&gate, &up)?
+            }
             (Activation::Silu, Precision::FakeInt8) => swiglu_engine_order(&gate, &up)?,
         };
         self.down.forward(&act, p)

@@ -104,6 +104,18 @@ impl<H: Head> Model<H> {
         checkpoint
     }
 
+    /// Turns on the layerwise backward (`nn/checkpointing.rs`): every forward without a KV
+    /// cache keeps each decoder layer's graph apart, and the backward frees each layer's
+    /// activations as soon as that layer is done (no recompute: the same arithmetic as the
+    /// plain backward). The returned handle collects the gradients of the trainable weights
+    /// inside the layers; the trainer adds them to the loss's own. CPU only.
+    pub fn layerwise_backward(&mut self) -> std::sync::Arc<Checkpointing> {
+        let vars = self.vars().into_iter().map(|(_, v)| v).collect();
+        let layerwise = std::sync::Arc::new(Checkpointing::layerwise(vars));
+        self.set_layer_residency(Some(layerwise.clone()));
+        layerwise
+    }
+
     /// The numbers the linear layers compute in.
     pub fn precision(&self) -> Precision {
         self.precision

@@ -10,7 +10,8 @@ use crate::lora::dropout::AdapterBinding;
 use crate::nn::fake_quant::quantizable_linear;
 use crate::nn::layers::linear;
 use crate::nn::precision::Precision;
-use candle_core::{Result, Tensor};
+use candle_core::{DType, Result, Tensor};
+use oxalign_kernels::ops::{swiglu_linear_bf16, swiglu_linear_f32};
 
 /// The low-rank update of one projection.
 #[derive(Clone, Debug)]
@@ -43,6 +44,30 @@ impl Proj {
             bias: params.bias(decl)?,
             adapter,
         })
+    }
+
+    /// `self(swiglu(gate, up))` as one fused op ([`oxalign_kernels::ops::swiglu_linear_f32`]:
+    /// the gate's output is recomputed in the backward, not kept), where that applies: f32
+    /// tensors on the CPU, f32 or bf16-mixed numbers, no LoRA adapter. `None` elsewhere
+    /// (the caller composes the gate and [`Self::forward`]).
+    pub fn forward_after_swiglu(
+        &self,
+        gate: &Tensor,
+        up: &Tensor,
+        precision: Precision,
+    ) -> Result<Option<Tensor>> {
+        let fusable = self.adapter.is_none()
+            && gate.device().is_cpu()
+            && [gate.dtype(), up.dtype(), self.weight.dtype()] == [DType::F32; 3];
+        let y = match (precision, fusable) {
+            (Precision::F32, true) => swiglu_linear_f32(gate, up, &self.weight)?,
+            (Precision::Bf16Mixed, true) => swiglu_linear_bf16(gate, up, &self.weight)?,
+            _ => return Ok(None),
+        };
+        match &self.bias {
+            Some(b) => y.broadcast_add(b).map(Some),
+            None => Ok(Some(y)),
+        }
     }
 
     /// `x` `[.., in]` -> `[.., out]`, the base product in `precision`'s numbers.

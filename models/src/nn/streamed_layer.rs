@@ -15,6 +15,12 @@
 //! not the whole model's; the price is one extra forward of every layer (activation
 //! checkpointing). Candle's autograd keeps no weight of a streamed layer in the graph.
 //! CPU f32 only (the sharded trainer's precondition); no KV cache.
+//!
+//! Where the weights stay and the residency keeps the forward's graph
+//! ([`LayerResidency::keeps_forward_graph`]: the layerwise backward), the forward runs the
+//! layer inside a graph of its own, on a leaf copy of its input, and keeps that graph; the
+//! backward then runs over it (no recompute) and drops it, freeing the layer's activations
+//! while the layers below are still to go.
 
 use crate::moe::routing::{ExpertChoices, RouterTrace};
 use crate::nn::decoder_layer::DecoderLayer;
@@ -54,6 +60,19 @@ struct Chosen {
     logits_dims: (usize, usize),
 }
 
+/// The graph one layer's forward built, kept for its backward (the layerwise backward).
+#[derive(Debug)]
+struct KeptForward {
+    /// The leaf the forward ran on (a copy of the op's input).
+    x: Var,
+    /// The layer's output as its two summands (residual stream, feed-forward branch), their
+    /// graph reaching back to `x` and the weights. Their sum is not kept: the op's output
+    /// holds it, and an add needs no values for its backward.
+    parts: (Tensor, Tensor),
+    /// A sparse layer's router logits, in the same graph.
+    logits: Option<Tensor>,
+}
+
 /// The custom op of one streamed layer.
 #[derive(Debug)]
 struct StreamedLayer {
@@ -69,6 +88,9 @@ struct StreamedLayer {
     routing: RouterTrace,
     /// What the forward chose (a sparse layer), shared with the caller that built the op.
     chosen: Arc<Mutex<Option<Chosen>>>,
+    /// `Some` when the forward keeps its graph for the backward: the graph, until the
+    /// backward takes it.
+    kept: Option<Mutex<Option<KeptForward>>>,
 }
 
 /// Runs `layer` (number `index`) on `x` `[B, T, H]` as a streamed layer: its weights are
@@ -97,6 +119,7 @@ pub(crate) fn forward_streamed(
         dims,
         routing: trace.next_layer_alone(),
         chosen: chosen.clone(),
+        kept: residency.keeps_forward_graph().then(|| Mutex::new(None)),
     };
     // Candle calls an op's backward only when its input is tracked. Below a frozen
     // embedding (a LoRA model) the first layer's input is not, yet its weights (adapters)
@@ -120,20 +143,23 @@ pub(crate) fn forward_streamed(
 }
 
 fn lock_chosen(chosen: &Mutex<Option<Chosen>>) -> Result<MutexGuard<'_, Option<Chosen>>> {
-    chosen
-        .lock()
+    lock(chosen)
+}
+
+fn lock<T>(slot: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
+    slot.lock()
         .map_err(|_| candle_core::Error::Msg("streamed layer: record lock poisoned".into()))
 }
 
 impl StreamedLayer {
     /// The layer on `x` with the weights present: its output and, when sparse, the routing
     /// trace of its one layer.
-    fn run(&self, x: &Tensor, mut routing: RouterTrace) -> Result<(Tensor, RouterTrace)> {
+    fn run(&self, x: &Tensor, mut routing: RouterTrace) -> Result<((Tensor, Tensor), RouterTrace)> {
         let visible = self.visibility.rule(self.layer.window());
-        let y = self
-            .layer
-            .forward(x, &self.cos, &self.sin, &visible, None, &mut routing)?;
-        Ok((y, routing))
+        let parts =
+            self.layer
+                .forward_parts(x, &self.cos, &self.sin, &visible, None, &mut routing)?;
+        Ok((parts, routing))
     }
 
     /// The routing the recompute replays: exactly what the forward chose.
@@ -170,9 +196,14 @@ impl CustomOp1 for StreamedLayer {
                 self.index
             )
         };
-        let x = Tensor::from_slice(&v[start..end], self.dims, &Device::Cpu)?;
-        let (y, routing) = self.with_weights(|| self.run(&x, self.routing.clone()))?;
-        let mut out = y.flatten_all()?.to_vec1::<f32>()?;
+        let x = Var::from_slice(&v[start..end], self.dims, &Device::Cpu)?;
+        let (parts, routing) =
+            self.with_weights(|| self.run(x.as_tensor(), self.routing.clone()))?;
+        let mut out = (&parts.0 + &parts.1)?.flatten_all()?.to_vec1::<f32>()?;
+        if let Some(kept) = &self.kept {
+            let logits = routing.logits.first().cloned();
+            *lock(kept)? = Some(KeptForward { x, parts, logits });
+        }
         if let Some(logits) = routing.logits.first() {
             let logits_dims = logits.dims2()?;
             out.extend(logits.flatten_all()?.to_vec1::<f32>()?);
@@ -189,27 +220,48 @@ impl CustomOp1 for StreamedLayer {
     }
 
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
-        let replay = self.replay_of_forward()?;
-        let x = Var::from_tensor(&arg.detach())?;
-        let n_out = self.dims.0 * self.dims.1 * self.dims.2;
+        let kept = match &self.kept {
+            Some(kept) => lock(kept)?.take(),
+            None => None,
+        };
         let grad_x = self.with_weights(|| {
-            let (y, routing) = self.run(x.as_tensor(), replay)?;
-            let g_y = grad_res.narrow(0, 0, n_out)?.reshape(self.dims)?;
-            let mut surrogate = (y * g_y)?.sum_all()?;
-            if let Some(logits) = routing.logits.first() {
-                let (rows, experts) = logits.dims2()?;
-                let g_logits = grad_res
-                    .narrow(0, n_out, rows * experts)?
-                    .reshape((rows, experts))?;
-                surrogate = (surrogate + (logits * g_logits)?.sum_all()?)?;
-            }
-            let grads = surrogate.backward()?;
-            self.residency.take_gradients(self.index, &grads)?;
-            match grads.get(x.as_tensor()) {
-                Some(g) => Ok(g.clone()),
-                None => x.as_tensor().zeros_like(),
-            }
+            // The kept graph, or (checkpointing, or a second backward) a recompute.
+            let kept = match kept {
+                Some(kept) => kept,
+                None => {
+                    let x = Var::from_tensor(&arg.detach())?;
+                    let (parts, routing) = self.run(x.as_tensor(), self.replay_of_forward()?)?;
+                    let logits = routing.logits.first().cloned();
+                    KeptForward { x, parts, logits }
+                }
+            };
+            self.backward_through(kept, grad_res)
         })?;
         Ok(Some(grad_x))
+    }
+}
+
+impl StreamedLayer {
+    /// Backpropagates `grad_res` (the op's output gradient) through the layer's graph
+    /// `kept`, hands the weights' gradients to the residency and returns the input's
+    /// gradient. `kept` is dropped on return, freeing the layer's activations.
+    fn backward_through(&self, kept: KeptForward, grad_res: &Tensor) -> Result<Tensor> {
+        let n_out = self.dims.0 * self.dims.1 * self.dims.2;
+        let g_y = grad_res.narrow(0, 0, n_out)?.reshape(self.dims)?;
+        let (residual, branch) = &kept.parts;
+        let mut surrogate = ((residual * &g_y)?.sum_all()? + (branch * &g_y)?.sum_all()?)?;
+        if let Some(logits) = &kept.logits {
+            let (rows, experts) = logits.dims2()?;
+            let g_logits = grad_res
+                .narrow(0, n_out, rows * experts)?
+                .reshape((rows, experts))?;
+            surrogate = (surrogate + (logits * g_logits)?.sum_all()?)?;
+        }
+        let grads = surrogate.backward()?;
+        self.residency.take_gradients(self.index, &grads)?;
+        match grads.get(kept.x.as_tensor()) {
+            Some(g) => Ok(g.clone()),
+            None => kept.x.as_tensor().zeros_like(),
+        }
     }
 }

@@ -52,6 +52,13 @@ impl CriticTrainer {
         self.params.set_checkpointing(checkpoint)
     }
 
+    /// Turns on the layerwise backward ([`oxalign_models::Model::layerwise_backward`]):
+    /// each layer's activations freed once its backward is done. Errors when sharded.
+    pub fn layerwise_backward(&mut self) -> Result<()> {
+        let layerwise = self.model.layerwise_backward();
+        self.params.set_checkpointing(layerwise)
+    }
+
     /// Wraps `model` with AdamW (default parameter groups).
     pub fn new(model: ValueModel, lr: f64, weight_decay: f64) -> Result<Self> {
         let (opt, vars) = adamw_over(model.params(), lr, weight_decay)?;

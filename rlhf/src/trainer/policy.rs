@@ -167,6 +167,13 @@ impl PolicyTrainer {
         self.params.set_checkpointing(checkpoint)
     }
 
+    /// Turns on the layerwise backward ([`oxalign_models::Model::layerwise_backward`]):
+    /// each layer's activations freed once its backward is done. Errors when sharded.
+    pub fn layerwise_backward(&mut self) -> Result<()> {
+        let layerwise = self.model.layerwise_backward();
+        self.params.set_checkpointing(layerwise)
+    }
+
     /// Next-token log-probs `[B, T-1]` (nats) of `batch` under the current weights and
     /// [`Self::rollout_distribution`], detached.
     pub fn logprobs(&self, batch: &TokenBatch) -> Result<Tensor> {

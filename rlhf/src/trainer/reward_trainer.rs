@@ -45,6 +45,12 @@ impl RewardTrainer {
         self.checkpoint = Some(self.model.checkpoint_activations());
     }
 
+    /// Turns on the layerwise backward ([`oxalign_models::Model::layerwise_backward`]):
+    /// each layer's activations freed once its backward is done.
+    pub fn layerwise_backward(&mut self) {
+        self.checkpoint = Some(self.model.layerwise_backward());
+    }
+
     /// Sequence scores `[B]` of `batch` (prompt + response), detached, on the host.
     pub fn scores(&self, batch: &TokenBatch) -> Result<Vec<f64>> {
         let s = self

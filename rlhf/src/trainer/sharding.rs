@@ -56,8 +56,12 @@ impl TrainParams {
     /// replicated training only: sharded training streams and recomputes its layers anyway).
     pub(crate) fn set_checkpointing(&mut self, checkpoint: Arc<Checkpointing>) -> Result<()> {
         if self.fsdp.is_some() || self.experts.is_some() {
+            let name = match checkpoint.recomputes() {
+                true => "gradient_checkpointing",
+                false => "layerwise backward",
+            };
             return Err(crate::RlhfError::InvalidArgument {
-                name: "gradient_checkpointing".into(),
+                name: name.into(),
                 value: "true".into(),
                 reason: "applies to replicated trainers only (a sharded one recomputes its \
                          layers already; expert-parallel ones are not supported)"

@@ -10,6 +10,7 @@ use super::eval::pairwise;
 use super::pairs::{encode_prefs, load_prefs, sequences, EncodedPairs};
 use super::report::OfflineSummary;
 use super::task::{HeldOut, OfflineTask};
+use crate::controller::activations::Activations;
 use crate::controller::context::Ctx;
 use crate::controller::error::{At, DivergenceError, RunError};
 use crate::controller::lora_models::load_trained;
@@ -48,8 +49,10 @@ async fn spawn(ctx: &Ctx<'_>, pool: &ExecutorPool) -> Result<Box<dyn RewardModel
         m.set_precision(r.model.precision);
         let mut t = RewardTrainer::new(m, r.rm.lr, 0.0).map_err(|e| fail(e.into()))?;
         t.max_loss = r.guard.max_policy_loss;
-        if r.model.gradient_checkpointing {
-            t.checkpoint_activations();
+        match Activations::of(r, dev.is_cpu()) {
+            Activations::Recompute => t.checkpoint_activations(),
+            Activations::Layerwise => t.layerwise_backward(),
+            Activations::Plain => {}
         }
         trainers.push(t);
     }
