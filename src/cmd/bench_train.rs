@@ -101,6 +101,17 @@ pub enum BackwardMode {
     Recompute,
 }
 
+impl BackwardMode {
+    /// Sets `model` up for this mode; the handle that collects the layers' gradients.
+    fn apply(self, model: &mut CausalLm) -> Option<std::sync::Arc<Checkpointing>> {
+        match self {
+            BackwardMode::Plain => None,
+            BackwardMode::Layerwise => Some(model.layerwise_backward()),
+            BackwardMode::Recompute => Some(model.checkpoint_activations()),
+        }
+    }
+}
+
 /// The JSON line `oxalign bench train` prints.
 #[derive(Debug, Serialize)]
 struct Report {
@@ -166,6 +177,27 @@ struct Report {
     peak_rss_bytes: Option<u64>,
 }
 
+/// The model of `--model` in `--precision`, set up for `--backward` (with the handle that
+/// collects its layers' gradients); refuses a `seq` beyond its positions.
+fn load_model(
+    args: &Args,
+    device: &candle_core::Device,
+    seq: usize,
+) -> anyhow::Result<(CausalLm, Option<std::sync::Arc<Checkpointing>>)> {
+    let mut model =
+        CausalLm::load(&args.model, device).map_err(|e| model_error(e, &args.model))?;
+    model.set_precision(args.precision);
+    let layers = args.backward.apply(&mut model);
+    let positions = model.config().max_position_embeddings;
+    if seq > positions {
+        return user_error(format!(
+            "--seq {seq} exceeds the model's max_position_embeddings ({positions}) in {}",
+            args.model.join("config.json").display()
+        ));
+    }
+    Ok((model, layers))
+}
+
 /// Runs `oxalign bench train`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     check_numbers(&args)?;
@@ -179,22 +211,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             (m.gflops_median, "measured", Some(m))
         }
     };
-    let mut model =
-        CausalLm::load(&args.model, &device).map_err(|e| model_error(e, &args.model))?;
-    model.set_precision(args.precision);
-    let layers = match args.backward {
-        BackwardMode::Plain => None,
-        BackwardMode::Layerwise => Some(model.layerwise_backward()),
-        BackwardMode::Recompute => Some(model.checkpoint_activations()),
-    };
+    let (model, layers) = load_model(&args, &device, seq)?;
     let cfg = model.config().clone();
-    if seq > cfg.max_position_embeddings {
-        return user_error(format!(
-            "--seq {seq} exceeds the model's max_position_embeddings ({}) in {}",
-            cfg.max_position_embeddings,
-            args.model.join("config.json").display()
-        ));
-    }
     let (params, matmul_params) = parameter_counts(&model);
     let data = BenchBatch::new(batch, seq, cfg.vocab_size, args.lengths, args.seed, &device)?;
     let rows = data.rows(args.packing)?;
