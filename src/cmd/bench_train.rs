@@ -184,8 +184,7 @@ fn load_model(
     device: &candle_core::Device,
     seq: usize,
 ) -> anyhow::Result<(CausalLm, Option<std::sync::Arc<Checkpointing>>)> {
-    let mut model =
-        CausalLm::load(&args.model, device).map_err(|e| model_error(e, &args.model))?;
+    let mut model = CausalLm::load(&args.model, device).map_err(|e| model_error(e, &args.model))?;
     model.set_precision(args.precision);
     let layers = args.backward.apply(&mut model);
     let positions = model.config().max_position_embeddings;
