@@ -8,8 +8,7 @@ use super::proc_stats::{peak_rss_bytes, process_cpu_seconds};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use candle_core::backprop::GradStore;
-use candle_core::{Tensor, Var};
+use candle_core::Var;
 use clap::Parser;
 use oxalign_models::nn::checkpointing::Checkpointing;
 use oxalign_models::{CausalLm, Precision};
@@ -343,7 +342,9 @@ fn time_steps(
         let loss = data.loss(model, args.packing)?;
         let loss_value = f64::from(loss.to_scalar::<f32>()?);
         let t1 = Instant::now();
-        let grads = backward(loss, layers)?;
+        let grads = oxalign_rlhf::trainer::backward(&loss, layers)?;
+        // As a trainer's step: the loss's graph is gone before the optimizer runs.
+        drop(loss);
         let t2 = Instant::now();
         let (_, clip_scale) = clip_coefficient(&grads, vars.iter(), args.max_grad_norm)?;
         opt.step_scaled(&grads, clip_scale)?;
@@ -362,21 +363,6 @@ fn time_steps(
         }
     }
     Ok(t)
-}
-
-/// The gradients of `loss`, with those the decoder layers' own backwards took (`layers`);
-/// the loss's graph is dropped before they are returned, as a trainer's step does before its
-/// optimizer runs.
-fn backward(loss: Tensor, layers: Option<&Checkpointing>) -> candle_core::Result<GradStore> {
-    if let Some(l) = layers {
-        l.clear();
-    }
-    let mut grads = loss.backward()?;
-    drop(loss);
-    if let Some(l) = layers {
-        l.add_taken_to(&mut grads)?;
-    }
-    Ok(grads)
 }
 
 /// Model FLOPs of one training step (forward + backward ≈ 3× forward):

@@ -54,12 +54,6 @@ impl Checkpointing {
         }
     }
 
-    /// True when the backward recomputes each layer (activation checkpointing); false for
-    /// the layerwise backward over the forward's kept graphs.
-    pub fn recomputes(&self) -> bool {
-        self.recompute
-    }
-
     fn taken(&self) -> MutexGuard<'_, Vec<Option<Tensor>>> {
         self.taken.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -72,7 +72,8 @@ pub fn linear_bf16(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result
     with_bias(oxalign_kernels::ops::linear_bf16(x, weight)?, bias)
 }
 
-fn with_bias(y: Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+/// `y + bias` broadcast over the rows, or `y` without one.
+pub(crate) fn with_bias(y: Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     match bias {
         Some(b) => y.broadcast_add(b),
         None => Ok(y),

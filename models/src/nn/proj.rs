@@ -8,7 +8,7 @@ use crate::config::layout::LinearParams;
 use crate::io::param_store::ParamStore;
 use crate::lora::dropout::AdapterBinding;
 use crate::nn::fake_quant::quantizable_linear;
-use crate::nn::layers::linear;
+use crate::nn::layers::{linear, with_bias};
 use crate::nn::precision::Precision;
 use candle_core::{DType, Result, Tensor};
 use oxalign_kernels::ops::{swiglu_linear_bf16, swiglu_linear_f32};
@@ -64,10 +64,7 @@ impl Proj {
             (Precision::Bf16Mixed, true) => swiglu_linear_bf16(gate, up, &self.weight)?,
             _ => return Ok(None),
         };
-        match &self.bias {
-            Some(b) => y.broadcast_add(b).map(Some),
-            None => Ok(Some(y)),
-        }
+        with_bias(y, self.bias.as_ref()).map(Some)
     }
 
     /// `x` `[.., in]` -> `[.., out]`, the base product in `precision`'s numbers.

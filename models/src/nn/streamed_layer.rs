@@ -132,7 +132,7 @@ pub(crate) fn forward_streamed(
     let out = x.apply_op1_arc(Arc::new(Box::new(op) as Box<dyn CustomOp1 + Send + Sync>))?;
     let n_out = dims.0 * dims.1 * dims.2;
     let y = out.narrow(0, 0, n_out)?.reshape(dims)?;
-    if let Some(c) = lock_chosen(&chosen)?.as_ref() {
+    if let Some(c) = lock(&chosen)?.as_ref() {
         let (rows, experts) = c.logits_dims;
         let logits = out
             .narrow(0, n_out, rows * experts)?
@@ -140,10 +140,6 @@ pub(crate) fn forward_streamed(
         trace.push(logits, c.experts.clone(), c.top_k, c.overridden);
     }
     Ok(y)
-}
-
-fn lock_chosen(chosen: &Mutex<Option<Chosen>>) -> Result<MutexGuard<'_, Option<Chosen>>> {
-    lock(chosen)
 }
 
 fn lock<T>(slot: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
@@ -164,13 +160,36 @@ impl StreamedLayer {
 
     /// The routing the recompute replays: exactly what the forward chose.
     fn replay_of_forward(&self) -> Result<RouterTrace> {
-        Ok(match lock_chosen(&self.chosen)?.as_ref() {
+        Ok(match lock(&self.chosen)?.as_ref() {
             Some(c) => RouterTrace::replaying(ExpertChoices {
                 top_k: c.top_k,
                 layers: vec![c.experts.clone()],
             }),
             None => RouterTrace::new(),
         })
+    }
+
+    /// Backpropagates `grad_res` (the op's output gradient) through the layer's graph
+    /// `kept`, hands the weights' gradients to the residency and returns the input's
+    /// gradient. `kept` is dropped on return, freeing the layer's activations.
+    fn backward_through(&self, kept: KeptForward, grad_res: &Tensor) -> Result<Tensor> {
+        let n_out = self.dims.0 * self.dims.1 * self.dims.2;
+        let g_y = grad_res.narrow(0, 0, n_out)?.reshape(self.dims)?;
+        let (residual, branch) = &kept.parts;
+        let mut surrogate = ((residual * &g_y)?.sum_all()? + (branch * &g_y)?.sum_all()?)?;
+        if let Some(logits) = &kept.logits {
+            let (rows, experts) = logits.dims2()?;
+            let g_logits = grad_res
+                .narrow(0, n_out, rows * experts)?
+                .reshape((rows, experts))?;
+            surrogate = (surrogate + (logits * g_logits)?.sum_all()?)?;
+        }
+        let grads = surrogate.backward()?;
+        self.residency.take_gradients(self.index, &grads)?;
+        match grads.get(kept.x.as_tensor()) {
+            Some(g) => Ok(g.clone()),
+            None => kept.x.as_tensor().zeros_like(),
+        }
     }
 
     /// Runs `work` with the layer's weights present, releasing them however it ends.
@@ -213,7 +232,7 @@ impl CustomOp1 for StreamedLayer {
                 overridden: routing.overridden,
                 logits_dims,
             };
-            *lock_chosen(&self.chosen)? = Some(chosen);
+            *lock(&self.chosen)? = Some(chosen);
         }
         let n = out.len();
         Ok((CpuStorage::F32(out), Shape::from(n)))
@@ -238,30 +257,5 @@ impl CustomOp1 for StreamedLayer {
             self.backward_through(kept, grad_res)
         })?;
         Ok(Some(grad_x))
-    }
-}
-
-impl StreamedLayer {
-    /// Backpropagates `grad_res` (the op's output gradient) through the layer's graph
-    /// `kept`, hands the weights' gradients to the residency and returns the input's
-    /// gradient. `kept` is dropped on return, freeing the layer's activations.
-    fn backward_through(&self, kept: KeptForward, grad_res: &Tensor) -> Result<Tensor> {
-        let n_out = self.dims.0 * self.dims.1 * self.dims.2;
-        let g_y = grad_res.narrow(0, 0, n_out)?.reshape(self.dims)?;
-        let (residual, branch) = &kept.parts;
-        let mut surrogate = ((residual * &g_y)?.sum_all()? + (branch * &g_y)?.sum_all()?)?;
-        if let Some(logits) = &kept.logits {
-            let (rows, experts) = logits.dims2()?;
-            let g_logits = grad_res
-                .narrow(0, n_out, rows * experts)?
-                .reshape((rows, experts))?;
-            surrogate = (surrogate + (logits * g_logits)?.sum_all()?)?;
-        }
-        let grads = surrogate.backward()?;
-        self.residency.take_gradients(self.index, &grads)?;
-        match grads.get(kept.x.as_tensor()) {
-            Some(g) => Ok(g.clone()),
-            None => kept.x.as_tensor().zeros_like(),
-        }
     }
 }

@@ -38,8 +38,8 @@ pub fn apply_gradients(
 }
 
 /// The gradients of `loss`: its backward, plus what the layers of an activation-checkpointed
-/// model computed in their recomputed backwards (`checkpoint`).
-pub(crate) fn backward(loss: &Tensor, checkpoint: Option<&Checkpointing>) -> Result<GradStore> {
+/// model (or one with the layerwise backward) computed in their own backwards (`checkpoint`).
+pub fn backward(loss: &Tensor, checkpoint: Option<&Checkpointing>) -> Result<GradStore> {
     if let Some(c) = checkpoint {
         c.clear();
     }

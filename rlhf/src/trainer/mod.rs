@@ -21,7 +21,7 @@ pub use dpo::{summed_response_logprobs, DpoConfig};
 pub use experience::{
     build_experience, AdvantageKind, CriticInputs, Experience, ExperienceConfig, ExperienceStats,
 };
-pub use grads::{apply_gradients, check_loss, StepStats};
+pub use grads::{apply_gradients, backward, check_loss, StepStats};
 pub use packing::{first_fit_decreasing, PackedRows, Packing, PAD_SEGMENT};
 pub use policy::{PolicyLossConfig, PolicyStats, PolicyTrainer};
 pub use reward_trainer::RewardTrainer;

@@ -56,9 +56,9 @@ impl TrainParams {
     /// replicated training only: sharded training streams and recomputes its layers anyway).
     pub(crate) fn set_checkpointing(&mut self, checkpoint: Arc<Checkpointing>) -> Result<()> {
         if self.fsdp.is_some() || self.experts.is_some() {
-            let name = match checkpoint.recomputes() {
-                true => "gradient_checkpointing",
-                false => "layerwise backward",
+            let name = match checkpoint.keeps_forward_graph() {
+                true => "layerwise backward",
+                false => "gradient_checkpointing",
             };
             return Err(crate::RlhfError::InvalidArgument {
                 name: name.into(),
