@@ -150,3 +150,43 @@ fn a_cached_forward_runs_the_layers_as_usual() {
     let got = copy.forward_cached(&x, None, &mut cache2).unwrap();
     assert_eq!(max_abs_diff(&want, &got), 0.0);
 }
+
+/// Under the layerwise backward the embedding's and the LM head's weight gradients skip
+/// candle's accumulation: the loss's own backward holds neither, the handle hands both to
+/// the trainer, and they equal the plain model's to the bit (fused LM head, untied tables,
+/// the fused RoPE and residual projections of a bias-free model).
+#[test]
+fn the_table_gradients_reach_the_trainer_through_the_handle() {
+    let cfg = tiny(Family::Mistral);
+    assert!(!cfg.tie_word_embeddings);
+    let plain = CausalLm::init_random(&cfg, 7, &Device::Cpu).unwrap();
+    let mut copy = plain.deep_clone().unwrap();
+    let layerwise = copy.layerwise_backward();
+    let (x, mask) = inputs();
+    let loss = |m: &CausalLm| {
+        let lp = m.next_token_logprobs(&x, Some(&mask)).unwrap();
+        (lp.sqr().unwrap().sum_all().unwrap() + lp.sum_all().unwrap()).unwrap()
+    };
+    let want = loss(&plain).backward().unwrap();
+    let mut got = loss(&copy).backward().unwrap();
+    let tables = ["model.embed_tokens.weight", "lm_head.weight"];
+    let by_name = |m: &CausalLm, name: &str| {
+        let vars = m.vars();
+        let (_, v) = vars.into_iter().find(|(n, _)| n == name).unwrap();
+        v
+    };
+    for name in tables {
+        assert!(
+            got.get(by_name(&copy, name).as_tensor()).is_none(),
+            "{name} in candle's store"
+        );
+    }
+    layerwise.add_taken_to(&mut got).unwrap();
+    for ((name, a), (_, b)) in plain.vars().iter().zip(copy.vars().iter()) {
+        let ga = want.get(a.as_tensor()).unwrap();
+        let gb = got
+            .get(b.as_tensor())
+            .unwrap_or_else(|| panic!("{name}: no gradient"));
+        assert_eq!(max_abs_diff(ga, gb), 0.0, "{name}");
+    }
+}

@@ -11,11 +11,12 @@
 //! time to find each row's kept set.
 
 use std::any::Any;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
 use super::cpu_math::{contiguous_slice, Real};
+use super::gradient_sink::GradientSink;
 use super::lm_head_bf16::{Bf16Head, HeadPass};
 use super::lm_head_cpu::{self, BackwardRows, HeadDims, COLS};
 use super::truncation::{TokenDistribution, Truncation};
@@ -51,7 +52,7 @@ pub fn lm_head_logprobs(
     targets: &Tensor,
     dist: TokenDistribution,
 ) -> Result<HeadOutputs> {
-    lm_head_logprobs_with(hidden, weight, targets, dist, HeadProducts::F32)
+    lm_head_logprobs_with(hidden, weight, targets, dist, HeadProducts::F32, None)
 }
 
 /// The numbers the fused head multiplies in.
@@ -66,13 +67,15 @@ pub enum HeadProducts {
     Bf16,
 }
 
-/// [`lm_head_logprobs`] with its products in `products`' numbers.
+/// [`lm_head_logprobs`] with its products in `products`' numbers. On the CPU, the backward
+/// hands the weight's gradient to `sink` when one is given (`gradient_sink.rs`).
 pub fn lm_head_logprobs_with(
     hidden: &Tensor,
     weight: &Tensor,
     targets: &Tensor,
     dist: TokenDistribution,
     products: HeadProducts,
+    sink: Option<Arc<dyn GradientSink>>,
 ) -> Result<HeadOutputs> {
     let temperature = dist.temperature;
     validate::float_dtype(OP, "hidden", hidden)?;
@@ -113,6 +116,7 @@ pub fn lm_head_logprobs_with(
             products,
             keep_logits: hidden.track_op() || weight.track_op(),
             kept: Mutex::new(None),
+            sink,
         };
         hf.apply_op3(&weight.contiguous()?, &tf, op)?
     } else {
@@ -218,6 +222,8 @@ struct LmHead {
     keep_logits: bool,
     /// The kept logits (a `Vec<T>` of the forward's dtype), taken by the backward.
     kept: Mutex<Option<Box<dyn Any + Send>>>,
+    /// Where the backward hands the weight's gradient, if anywhere.
+    sink: Option<Arc<dyn GradientSink>>,
 }
 
 /// Backward op: `(hidden, weight, targets) -> [N·H + V·H]`, the gradients of hidden and
@@ -357,9 +363,15 @@ impl CustomOp3 for LmHead {
             }
         };
         let dh = flat.narrow(0, 0, n * h)?.reshape((n, h))?;
-        let dw = match want_dw {
-            true => Some(flat.narrow(0, n * h, v * h)?.reshape((v, h))?),
-            false => None,
+        let dw = match (want_dw, &self.sink) {
+            (false, _) => None,
+            (true, sink) => {
+                let dw = flat.narrow(0, n * h, v * h)?.reshape((v, h))?;
+                match sink {
+                    Some(sink) => sink.accept(weight, dw)?,
+                    None => Some(dw),
+                }
+            }
         };
         Ok((Some(dh), dw, None))
     }

@@ -103,6 +103,75 @@ fn backward_matches_composed_autograd() -> Result<()> {
     Ok(())
 }
 
+/// A sink that collects the gradient of one parameter.
+#[derive(Debug)]
+struct OneParamSink {
+    param: candle_core::TensorId,
+    got: Mutex<Option<Tensor>>,
+}
+
+impl GradientSink for OneParamSink {
+    fn accept(&self, param: &Tensor, grad: Tensor) -> Result<Option<Tensor>> {
+        if param.id() != self.param {
+            return Ok(Some(grad));
+        }
+        *self.got.lock().expect("sink lock") = Some(grad);
+        Ok(None)
+    }
+}
+
+/// The weight's gradient handed to a sink is the one candle's backward returns without it,
+/// bit for bit, and candle's store then holds none; a sink for another tensor changes
+/// nothing.
+#[test]
+fn the_weight_gradient_goes_to_a_sink_that_takes_it() -> Result<()> {
+    let (b, t, hd, v) = (2, 9, 16, 700);
+    let h = Var::from_tensor(&random_tensor(&[b, t, hd], 1.0, 41)?)?;
+    let w = Var::from_tensor(&random_tensor(&[v, hd], 0.5, 42)?)?;
+    let y = random_ids(&[b, t], v, 43)?;
+    let run = |sink: Option<Arc<dyn GradientSink>>| -> Result<candle_core::backprop::GradStore> {
+        let out = lm_head_logprobs_with(
+            h.as_tensor(),
+            w.as_tensor(),
+            &y,
+            tempered(0.8),
+            HeadProducts::F32,
+            sink,
+        )?;
+        (out.logprobs.sum_all()? + out.entropy.sum_all()?)?.backward()
+    };
+    let plain = run(None)?;
+    let want = plain.get(w.as_tensor()).expect("weight gradient");
+    let sink = Arc::new(OneParamSink {
+        param: w.as_tensor().id(),
+        got: Mutex::new(None),
+    });
+    let sunk = run(Some(sink.clone()))?;
+    assert!(
+        sunk.get(w.as_tensor()).is_none(),
+        "candle kept the weight's gradient"
+    );
+    let got = sink
+        .got
+        .lock()
+        .expect("sink lock")
+        .take()
+        .expect("sink got nothing");
+    assert_close(&got, want, 0.0, "sunk d weight")?;
+    let dh = sunk.get(h.as_tensor()).expect("hidden gradient");
+    assert_close(dh, plain.get(h.as_tensor()).expect("grad"), 0.0, "d hidden")?;
+    let other = Arc::new(OneParamSink {
+        param: h.as_tensor().id(),
+        got: Mutex::new(None),
+    });
+    let passed = run(Some(other))?;
+    let dw = passed
+        .get(w.as_tensor())
+        .expect("weight gradient returned to candle");
+    assert_close(dw, want, 0.0, "returned d weight")?;
+    Ok(())
+}
+
 #[test]
 fn backward_matches_finite_differences() -> Result<()> {
     let h = random_tensor(&[2, 3, 5], 1.0, 21)?.to_dtype(DType::F64)?;
@@ -302,6 +371,7 @@ fn bf16_products_are_the_composed_head_on_rounded_operands() -> Result<()> {
             &y,
             tempered(temp),
             HeadProducts::Bf16,
+            None,
         )?;
         let g_fused = loss(&fused.logprobs, &fused.entropy)?.backward()?;
         let (hr, wr) = (

@@ -11,9 +11,13 @@
 //! ranges in `attention_visibility.rs`; `attention_engine_order.rs` is a second f32 forward in
 //! the decoding engine's per-query arithmetic, for a trainer in the engine's numbers), the
 //! SwiGLU gate (`swiglu.rs`), the linear layer (`linear.rs`: f32 or bf16 mixed precision
-//! over `matmul/`'s GEMMs, both gradients written straight into their layouts) and the two
+//! over `matmul/`'s GEMMs, both gradients written straight into their layouts; with the
+//! residual stream's add inside the op, `linear_residual.rs`; with RoPE on its output heads,
+//! `linear_rope.rs`) and the two
 //! fused as a feed-forward block's gate and down projection (`swiglu_linear.rs`: the gate's
-//! output recomputed in the backward, not held). Beside them:
+//! output recomputed in the backward, not held). The LM head may hand its weight's gradient
+//! to a [`GradientSink`] instead of candle's accumulation (`gradient_sink.rs`), and so may
+//! the token embedding (`embedding.rs`). Beside them:
 //! the token distribution every log-prob is taken under (`truncation.rs`) and the host row
 //! math the trainer and the engine share (`rows.rs`).
 
@@ -32,8 +36,12 @@ mod attention_visibility;
 mod cpu_math;
 #[cfg(feature = "cuda")]
 mod cuda_launch;
+mod embedding;
 mod entropy;
+mod gradient_sink;
 mod linear;
+mod linear_residual;
+mod linear_rope;
 mod lm_head;
 mod lm_head_bf16;
 mod lm_head_cpu;
@@ -53,8 +61,12 @@ pub use crate::matmul::Bf16Path;
 pub use attention::{causal_attention, causal_attention_engine_order, causal_attention_segmented};
 #[cfg(feature = "cuda")]
 pub use cuda_launch::compile_cuda_kernels;
+pub use embedding::embedding;
 pub use entropy::entropy;
+pub use gradient_sink::GradientSink;
 pub use linear::{linear_bf16, linear_bf16_on, linear_f32};
+pub use linear_residual::{linear_residual_bf16, linear_residual_f32};
+pub use linear_rope::{linear_rope_bf16, linear_rope_f32};
 pub use lm_head::{
     lm_head_logprobs, lm_head_logprobs_softcapped, lm_head_logprobs_with, softcap, HeadOutputs,
     HeadProducts,

@@ -11,7 +11,9 @@ use super::validate;
 
 /// Rotates `x` by the per-position angles whose cosines/sines are given.
 ///
-/// * `x`: `[B, H, T, D]` (D even), f32 (f64 on CPU too).
+/// * `x`: `[B, H, T, D]` (D even), f32 (f64 on CPU too); on the CPU read in place when its
+///   last dim is contiguous (a transposed `[B, T, H, D]`, as attention has it), the output
+///   always contiguous.
 /// * `cos`, `sin`: `[T', D/2]` shared by all rows (a table with `T' >= T` is cut to its first
 ///   `T` positions), or `[B, T, D/2]` per batch row (left-padded batches whose position ids
 ///   come from the attention mask). Same dtype as `x`.
@@ -30,34 +32,56 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let &[b, _h, t, d] = x.dims() else {
         candle_core::bail!("{OP}: `x` must be [B, H, T, D], got {:?}", x.dims());
     };
+    let (cos, sin) = tables(OP, (b, t, d), cos, sin)?;
+    // The CPU kernel reads any layout whose last dim is contiguous (a transposed view).
+    let x = match x.device().is_cpu() && x.stride().last() == Some(&1) {
+        true => x.clone(),
+        false => x.contiguous()?,
+    };
+    x.apply_op3(
+        &cos.contiguous()?,
+        &sin.contiguous()?,
+        Rope { inverse: false },
+    )
+}
+
+/// `cos`/`sin` cut to the `t` positions of an `x` of batch `b` and head dim `d` (even): a
+/// shared table `[T' >= t, d/2]` or per-row tables `[b, t, d/2]`; errors name `op`.
+pub(super) fn tables(
+    op: &str,
+    (b, t, d): (usize, usize, usize),
+    cos: &Tensor,
+    sin: &Tensor,
+) -> Result<(Tensor, Tensor)> {
     if d % 2 != 0 {
-        candle_core::bail!(
-            "{OP}: the head dim D of `x` must be even, got shape {:?}",
-            x.dims()
-        );
+        candle_core::bail!("{op}: the head dim D must be even, got {d}");
     }
     if cos.dims() != sin.dims() {
         candle_core::bail!(
-            "{OP}: `cos` and `sin` must have the same shape, got {:?} and {:?}",
+            "{op}: `cos` and `sin` must have the same shape, got {:?} and {:?}",
             cos.dims(),
             sin.dims()
         );
     }
-    let (cos, sin) = match *cos.dims() {
-        [tc, half] if half * 2 == d && tc >= t => (cos.narrow(0, 0, t)?, sin.narrow(0, 0, t)?),
-        [bc, tc, half] if bc == b && tc == t && half * 2 == d => (cos.clone(), sin.clone()),
+    match *cos.dims() {
+        [tc, half] if half * 2 == d && tc >= t => Ok((cos.narrow(0, 0, t)?, sin.narrow(0, 0, t)?)),
+        [bc, tc, half] if bc == b && tc == t && half * 2 == d => Ok((cos.clone(), sin.clone())),
         _ => candle_core::bail!(
-            "{OP}: `cos`/`sin` must be [T'>={t}, {}] or [{b}, {t}, {}] for `x` of shape {:?}, got {:?}",
+            "{op}: `cos`/`sin` must be [T'>={t}, {}] or [{b}, {t}, {}], got {:?}",
             d / 2,
             d / 2,
-            x.dims(),
             cos.dims()
         ),
-    };
-    x.contiguous()?.apply_op3(
+    }
+}
+
+/// `grad` `[B, H, T, D]` rotated back by the angles of `cos`/`sin` (as [`tables`] returns
+/// them): the backward of a rotation.
+pub(super) fn rotate_back(grad: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    grad.contiguous()?.apply_op3_no_bwd(
         &cos.contiguous()?,
         &sin.contiguous()?,
-        Rope { inverse: false },
+        &Rope { inverse: true },
     )
 }
 
@@ -66,42 +90,82 @@ struct Rope {
     inverse: bool,
 }
 
+/// Where `x`'s rows live: the element strides of its batch, head and position dims (its
+/// last dim is contiguous). A transposed `[B, T, H, D]` view is read in place, so the
+/// attention's projections need no contiguous copy before RoPE.
+#[derive(Clone, Copy)]
+pub(super) struct RowStrides {
+    batch: usize,
+    head: usize,
+    pos: usize,
+}
+
+impl RowStrides {
+    /// A `[B, T, heads, D]` buffer read as `[B, heads, T, D]`.
+    pub(super) fn transposed_heads(t: usize, heads: usize, d: usize) -> RowStrides {
+        RowStrides {
+            batch: t * heads * d,
+            head: d,
+            pos: heads * d,
+        }
+    }
+
+    /// The strides of `layout` when its last dim is contiguous.
+    fn of(layout: &Layout) -> Option<RowStrides> {
+        match *layout.stride() {
+            [batch, head, pos, 1] => Some(RowStrides { batch, head, pos }),
+            _ => None,
+        }
+    }
+}
+
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn rotate<T: Real>(
-    x: &[T],
+pub(super) fn rotate<T: Real>(
+    (x, at): (&[T], RowStrides),
     cos: &[T],
     sin: &[T],
-    (_b, h, t, d): (usize, usize, usize, usize),
+    (b, h, t, d): (usize, usize, usize, usize),
     per_batch: bool,
     inverse: bool,
 ) -> Vec<T> {
     let half = d / 2;
-    let mut out = vec![T::ZERO; x.len()];
-    out.par_chunks_mut(t * d)
-        .zip(x.par_chunks(t * d))
-        .enumerate()
-        .for_each(|(bh, (out, x))| {
-            let cs_base = if per_batch { (bh / h) * t * half } else { 0 };
-            for ti in 0..t {
-                let cs = cs_base + ti * half;
-                let (c, s) = (&cos[cs..cs + half], &sin[cs..cs + half]);
-                let row = &x[ti * d..(ti + 1) * d];
-                let (x1, x2) = row.split_at(half);
-                let (o1, o2) = out[ti * d..(ti + 1) * d].split_at_mut(half);
-                if inverse {
-                    for i in 0..half {
-                        o1[i] = x1[i] * c[i] + x2[i] * s[i];
-                        o2[i] = x2[i] * c[i] - x1[i] * s[i];
-                    }
-                } else {
-                    for i in 0..half {
-                        o1[i] = x1[i] * c[i] - x2[i] * s[i];
-                        o2[i] = x1[i] * s[i] + x2[i] * c[i];
-                    }
+    let mut out = vec![T::ZERO; b * h * t * d];
+    out.par_chunks_mut(t * d).enumerate().for_each(|(bh, out)| {
+        let cs_base = if per_batch { (bh / h) * t * half } else { 0 };
+        let base = (bh / h) * at.batch + (bh % h) * at.head;
+        for ti in 0..t {
+            let cs = cs_base + ti * half;
+            let (c, s) = (&cos[cs..cs + half], &sin[cs..cs + half]);
+            let start = base + ti * at.pos;
+            let (x1, x2) = x[start..start + d].split_at(half);
+            let (o1, o2) = out[ti * d..(ti + 1) * d].split_at_mut(half);
+            if inverse {
+                for i in 0..half {
+                    o1[i] = x1[i] * c[i] + x2[i] * s[i];
+                    o2[i] = x2[i] * c[i] - x1[i] * s[i];
+                }
+            } else {
+                for i in 0..half {
+                    o1[i] = x1[i] * c[i] - x2[i] * s[i];
+                    o2[i] = x1[i] * s[i] + x2[i] * c[i];
                 }
             }
-        });
+        }
+    });
     out
+}
+
+/// `x`'s elements from its layout's start and its row strides: in place when its last dim
+/// is contiguous (any strides elsewhere), else an error (the wrapper makes it contiguous).
+fn strided_rows<'a, T: candle_core::WithDType>(
+    storage: &'a CpuStorage,
+    layout: &Layout,
+) -> Result<(&'a [T], RowStrides)> {
+    let data = T::cpu_storage_as_slice(storage)?;
+    let Some(strides) = RowStrides::of(layout) else {
+        candle_core::bail!("rope: `x` must have a contiguous last dim, got layout {layout:?}");
+    };
+    Ok((&data[layout.start_offset()..], strides))
 }
 
 impl CustomOp3 for Rope {
@@ -128,7 +192,7 @@ impl CustomOp3 for Rope {
         let out = match (s1, s2, s3) {
             (CpuStorage::F32(_), CpuStorage::F32(_), CpuStorage::F32(_)) => {
                 CpuStorage::F32(rotate(
-                    contiguous_slice(s1, l1, OP, "x")?,
+                    strided_rows(s1, l1)?,
                     contiguous_slice(s2, l2, OP, "cos")?,
                     contiguous_slice(s3, l3, OP, "sin")?,
                     dims,
@@ -138,7 +202,7 @@ impl CustomOp3 for Rope {
             }
             (CpuStorage::F64(_), CpuStorage::F64(_), CpuStorage::F64(_)) => {
                 CpuStorage::F64(rotate(
-                    contiguous_slice(s1, l1, OP, "x")?,
+                    strided_rows(s1, l1)?,
                     contiguous_slice(s2, l2, OP, "cos")?,
                     contiguous_slice(s3, l3, OP, "sin")?,
                     dims,
@@ -173,8 +237,7 @@ impl CustomOp3 for Rope {
         _res: &Tensor,
         grad_res: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let g = grad_res.contiguous()?;
-        let dx = g.apply_op3_no_bwd(
+        let dx = grad_res.contiguous()?.apply_op3_no_bwd(
             cos,
             sin,
             &Rope {

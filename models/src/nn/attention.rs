@@ -83,26 +83,64 @@ impl Attention {
         visible: &Visibility,
         cache: Option<(&mut KvCache, usize)>,
     ) -> Result<Tensor> {
+        let out = self.attend(x, cos, sin, visible, cache)?;
+        self.o.forward(&out, self.precision)
+    }
+
+    /// `residual + self.forward(..)`, the output projection and the add as one op where
+    /// [`Proj::forward_onto`] fuses them.
+    pub fn forward_onto(
+        &self,
+        residual: &Tensor,
+        x: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
+        visible: &Visibility,
+        cache: Option<(&mut KvCache, usize)>,
+    ) -> Result<Tensor> {
+        let out = self.attend(x, cos, sin, visible, cache)?;
+        self.o.forward_onto(&out, residual, self.precision)
+    }
+
+    /// The heads' outputs `[B, T, heads · head_dim]`, before the output projection.
+    fn attend(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        visible: &Visibility,
+        cache: Option<(&mut KvCache, usize)>,
+    ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let (nh, nkv, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let p = self.precision;
-        let heads = |proj: &Proj, n: usize, norm: Option<&RmsNorm>| {
+        let split = |proj: &Proj, n: usize, norm: Option<&RmsNorm>| {
             let y = proj.forward(x, p)?.reshape((b, t, n, hd))?;
             let y = match norm {
                 Some(norm) => norm.forward(&y)?,
                 None => y,
             };
-            y.transpose(1, 2)?.contiguous()
+            // `[B, n, T, hd]` as a view: RoPE reads it in place on the CPU and writes a
+            // contiguous result, so q and k are not copied first.
+            y.transpose(1, 2)
         };
-        let q = heads(&self.q, nh, self.q_norm.as_ref())?;
-        let q = match self.q_rescale {
-            Some(f) => q.affine(f, 0.0)?,
-            None => q,
+        // q and k rotated; where nothing sits between the projection and RoPE, as one op
+        // that keeps only the rotated heads for the backward.
+        let rotated = |proj: &Proj, n: usize, norm: Option<&RmsNorm>, rescale: Option<f64>| {
+            if norm.is_none() && rescale.is_none() {
+                if let Some(y) = proj.forward_rotated(x, (cos, sin), n, p)? {
+                    return Ok(y);
+                }
+            }
+            let y = split(proj, n, norm)?;
+            let y = match rescale {
+                Some(f) => y.affine(f, 0.0)?,
+                None => y,
+            };
+            apply_rope(&y, cos, sin)
         };
-        let k = heads(&self.k, nkv, self.k_norm.as_ref())?;
-        let v = heads(&self.v, nkv, None)?;
-        let q = apply_rope(&q, cos, sin)?;
-        let k = apply_rope(&k, cos, sin)?;
+        let q = rotated(&self.q, nh, self.q_norm.as_ref(), self.q_rescale)?;
+        let k = rotated(&self.k, nkv, self.k_norm.as_ref(), None)?;
+        let v = split(&self.v, nkv, None)?.contiguous()?;
         let fused = cache.is_none()
             && self.softcap.is_none()
             && visible.is_self_attention()
@@ -130,8 +168,7 @@ impl Attention {
             };
             composed_attention(&q, &k, &v, visible.mask()?, self.softcap)?
         };
-        let out = out.transpose(1, 2)?.reshape((b, t, nh * hd))?;
-        self.o.forward(&out, p)
+        out.transpose(1, 2)?.reshape((b, t, nh * hd))
     }
 }
 

@@ -162,7 +162,10 @@ impl CausalLm {
         };
         match self.config.style.final_softcap {
             Some(c) => lm_head_logprobs_softcapped(&hidden, &weight, &targets, dist, c),
-            None => lm_head_logprobs_with(&hidden, &weight, &targets, dist, products),
+            None => {
+                let sink = self.decoder.gradient_sink();
+                lm_head_logprobs_with(&hidden, &weight, &targets, dist, products, sink)
+            }
         }
     }
 

@@ -17,10 +17,15 @@
 //! backward's; what changes is that a layer's activations are freed while the layers below
 //! still run their backward (candle frees a graph only when the whole backward is done), so
 //! the step's peak memory no longer holds every activation beside every gradient.
+//!
+//! Both collect the LM head's weight gradient too ([`GradientSink`]): handed over as the
+//! head's backward computed it, it skips candle's `zeros + grad` accumulation, which would
+//! hold three `[V, H]` tensors at the moment every activation is still alive.
 
 use crate::nn::layer_residency::LayerResidency;
 use candle_core::backprop::GradStore;
 use candle_core::{Result, Tensor, Var};
+use oxalign_kernels::ops::GradientSink;
 use std::sync::{Mutex, MutexGuard};
 
 /// The checkpointing of one model's decoder layers, collecting its trainable `Var`s'
@@ -76,6 +81,25 @@ impl Checkpointing {
     /// Forgets gradients taken and not yet added (a step that failed after its backward).
     pub fn clear(&self) {
         self.taken().iter_mut().for_each(|g| *g = None);
+    }
+}
+
+impl GradientSink for Checkpointing {
+    fn accept(&self, param: &Tensor, grad: Tensor) -> Result<Option<Tensor>> {
+        let Some(at) = self
+            .vars
+            .iter()
+            .position(|v| v.as_tensor().id() == param.id())
+        else {
+            return Ok(Some(grad));
+        };
+        let mut taken = self.taken();
+        let slot = &mut taken[at];
+        *slot = Some(match slot.take() {
+            Some(have) => (have + grad)?,
+            None => grad,
+        });
+        Ok(None)
     }
 }
 

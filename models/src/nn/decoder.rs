@@ -10,12 +10,12 @@ use crate::moe::routing::RouterTrace;
 use crate::nn::decoder_layer::DecoderLayer;
 use crate::nn::kv_cache::KvCache;
 use crate::nn::layer_residency::LayerResidency;
-use crate::nn::layers::embedding;
 use crate::nn::mask::{mask_to_host, position_ids, segment_position_ids, Visibility};
 use crate::nn::norm::RmsNorm;
 use crate::nn::rope::RotaryEmbedding;
 use crate::nn::streamed_layer::{forward_streamed, VisibilityParts};
 use candle_core::{DType, Result, Tensor};
+use oxalign_kernels::ops::{embedding, GradientSink};
 use std::sync::Arc;
 
 /// Embedding + decoder layers + final norm, weights shared with a [`ParamStore`].
@@ -32,6 +32,9 @@ pub struct Decoder {
     /// Who fills and frees the layers' weights when they are not always present (a sharded
     /// trainer); `None`: always present.
     residency: Option<Arc<dyn LayerResidency>>,
+    /// Where the embedding's and the LM head's backwards hand their weights' gradients
+    /// (the collector of the checkpointing or layerwise backward); `None`: to candle's.
+    grad_sink: Option<Arc<dyn GradientSink>>,
 }
 
 impl Decoder {
@@ -62,6 +65,7 @@ impl Decoder {
             rope: RotaryEmbedding::new(cfg),
             local_rope: RotaryEmbedding::local(cfg),
             residency: None,
+            grad_sink: None,
         })
     }
 
@@ -70,6 +74,19 @@ impl Decoder {
     /// layer) and releases them after each (`streamed_layer.rs`). `None` turns it off.
     pub fn set_layer_residency(&mut self, residency: Option<Arc<dyn LayerResidency>>) {
         self.residency = residency;
+        self.grad_sink = None;
+    }
+
+    /// Hands the embedding's and the LM head's weight gradients to `sink` instead of
+    /// candle's backward (`oxalign_kernels::ops::GradientSink`). Reset by
+    /// [`Decoder::set_layer_residency`].
+    pub(crate) fn set_gradient_sink(&mut self, sink: Option<Arc<dyn GradientSink>>) {
+        self.grad_sink = sink;
+    }
+
+    /// See [`Decoder::set_gradient_sink`].
+    pub(crate) fn gradient_sink(&self) -> Option<Arc<dyn GradientSink>> {
+        self.grad_sink.clone()
     }
 
     /// Makes every layer's linear layers compute in `precision` (embedding and norms stay f32).
@@ -215,7 +232,7 @@ impl Decoder {
         let full = rule(None);
         // One rule per distinct window, so each mask tensor is built at most once.
         let mut windowed: Vec<Visibility> = Vec::new();
-        let mut x = embedding(&self.embed, rows.ids)?;
+        let mut x = embedding(&self.embed, rows.ids, self.grad_sink.clone())?;
         if let Some(scale) = self.embed_scale {
             x = x.affine(f64::from(scale), 0.0)?;
         }

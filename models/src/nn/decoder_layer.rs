@@ -118,20 +118,21 @@ impl DecoderLayer {
         cache: Option<(&mut KvCache, usize)>,
         trace: &mut RouterTrace,
     ) -> Result<(Tensor, Tensor)> {
-        let h = self
-            .attn
-            .forward(&self.input_norm.forward(x)?, cos, sin, visible, cache)?;
+        let normed = self.input_norm.forward(x)?;
         let ffn = |normed: &Tensor, trace: &mut RouterTrace| match &self.ffn {
             FeedForward::Dense(m) => m.forward(normed),
             FeedForward::Sparse(m) => m.forward(normed, trace),
         };
         match &self.feedforward_norms {
             None => {
-                let x = (x + h)?;
+                let x = self
+                    .attn
+                    .forward_onto(x, &normed, (cos, sin), visible, cache)?;
                 let h = ffn(&self.post_attn_norm.forward(&x)?, trace)?;
                 Ok((x, h))
             }
             Some((pre, post)) => {
+                let h = self.attn.forward(&normed, cos, sin, visible, cache)?;
                 let x = (x + self.post_attn_norm.forward(&h)?)?;
                 let h = ffn(&pre.forward(&x)?, trace)?;
                 Ok((x, post.forward(&h)?))

@@ -80,15 +80,6 @@ pub(crate) fn with_bias(y: Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     }
 }
 
-/// Embedding lookup. `weight`: `[V, H]`, `ids`: `[B, T]` u32 -> `[B, T, H]`.
-pub fn embedding(weight: &Tensor, ids: &Tensor) -> Result<Tensor> {
-    let (b, t) = ids.dims2()?;
-    let h = weight.dim(1)?;
-    weight
-        .index_select(&ids.flatten_all()?, 0)?
-        .reshape((b, t, h))
-}
-
 /// Log-probability of each target under `logits`: `[B, T, V]`, `[B, T]` u32 -> `[B, T]` (nats).
 /// Differentiable w.r.t. `logits`.
 pub fn token_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {

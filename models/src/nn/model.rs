@@ -85,7 +85,8 @@ impl<H: Head> Model<H> {
 
     /// Streams the decoder layers' weights through `residency` (a sharded trainer: each
     /// layer gathered just before it runs, forward and backward, and freed after; see
-    /// [`Decoder::set_layer_residency`]). `None`: every weight always present.
+    /// [`Decoder::set_layer_residency`]). `None`: every weight always present. The embedding's
+    /// and the LM head's weight gradients go back to candle's backward.
     pub fn set_layer_residency(
         &mut self,
         residency: Option<std::sync::Arc<dyn crate::nn::layer_residency::LayerResidency>>,
@@ -101,6 +102,7 @@ impl<H: Head> Model<H> {
         let vars = self.vars().into_iter().map(|(_, v)| v).collect();
         let checkpoint = std::sync::Arc::new(Checkpointing::new(vars));
         self.set_layer_residency(Some(checkpoint.clone()));
+        self.collect_table_gradients(checkpoint.clone());
         checkpoint
     }
 
@@ -113,7 +115,18 @@ impl<H: Head> Model<H> {
         let vars = self.vars().into_iter().map(|(_, v)| v).collect();
         let layerwise = std::sync::Arc::new(Checkpointing::layerwise(vars));
         self.set_layer_residency(Some(layerwise.clone()));
+        self.collect_table_gradients(layerwise.clone());
         layerwise
+    }
+
+    /// Hands the embedding's and the LM head's weight gradients to `collector` instead of
+    /// candle's accumulation (`zeros + grad`, three `[V, H]` tensors at once). Not for tied
+    /// weights: there the table's two gradients must be summed in candle's order to stay the
+    /// plain backward's to the bit.
+    fn collect_table_gradients(&mut self, collector: std::sync::Arc<Checkpointing>) {
+        if !self.config.tie_word_embeddings {
+            self.decoder.set_gradient_sink(Some(collector));
+        }
     }
 
     /// The numbers the linear layers compute in.

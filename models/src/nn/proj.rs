@@ -11,7 +11,10 @@ use crate::nn::fake_quant::quantizable_linear;
 use crate::nn::layers::{linear, with_bias};
 use crate::nn::precision::Precision;
 use candle_core::{DType, Result, Tensor};
-use oxalign_kernels::ops::{swiglu_linear_bf16, swiglu_linear_f32};
+use oxalign_kernels::ops::{
+    linear_residual_bf16, linear_residual_f32, linear_rope_bf16, linear_rope_f32,
+    swiglu_linear_bf16, swiglu_linear_f32,
+};
 
 /// The low-rank update of one projection.
 #[derive(Clone, Debug)]
@@ -65,6 +68,54 @@ impl Proj {
             _ => return Ok(None),
         };
         with_bias(y, self.bias.as_ref()).map(Some)
+    }
+
+    /// `self(x)` split into `heads` heads `[B, heads, T, D]` and rotated by `cos`/`sin`, as one
+    /// fused op where that applies (f32 tensors on the CPU, f32 or bf16-mixed numbers, no
+    /// bias, no LoRA adapter: the unrotated projection is then not kept for the backward,
+    /// [`oxalign_kernels::ops::linear_rope_f32`]). `None` elsewhere (the caller composes).
+    pub fn forward_rotated(
+        &self,
+        x: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
+        heads: usize,
+        precision: Precision,
+    ) -> Result<Option<Tensor>> {
+        if !self.fusable(x) || [cos.dtype(), sin.dtype()] != [DType::F32; 2] {
+            return Ok(None);
+        }
+        match precision {
+            Precision::F32 => linear_rope_f32(x, &self.weight, (cos, sin), heads).map(Some),
+            Precision::Bf16Mixed => linear_rope_bf16(x, &self.weight, (cos, sin), heads).map(Some),
+            Precision::FakeInt8 => Ok(None),
+        }
+    }
+
+    /// Whether this projection's product of `x` may run as one of the fused ops: f32
+    /// tensors on the CPU, no bias, no adapter.
+    fn fusable(&self, x: &Tensor) -> bool {
+        self.adapter.is_none()
+            && self.bias.is_none()
+            && x.device().is_cpu()
+            && [x.dtype(), self.weight.dtype()] == [DType::F32; 2]
+    }
+
+    /// `residual + self(x)`, as one fused op where that applies (f32 tensors on the CPU, f32
+    /// or bf16-mixed numbers, no bias, no LoRA adapter: the product is then not kept for the
+    /// backward beside the sum, [`oxalign_kernels::ops::linear_residual_f32`]); composed
+    /// elsewhere. Bit-identical either way.
+    pub fn forward_onto(
+        &self,
+        x: &Tensor,
+        residual: &Tensor,
+        precision: Precision,
+    ) -> Result<Tensor> {
+        let fusable = self.fusable(x) && residual.dtype() == DType::F32;
+        match (precision, fusable) {
+            (Precision::F32, true) => linear_residual_f32(x, &self.weight, residual),
+            (Precision::Bf16Mixed, true) => linear_residual_bf16(x, &self.weight, residual),
+            _ => residual + self.forward(x, precision)?,
+        }
     }
 
     /// `x` `[.., in]` -> `[.., out]`, the base product in `precision`'s numbers.
