@@ -6,9 +6,11 @@
 //! devices, and for f16/bf16, the wrapper runs the composed candle ops instead.
 //! Not a decoding kernel: it has no KV cache, no query offset and no dropout.
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Storage, Tensor};
+use rayon::prelude::*;
 
 use super::attention_bwd::{backward, Grads, Saved};
 use super::attention_engine_order::forward_engine_order;
@@ -104,9 +106,77 @@ pub(crate) fn attention_op(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
+    masks: (Option<&[u32]>, Option<&[u32]>),
+    window: Option<usize>,
+    how: (Tiles, Order),
+) -> Result<Tensor> {
+    heads_op(q, k, v, masks, window, how, Heads::Split)
+}
+
+/// [`causal_attention_segmented`] (with `engine_order`, [`causal_attention_engine_order`])
+/// with the heads merged back: `[B, T, nh · hd]`, the output projection's input. On the CPU
+/// the op writes that layout itself, so the graph keeps no second, transposed copy of the
+/// output for the backward.
+pub fn causal_attention_merged(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    masks: (Option<&[u32]>, Option<&[u32]>),
+    window: Option<usize>,
+    engine_order: bool,
+) -> Result<Tensor> {
+    let order = match engine_order {
+        true => Order::Engine,
+        false => Order::Tiled,
+    };
+    heads_op(
+        q,
+        k,
+        v,
+        masks,
+        window,
+        (Tiles::DEFAULT, order),
+        Heads::Merged,
+    )
+}
+
+/// The layout of the attention's output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Heads {
+    /// `[B, nh, T, hd]`.
+    Split,
+    /// `[B, T, nh · hd]`.
+    Merged,
+}
+
+/// `out` `[b, nh, t, hd]` as `[b, t, nh, hd]`.
+fn merge<T: Copy + Default + Send + Sync>(out: &[T], d: Dims) -> Vec<T> {
+    let mut merged = vec![T::default(); out.len()];
+    if merged.is_empty() {
+        return merged;
+    }
+    merged
+        .par_chunks_mut(d.nh * d.hd)
+        .enumerate()
+        .for_each(|(bt, row)| {
+            let (b, t) = (bt / d.t, bt % d.t);
+            for (h, dst) in row.chunks_mut(d.hd).enumerate() {
+                let at = ((b * d.nh + h) * d.t + t) * d.hd;
+                dst.copy_from_slice(&out[at..at + d.hd]);
+            }
+        });
+    merged
+}
+
+/// [`attention_op`] with its output in `heads`' layout.
+fn heads_op(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
     (key_mask, segments): (Option<&[u32]>, Option<&[u32]>),
     window: Option<usize>,
     (tiles, order): (Tiles, Order),
+    heads: Heads,
 ) -> Result<Tensor> {
     let dims = check_shapes(q, k, v)?;
     if tiles.q == 0 || tiles.k == 0 {
@@ -116,7 +186,14 @@ pub(crate) fn attention_op(
     match (q.device().is_cpu(), q.dtype()) {
         (true, DType::F32 | DType::F64) => {}
         (false, _) | (true, DType::F16 | DType::BF16) => {
-            return reference::causal_attention_segmented(q, k, v, key_mask, segments, window);
+            let out = reference::causal_attention_segmented(q, k, v, key_mask, segments, window)?;
+            return match heads {
+                Heads::Split => Ok(out),
+                Heads::Merged => {
+                    let Dims { b, nh, t, hd, .. } = dims;
+                    out.transpose(1, 2)?.reshape((b, t, nh * hd))
+                }
+            };
         }
         (true, dt) => candle_core::bail!("{OP}: `q` must be a float tensor, got {dt:?}"),
     }
@@ -125,10 +202,44 @@ pub(crate) fn attention_op(
         vis: Arc::new(vis),
         tiles,
         order,
+        heads,
         lse: Mutex::new(None),
     };
-    q.contiguous()?
-        .apply_op3(&k.contiguous()?, &v.contiguous()?, op)
+    // `v` may stay a transposed view (the value projection's `[B, T, nkv, hd]`): the op
+    // copies it for the kernel only while it runs, so the graph keeps no second copy.
+    let v = match v.stride().last() == Some(&1) {
+        true => v.clone(),
+        false => v.contiguous()?,
+    };
+    q.contiguous()?.apply_op3(&k.contiguous()?, &v, op)
+}
+
+/// `x`'s elements in row-major order: the storage itself when `layout` is contiguous, else
+/// a copy.
+fn rows_of<'a, T: Real>(s: &'a CpuStorage, layout: &Layout, arg: &str) -> Result<Cow<'a, [T]>> {
+    if layout.is_contiguous() {
+        return contiguous_slice::<T>(s, layout, OP, arg).map(Cow::Borrowed);
+    }
+    let data = T::cpu_storage_as_slice(s)?;
+    let &[d0, d1, d2, d3] = layout.dims() else {
+        candle_core::bail!("{OP}: `{arg}` must be 4-D, got {:?}", layout.dims());
+    };
+    let &[s0, s1, s2, s3] = layout.stride() else {
+        candle_core::bail!(
+            "{OP}: `{arg}` must be 4-D, got strides {:?}",
+            layout.stride()
+        );
+    };
+    let mut out = Vec::with_capacity(d0 * d1 * d2 * d3);
+    for i0 in 0..d0 {
+        for i1 in 0..d1 {
+            for i2 in 0..d2 {
+                let row = layout.start_offset() + i0 * s0 + i1 * s1 + i2 * s2;
+                out.extend((0..d3).map(|i3| data[row + i3 * s3]));
+            }
+        }
+    }
+    Ok(Cow::Owned(out))
 }
 
 /// Checks ranks, head counts, dtypes and devices; returns the shapes.
@@ -173,6 +284,8 @@ struct CausalAttention {
     vis: Arc<Visibility>,
     tiles: Tiles,
     order: Order,
+    /// The output's layout (the backward's output gradient comes in the same).
+    heads: Heads,
     /// Per-row log-sum-exp `[B, nh, T]` written by `cpu_fwd` (the op is made per call).
     lse: Mutex<Option<Arc<CpuStorage>>>,
 }
@@ -181,16 +294,16 @@ impl CausalAttention {
     fn fwd<T: Real>(&self, s: [(&CpuStorage, &Layout); 3]) -> Result<(Vec<T>, Vec<T>)> {
         let q = contiguous_slice::<T>(s[0].0, s[0].1, OP, "q")?;
         let k = contiguous_slice::<T>(s[1].0, s[1].1, OP, "k")?;
-        let v = contiguous_slice::<T>(s[2].0, s[2].1, OP, "v")?;
-        Ok(forward((q, k, v), self.dims, &self.vis, self.tiles))
+        let v = rows_of::<T>(s[2].0, s[2].1, "v")?;
+        Ok(forward((q, k, &v), self.dims, &self.vis, self.tiles))
     }
 
     fn fwd_engine_order(&self, s: [(&CpuStorage, &Layout); 3]) -> Result<(Vec<f32>, Vec<f32>)> {
         let q = contiguous_slice::<f32>(s[0].0, s[0].1, OP, "q")?;
         let k = contiguous_slice::<f32>(s[1].0, s[1].1, OP, "k")?;
-        let v = contiguous_slice::<f32>(s[2].0, s[2].1, OP, "v")?;
+        let v = rows_of::<f32>(s[2].0, s[2].1, "v")?;
         Ok(forward_engine_order(
-            (q, k, v),
+            (q, k, &v),
             self.dims,
             &self.vis,
             self.tiles,
@@ -246,6 +359,23 @@ impl CausalAttention {
     }
 }
 
+impl CausalAttention {
+    /// `[B, T, nh · hd]`.
+    fn merged_shape(&self) -> Shape {
+        let Dims { b, nh, t, hd, .. } = self.dims;
+        Shape::from((b, t, nh * hd))
+    }
+
+    /// A tensor in the output's layout as contiguous `[B, nh, T, hd]`, the kernels' layout.
+    fn split(&self, x: &Tensor) -> Result<Tensor> {
+        let Dims { b, nh, t, hd, .. } = self.dims;
+        match self.heads {
+            Heads::Split => x.contiguous(),
+            Heads::Merged => x.reshape((b, t, nh, hd))?.transpose(1, 2)?.contiguous(),
+        }
+    }
+}
+
 impl CustomOp3 for CausalAttention {
     fn name(&self) -> &'static str {
         "causal-attention"
@@ -279,7 +409,17 @@ impl CustomOp3 for CausalAttention {
             Ok(mut slot) => *slot = Some(Arc::new(lse)),
             Err(_) => candle_core::bail!("{OP}: saved state is poisoned"),
         }
-        Ok((out, l1.shape().clone()))
+        let d = self.dims;
+        match (self.heads, out) {
+            (Heads::Split, out) => Ok((out, l1.shape().clone())),
+            (Heads::Merged, CpuStorage::F32(o)) => {
+                Ok((CpuStorage::F32(merge(&o, d)), self.merged_shape()))
+            }
+            (Heads::Merged, CpuStorage::F64(o)) => {
+                Ok((CpuStorage::F64(merge(&o, d)), self.merged_shape()))
+            }
+            (Heads::Merged, other) => validate::unsupported_cpu_dtype(OP, &other),
+        }
     }
 
     fn bwd(
@@ -295,9 +435,9 @@ impl CustomOp3 for CausalAttention {
             return Ok((None, None, None));
         }
         let lse = self.saved_lse()?;
-        let d_out = grad_res.contiguous()?;
-        let res = res.contiguous()?;
-        let args = [q, k, v, &res, &d_out];
+        let (d_out, res) = (self.split(grad_res)?, self.split(res)?);
+        let v_rows = v.contiguous()?;
+        let args = [q, k, &v_rows, &res, &d_out];
         match q.dtype() {
             DType::F32 => self.grads::<f32>(args, &lse, want),
             DType::F64 => self.grads::<f64>(args, &lse, want),

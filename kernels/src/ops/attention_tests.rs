@@ -222,3 +222,56 @@ fn bad_arguments_fail_with_clear_messages() -> Result<()> {
     assert!(e.contains("dtype"), "{e}");
     Ok(())
 }
+
+/// The merged-heads output `[B, T, nh · hd]` is the split output transposed, and its
+/// gradients are the split op's, bit for bit: GQA, a padded row, both orders.
+#[test]
+fn merged_heads_are_the_split_heads_transposed() -> Result<()> {
+    use super::attention::{causal_attention_engine_order, causal_attention_merged};
+    let (b, nh, nkv, t, hd) = (2, 4, 2, 7, 8);
+    let q = Var::from_tensor(&random_tensor(&[b, nh, t, hd], 2.0, 11)?)?;
+    let k = Var::from_tensor(&random_tensor(&[b, nkv, t, hd], 2.0, 12)?)?;
+    let v = Var::from_tensor(&random_tensor(&[b, nkv, t, hd], 1.0, 13)?)?;
+    let probe = random_tensor(&[b, t, nh * hd], 1.0, 14)?;
+    let mut mask = vec![1u32; b * t];
+    mask[t..t + 2].fill(0);
+    for engine_order in [false, true] {
+        let (qt, kt, vt) = (q.as_tensor(), k.as_tensor(), v.as_tensor());
+        let split = match engine_order {
+            false => causal_attention(qt, kt, vt, Some(&mask), None)?,
+            true => causal_attention_engine_order(qt, kt, vt, Some(&mask), None, None)?,
+        };
+        let want = split.transpose(1, 2)?.reshape((b, t, nh * hd))?;
+        let got = causal_attention_merged(qt, kt, vt, (Some(&mask), None), None, engine_order)?;
+        assert_close(&got, &want, 0.0, "merged output")?;
+        let g_want = (want * &probe)?.sqr()?.sum_all()?.backward()?;
+        let g_got = (got * &probe)?.sqr()?.sum_all()?.backward()?;
+        for (x, what) in [(&q, "dq"), (&k, "dk"), (&v, "dv")] {
+            let a = g_got.get(x.as_tensor()).expect("merged gradient");
+            let e = g_want.get(x.as_tensor()).expect("split gradient");
+            assert_close(a, e, 0.0, what)?;
+        }
+    }
+    Ok(())
+}
+
+/// `v` as a transposed view (the value projection's `[B, T, nkv, hd]`) gives the output and
+/// gradients of a contiguous `v`, bit for bit.
+#[test]
+fn a_transposed_value_view_is_read_as_it_is() -> Result<()> {
+    use super::attention::causal_attention_merged;
+    let (b, nh, nkv, t, hd) = (2, 4, 2, 6, 8);
+    let q = random_tensor(&[b, nh, t, hd], 2.0, 21)?;
+    let k = random_tensor(&[b, nkv, t, hd], 2.0, 22)?;
+    let v = Var::from_tensor(&random_tensor(&[b, t, nkv, hd], 1.0, 23)?)?;
+    let probe = random_tensor(&[b, t, nh * hd], 1.0, 24)?;
+    let view = v.as_tensor().transpose(1, 2)?;
+    assert!(!view.is_contiguous());
+    let got = causal_attention_merged(&q, &k, &view, (None, None), None, false)?;
+    let want = causal_attention_merged(&q, &k, &view.contiguous()?, (None, None), None, false)?;
+    assert_close(&got, &want, 0.0, "output")?;
+    let g_got = (got * &probe)?.sqr()?.sum_all()?.backward()?;
+    let g_want = (want * &probe)?.sqr()?.sum_all()?.backward()?;
+    let dv = g_got.get(v.as_tensor()).expect("dv");
+    assert_close(dv, g_want.get(v.as_tensor()).expect("dv"), 0.0, "dv")
+}

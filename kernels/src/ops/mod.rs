@@ -58,7 +58,10 @@ mod truncation;
 mod validate;
 
 pub use crate::matmul::Bf16Path;
-pub use attention::{causal_attention, causal_attention_engine_order, causal_attention_segmented};
+pub use attention::{
+    causal_attention, causal_attention_engine_order, causal_attention_merged,
+    causal_attention_segmented,
+};
 #[cfg(feature = "cuda")]
 pub use cuda_launch::compile_cuda_kernels;
 pub use embedding::embedding;

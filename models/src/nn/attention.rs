@@ -3,7 +3,7 @@
 //! dot-product attention under a visibility rule (Gemma's `query_pre_attn_scalar` scale by
 //! rescaling q), optional KV cache.
 //! The training forward (no cache, f32/f64 on the CPU) runs the fused kernel
-//! `oxalign_kernels::ops::causal_attention_segmented` (packed rows included); everything else
+//! `oxalign_kernels::ops::causal_attention_merged` (packed rows included); everything else
 //! composes candle ops.
 //! Masks and position ids are built by the caller (`mask.rs`).
 
@@ -18,7 +18,7 @@ use crate::nn::norm::RmsNorm;
 use crate::nn::precision::Precision;
 use crate::nn::proj::Proj;
 use candle_core::{DType, Result, Tensor};
-use oxalign_kernels::ops::{causal_attention_engine_order, causal_attention_segmented, softcap};
+use oxalign_kernels::ops::{causal_attention_merged, softcap};
 
 /// Weights and shape of one attention block (the tensors of an [`AttentionParams`]).
 #[derive(Clone, Debug)]
@@ -140,35 +140,29 @@ impl Attention {
         };
         let q = rotated(&self.q, nh, self.q_norm.as_ref(), self.q_rescale)?;
         let k = rotated(&self.k, nkv, self.k_norm.as_ref(), None)?;
-        let v = split(&self.v, nkv, None)?.contiguous()?;
+        // A view: the fused attention reads it as it is.
+        let v = split(&self.v, nkv, None)?;
         let fused = cache.is_none()
             && self.softcap.is_none()
             && visible.is_self_attention()
             && x.device().is_cpu()
             && matches!(x.dtype(), DType::F32 | DType::F64);
-        let out = if fused {
+        if fused {
             // In the int8 engine's numbers the attention must be the engine's bits too, or
-            // the int8 rounding of its output can flip on one side only.
-            let attend = match p {
-                Precision::F32 | Precision::Bf16Mixed => causal_attention_segmented,
-                Precision::FakeInt8 => causal_attention_engine_order,
-            };
-            attend(
-                &q,
-                &k,
-                &v,
-                visible.key_mask(),
-                visible.segments(),
-                visible.window(),
-            )?
-        } else {
-            let (k, v) = match cache {
-                Some((cache, layer)) => cache.append(layer, &k, &v)?,
-                None => (k, v),
-            };
-            composed_attention(&q, &k, &v, visible.mask()?, self.softcap)?
+            // the int8 rounding of its output can flip on one side only. The op writes the
+            // merged heads itself (no transposed copy kept for the backward).
+            let engine_order = p == Precision::FakeInt8;
+            let masks = (visible.key_mask(), visible.segments());
+            return causal_attention_merged(&q, &k, &v, masks, visible.window(), engine_order);
+        }
+        let v = v.contiguous()?;
+        let (k, v) = match cache {
+            Some((cache, layer)) => cache.append(layer, &k, &v)?,
+            None => (k, v),
         };
-        out.transpose(1, 2)?.reshape((b, t, nh * hd))
+        composed_attention(&q, &k, &v, visible.mask()?, self.softcap)?
+            .transpose(1, 2)?
+            .reshape((b, t, nh * hd))
     }
 }
 
