@@ -9,7 +9,9 @@
 
 use std::sync::Arc;
 
-use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor, WithDType};
+use candle_core::{
+    CpuStorage, CustomOp2, DType, InplaceOp2, Layout, Result, Shape, Tensor, WithDType,
+};
 
 use super::cpu_math::contiguous_slice;
 use super::gradient_sink::GradientSink;
@@ -56,23 +58,6 @@ fn gather<T: WithDType>(table: &[T], ids: &[u32], h: usize) -> Vec<T> {
     out
 }
 
-/// `Σ_i e_{ids[i]} ⊗ grad[i]` as `[V, H]`, in a buffer whose untouched rows are never
-/// written.
-fn scatter_add<T: WithDType + std::ops::AddAssign>(
-    grad: &[T],
-    ids: &[u32],
-    (v, h): (usize, usize),
-) -> Vec<T> {
-    let mut out = vec![T::zero(); v * h];
-    for (row, &id) in grad.chunks_exact(h).zip(ids) {
-        let at = id as usize * h;
-        for (o, g) in out[at..at + h].iter_mut().zip(row) {
-            *o += *g;
-        }
-    }
-    out
-}
-
 impl CustomOp2 for Lookup {
     fn name(&self) -> &'static str {
         "embedding"
@@ -107,24 +92,100 @@ impl CustomOp2 for Lookup {
         _res: &Tensor,
         grad_res: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let dw = match table.dtype() {
-            DType::F64 => table_gradient::<f64>(table, ids, grad_res)?,
-            _ => table_gradient::<f32>(table, ids, grad_res)?,
-        };
-        Ok((self.sink.accept(table, dw)?, None))
+        if self.sink.add_rows(table, ids, grad_res)? {
+            return Ok((None, None));
+        }
+        Ok((Some(scatter_rows(None, table, ids, grad_res)?), None))
     }
 }
 
-/// The gradient of `table` from the rows' gradient `grad` ([`scatter_add`]).
-fn table_gradient<T: WithDType + std::ops::AddAssign>(
+/// `have + Σ_i e_{ids[i]} ⊗ rows[i]`, the rows added in order of `i` (candle's `index_add`
+/// order): into `have` in place when given (it must be the only holder of its storage), else
+/// into a fresh zeroed `[V, H]` buffer shaped like `table` whose untouched rows are never
+/// written. `rows` `[.., H]`, `ids` the matching `u32` ids.
+pub fn scatter_rows(
+    have: Option<Tensor>,
     table: &Tensor,
     ids: &Tensor,
-    grad: &Tensor,
+    rows: &Tensor,
 ) -> Result<Tensor> {
     let dims = table.dims2()?;
-    let grad = grad.to_dtype(T::DTYPE)?.flatten_all()?.to_vec1::<T>()?;
-    let dw = scatter_add(&grad, &ids.to_vec1::<u32>()?, dims);
-    Tensor::from_vec(dw, dims, table.device())
+    let ids = ids.flatten_all()?.to_vec1::<u32>()?;
+    let rows = rows.to_dtype(table.dtype())?.flatten_all()?.contiguous()?;
+    let grad = match have {
+        Some(g) => g,
+        None => match table.dtype() {
+            DType::F64 => Tensor::from_vec(vec![0f64; dims.0 * dims.1], dims, table.device())?,
+            _ => Tensor::from_vec(vec![0f32; dims.0 * dims.1], dims, table.device())?,
+        },
+    };
+    grad.inplace_op2(&rows, &AddRows { ids, dims })?;
+    Ok(grad)
+}
+
+/// In place: `dst[ids[i]] += rows[i]`.
+struct AddRows {
+    ids: Vec<u32>,
+    dims: (usize, usize),
+}
+
+fn add_rows_typed<T: WithDType + std::ops::AddAssign>(
+    dst: &mut [T],
+    rows: &[T],
+    ids: &[u32],
+    h: usize,
+) {
+    for (row, &id) in rows.chunks_exact(h).zip(ids) {
+        let at = id as usize * h;
+        for (o, g) in dst[at..at + h].iter_mut().zip(row) {
+            *o += *g;
+        }
+    }
+}
+
+impl InplaceOp2 for AddRows {
+    fn name(&self) -> &'static str {
+        "embedding-add-rows"
+    }
+
+    fn cpu_fwd(
+        &self,
+        dst: &mut CpuStorage,
+        dl: &Layout,
+        src: &CpuStorage,
+        sl: &Layout,
+    ) -> Result<()> {
+        let (v, h) = self.dims;
+        if dl.dims() != [v, h]
+            || !dl.is_contiguous()
+            || sl.shape().elem_count() != self.ids.len() * h
+        {
+            candle_core::bail!(
+                "{OP}: gradient {:?} and rows {:?} against ids {}",
+                dl.dims(),
+                sl.dims(),
+                self.ids.len()
+            );
+        }
+        validate::targets_in_vocab(OP, &self.ids, v)?;
+        let start = dl.start_offset();
+        match (dst, src) {
+            (CpuStorage::F32(d), CpuStorage::F32(_)) => add_rows_typed(
+                &mut d[start..start + v * h],
+                contiguous_slice(src, sl, OP, "rows")?,
+                &self.ids,
+                h,
+            ),
+            (CpuStorage::F64(d), CpuStorage::F64(_)) => add_rows_typed(
+                &mut d[start..start + v * h],
+                contiguous_slice(src, sl, OP, "rows")?,
+                &self.ids,
+                h,
+            ),
+            (other, _) => return validate::unsupported_cpu_dtype(OP, &*other),
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -142,35 +203,52 @@ mod tests {
     }
 
     impl GradientSink for Collect {
-        fn accept(&self, param: &Tensor, grad: Tensor) -> Result<Option<Tensor>> {
+        fn accept(&self, _param: &Tensor, grad: Tensor) -> Result<Option<Tensor>> {
+            Ok(Some(grad))
+        }
+
+        fn add_rows(&self, param: &Tensor, ids: &Tensor, rows: &Tensor) -> Result<bool> {
             if param.id() != self.param {
-                return Ok(Some(grad));
+                return Ok(false);
             }
-            *self.got.lock().expect("lock") = Some(grad);
-            Ok(None)
+            let mut got = self.got.lock().expect("lock");
+            *got = Some(scatter_rows(got.take(), param, ids, rows)?);
+            Ok(true)
         }
     }
 
-    /// Rows and the table's gradient (repeated ids included) equal candle's `index_select`
-    /// bit for bit; the gradient reaches the sink, not candle's store.
+    /// Rows and the table's gradient equal candle's `index_select` bit for bit, with
+    /// repeated ids and two lookups of overlapping ids in one backward (the sum in candle's
+    /// order); the gradient reaches the sink, not candle's store.
     #[test]
     fn lookup_and_gradient_match_index_select() -> Result<()> {
         let table = Var::from_tensor(&random_tensor(&[50, 8], 1.0, 1)?)?;
         let ids = random_ids(&[3, 7], 50, 2)?;
         let ids = Tensor::cat(&[&ids, &ids.narrow(1, 0, 2)?], 1)?;
+        let other = Tensor::cat(&[&ids.narrow(1, 3, 6)?, &random_ids(&[3, 3], 50, 9)?], 1)?;
         let weights = random_tensor(&[3, 9, 8], 1.0, 3)?;
         let sink = Arc::new(Collect {
             param: table.as_tensor().id(),
             got: Mutex::new(None),
         });
-        let ours = embedding(table.as_tensor(), &ids, Some(sink.clone()))?;
-        let theirs = table
-            .as_tensor()
-            .index_select(&ids.flatten_all()?, 0)?
-            .reshape((3, 9, 8))?;
+        let lookups = |sink: Option<Arc<dyn GradientSink>>| -> Result<(Tensor, Tensor)> {
+            let a = embedding(table.as_tensor(), &ids, sink.clone())?;
+            let b = embedding(table.as_tensor(), &other, sink)?;
+            Ok((a, b))
+        };
+        let select = |i: &Tensor| {
+            table
+                .as_tensor()
+                .index_select(&i.flatten_all()?, 0)?
+                .reshape((3, 9, 8))
+        };
+        let (ours, ours_b) = lookups(Some(sink.clone()))?;
+        let (theirs, theirs_b) = (select(&ids)?, select(&other)?);
         assert_close(&ours, &theirs, 0.0, "rows")?;
-        let g_ours = (ours * &weights)?.sum_all()?.backward()?;
-        let g_theirs = (theirs * &weights)?.sum_all()?.backward()?;
+        let loss =
+            |a: Tensor, b: Tensor| (a * &weights)?.sum_all()? + (b.sqr()? * &weights)?.sum_all()?;
+        let g_ours = loss(ours, ours_b)?.backward()?;
+        let g_theirs = loss(theirs, theirs_b)?.backward()?;
         assert!(g_ours.get(table.as_tensor()).is_none());
         let got = sink
             .got

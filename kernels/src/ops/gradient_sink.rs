@@ -13,4 +13,10 @@ pub trait GradientSink: Send + Sync + std::fmt::Debug {
     /// Takes `grad`, the gradient of `param`, when this sink collects `param`'s gradients
     /// (`Ok(None)`); otherwise hands it back (`Ok(Some(grad))`) for candle's backward.
     fn accept(&self, param: &Tensor, grad: Tensor) -> Result<Option<Tensor>>;
+
+    /// A lookup's gradient: adds `rows[i]` to row `ids[i]` of `param`'s gradient, in order
+    /// of `i`, onto the gradient collected so far (or zeros), as candle's `index_add` would,
+    /// when this sink collects `param` (`Ok(true)`; [`super::scatter_rows`] does it);
+    /// `Ok(false)` otherwise.
+    fn add_rows(&self, param: &Tensor, ids: &Tensor, rows: &Tensor) -> Result<bool>;
 }

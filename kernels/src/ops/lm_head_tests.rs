@@ -118,6 +118,10 @@ impl GradientSink for OneParamSink {
         *self.got.lock().expect("sink lock") = Some(grad);
         Ok(None)
     }
+
+    fn add_rows(&self, _param: &Tensor, _ids: &Tensor, _rows: &Tensor) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 /// The weight's gradient handed to a sink is the one candle's backward returns without it,

@@ -64,7 +64,7 @@ pub use attention::{
 };
 #[cfg(feature = "cuda")]
 pub use cuda_launch::compile_cuda_kernels;
-pub use embedding::embedding;
+pub use embedding::{embedding, scatter_rows};
 pub use entropy::entropy;
 pub use gradient_sink::GradientSink;
 pub use linear::{linear_bf16, linear_bf16_on, linear_f32};

@@ -25,7 +25,7 @@
 use crate::nn::layer_residency::LayerResidency;
 use candle_core::backprop::GradStore;
 use candle_core::{Result, Tensor, Var};
-use oxalign_kernels::ops::GradientSink;
+use oxalign_kernels::ops::{scatter_rows, GradientSink};
 use std::sync::{Mutex, MutexGuard};
 
 /// The checkpointing of one model's decoder layers, collecting its trainable `Var`s'
@@ -84,13 +84,30 @@ impl Checkpointing {
     }
 }
 
-impl GradientSink for Checkpointing {
-    fn accept(&self, param: &Tensor, grad: Tensor) -> Result<Option<Tensor>> {
-        let Some(at) = self
-            .vars
+impl Checkpointing {
+    /// Which of `vars` `param` is.
+    fn index_of(&self, param: &Tensor) -> Option<usize> {
+        self.vars
             .iter()
             .position(|v| v.as_tensor().id() == param.id())
-        else {
+    }
+}
+
+impl GradientSink for Checkpointing {
+    fn add_rows(&self, param: &Tensor, ids: &Tensor, rows: &Tensor) -> Result<bool> {
+        let Some(at) = self.index_of(param) else {
+            return Ok(false);
+        };
+        // The slot holds only what earlier lookups of this step added (a table is no
+        // layer's weight), so it may be added to in place.
+        let mut taken = self.taken();
+        let have = taken[at].take();
+        taken[at] = Some(scatter_rows(have, param, ids, rows)?);
+        Ok(true)
+    }
+
+    fn accept(&self, param: &Tensor, grad: Tensor) -> Result<Option<Tensor>> {
+        let Some(at) = self.index_of(param) else {
             return Ok(Some(grad));
         };
         let mut taken = self.taken();
