@@ -2,10 +2,10 @@
 //! [`GradientSink`]. Candle's own lookup (`index_select`) builds the gradient as
 //! `zeros_like(table).index_add(..)`, copying the whole `[V, H]` table of zeros and touching
 //! every page of it, and then accumulates it as `zeros + grad` at the end of the backward,
-//! when every weight gradient is alive. Here the gradient is one fresh zeroed buffer
-//! (`calloc`: its pages stay unmapped until written) into which each token's row is added,
-//! so only the rows of tokens in the batch occupy memory, and a sink takes it as it is.
-//! CPU, f32 and f64; other devices and dtypes use `index_select`.
+//! when every weight gradient is alive. Here each token's row is added, in candle's order,
+//! onto what the sink collected so far or onto one fresh zeroed buffer (`calloc`: its pages
+//! stay unmapped until written), so only the rows of tokens in the batch occupy memory
+//! ([`scatter_rows`]). CPU, f32 and f64; other devices and dtypes use `index_select`.
 
 use std::sync::Arc;
 
@@ -26,7 +26,7 @@ pub fn embedding(
     ids: &Tensor,
     sink: Option<Arc<dyn GradientSink>>,
 ) -> Result<Tensor> {
-    let (v, h) = table.dims2()?;
+    let (_, h) = table.dims2()?;
     let mut out_dims = ids.dims().to_vec();
     out_dims.push(h);
     let ids = validate::token_ids(OP, "ids", ids)?
@@ -35,7 +35,7 @@ pub fn embedding(
     let fused = table.device().is_cpu() && matches!(table.dtype(), DType::F32 | DType::F64);
     let rows = match sink {
         Some(sink) if fused => {
-            let op = Lookup { vocab: v, sink };
+            let op = Lookup { sink };
             table.contiguous()?.apply_op2(&ids, op)?
         }
         _ => table.index_select(&ids, 0)?,
@@ -45,7 +45,6 @@ pub fn embedding(
 
 /// `(table [V, H], ids [N]) -> [N, H]`.
 struct Lookup {
-    vocab: usize,
     sink: Arc<dyn GradientSink>,
 }
 
@@ -70,9 +69,9 @@ impl CustomOp2 for Lookup {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (_, h) = l1.shape().dims2()?;
+        let (vocab, h) = l1.shape().dims2()?;
         let ids = contiguous_slice::<u32>(s2, l2, OP, "ids")?;
-        validate::targets_in_vocab(OP, ids, self.vocab)?;
+        validate::targets_in_vocab(OP, ids, vocab)?;
         let out = match s1 {
             CpuStorage::F32(_) => {
                 CpuStorage::F32(gather(contiguous_slice(s1, l1, OP, "table")?, ids, h))
@@ -114,10 +113,8 @@ pub fn scatter_rows(
     let rows = rows.to_dtype(table.dtype())?.flatten_all()?.contiguous()?;
     let grad = match have {
         Some(g) => g,
-        None => match table.dtype() {
-            DType::F64 => Tensor::from_vec(vec![0f64; dims.0 * dims.1], dims, table.device())?,
-            _ => Tensor::from_vec(vec![0f32; dims.0 * dims.1], dims, table.device())?,
-        },
+        // candle's CPU zeros are `calloc`ed.
+        None => Tensor::zeros(dims, table.dtype(), table.device())?,
     };
     grad.inplace_op2(&rows, &AddRows { ids, dims })?;
     Ok(grad)

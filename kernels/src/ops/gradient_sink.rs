@@ -3,8 +3,8 @@
 //! grad`, so for a moment it holds three tensors the size of the parameter; for the LM head's
 //! `[V, H]` weight, computed while every activation of the forward is still alive, that is
 //! the step's peak. A sink (the trainer's layerwise backward, `oxalign-models`'
-//! `nn/checkpointing.rs`) keeps the gradient as it is and adds it to the loss's gradients
-//! after the backward.
+//! `nn/checkpointing.rs`) keeps the gradient as the op computed it (a lookup's rows added in
+//! candle's order) and adds it to the loss's gradients after the backward.
 
 use candle_core::{Result, Tensor};
 

@@ -124,6 +124,45 @@ impl Product {
     pub(super) fn new(kind: Kind, numbers: Numbers) -> Product {
         Product { kind, numbers }
     }
+
+    /// The product of `(s1, l1)` and `(s2, l2)` (see [`Kind`]), f32, with its shape.
+    pub(super) fn compute(
+        &self,
+        (s1, l1): (&CpuStorage, &Layout),
+        (s2, l2): (&CpuStorage, &Layout),
+    ) -> Result<(Vec<f32>, Shape)> {
+        let (mut wide1, mut wide2) = (Vec::new(), Vec::new());
+        let (m1, m2) = (
+            matrix(s1, l1, "lhs", &mut wide1)?,
+            matrix(s2, l2, "rhs", &mut wide2)?,
+        );
+        let (a, b) = match self.kind {
+            Kind::Forward => (m1, m2.t()),
+            Kind::GradInput => (m1, m2),
+            Kind::GradWeight => (m1.t(), m2),
+        };
+        if a.cols != b.rows {
+            candle_core::bail!(
+                "{OP}: {:?} of {:?} and {:?}",
+                self.kind,
+                l1.dims(),
+                l2.dims()
+            );
+        }
+        let mut out = crate::host_memory::zeros_touched(a.rows * b.cols, 0f32);
+        gemm(self.numbers, a, b, &mut out);
+        let shape = match self.kind {
+            Kind::Forward => {
+                let mut dims = l1.dims().to_vec();
+                if let Some(last) = dims.last_mut() {
+                    *last = b.cols;
+                }
+                Shape::from(dims)
+            }
+            _ => Shape::from((a.rows, b.cols)),
+        };
+        Ok((out, shape))
+    }
 }
 
 /// A contiguous f32 tensor as a row-major matrix over its last dim; a bf16 one (a frozen
@@ -168,36 +207,7 @@ impl CustomOp2 for Product {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (mut wide1, mut wide2) = (Vec::new(), Vec::new());
-        let (m1, m2) = (
-            matrix(s1, l1, "lhs", &mut wide1)?,
-            matrix(s2, l2, "rhs", &mut wide2)?,
-        );
-        let (a, b) = match self.kind {
-            Kind::Forward => (m1, m2.t()),
-            Kind::GradInput => (m1, m2),
-            Kind::GradWeight => (m1.t(), m2),
-        };
-        if a.cols != b.rows {
-            candle_core::bail!(
-                "{OP}: {:?} of {:?} and {:?}",
-                self.kind,
-                l1.dims(),
-                l2.dims()
-            );
-        }
-        let mut out = crate::host_memory::zeros_touched(a.rows * b.cols, 0f32);
-        gemm(self.numbers, a, b, &mut out);
-        let shape = match self.kind {
-            Kind::Forward => {
-                let mut dims = l1.dims().to_vec();
-                if let Some(last) = dims.last_mut() {
-                    *last = b.cols;
-                }
-                Shape::from(dims)
-            }
-            _ => Shape::from((a.rows, b.cols)),
-        };
+        let (out, shape) = self.compute((s1, l1), (s2, l2))?;
         Ok((CpuStorage::F32(out), shape))
     }
 
@@ -211,26 +221,35 @@ impl CustomOp2 for Product {
         if self.kind != Kind::Forward {
             candle_core::bail!("{OP}: no second derivative");
         }
-        let grad = grad.contiguous()?;
-        let product = |kind| Product::new(kind, self.numbers);
-        // A frozen operand (a LoRA model's base weight, the frozen embedding's output) is
-        // not tracked: its product is skipped, not computed and dropped.
-        let gx = match x.track_op() {
-            true => Some(
-                grad.apply_op2_no_bwd(w, &product(Kind::GradInput))?
-                    .reshape(x.dims())?,
-            ),
-            false => None,
-        };
-        let gw = match (w.track_op(), w.dtype()) {
-            (true, DType::BF16) => {
-                candle_core::bail!("{OP}: a bf16 weight is a frozen one; it takes no gradient")
-            }
-            (true, _) => Some(grad.apply_op2_no_bwd(x, &product(Kind::GradWeight))?),
-            (false, _) => None,
-        };
-        Ok((gx, gw))
+        gradients(self.numbers, x, w, &grad.contiguous()?)
     }
+}
+
+/// The gradients `(∂x, ∂W)` of `y = x · Wᵀ` in `numbers` from `dy` (contiguous, `[.., out]`).
+/// A frozen operand (a LoRA model's base weight, the frozen embedding's output) is not
+/// tracked: its product is skipped, not computed and dropped.
+pub(super) fn gradients(
+    numbers: Numbers,
+    x: &Tensor,
+    w: &Tensor,
+    dy: &Tensor,
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    let product = |kind| Product::new(kind, numbers);
+    let gx = match x.track_op() {
+        true => Some(
+            dy.apply_op2_no_bwd(w, &product(Kind::GradInput))?
+                .reshape(x.dims())?,
+        ),
+        false => None,
+    };
+    let gw = match (w.track_op(), w.dtype()) {
+        (true, DType::BF16) => {
+            candle_core::bail!("{OP}: a bf16 weight is a frozen one; it takes no gradient")
+        }
+        (true, _) => Some(dy.apply_op2_no_bwd(x, &product(Kind::GradWeight))?),
+        (false, _) => None,
+    };
+    Ok((gx, gw))
 }
 
 #[cfg(test)]

@@ -8,9 +8,9 @@ use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::cpu_math::contiguous_slice;
-use super::linear::{bf16_path, matrix, Kind, Product};
+use super::linear::{bf16_path, gradients, Kind, Product};
 use super::validate;
-use crate::matmul::{gemm, Numbers};
+use crate::matmul::Numbers;
 
 const OP: &str = "linear_residual";
 
@@ -67,14 +67,9 @@ impl CustomOp3 for ResidualProduct {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (mut wide1, mut wide2) = (Vec::new(), Vec::new());
-        let (x, w) = (
-            matrix(s1, l1, "x", &mut wide1)?,
-            matrix(s2, l2, "w", &mut wide2)?,
-        );
+        let forward = Product::new(Kind::Forward, self.numbers);
+        let (mut out, _) = forward.compute((s1, l1), (s2, l2))?;
         let residual = contiguous_slice::<f32>(s3, l3, OP, "residual")?;
-        let mut out = crate::host_memory::zeros_touched(x.rows * w.rows, 0f32);
-        gemm(self.numbers, x, w.t(), &mut out);
         out.par_iter_mut()
             .zip(residual.par_iter())
             .for_each(|(o, r)| *o += *r);
@@ -90,18 +85,7 @@ impl CustomOp3 for ResidualProduct {
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let grad = grad.contiguous()?;
-        let product = |kind| Product::new(kind, self.numbers);
-        let gx = match x.track_op() {
-            true => Some(
-                grad.apply_op2_no_bwd(w, &product(Kind::GradInput))?
-                    .reshape(x.dims())?,
-            ),
-            false => None,
-        };
-        let gw = match w.track_op() {
-            true => Some(grad.apply_op2_no_bwd(x, &product(Kind::GradWeight))?),
-            false => None,
-        };
+        let (gx, gw) = gradients(self.numbers, x, w, &grad)?;
         Ok((gx, gw, residual.track_op().then_some(grad)))
     }
 }

@@ -8,10 +8,10 @@
 
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
-use super::linear::{bf16_path, matrix, Kind, Product};
+use super::linear::{bf16_path, gradients, Kind, Product};
 use super::rope::{rotate, rotate_back, tables, RowStrides};
 use super::validate;
-use crate::matmul::{gemm, Numbers};
+use crate::matmul::Numbers;
 
 const OP: &str = "linear_rope";
 
@@ -90,13 +90,7 @@ impl CustomOp2 for RotatedProduct {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (mut wide1, mut wide2) = (Vec::new(), Vec::new());
-        let (x, w) = (
-            matrix(s1, l1, "x", &mut wide1)?,
-            matrix(s2, l2, "w", &mut wide2)?,
-        );
-        let mut y = crate::host_memory::zeros_touched(x.rows * w.rows, 0f32);
-        gemm(self.numbers, x, w.t(), &mut y);
+        let (y, _) = Product::new(Kind::Forward, self.numbers).compute((s1, l1), (s2, l2))?;
         let (b, heads, t, d) = self.dims;
         let (cos, sin) = (
             self.cos.flatten_all()?.to_vec1::<f32>()?,
@@ -120,19 +114,7 @@ impl CustomOp2 for RotatedProduct {
             .transpose(1, 2)?
             .contiguous()?
             .reshape((b * t, heads * d))?;
-        let product = |kind| Product::new(kind, self.numbers);
-        let gx = match x.track_op() {
-            true => Some(
-                dy.apply_op2_no_bwd(w, &product(Kind::GradInput))?
-                    .reshape(x.dims())?,
-            ),
-            false => None,
-        };
-        let gw = match w.track_op() {
-            true => Some(dy.apply_op2_no_bwd(x, &product(Kind::GradWeight))?),
-            false => None,
-        };
-        Ok((gx, gw))
+        gradients(self.numbers, x, w, &dy)
     }
 }
 

@@ -237,13 +237,8 @@ impl CustomOp3 for Rope {
         _res: &Tensor,
         grad_res: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let dx = grad_res.contiguous()?.apply_op3_no_bwd(
-            cos,
-            sin,
-            &Rope {
-                inverse: !self.inverse,
-            },
-        )?;
+        // The inverse rotation runs only as this backward (never differentiated itself).
+        let dx = rotate_back(grad_res, cos, sin)?;
         Ok((Some(dx), None, None))
     }
 }

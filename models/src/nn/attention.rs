@@ -74,31 +74,22 @@ impl Attention {
 
     /// `x`: `[B, T, H]`; `cos`/`sin`: `[B, T, head_dim/2]`; `visible`: which of the `S` keys
     /// each query sees. With `cache = Some((cache, layer))` the new keys/values are appended
-    /// and attention runs over all cached positions. Returns `[B, T, H]`.
+    /// and attention runs over all cached positions. Returns `[B, T, H]`, added to `onto`
+    /// when given (the residual stream: the output projection and the add then run as one
+    /// op where [`Proj::forward_onto`] fuses them).
     pub fn forward(
         &self,
-        x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        visible: &Visibility,
-        cache: Option<(&mut KvCache, usize)>,
-    ) -> Result<Tensor> {
-        let out = self.attend(x, cos, sin, visible, cache)?;
-        self.o.forward(&out, self.precision)
-    }
-
-    /// `residual + self.forward(..)`, the output projection and the add as one op where
-    /// [`Proj::forward_onto`] fuses them.
-    pub fn forward_onto(
-        &self,
-        residual: &Tensor,
         x: &Tensor,
         (cos, sin): (&Tensor, &Tensor),
         visible: &Visibility,
         cache: Option<(&mut KvCache, usize)>,
+        onto: Option<&Tensor>,
     ) -> Result<Tensor> {
         let out = self.attend(x, cos, sin, visible, cache)?;
-        self.o.forward_onto(&out, residual, self.precision)
+        match onto {
+            Some(residual) => self.o.forward_onto(&out, residual, self.precision),
+            None => self.o.forward(&out, self.precision),
+        }
     }
 
     /// The heads' outputs `[B, T, heads · head_dim]`, before the output projection.

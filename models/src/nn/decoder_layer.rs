@@ -127,12 +127,14 @@ impl DecoderLayer {
             None => {
                 let x = self
                     .attn
-                    .forward_onto(x, &normed, (cos, sin), visible, cache)?;
+                    .forward(&normed, (cos, sin), visible, cache, Some(x))?;
                 let h = ffn(&self.post_attn_norm.forward(&x)?, trace)?;
                 Ok((x, h))
             }
             Some((pre, post)) => {
-                let h = self.attn.forward(&normed, cos, sin, visible, cache)?;
+                let h = self
+                    .attn
+                    .forward(&normed, (cos, sin), visible, cache, None)?;
                 let x = (x + self.post_attn_norm.forward(&h)?)?;
                 let h = ffn(&pre.forward(&x)?, trace)?;
                 Ok((x, post.forward(&h)?))

@@ -59,9 +59,7 @@ impl Proj {
         up: &Tensor,
         precision: Precision,
     ) -> Result<Option<Tensor>> {
-        let fusable = self.adapter.is_none()
-            && gate.device().is_cpu()
-            && [gate.dtype(), up.dtype(), self.weight.dtype()] == [DType::F32; 3];
+        let fusable = self.fused_kernels_apply(gate) && up.dtype() == DType::F32;
         let y = match (precision, fusable) {
             (Precision::F32, true) => swiglu_linear_f32(gate, up, &self.weight)?,
             (Precision::Bf16Mixed, true) => swiglu_linear_bf16(gate, up, &self.weight)?,
@@ -81,7 +79,8 @@ impl Proj {
         heads: usize,
         precision: Precision,
     ) -> Result<Option<Tensor>> {
-        if !self.fusable(x) || [cos.dtype(), sin.dtype()] != [DType::F32; 2] {
+        let fusable = self.fused_kernels_apply(x) && self.bias.is_none();
+        if !fusable || [cos.dtype(), sin.dtype()] != [DType::F32; 2] {
             return Ok(None);
         }
         match precision {
@@ -91,11 +90,10 @@ impl Proj {
         }
     }
 
-    /// Whether this projection's product of `x` may run as one of the fused ops: f32
-    /// tensors on the CPU, no bias, no adapter.
-    fn fusable(&self, x: &Tensor) -> bool {
+    /// Whether this projection's product of `x` may run in one of the fused kernels: f32
+    /// tensors on the CPU, no LoRA adapter.
+    fn fused_kernels_apply(&self, x: &Tensor) -> bool {
         self.adapter.is_none()
-            && self.bias.is_none()
             && x.device().is_cpu()
             && [x.dtype(), self.weight.dtype()] == [DType::F32; 2]
     }
@@ -110,7 +108,8 @@ impl Proj {
         residual: &Tensor,
         precision: Precision,
     ) -> Result<Tensor> {
-        let fusable = self.fusable(x) && residual.dtype() == DType::F32;
+        let fusable =
+            self.fused_kernels_apply(x) && self.bias.is_none() && residual.dtype() == DType::F32;
         match (precision, fusable) {
             (Precision::F32, true) => linear_residual_f32(x, &self.weight, residual),
             (Precision::Bf16Mixed, true) => linear_residual_bf16(x, &self.weight, residual),
