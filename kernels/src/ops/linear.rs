@@ -10,8 +10,9 @@
 //! bf16 mixed precision is PyTorch's `torch.autocast(dtype=torch.bfloat16)` contract for
 //! linear layers (operands rounded to bf16, products summed in f32, the weight gradient
 //! landing in the f32 master weight's), except that the output stays f32 rather than being
-//! rounded to bf16 (one rounding less, twice the bytes of activations). Everything around
-//! the layer stays f32. On the CPU the GEMMs are `matmul/`'s; on other devices (and for f64)
+//! rounded to bf16 (one rounding less, twice the bytes of activations; the SwiGLU block's
+//! gate and up, the widest, do round theirs: `gate_up_bf16.rs`). Everything around the
+//! layer stays f32. On the CPU the GEMMs are `matmul/`'s; on other devices (and for f64)
 //! the composed candle ops run instead (cuBLAS on CUDA, casting to bf16 and back).
 
 use std::sync::OnceLock;
@@ -166,7 +167,8 @@ impl Product {
 }
 
 /// A contiguous f32 tensor as a row-major matrix over its last dim; a bf16 one (a frozen
-/// weight) widened into `widened` first (exactly: every bf16 is an f32).
+/// weight, or `gate_up_bf16`'s activations and their gradients) widened into `widened`
+/// first (exactly: every bf16 is an f32).
 pub(super) fn matrix<'a>(
     s: &'a CpuStorage,
     l: &Layout,

@@ -15,7 +15,10 @@
 //! residual stream's add inside the op, `linear_residual.rs`; with RoPE on its output heads,
 //! `linear_rope.rs`) and the two
 //! fused as a feed-forward block's gate and down projection (`swiglu_linear.rs`: the gate's
-//! output recomputed in the backward, not held). The LM head may hand its weight's gradient
+//! output recomputed in the backward, not held); under bf16 mixed precision the gate and up
+//! projections as one op with bf16 outputs (`gate_up_bf16.rs`) and the SwiGLU and down
+//! projection over them (`swiglu_pairs.rs`), so the block keeps its widest activations in
+//! bf16. The LM head may hand its weight's gradient
 //! to a [`GradientSink`] instead of candle's accumulation (`gradient_sink.rs`), and so may
 //! the token embedding (`embedding.rs`). Beside them:
 //! the token distribution every log-prob is taken under (`truncation.rs`) and the host row
@@ -38,6 +41,7 @@ mod cpu_math;
 mod cuda_launch;
 mod embedding;
 mod entropy;
+mod gate_up_bf16;
 mod gradient_sink;
 mod linear;
 mod linear_residual;
@@ -51,6 +55,7 @@ mod rope;
 pub mod rows;
 mod swiglu;
 mod swiglu_linear;
+mod swiglu_pairs;
 #[cfg(test)]
 mod testing;
 mod token_logprobs;
@@ -66,6 +71,7 @@ pub use attention::{
 pub use cuda_launch::compile_cuda_kernels;
 pub use embedding::{embedding, scatter_rows};
 pub use entropy::entropy;
+pub use gate_up_bf16::gate_up_bf16;
 pub use gradient_sink::GradientSink;
 pub use linear::{linear_bf16, linear_bf16_on, linear_f32};
 pub use linear_residual::{linear_residual_bf16, linear_residual_f32};
@@ -78,5 +84,6 @@ pub use rms_norm::rms_norm;
 pub use rope::rope;
 pub use swiglu::{swiglu, swiglu_engine_order};
 pub use swiglu_linear::{swiglu_linear_bf16, swiglu_linear_f32};
+pub use swiglu_pairs::swiglu_pairs_linear_bf16;
 pub use token_logprobs::token_logprobs;
 pub use truncation::{TokenDistribution, Truncation};

@@ -75,7 +75,7 @@ pub(super) fn silu_times_up(
 }
 
 #[inline(always)]
-fn sigmoid<T: Real>(x: T) -> T {
+pub(super) fn sigmoid<T: Real>(x: T) -> T {
     T::ONE / (T::ONE + (-x).exp())
 }
 

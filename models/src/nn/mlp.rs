@@ -1,7 +1,8 @@
 //! The gated feed-forward block of a decoder layer: `down(act(gate(x)) * up(x))`, SiLU (the
 //! gate fused: `oxalign_kernels::ops::swiglu`, and fused with the down projection where that
 //! applies, `Proj::forward_after_swiglu`, so the gate's output is not held for the
-//! backward) or GELU-tanh (Gemma's GeGLU, candle ops),
+//! backward; under bf16 mixed precision the gate's and up's outputs are bf16 as well,
+//! `Proj::forward_swiglu_block_bf16`) or GELU-tanh (Gemma's GeGLU, candle ops),
 //! with optional biases (llama `mlp_bias`) and LoRA adapters (`proj.rs`). Nothing else.
 
 use crate::config::layout::MlpParams;
@@ -38,6 +39,14 @@ impl Mlp {
     /// `x`: `[B, T, H]` -> `[B, T, H]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let p = self.precision;
+        if (self.activation, p) == (Activation::Silu, Precision::Bf16Mixed) {
+            if let Some(y) = self
+                .down
+                .forward_swiglu_block_bf16(&self.gate, &self.up, x)?
+            {
+                return Ok(y);
+            }
+        }
         let gate = self.gate.forward(x, p)?;
         let up = self.up.forward(x, p)?;
         // In the engine's numbers the activation must be the engine's bits too.

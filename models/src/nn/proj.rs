@@ -12,8 +12,8 @@ use crate::nn::layers::{linear, with_bias};
 use crate::nn::precision::Precision;
 use candle_core::{DType, Result, Tensor};
 use oxalign_kernels::ops::{
-    linear_residual_bf16, linear_residual_f32, linear_rope_bf16, linear_rope_f32,
-    swiglu_linear_bf16, swiglu_linear_f32,
+    gate_up_bf16, linear_residual_bf16, linear_residual_f32, linear_rope_bf16, linear_rope_f32,
+    swiglu_linear_bf16, swiglu_linear_f32, swiglu_pairs_linear_bf16,
 };
 
 /// The low-rank update of one projection.
@@ -65,6 +65,29 @@ impl Proj {
             (Precision::Bf16Mixed, true) => swiglu_linear_bf16(gate, up, &self.weight)?,
             _ => return Ok(None),
         };
+        with_bias(y, self.bias.as_ref()).map(Some)
+    }
+
+    /// `self(swiglu(gate(x), up(x)))` under bf16 mixed precision, with `self` the down
+    /// projection, the gate's and up's outputs rounded to bf16 and kept so for the backward
+    /// ([`oxalign_kernels::ops::gate_up_bf16`], then
+    /// [`oxalign_kernels::ops::swiglu_pairs_linear_bf16`]), where that applies: f32 tensors
+    /// on the CPU, no LoRA adapter on any of the three, no bias on the gate or up. `None`
+    /// elsewhere (the caller composes).
+    pub fn forward_swiglu_block_bf16(
+        &self,
+        gate: &Proj,
+        up: &Proj,
+        x: &Tensor,
+    ) -> Result<Option<Tensor>> {
+        let fusable = [self, gate, up].iter().all(|p| p.fused_kernels_apply(x))
+            && gate.bias.is_none()
+            && up.bias.is_none();
+        if !fusable {
+            return Ok(None);
+        }
+        let pairs = gate_up_bf16(x, &gate.weight, &up.weight)?;
+        let y = swiglu_pairs_linear_bf16(&pairs, &self.weight)?;
         with_bias(y, self.bias.as_ref()).map(Some)
     }
 
