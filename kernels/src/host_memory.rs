@@ -73,10 +73,17 @@ fn apply_arena_max() -> bool {
 /// write: one fault, no flush.
 pub fn zeros_touched<T: Copy>(n: usize, zero: T) -> Vec<T> {
     let mut v = vec![zero; n];
+    touch_pages(&mut v, zero);
+    v
+}
+
+/// Writes `zero` once per 4 KiB page of `v` (volatile, so it happens), making each page's
+/// first touch a write ([`zeros_touched`]): for a buffer from `calloc` whose parts are
+/// first used at different times, each part touched when its user starts.
+pub fn touch_pages<T: Copy>(v: &mut [T], zero: T) {
     let per_page = (4096 / std::mem::size_of::<T>().max(1)).max(1);
     for x in v.iter_mut().step_by(per_page) {
         // SAFETY: `x` is a valid, aligned, exclusive reference into `v`.
         unsafe { std::ptr::write_volatile(x, zero) };
     }
-    v
 }

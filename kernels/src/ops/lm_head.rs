@@ -2,7 +2,7 @@
 //! from the hidden states, as a differentiable candle op that never builds the `[N, V]`
 //! logits or their gradient (Liger-style fused linear cross-entropy, generalised to the
 //! log-prob and entropy that RL losses need). The backward pass reads the logits back when
-//! the forward kept them (at most `lm_head_cpu::LOGITS_CACHE_BYTES`, only when a gradient
+//! the forward kept them (at most `lm_head_kept::LOGITS_CACHE_BYTES`, only when a gradient
 //! will be taken), and recomputes them block by block otherwise. CPU kernels in `lm_head_cpu.rs`; on other devices the same math is composed from
 //! candle ops (which does build the logits). No masking here: callers weight the results.
 //!
@@ -19,6 +19,7 @@ use super::cpu_math::{contiguous_slice, Real};
 use super::gradient_sink::GradientSink;
 use super::lm_head_bf16::{Bf16Head, HeadPass};
 use super::lm_head_cpu::{self, BackwardRows, HeadDims, COLS};
+use super::lm_head_kept::KeptLogits;
 use super::truncation::{TokenDistribution, Truncation};
 use super::validate;
 
@@ -218,9 +219,9 @@ struct LmHead {
     dist: TokenDistribution,
     products: HeadProducts,
     /// Whether a backward pass will follow, so the forward keeps its logits when they fit
-    /// (`lm_head_cpu::logits_room`).
+    /// (`lm_head_kept.rs`).
     keep_logits: bool,
-    /// The kept logits (a `Vec<T>` of the forward's dtype), taken by the backward.
+    /// The kept logits (a `KeptLogits<T>` of the forward's dtype), taken by the backward.
     kept: Mutex<Option<Box<dyn Any + Send>>>,
     /// Where the backward hands the weight's gradient, if anywhere.
     sink: Option<Arc<dyn GradientSink>>,
@@ -236,7 +237,7 @@ struct LmHeadGrad<T> {
     res: Vec<T>,
     grad: Vec<T>,
     /// The forward's logits, when it kept them.
-    cache: Option<Vec<T>>,
+    cache: Option<KeptLogits<T>>,
 }
 
 fn dims_of(l1: &Layout, l2: &Layout) -> Result<HeadDims> {
@@ -276,9 +277,9 @@ impl LmHead {
 
     /// The logits the forward kept, if it kept them in `T`'s numbers (taken: a second
     /// backward pass recomputes them).
-    fn take_kept<T: 'static>(&self) -> Option<Vec<T>> {
+    fn take_kept<T: 'static>(&self) -> Option<KeptLogits<T>> {
         let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-        kept.downcast::<Vec<T>>().ok().map(|b| *b)
+        kept.downcast::<KeptLogits<T>>().ok().map(|b| *b)
     }
 }
 
@@ -395,7 +396,7 @@ impl<T: Real + 'static> LmHeadGrad<T> {
             recompute_logits: self.cache.is_none(),
         };
         let head = bf16_head(self.products, w, d, pass);
-        let source = (w, self.cache.as_deref());
+        let source = (w, self.cache.as_ref());
         Ok(lm_head_cpu::backward(
             &rows,
             source,

@@ -6,7 +6,8 @@
 //!   Under a top-k / top-p truncation a block's rows are built whole instead, since the kept
 //!   set depends on the whole row (`truncation.rs`).
 //! * Backward: the logits of each (row block, vocabulary chunk) are read back from the
-//!   forward's kept logits ([`logits_room`]) when it kept them, else recomputed; turned into `dz` in place,
+//!   forward's kept logits (`lm_head_kept.rs`, freed group by group) when it kept them, else
+//!   recomputed; turned into `dz` in place,
 //!   and multiplied into the gradients of `h` and `W`. Rayon runs over
 //!   vocabulary chunks, so each task owns its rows of `dW`; `dh` is summed over tasks.
 //!   Rows whose upstream gradients are both zero (masked positions) are skipped.
@@ -18,6 +19,7 @@ use rayon::prelude::*;
 
 use super::cpu_math::{row_exp_sums, row_max, Real};
 use super::lm_head_bf16::{round_in_place, Bf16Head, HiddenRows, PackedHidden};
+use super::lm_head_kept::{vocab_group_width, KeptGroup, KeptLogits, VOCAB_CHUNK};
 use super::truncation::{kept_threshold, Truncation};
 use crate::matmul::{gemm_rm, MatRef};
 
@@ -27,8 +29,6 @@ use crate::matmul::{gemm_rm, MatRef};
 const ROW_BLOCK: usize = 256;
 /// Rows per forward task under a truncation, where a task holds its rows' whole logits.
 const TRUNCATED_ROW_BLOCK: usize = 128;
-/// Vocabulary entries per chunk of logits (`ROW_BLOCK × VOCAB_CHUNK` floats live at once).
-const VOCAB_CHUNK: usize = 512;
 /// Rows processed per backward pass over the vocabulary; bounds the per-task `dh` buffers.
 const BACKWARD_ROWS: usize = 8192;
 /// Rows per backward GEMM against one vocabulary chunk (`BACKWARD_BLOCK × VOCAB_CHUNK` floats
@@ -94,28 +94,10 @@ impl<T: Real> RowStats<T> {
 /// Columns of the forward output: log-prob, entropy, logsumexp, kept threshold.
 pub(crate) const COLS: usize = 4;
 
-/// Most bytes of logits a forward pass keeps for its backward pass ([`logits_room`]): the
-/// `[n, V]` logits of an 8×256 batch at a 32,000-token vocabulary in f32 (250 MiB). Above
-/// it the backward pass recomputes them, so a long batch or a large vocabulary never holds
-/// the `[n, V]` logits at once.
-pub(crate) const LOGITS_CACHE_BYTES: usize = 256 << 20;
-
-/// Room for the scaled logits `[n, V]` of a forward pass, when they fit
-/// [`LOGITS_CACHE_BYTES`]: kept for the backward pass, which then skips one of its three
-/// products per (row block, vocabulary chunk) and reads the very values the forward took its
-/// softmax of. Written before it is read (so no `zeros_touched`: a page's first touch is a
-/// write).
-pub(crate) fn logits_room<T: Real>(d: HeadDims) -> Option<Vec<T>> {
-    let bytes =
-        d.n.checked_mul(d.vocab)?
-            .checked_mul(std::mem::size_of::<T>())?;
-    (bytes <= LOGITS_CACHE_BYTES).then(|| vec![T::ZERO; d.n * d.vocab])
-}
-
 /// Forward: `[n, 4]` rows of `(log p(target), entropy, logsumexp, τ)` of `softmax(scale · h
 /// Wᵀ)` restricted to the tempered logits `≥ τ` (see `truncation.rs`; `τ = -inf` when `cut`
 /// keeps everything), and, with `keep` on an untruncated head whose logits fit
-/// [`logits_room`], the scaled logits `[n, V]` for the backward pass.
+/// [`KeptLogits::room`], the scaled logits for the backward pass.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward<T: Real + 'static>(
     h: &[T],
@@ -126,11 +108,11 @@ pub(crate) fn forward<T: Real + 'static>(
     cut: Truncation,
     bf16: Option<&Bf16Head>,
     keep: bool,
-) -> (Vec<T>, Option<Vec<T>>) {
+) -> (Vec<T>, Option<KeptLogits<T>>) {
     let mut out = vec![T::ZERO; d.n * COLS];
     let truncated = !cut.is_off(d.vocab);
     let mut kept = match keep && !truncated {
-        true => logits_room::<T>(d),
+        true => KeptLogits::room(d),
         false => None,
     };
     let rows = forward_rows_per_task(d.n, truncated);
@@ -140,11 +122,13 @@ pub(crate) fn forward<T: Real + 'static>(
         .zip(targets.par_chunks(rows));
     match kept.as_mut() {
         Some(kept) => {
-            blocks
-                .zip(kept.par_chunks_mut(rows * d.vocab))
-                .for_each(|(((out, hb), tb), kept)| {
-                    forward_block(out, hb, tb, w, d, scale, bf16, Some(kept))
-                })
+            let width = kept.group_width();
+            blocks.zip(kept.row_blocks(rows).into_par_iter()).for_each(
+                |(((out, hb), tb), mut kept)| {
+                    let kept = Some((kept.as_mut_slice(), width));
+                    forward_block(out, hb, tb, w, d, scale, bf16, kept)
+                },
+            )
         }
         None => blocks.for_each(|((out, hb), tb)| {
             if truncated {
@@ -171,7 +155,8 @@ fn forward_rows_per_task(n: usize, truncated: bool) -> usize {
     share.clamp(16, most)
 }
 
-/// One block of rows, untruncated; `kept` (`[rows, V]`) receives the logits when given.
+/// One block of rows, untruncated; `kept` receives the logits when given: this block's
+/// rows of each vocabulary group (`[rows, group width]` each) and the groups' width.
 #[allow(clippy::too_many_arguments)]
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn forward_block<T: Real + 'static>(
@@ -182,7 +167,7 @@ fn forward_block<T: Real + 'static>(
     d: HeadDims,
     scale: T,
     bf16: Option<&Bf16Head>,
-    mut kept: Option<&mut [T]>,
+    mut kept: Option<(&mut [&mut [T]], usize)>,
 ) {
     let rows = targets.len();
     let mut z = vec![T::ZERO; rows * VOCAB_CHUNK];
@@ -199,8 +184,10 @@ fn forward_block<T: Real + 'static>(
             }
         }
         for (r, row) in z[..rows * cw].chunks(cw).enumerate() {
-            if let Some(kept) = kept.as_deref_mut() {
-                kept[r * d.vocab + c0..r * d.vocab + c0 + cw].copy_from_slice(row);
+            if let Some((groups, width)) = kept.as_mut() {
+                let (g, at) = (c0 / *width, c0 % *width);
+                let cols = (*width).min(d.vocab - g * *width);
+                groups[g][r * cols + at..r * cols + at + cw].copy_from_slice(row);
             }
             stats[r].absorb(row);
             let y = targets[r] as usize;
@@ -313,22 +300,30 @@ impl<T: Real> BackwardRows<T> {
 /// Backward: `dh [n, hidden]` followed by `dW [vocab, hidden]` in one buffer (the op's one
 /// output: joining two buffers afterwards would hold `dW` twice for a moment) for the
 /// selected rows; with `want_dw = false` (a frozen head) `dW` is absent and its products
-/// are skipped. `cache` holds the forward's logits `[n, V]` of every row, when it kept them.
+/// are skipped. `cache` holds the forward's logits, when it kept them; each vocabulary
+/// group's are freed once its task has read them for the last time, while `dW`'s pages are
+/// first touched group by group by the tasks that own them, so the two do not both peak.
 pub(crate) fn backward<T: Real + 'static>(
     rows: &BackwardRows<T>,
-    (w, cache): (&[T], Option<&[T]>),
+    (w, cache): (&[T], Option<&KeptLogits<T>>),
     d: HeadDims,
     (scale, want_dw): (T, bool),
     bf16: Option<&Bf16Head>,
 ) -> Vec<T> {
     let dw_len = if want_dw { d.vocab * d.hidden } else { 0 };
-    let mut out = crate::host_memory::zeros_touched(d.n * d.hidden + dw_len, T::ZERO);
+    let mut out = vec![T::ZERO; d.n * d.hidden + dw_len];
     let (dh, dw) = out.split_at_mut(d.n * d.hidden);
+    crate::host_memory::touch_pages(dh, T::ZERO);
     for r0 in (0..rows.len()).step_by(BACKWARD_ROWS) {
         let r1 = (r0 + BACKWARD_ROWS).min(rows.len());
         let dw_all = want_dw.then_some(&mut *dw);
         let source = Source { w, cache, bf16 };
-        let part = backward_rows(rows, r0..r1, (source, dw_all), d, scale);
+        let span = Span {
+            rows: r0..r1,
+            first: r0 == 0,
+            last: r1 == rows.len(),
+        };
+        let part = backward_rows(rows, span, (source, dw_all), d, scale);
         for (k, &i) in rows.index[r0..r1].iter().enumerate() {
             let src = &part[k * d.hidden..(k + 1) * d.hidden];
             for (o, &v) in dh[i * d.hidden..(i + 1) * d.hidden].iter_mut().zip(src) {
@@ -339,6 +334,14 @@ pub(crate) fn backward<T: Real + 'static>(
     out
 }
 
+/// The selected rows one pass over the vocabulary covers, and whether it is the first pass
+/// (which first touches `dW`) and the last (after which the kept logits are freed).
+struct Span {
+    rows: std::ops::Range<usize>,
+    first: bool,
+    last: bool,
+}
+
 /// One pass over the vocabulary for rows `span` of `rows`: accumulates into `dw` (when
 /// given) and returns `dh` of those rows, row-major `[span.len(), hidden]`.
 ///
@@ -346,12 +349,13 @@ pub(crate) fn backward<T: Real + 'static>(
 /// threads, for balance), so there are that many `dh` partial sums, not one per chunk.
 fn backward_rows<T: Real + 'static>(
     rows: &BackwardRows<T>,
-    span: std::ops::Range<usize>,
+    pass: Span,
     (source, dw): (Source<'_, T>, Option<&mut [T]>),
     d: HeadDims,
     scale: T,
 ) -> Vec<T> {
     let Source { w, cache, bf16 } = source;
+    let span = pass.rows.clone();
     let len = span.len() * d.hidden;
     // The hidden states of each row block, packed once for the `∂W` products of every chunk.
     let packed_hidden: Vec<Option<PackedHidden>> = match (bf16, dw.is_some()) {
@@ -364,10 +368,15 @@ fn backward_rows<T: Real + 'static>(
             .collect(),
         _ => Vec::new(),
     };
-    let chunks = d.vocab.div_ceil(VOCAB_CHUNK);
-    let tasks = (2 * rayon::current_num_threads()).clamp(1, chunks);
-    let group_rows = chunks.div_ceil(tasks) * VOCAB_CHUNK;
+    let group_rows = match cache {
+        Some(kept) => kept.group_width(),
+        None => vocab_group_width(d.vocab),
+    };
     let run_group = |g: usize, mut dw_group: Option<&mut [T]>| {
+        if let (true, Some(dw)) = (pass.first, dw_group.as_deref_mut()) {
+            crate::host_memory::touch_pages(dw, T::ZERO);
+        }
+        let kept = cache.and_then(|c| c.group(g));
         let mut dh = vec![T::ZERO; len];
         let first = g * group_rows;
         let end = (first + group_rows).min(d.vocab);
@@ -380,10 +389,14 @@ fn backward_rows<T: Real + 'static>(
                 wc,
                 c0,
                 bf16,
-                cache,
+                cache: kept.as_ref(),
                 packed_hidden: &packed_hidden,
             };
             backward_chunk(rows, span.clone(), chunk, dw_chunk, &mut dh, d, scale);
+        }
+        drop(kept);
+        if let (true, Some(cache)) = (pass.last, cache) {
+            cache.release(g);
         }
         dh
     };
@@ -413,7 +426,7 @@ fn backward_rows<T: Real + 'static>(
 #[derive(Clone, Copy)]
 struct Source<'a, T> {
     w: &'a [T],
-    cache: Option<&'a [T]>,
+    cache: Option<&'a KeptLogits<T>>,
     bf16: Option<&'a Bf16Head>,
 }
 
@@ -425,7 +438,7 @@ struct Chunk<'a, T> {
     wc: MatRef<'a, T>,
     c0: usize,
     bf16: Option<&'a Bf16Head>,
-    cache: Option<&'a [T]>,
+    cache: Option<&'a KeptGroup<'a, T>>,
     packed_hidden: &'a [Option<PackedHidden>],
 }
 
@@ -457,8 +470,7 @@ fn backward_chunk<T: Real + 'static>(
         match (cache, bf16) {
             (Some(cache), _) => {
                 for (k, zr) in z.chunks_mut(cw).enumerate() {
-                    let at = rows.index[b0 + k] * d.vocab + c0;
-                    zr.copy_from_slice(&cache[at..at + cw]);
+                    zr.copy_from_slice(cache.row(rows.index[b0 + k], c0, cw));
                 }
             }
             (None, Some(head)) => head.logits(hb.data, n_rows, (c0, cw), z, scale),

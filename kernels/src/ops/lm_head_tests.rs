@@ -443,7 +443,7 @@ fn every_bf16_path_computes_the_same_head() {
             recompute_logits: !keep,
         };
         let head = super::Bf16Head::new(&w, (d.vocab, d.hidden), pass, path);
-        let source = (w.as_slice(), cache.as_deref());
+        let source = (w.as_slice(), cache.as_ref());
         let mut dh = lm_head_cpu::backward(&rows, source, d, (1.0, true), head.as_ref());
         let dw = dh.split_off(d.n * d.hidden);
         (res, dh, dw)
@@ -479,9 +479,63 @@ fn logits_are_kept_only_within_the_budget() {
         hidden: 512,
         vocab: 32000,
     };
-    let kept = lm_head_cpu::logits_room::<f32>(fits).expect("8x256 at 32k fits");
-    assert_eq!(kept.len(), fits.n * fits.vocab);
+    let mut kept = KeptLogits::<f32>::room(fits).expect("8x256 at 32k fits");
+    let width = kept.group_width();
+    let held: usize = kept
+        .row_blocks(fits.n)
+        .iter()
+        .flatten()
+        .map(|g| g.len())
+        .sum();
+    assert_eq!(held, fits.n * fits.vocab);
+    assert_eq!(kept.held(), fits.vocab.div_ceil(width));
     let over = HeadDims { n: 4096, ..fits };
-    assert!(lm_head_cpu::logits_room::<f32>(over).is_none());
-    assert!(lm_head_cpu::logits_room::<f64>(fits).is_none());
+    assert!(KeptLogits::<f32>::room(over).is_none());
+    assert!(KeptLogits::<f64>::room(fits).is_none());
+}
+
+/// With the logits kept by vocabulary group, the backward gives the bits of the backward
+/// that recomputes them (f32 products: the same sums either way), over one pass of rows
+/// and over several (more rows than one pass takes), and frees every group as it goes.
+#[test]
+fn kept_logits_give_the_recomputed_bits_and_are_freed() {
+    for n in [150, 9000] {
+        let d = HeadDims {
+            n,
+            hidden: 8,
+            vocab: 1300,
+        };
+        let h: Vec<f32> = random_tensor(&[d.n * d.hidden], 1.0, 51)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let w: Vec<f32> = random_tensor(&[d.vocab * d.hidden], 0.5, 52)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let y: Vec<u32> = (0..d.n).map(|i| (i * 37 % d.vocab) as u32).collect();
+        let grad: Vec<f32> = (0..d.n * COLS)
+            .map(|i| [0.7, -0.2, 0.0, 0.0][i % COLS])
+            .collect();
+        let backward = |keep: bool| {
+            let cut = Truncation::OFF;
+            let (res, cache) = lm_head_cpu::forward(&h, &w, &y, d, 1.0f32, cut, None, keep);
+            assert_eq!(cache.is_some(), keep);
+            let rows = BackwardRows::select(&h, &y, &res, &grad, d.hidden);
+            let out = lm_head_cpu::backward(&rows, (&w, cache.as_ref()), d, (1.0, true), None);
+            if let Some(cache) = &cache {
+                assert_eq!(cache.held(), 0, "every group freed after the backward");
+            }
+            out
+        };
+        let (kept, recomputed) = (backward(true), backward(false));
+        let same = kept
+            .iter()
+            .zip(&recomputed)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(
+            same,
+            "n = {n}: kept and recomputed logits give other gradients"
+        );
+    }
 }

@@ -49,6 +49,7 @@ mod linear_rope;
 mod lm_head;
 mod lm_head_bf16;
 mod lm_head_cpu;
+mod lm_head_kept;
 pub mod reference;
 mod rms_norm;
 mod rope;
