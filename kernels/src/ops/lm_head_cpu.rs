@@ -112,7 +112,7 @@ pub(crate) fn forward<T: Real + 'static>(
     let mut out = vec![T::ZERO; d.n * COLS];
     let truncated = !cut.is_off(d.vocab);
     let mut kept = match keep && !truncated {
-        true => KeptLogits::room(d),
+        true => KeptLogits::room(d.n, d.vocab),
         false => None,
     };
     let rows = forward_rows_per_task(d.n, truncated);

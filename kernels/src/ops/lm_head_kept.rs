@@ -12,7 +12,6 @@
 use std::sync::{Mutex, MutexGuard};
 
 use super::cpu_math::Real;
-use super::lm_head_cpu::HeadDims;
 
 /// Most bytes of logits a forward pass keeps for its backward pass: the `[n, V]` logits of
 /// an 8×256 batch at a 32,000-token vocabulary in f32 (250 MiB). Above it the backward pass
@@ -48,26 +47,26 @@ pub(crate) struct KeptGroup<'a, T> {
 }
 
 impl<T: Real> KeptLogits<T> {
-    /// Room for the logits of `d` when they fit [`LOGITS_CACHE_BYTES`]; `None` otherwise.
-    /// Written by the forward before anything reads it (zeros from `calloc`: a page's first
-    /// touch is the forward's write).
-    pub(crate) fn room(d: HeadDims) -> Option<Self> {
-        let bytes =
-            d.n.checked_mul(d.vocab)?
-                .checked_mul(std::mem::size_of::<T>())?;
+    /// Room for the logits of `n` rows over a vocabulary of `vocab` when they fit
+    /// [`LOGITS_CACHE_BYTES`]; `None` otherwise. Written by the forward before anything reads
+    /// it (zeros from `calloc`: a page's first touch is the forward's write).
+    pub(crate) fn room(n: usize, vocab: usize) -> Option<Self> {
+        let bytes = n
+            .checked_mul(vocab)?
+            .checked_mul(std::mem::size_of::<T>())?;
         if bytes > LOGITS_CACHE_BYTES {
             return None;
         }
-        let width = vocab_group_width(d.vocab);
-        let groups = (0..d.vocab.div_ceil(width))
+        let width = vocab_group_width(vocab);
+        let groups = (0..vocab.div_ceil(width))
             .map(|g| {
-                let cols = width.min(d.vocab - g * width);
-                Mutex::new(Some(own_mapping(d.n * cols)))
+                let cols = width.min(vocab - g * width);
+                Mutex::new(Some(own_mapping(n * cols)))
             })
             .collect();
         Some(KeptLogits {
-            n: d.n,
-            vocab: d.vocab,
+            n,
+            vocab,
             width,
             groups,
         })

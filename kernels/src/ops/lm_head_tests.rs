@@ -479,7 +479,7 @@ fn logits_are_kept_only_within_the_budget() {
         hidden: 512,
         vocab: 32000,
     };
-    let mut kept = KeptLogits::<f32>::room(fits).expect("8x256 at 32k fits");
+    let mut kept = KeptLogits::<f32>::room(fits.n, fits.vocab).expect("8x256 at 32k fits");
     let width = kept.group_width();
     let held: usize = kept
         .row_blocks(fits.n)
@@ -490,8 +490,8 @@ fn logits_are_kept_only_within_the_budget() {
     assert_eq!(held, fits.n * fits.vocab);
     assert_eq!(kept.held(), fits.vocab.div_ceil(width));
     let over = HeadDims { n: 4096, ..fits };
-    assert!(KeptLogits::<f32>::room(over).is_none());
-    assert!(KeptLogits::<f64>::room(fits).is_none());
+    assert!(KeptLogits::<f32>::room(over.n, over.vocab).is_none());
+    assert!(KeptLogits::<f64>::room(fits.n, fits.vocab).is_none());
 }
 
 /// With the logits kept by vocabulary group, the backward gives the bits of the backward
