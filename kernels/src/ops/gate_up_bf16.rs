@@ -14,7 +14,7 @@
 //! Consumed by [`super::swiglu_pairs_linear_bf16`]. CPU only, f32 operands (the master
 //! weights); other devices compose.
 
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use half::bf16;
 use rayon::prelude::*;
 
@@ -27,15 +27,7 @@ const OP: &str = "gate-up-bf16";
 /// `[x·W_gateᵀ | x·W_upᵀ]` rounded to bf16: `x` `[.., h]` f32, `w_gate`, `w_up` `[i, h]` f32
 /// -> `[.., 2·i]` bf16 (the gate in the first `i` columns). Differentiable in all three.
 pub fn gate_up_bf16(x: &Tensor, w_gate: &Tensor, w_up: &Tensor) -> Result<Tensor> {
-    for (what, t) in [("x", x), ("w_gate", w_gate), ("w_up", w_up)] {
-        if t.dtype() != DType::F32 || !t.device().is_cpu() {
-            candle_core::bail!(
-                "{OP}: `{what}` must be f32 on the CPU, got {:?} on {:?}",
-                t.dtype(),
-                t.device()
-            );
-        }
-    }
+    validate::f32_on_cpu(OP, &[("x", x), ("w_gate", w_gate), ("w_up", w_up)])?;
     let width = x.dims().last().copied().unwrap_or(0);
     if w_gate.rank() != 2 || w_gate.dim(1)? != width || w_up.dims() != w_gate.dims() {
         candle_core::bail!(

@@ -1,7 +1,7 @@
 use super::*;
 use crate::ops::linear_bf16;
 use crate::ops::testing::random_tensor;
-use candle_core::{Tensor, Var};
+use candle_core::{DType, Tensor, Var};
 
 fn bits(t: &Tensor) -> Vec<u32> {
     let v: Vec<f32> = t

@@ -10,7 +10,7 @@
 //! against the two GEMMs the backward runs anyway): a training step holds one
 //! `[B, T, intermediate]` tensor less per layer, the largest activation of the block.
 
-use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 
 use super::linear::{matrix, Kind, Product};
 use super::swiglu::{silu_times_up, SwiGlu, SwiGluGrad};
@@ -32,15 +32,7 @@ pub fn swiglu_linear_bf16(gate: &Tensor, up: &Tensor, w: &Tensor) -> Result<Tens
 }
 
 fn swiglu_linear_op(numbers: Numbers, gate: &Tensor, up: &Tensor, w: &Tensor) -> Result<Tensor> {
-    for (what, t) in [("gate", gate), ("up", up), ("w", w)] {
-        if t.dtype() != DType::F32 || !t.device().is_cpu() {
-            candle_core::bail!(
-                "{OP}: `{what}` must be f32 on the CPU, got {:?} on {:?}",
-                t.dtype(),
-                t.device()
-            );
-        }
-    }
+    validate::f32_on_cpu(OP, &[("gate", gate), ("up", up), ("w", w)])?;
     if gate.dims() != up.dims() {
         candle_core::bail!(
             "{OP}: `up` must have the shape of `gate` {:?}, got {:?}",

@@ -5,6 +5,20 @@
 use candle_core::{CpuStorage, DType, Result, Tensor};
 
 /// `t` must be f32 or f64 (f32 only on CUDA).
+/// Every tensor of `args` (`(name, tensor)`) is f32 on the CPU.
+pub(crate) fn f32_on_cpu(op: &str, args: &[(&str, &Tensor)]) -> Result<()> {
+    for (what, t) in args {
+        if t.dtype() != DType::F32 || !t.device().is_cpu() {
+            candle_core::bail!(
+                "{op}: `{what}` must be f32 on the CPU, got {:?} on {:?}",
+                t.dtype(),
+                t.device()
+            );
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn float_dtype(op: &str, arg: &str, t: &Tensor) -> Result<()> {
     match (t.dtype(), t.device().is_cuda()) {
         (DType::F32, _) | (DType::F64, false) => Ok(()),
