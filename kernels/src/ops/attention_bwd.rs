@@ -3,10 +3,6 @@
 //! `D_i = dO_i . O_i`, `P = e^(S - lse)`, `dP = dO V^T`, `dS = P * (dP - D)`.
 //! Two passes, each owning its outputs (no atomics, deterministic): dK/dV per (batch, kv head,
 //! key tile), summed over the query heads of the group; then dQ per (batch, head, query tile).
-//! The scores and `dP` run on the attention tile's dot products ([`TransposedTile`]); the
-//! sums into dK, dV and dQ gather `P` and `dS` of a whole block of query rows and run as
-//! GEMMs (`matmul::gemm_rm`), not as one rank-4 update per group of rows (that was the
-//! backward's largest cost after the GEMMs: 5% of a 56M bf16-mixed step, now 2%).
 
 use multiversion::multiversion;
 use std::ops::Range;
@@ -16,8 +12,7 @@ use rayon::prelude::*;
 use super::attention_fwd::{span_of, Dims, HeadView, Tiles};
 use super::attention_tile::{TransposedTile, ROWS};
 use super::attention_visibility::Visibility;
-use super::cpu_math::{axpy, row_dot, Real};
-use crate::matmul::{gemm_rm, MatRef};
+use super::cpu_math::{axpy, axpy_terms, row_dot, Real};
 
 /// What the backward pass reads: the forward inputs, its output and log-sum-exp, and the
 /// upstream gradient (all flat, in the layouts of [`Dims`]; `lse` is `[b, nh, t]`).
@@ -94,7 +89,7 @@ pub(crate) struct Grads<T> {
 }
 
 /// `dq` (when `want_q`) and `(dk, dv)` (when `want_kv`).
-pub(crate) fn backward<T: Real + 'static>(
+pub(crate) fn backward<T: Real>(
     x: &Saved<T>,
     d: Dims,
     vis: &Visibility,
@@ -120,7 +115,7 @@ fn row_deltas<T: Real>(d_out: &[T], out: &[T], hd: usize) -> Vec<T> {
         .collect()
 }
 
-fn backward_dq<T: Real + 'static>(
+fn backward_dq<T: Real>(
     x: &Saved<T>,
     delta: &[T],
     d: Dims,
@@ -144,42 +139,33 @@ fn backward_dq<T: Real + 'static>(
 }
 
 /// `dq_i = hd^-0.5 sum_j dS_ij k_j` for query rows `i0..i0 + dq.len() / hd`; dead rows get 0
-/// (their scores are constants). Per key tile, `dS` of the block's rows is gathered into a
-/// `[rows, width]` matrix (zero where a row does not see a key) and added as one GEMM
-/// against the tile's key rows.
+/// (their scores are constants).
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn dq_block<T: Real + 'static>(g: &GradView<T>, tk: usize, i0: usize, dq: &mut [T]) {
+fn dq_block<T: Real>(g: &GradView<T>, tk: usize, i0: usize, dq: &mut [T]) {
     let h = &g.head;
     let rows = dq.len() / h.hd;
     let (mut kt, mut vt) = (TransposedTile::new(h.hd, tk), TransposedTile::new(h.hd, tk));
     let (mut p, mut ds) = (vec![T::ZERO; ROWS * tk], vec![T::ZERO; ROWS * tk]);
-    let mut ds_all = vec![T::ZERO; rows * tk];
     let mut j0 = h.vis.key_range(h.b, i0).start;
     while j0 < i0 + rows {
         let keys = j0..(j0 + tk).min(i0 + rows);
-        let width = keys.len();
         kt.load(h.k, keys.clone());
         vt.load(h.v, keys.clone());
-        ds_all[..rows * width].fill(T::ZERO);
-        for first in (i0..i0 + rows).step_by(ROWS) {
-            let group = first..(first + ROWS).min(i0 + rows);
+        for (n, dq) in dq.chunks_mut(ROWS * h.hd).enumerate() {
+            let first = i0 + n * ROWS;
+            let group = first..first + dq.len() / h.hd;
             let locals = g.group_p_ds((&kt, &vt), group, &mut p, &mut ds);
-            let at = (first - i0) * width;
-            // `group_p_ds` strides its rows by `tk`; the gathered rows by `width`.
-            for (r, local) in locals.iter().enumerate().filter(|(_, l)| !l.is_empty()) {
-                let (src, dst) = (r * tk, at + r * width);
-                let (a, b) = (local.start, local.end);
-                ds_all[dst + a..dst + b].copy_from_slice(&ds[src + a..src + b]);
+            let blocks = p.chunks_exact(tk).zip(ds.chunks_exact(tk));
+            for ((dq_i, local), (p, ds)) in dq.chunks_mut(h.hd).zip(locals).zip(blocks) {
+                let terms = local.filter(|&c| p[c] != T::ZERO);
+                axpy_terms(dq_i, terms.map(|c| (ds[c] * h.scale, h.row(h.k, j0 + c))));
             }
         }
-        let k_rows = MatRef::row_major(&h.k[keys.start * h.hd..keys.end * h.hd], width, h.hd);
-        let d_s = MatRef::row_major(&ds_all[..rows * width], rows, width);
-        gemm_rm(dq, d_s, k_rows, h.scale, true, T::ONE);
         j0 = keys.end;
     }
 }
 
-fn backward_dkv<T: Real + 'static>(
+fn backward_dkv<T: Real>(
     x: &Saved<T>,
     delta: &[T],
     d: Dims,
@@ -220,11 +206,8 @@ fn backward_dkv<T: Real + 'static>(
 
 /// Adds one query head's `dv_j += P_ij dO_i` and `dk_j += hd^-0.5 dS_ij q_i` for the key
 /// tile `kt`/`vt` (`dk`, `dv`: `[tile width, hd]`) over the live query rows that see it.
-/// `P` and `dS` of every query row that may see the tile are gathered into `[rows, width]`
-/// matrices (zero where a row does not see a key), then both sums run as two GEMMs over all
-/// those rows at once (`Pᵀ·dO` and `dSᵀ·Q`), instead of one rank-4 update per group of rows.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn dkv_block<T: Real + 'static>(
+fn dkv_block<T: Real>(
     g: &GradView<T>,
     tiles: (&TransposedTile<T>, &TransposedTile<T>),
     dk: &mut [T],
@@ -233,60 +216,27 @@ fn dkv_block<T: Real + 'static>(
     let h = &g.head;
     let hd = h.hd;
     let width = tiles.0.keys().len();
-    let queries = h.vis.query_range_for(h.b, tiles.0.keys());
-    if queries.is_empty() || width == 0 {
-        return;
-    }
-    let n = queries.len();
-    let (mut p_all, mut ds_all) = (vec![T::ZERO; n * width], vec![T::ZERO; n * width]);
     let (mut p, mut ds) = (vec![T::ZERO; ROWS * width], vec![T::ZERO; ROWS * width]);
+    let queries = h.vis.query_range_for(h.b, tiles.0.keys());
     for first in queries.clone().step_by(ROWS) {
         let group = first..(first + ROWS).min(queries.end);
-        let locals = g.group_p_ds(tiles, group, &mut p, &mut ds);
-        gather_rows(
-            &locals,
-            (&p, &ds),
-            width,
-            (first - queries.start) * width,
-            (&mut p_all, &mut ds_all),
-        );
-    }
-    let live = queries.start * hd..queries.end * hd;
-    let d_out = MatRef::row_major(&g.d_out[live.clone()], n, hd);
-    let q = MatRef::row_major(&h.q[live], n, hd);
-    gemm_rm(
-        dv,
-        MatRef::row_major(&p_all, n, width).t(),
-        d_out,
-        T::ONE,
-        true,
-        T::ONE,
-    );
-    gemm_rm(
-        dk,
-        MatRef::row_major(&ds_all, n, width).t(),
-        q,
-        h.scale,
-        true,
-        T::ONE,
-    );
-}
-
-/// Copies the live ranges `locals` of a group's `P` and `dS` rows (`stride` entries per row)
-/// into the rows of `to` starting at `at` (the same stride), which hold zeros elsewhere.
-#[inline(always)]
-fn gather_rows<T: Real>(
-    locals: &[Range<usize>; ROWS],
-    (p, ds): (&[T], &[T]),
-    stride: usize,
-    at: usize,
-    (p_to, ds_to): (&mut [T], &mut [T]),
-) {
-    for (r, local) in locals.iter().enumerate().filter(|(_, l)| !l.is_empty()) {
-        let (src, dst) = (r * stride, at + r * stride);
-        let (a, b) = (local.start, local.end);
-        p_to[dst + a..dst + b].copy_from_slice(&p[src + a..src + b]);
-        ds_to[dst + a..dst + b].copy_from_slice(&ds[src + a..src + b]);
+        let locals = g.group_p_ds(tiles, group.clone(), &mut p, &mut ds);
+        let Some(span) = span_of(&locals) else {
+            continue;
+        };
+        // Key by key, the group's rows in order: each dk/dv row gets its terms in the order
+        // of the queries, as one axpy per query would add them.
+        for c in span {
+            let live = |r: &usize| locals[*r].contains(&c) && p[r * width + c] != T::ZERO;
+            let rows = (0..group.len()).filter(live);
+            let r = c * hd;
+            let dv_terms = rows
+                .clone()
+                .map(|r| (p[r * width + c], h.row(g.d_out, first + r)));
+            axpy_terms(&mut dv[r..r + hd], dv_terms);
+            let dk_terms = rows.map(|r| (ds[r * width + c] * h.scale, h.row(h.q, first + r)));
+            axpy_terms(&mut dk[r..r + hd], dk_terms);
+        }
     }
 }
 
