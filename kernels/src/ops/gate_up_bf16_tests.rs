@@ -1,18 +1,7 @@
 use super::*;
 use crate::ops::linear_bf16;
-use crate::ops::testing::random_tensor;
+use crate::ops::testing::{bits, random_tensor};
 use candle_core::{DType, Tensor, Var};
-
-fn bits(t: &Tensor) -> Vec<u32> {
-    let v: Vec<f32> = t
-        .to_dtype(DType::F32)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
-    v.iter().map(|x| x.to_bits()).collect()
-}
 
 /// The op is two `linear_bf16` products rounded to bf16 and set side by side; its three
 /// gradients are theirs for the bf16-rounded upstream gradient, bit for bit.

@@ -75,8 +75,22 @@ pub(super) fn silu_times_up(
 }
 
 #[inline(always)]
-pub(super) fn sigmoid<T: Real>(x: T) -> T {
+fn sigmoid<T: Real>(x: T) -> T {
     T::ONE / (T::ONE + (-x).exp())
+}
+
+/// `silu(g) · u` for one element, [`swiglu`]'s forward arithmetic (`g · σ(g) · u`).
+#[inline(always)]
+pub(super) fn silu_times<T: Real>(g: T, u: T) -> T {
+    g * sigmoid(g) * u
+}
+
+/// `(∂g, ∂u)` of `silu(g) · u` for one element from its upstream gradient `dy`, [`swiglu`]'s
+/// backward arithmetic.
+#[inline(always)]
+pub(super) fn silu_times_grads<T: Real>(g: T, u: T, dy: T) -> (T, T) {
+    let s = sigmoid(g);
+    (dy * u * s * (T::ONE + g * (T::ONE - s)), dy * (g * s))
 }
 
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
@@ -88,7 +102,7 @@ fn fwd<T: Real>(g: &[T], u: &[T], engine_order: bool) -> Vec<T> {
             let pairs = o.iter_mut().zip(g).zip(u);
             match engine_order {
                 true => pairs.for_each(|((o, &g), &u)| *o = g / (T::ONE + (-g).exp()) * u),
-                false => pairs.for_each(|((o, &g), &u)| *o = g * sigmoid(g) * u),
+                false => pairs.for_each(|((o, &g), &u)| *o = silu_times(g, u)),
             }
         });
     out
@@ -105,10 +119,7 @@ fn bwd<T: Real>(g: &[T], u: &[T], dy: &[T]) -> Vec<T> {
         .zip(dy.par_chunks(CHUNK))
         .for_each(|(((dg, du), (g, u)), dy)| {
             for i in 0..g.len() {
-                let s = sigmoid(g[i]);
-                let silu = g[i] * s;
-                du[i] = dy[i] * silu;
-                dg[i] = dy[i] * u[i] * s * (T::ONE + g[i] * (T::ONE - s));
+                (dg[i], du[i]) = silu_times_grads(g[i], u[i], dy[i]);
             }
         });
     out

@@ -123,14 +123,9 @@ impl CustomOp3 for SwiGluLinear {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::testing::random_tensor;
+    use crate::ops::testing::{bits, random_tensor};
     use crate::ops::{linear_bf16, linear_f32, swiglu};
     use candle_core::Var;
-
-    fn bits(t: &Tensor) -> Vec<u32> {
-        let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
-        v.iter().map(|x| x.to_bits()).collect()
-    }
 
     /// Fused and composed give the same output and the same three gradients, bit for bit,
     /// in both precisions.

@@ -14,7 +14,7 @@ use rayon::prelude::*;
 
 use super::cpu_math::contiguous_slice;
 use super::linear::{bf16_path, matrix, Kind, Product};
-use super::swiglu::sigmoid;
+use super::swiglu::{silu_times, silu_times_grads};
 use super::validate;
 use crate::matmul::{gemm, MatView, Numbers};
 
@@ -65,10 +65,7 @@ impl CustomOp2 for SwiGluPairsLinear {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let gu = contiguous_slice::<bf16>(s1, l1, OP, "gate_up")?;
-        let inner = *l1.dims().last().unwrap_or(&0) / 2;
-        let act = silu_times_up(gu, inner);
-        let rows = act.len().checked_div(inner).unwrap_or(0);
+        let (act, rows, inner) = activation(s1, l1)?;
         let mut wide = Vec::new();
         let w = matrix(s2, l2, "w", &mut wide)?;
         let mut out = crate::host_memory::zeros_touched(rows * w.rows, 0f32);
@@ -119,12 +116,18 @@ impl CustomOp1 for Activation {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let gu = contiguous_slice::<bf16>(s, l, OP, "gate_up")?;
-        let inner = *l.dims().last().unwrap_or(&0) / 2;
-        let act = silu_times_up(gu, inner);
-        let rows = act.len().checked_div(inner).unwrap_or(0);
+        let (act, rows, inner) = activation(s, l)?;
         Ok((CpuStorage::F32(act), Shape::from((rows, inner))))
     }
+}
+
+/// `silu(g) · u` of a `[.., 2i]` bf16 storage of pairs, as `[rows, i]` f32 with `(rows, i)`.
+fn activation(s: &CpuStorage, l: &Layout) -> Result<(Vec<f32>, usize, usize)> {
+    let gu = contiguous_slice::<bf16>(s, l, OP, "gate_up")?;
+    let inner = *l.dims().last().unwrap_or(&0) / 2;
+    let act = silu_times_up(gu, inner);
+    let rows = act.len().checked_div(inner).unwrap_or(0);
+    Ok((act, rows, inner))
 }
 
 /// `([g | u] [.., 2i] bf16, ∂a [rows, i] f32) -> [∂g | ∂u]` `[rows, 2i]` bf16, for
@@ -174,8 +177,7 @@ fn silu_times_up(gu: &[bf16], inner: usize) -> Vec<f32> {
             for (o, gu) in o.chunks_mut(inner).zip(gu.chunks(2 * inner)) {
                 let (g, u) = gu.split_at(inner);
                 for ((o, g), u) in o.iter_mut().zip(g).zip(u) {
-                    let g = g.to_f32();
-                    *o = g * sigmoid(g) * u.to_f32();
+                    *o = silu_times(g.to_f32(), u.to_f32());
                 }
             }
         });
@@ -198,10 +200,8 @@ fn pairs_grad(gu: &[bf16], d_act: &[f32], inner: usize) -> Vec<bf16> {
                 let (dg, du) = o.split_at_mut(inner);
                 let (g, u) = gu.split_at(inner);
                 for i in 0..inner {
-                    let (g, u, dy) = (g[i].to_f32(), u[i].to_f32(), da[i]);
-                    let s = sigmoid(g);
-                    du[i] = bf16::from_f32(dy * (g * s));
-                    dg[i] = bf16::from_f32(dy * u * s * (1.0 + g * (1.0 - s)));
+                    let (d_g, d_u) = silu_times_grads(g[i].to_f32(), u[i].to_f32(), da[i]);
+                    (dg[i], du[i]) = (bf16::from_f32(d_g), bf16::from_f32(d_u));
                 }
             }
         });

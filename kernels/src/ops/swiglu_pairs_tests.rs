@@ -1,18 +1,7 @@
 use super::*;
-use crate::ops::testing::{assert_close, random_tensor};
+use crate::ops::testing::{assert_close, bits, random_tensor};
 use crate::ops::{gate_up_bf16, linear_bf16, swiglu, swiglu_linear_f32};
-use candle_core::{Tensor, Var};
-
-fn bits(t: &Tensor) -> Vec<u32> {
-    let v: Vec<f32> = t
-        .to_dtype(DType::F32)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
-    v.iter().map(|x| x.to_bits()).collect()
-}
+use candle_core::Var;
 
 /// Over bf16 pairs the op is `swiglu` of the widened halves followed by `linear_bf16`, bit
 /// for bit; its gradient of the pairs is the composed one rounded to bf16.

@@ -43,6 +43,16 @@ pub(crate) fn random_ids(dims: &[usize], vocab: usize, seed: u64) -> Result<Tens
     Tensor::from_vec(data, dims, &Device::Cpu)
 }
 
+/// The bits of every element of `t`, widened to f32 first (exact for bf16 and f32).
+pub(crate) fn bits(t: &Tensor) -> Vec<u32> {
+    let v: Vec<f32> = t
+        .to_dtype(DType::F32)
+        .and_then(|t| t.flatten_all())
+        .and_then(|t| t.to_vec1())
+        .expect("a tensor of f32-widenable values");
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
 /// Asserts `|a - b| <= tol * (1 + |b|)` elementwise (shapes must match).
 pub(crate) fn assert_close(a: &Tensor, b: &Tensor, tol: f64, what: &str) -> Result<()> {
     assert_eq!(a.dims(), b.dims(), "{what}: shape mismatch");
