@@ -41,6 +41,7 @@ mod cpu_math;
 mod cuda_launch;
 mod embedding;
 mod entropy;
+mod exp_avx2;
 mod gate_up_bf16;
 mod gradient_sink;
 mod linear;

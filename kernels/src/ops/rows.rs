@@ -5,13 +5,14 @@
 
 use super::cpu_math::{exp_f32, row_logsumexp, row_max, row_sum_sq};
 use super::truncation::{self, Truncation};
+use multiversion::multiversion;
 
 /// `log_softmax(row)[index]` in nats, computed exactly as the `token_logprobs` kernel does
 /// (f32, stable around the row maximum).
 ///
 /// # Panics
 /// When `index >= row.len()`.
-#[inline]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 pub fn token_logprob(row: &[f32], index: usize) -> f32 {
     row[index] - row_logsumexp(row)
 }
@@ -46,7 +47,12 @@ pub fn max(row: &[f32]) -> f32 {
 #[inline]
 pub fn tempered_weights(row: &[f32], max: f32, inv_temperature: f32, out: &mut [f32]) -> f64 {
     assert_eq!(out.len(), row.len(), "weights buffer must match the row");
-    for (o, &x) in out.iter_mut().zip(row) {
+    let done = if super::exp_avx2::tempered_exp(row, max, inv_temperature, out) {
+        row.len() - row.len() % 8
+    } else {
+        0
+    };
+    for (o, &x) in out[done..].iter_mut().zip(&row[done..]) {
         let w = exp_f32((x - max) * inv_temperature);
         // NaN logits are never sampled.
         *o = if w.is_nan() { 0.0 } else { w };

@@ -13,7 +13,6 @@ use crate::engine::route_log::RouteLog;
 use crate::engine::sampler::Sampler;
 use crate::engine::scheduler::{Planned, Scheduler, SeqState, Sequence};
 use crate::engine::score::Scorer;
-use crate::engine::simd::wide_simd;
 use crate::engine::stats::EngineStats;
 use crate::engine::step_item::{AttnDims, StepItem, WantLogits};
 use crate::engine::weights::EngineWeights;
@@ -24,6 +23,7 @@ use crate::nn::causal_lm::CausalLm;
 use crate::nn::generate::{Completion, FinishReason, GenerationRequest};
 use crate::nn::rope::RotaryEmbedding;
 use candle_core::{Device, Tensor};
+use multiversion::multiversion;
 use oxalign_kernels::ops::TokenDistribution;
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -724,22 +724,11 @@ fn sample_rows(
         .enumerate()
         .filter(|(i, _)| row_of[*i] != usize::MAX)
         .collect();
-    let wide = wide_simd();
     let picked: Vec<(usize, u32, f32)> = work
         .par_iter_mut()
         .map(|(idx, s)| {
             let row = &logits[row_of[*idx] * vocab..(row_of[*idx] + 1) * vocab];
-            let (tok, lp) = if wide {
-                // SAFETY: `wide_simd` checked the CPU features.
-                #[cfg(target_arch = "x86_64")]
-                unsafe {
-                    sample_avx2(&mut s.sampler, row)
-                }
-                #[cfg(not(target_arch = "x86_64"))]
-                s.sampler.sample(row)
-            } else {
-                s.sampler.sample(row)
-            };
+            let (tok, lp) = sample_row(&mut s.sampler, row);
             (*idx, tok, lp)
         })
         .collect();
@@ -751,12 +740,9 @@ fn sample_rows(
     draws.iter().filter_map(|&(seq, _)| by_seq[seq]).collect()
 }
 
-/// [`Sampler::sample`] compiled for AVX2+FMA (the same code, wider vectors).
-///
-/// # Safety
-/// The CPU supports AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn sample_avx2(sampler: &mut Sampler, row: &[f32]) -> (u32, f32) {
+/// [`Sampler::sample`] compiled for the widest vectors this CPU has (the same code and bits
+/// at every width: no reassociation, no fused multiply-adds).
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn sample_row(sampler: &mut Sampler, row: &[f32]) -> (u32, f32) {
     sampler.sample(row)
 }
