@@ -260,3 +260,70 @@ fn finite_differences_match_backprop_gemma3() {
 fn finite_differences_match_backprop_gemma2() {
     finite_difference_check(Family::Gemma2);
 }
+
+/// The head run only at chosen positions (`next_token_outputs_at_traced`, the policy
+/// trainer's response targets) gives the full head's log-probs and entropies there, 0
+/// elsewhere, and the same gradient in every parameter for a loss over those positions.
+#[test]
+fn the_head_at_chosen_positions_is_the_full_head_there() {
+    use oxalign_kernels::ops::TokenDistribution;
+    use oxalign_models::moe::routing::RouterTrace;
+    let (ids, mask) = inputs();
+    let m = CausalLm::init_random(&tiny(Family::Llama), 3, &Device::Cpu).unwrap();
+    let dist = TokenDistribution::MODEL;
+    // Row-major [2, 6] grid: the last four targets of each row.
+    let kept: Vec<u32> = vec![2, 3, 4, 5, 8, 9, 10, 11];
+    let at = Tensor::new(kept.as_slice(), &Device::Cpu).unwrap();
+    let keep = {
+        let v: Vec<f32> = (0..12u32).map(|i| kept.contains(&i) as u8 as f32).collect();
+        Tensor::from_vec(v, (2, 6), &Device::Cpu).unwrap()
+    };
+    let loss_of = |out: &oxalign_kernels::ops::HeadOutputs| {
+        let w = weights_like(&out.logprobs, 9);
+        ((&out.logprobs + &out.entropy).unwrap() * w)
+            .unwrap()
+            .mul(&keep)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+    };
+    let full = m
+        .next_token_outputs_traced(&ids, Some(&mask), dist, &mut RouterTrace::new())
+        .unwrap();
+    let part = m
+        .next_token_outputs_at_traced(&ids, Some(&mask), dist, &mut RouterTrace::new(), &at)
+        .unwrap();
+    for (a, b) in [
+        (&full.logprobs, &part.logprobs),
+        (&full.entropy, &part.entropy),
+    ] {
+        let (a, b) = (a.to_vec2::<f32>().unwrap(), b.to_vec2::<f32>().unwrap());
+        for i in 0..12 {
+            let (x, y) = (a[i / 6][i % 6], b[i / 6][i % 6]);
+            if kept.contains(&(i as u32)) {
+                assert!(
+                    (x - y).abs() <= 1e-5 * x.abs().max(1.0),
+                    "position {i}: {x} vs {y}"
+                );
+            } else {
+                assert_eq!(y, 0.0, "position {i} is not kept");
+            }
+        }
+    }
+    let (gf, gp) = (
+        loss_of(&full).backward().unwrap(),
+        loss_of(&part).backward().unwrap(),
+    );
+    for (name, var) in m.vars() {
+        let (a, b) = (
+            gf.get(var.as_tensor()).unwrap(),
+            gp.get(var.as_tensor()).unwrap(),
+        );
+        let scale = common::max_abs_diff(a, &a.zeros_like().unwrap()).max(1e-6);
+        let diff = common::max_abs_diff(a, b);
+        assert!(
+            diff <= 1e-4 * scale,
+            "{name}: gradients differ by {diff} (scale {scale})"
+        );
+    }
+}

@@ -107,6 +107,48 @@ impl CausalLm {
         self.head_outputs(&hidden, input_ids, dist)
     }
 
+    /// [`CausalLm::next_token_outputs_traced`] with the LM head run only at `positions`: u32
+    /// indices into the row-major `[B, T-1]` next-token grid (a masked loss's kept targets,
+    /// the response tokens). The outputs are `[B, T-1]` with 0 elsewhere, and those entries
+    /// take no gradient. The decoder still runs over every token, since the kept positions
+    /// attend to the rest; the head, with a 32k vocabulary most of a small model's
+    /// arithmetic, skips the prompt positions a masked loss throws away. An empty
+    /// `positions` runs the head everywhere.
+    pub fn next_token_outputs_at_traced(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        dist: TokenDistribution,
+        trace: &mut RouterTrace,
+        positions: &Tensor,
+    ) -> candle_core::Result<HeadOutputs> {
+        let hidden = self
+            .decoder()
+            .forward_traced(input_ids, attention_mask, None, trace)?;
+        if positions.elem_count() == 0 {
+            return self.head_outputs(&hidden, input_ids, dist);
+        }
+        let t = next_token_positions(input_ids)?;
+        let (b, _, h) = hidden.dims3()?;
+        let grid = b * t;
+        let hidden = hidden.narrow(1, 0, t)?.contiguous()?.reshape((grid, h))?;
+        let targets = input_ids.narrow(1, 1, t)?.contiguous()?.reshape(grid)?;
+        let out = self.fused_head(
+            &hidden.index_select(positions, 0)?,
+            &targets.index_select(positions, 0)?,
+            dist,
+        )?;
+        let spread = |x: &Tensor| {
+            Tensor::zeros(grid, x.dtype(), x.device())?
+                .index_add(positions, x, 0)?
+                .reshape((b, t))
+        };
+        Ok(HeadOutputs {
+            logprobs: spread(&out.logprobs)?,
+            entropy: spread(&out.entropy)?,
+        })
+    }
+
     /// [`CausalLm::next_token_outputs`] over packed rows (see [`Decoder::forward_packed`]):
     /// `segments` row-major `[B, T]` segment ids. Returns `[B, T-1]` log-probs and entropies
     /// in the packed layout; entry `t` of a segment's last token predicts the next segment's
@@ -144,12 +186,19 @@ impl CausalLm {
         input_ids: &Tensor,
         dist: TokenDistribution,
     ) -> candle_core::Result<HeadOutputs> {
-        let t = input_ids.dim(1)?;
-        if t < 2 {
-            candle_core::bail!("next_token_logprobs needs at least 2 positions, got {t}")
-        }
-        let hidden = hidden.narrow(1, 0, t - 1)?.contiguous()?;
-        let targets = input_ids.narrow(1, 1, t - 1)?.contiguous()?;
+        let t = next_token_positions(input_ids)?;
+        let hidden = hidden.narrow(1, 0, t)?.contiguous()?;
+        let targets = input_ids.narrow(1, 1, t)?.contiguous()?;
+        self.fused_head(&hidden, &targets, dist)
+    }
+
+    /// The fused head over hidden states `[..., H]` against `targets` `[...]`.
+    fn fused_head(
+        &self,
+        hidden: &Tensor,
+        targets: &Tensor,
+        dist: TokenDistribution,
+    ) -> candle_core::Result<HeadOutputs> {
         let weight = match self.head.weight.dtype() {
             DType::F32 | DType::F64 => self.head.weight.clone(),
             _ => self.head.weight.to_dtype(DType::F32)?,
@@ -161,10 +210,10 @@ impl CausalLm {
             _ => HeadProducts::F32,
         };
         match self.config.style.final_softcap {
-            Some(c) => lm_head_logprobs_softcapped(&hidden, &weight, &targets, dist, c),
+            Some(c) => lm_head_logprobs_softcapped(&hidden, &weight, targets, dist, c),
             None => {
                 let sink = self.decoder.gradient_sink();
-                lm_head_logprobs_with(&hidden, &weight, &targets, dist, products, sink)
+                lm_head_logprobs_with(&hidden, &weight, targets, dist, products, sink)
             }
         }
     }
@@ -206,4 +255,13 @@ impl CausalLm {
         let last = h.narrow(1, t - 1, 1)?.squeeze(1)?.detach();
         self.lm_logits(&last)
     }
+}
+
+/// `T - 1`, the next-token positions of `[B, T]` ids; at least 2 tokens are needed.
+fn next_token_positions(input_ids: &Tensor) -> candle_core::Result<usize> {
+    let t = input_ids.dim(1)?;
+    if t < 2 {
+        candle_core::bail!("next_token_logprobs needs at least 2 positions, got {t}")
+    }
+    Ok(t - 1)
 }

@@ -14,7 +14,7 @@ use crate::losses::{
 use crate::mask::masked_abs_diff;
 use crate::optim::AdamW;
 use crate::Result;
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use oxalign_kernels::collective::Collective;
 use oxalign_kernels::ops::{HeadOutputs, TokenDistribution};
 use oxalign_models::moe::routing::{ExpertChoices, RouterTrace};
@@ -192,16 +192,19 @@ impl PolicyTrainer {
         dist: TokenDistribution,
         packed: bool,
     ) -> Result<HeadOutputs> {
-        Ok(self.head_outputs_traced(batch, dist, packed)?.out)
+        Ok(self.head_outputs_traced(batch, dist, packed, false)?.out)
     }
 
     /// [`Self::head_outputs`] with the routing of the forward: replaying the rollout's
     /// experts when `batch.routing` is set ([`TokenBatch::routing`]), else the routers' own.
+    /// With `response_only` (a loss masked by `batch.response_mask` follows), an unpacked
+    /// batch runs the LM head only at the response targets, and the outputs are 0 elsewhere.
     fn head_outputs_traced(
         &self,
         batch: &TokenBatch,
         dist: TokenDistribution,
         packed: bool,
+        response_only: bool,
     ) -> Result<TracedForward> {
         self.params.ensure_gathered()?;
         let records = batch.routing.as_deref();
@@ -214,12 +217,15 @@ impl PolicyTrainer {
                 }
                 None => RouterTrace::new(),
             };
-            let out = self.model.next_token_outputs_traced(
-                &batch.ids,
-                Some(&batch.attention_mask),
-                dist,
-                &mut trace,
-            )?;
+            let mask = Some(&batch.attention_mask);
+            let out = if response_only {
+                let at = response_positions(&batch.response_mask)?;
+                let m = &self.model;
+                m.next_token_outputs_at_traced(&batch.ids, mask, dist, &mut trace, &at)?
+            } else {
+                let m = &self.model;
+                m.next_token_outputs_traced(&batch.ids, mask, dist, &mut trace)?
+            };
             return Ok(TracedForward {
                 out,
                 trace,
@@ -294,7 +300,7 @@ impl PolicyTrainer {
         self.opt.set_lr(lr);
         let dropout = self.model.dropout_scope(self.opt.steps_taken());
         let forward =
-            self.head_outputs_traced(batch, TokenDistribution::MODEL, self.packing.sft)?;
+            self.head_outputs_traced(batch, TokenDistribution::MODEL, self.packing.sft, true)?;
         drop(dropout);
         let lp = &forward.out.logprobs;
         let (mut loss, stats) = sft_loss(lp, &batch.response_mask)?;
@@ -362,8 +368,12 @@ impl PolicyTrainer {
     ) -> Result<PolicyStats> {
         self.opt.set_lr(lr);
         let mask = &inputs.batch.response_mask;
-        let forward =
-            self.head_outputs_traced(inputs.batch, self.rollout_distribution, self.packing.rl)?;
+        let forward = self.head_outputs_traced(
+            inputs.batch,
+            self.rollout_distribution,
+            self.packing.rl,
+            true,
+        )?;
         let aux = self.router_aux_term(&forward)?;
         let TracedForward {
             out:
@@ -498,4 +508,16 @@ fn overridden_fraction(trace: &RouterTrace) -> f64 {
     } else {
         differ as f64 / total as f64
     }
+}
+
+/// The row-major indices (u32) of the `[B, T-1]` next-token grid where `response_mask` is set.
+fn response_positions(response_mask: &Tensor) -> Result<Tensor> {
+    let mask = response_mask
+        .flatten_all()?
+        .to_dtype(DType::F32)?
+        .to_vec1::<f32>()?;
+    let at: Vec<u32> = (0..mask.len() as u32)
+        .filter(|&i| mask[i as usize] != 0.0)
+        .collect();
+    Ok(Tensor::new(at.as_slice(), response_mask.device())?)
 }
