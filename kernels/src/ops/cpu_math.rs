@@ -167,7 +167,12 @@ pub(crate) fn row_exp_sums<T: Real>(row: &[T], m: T, with_weighted: bool) -> (T,
     let mut w = [T::ZERO; LANES];
     let chunks = row.chunks_exact(LANES);
     let rest = chunks.remainder();
-    if let Some(lanes) = (!with_weighted).then(|| T::exp_lane_sums(row, m)).flatten() {
+    let explicit = if with_weighted {
+        None
+    } else {
+        T::exp_lane_sums(row, m)
+    };
+    if let Some(lanes) = explicit {
         s = lanes;
     } else if with_weighted {
         for c in chunks {

@@ -154,23 +154,31 @@ impl Sampler {
     /// is their sum), walking in vocabulary order.
     #[inline]
     fn inverse_cdf(&mut self, weights: &[f32], total: f64, kept: impl Fn(usize) -> bool) -> usize {
-        let mut u = self.rng.random::<f64>() * total;
-        let mut last = 0;
-        for (i, &w) in weights.iter().enumerate() {
-            if w > 0.0 && kept(i) {
-                if u < w as f64 {
-                    return i;
-                }
-                u -= w as f64;
-                last = i;
-            }
-        }
-        last
+        let u = self.rng.random::<f64>() * total;
+        walk_kept(weights, u, kept)
     }
 }
 
+/// The index at which the running sum of the `kept` positive `weights`, walked one by one in
+/// vocabulary order, first passes `u`; the last kept positive one when rounding leaves `u`
+/// unspent.
+#[inline]
+fn walk_kept(weights: &[f32], mut u: f64, kept: impl Fn(usize) -> bool) -> usize {
+    let mut last = 0;
+    for (i, &w) in weights.iter().enumerate() {
+        if w > 0.0 && kept(i) {
+            if u < w as f64 {
+                return i;
+            }
+            u -= w as f64;
+            last = i;
+        }
+    }
+    last
+}
+
 /// The index at which the running sum of `weights`, in vocabulary order, first passes `u`
-/// (`0 <= u < Σ weights`): the draw of [`Sampler::inverse_cdf`] with every token kept.
+/// (`0 <= u < Σ weights`): [`walk_kept`] with every token kept.
 /// Blocks whose f64 sum stays at or under what is left of `u` are stepped over whole (a
 /// vectorised sum), and only the block where `u` lands is walked weight by weight; the
 /// one-weight-at-a-time walk over the whole vocabulary was a dependent chain of f64
@@ -180,7 +188,7 @@ impl Sampler {
 fn walk_cdf(weights: &[f32], mut u: f64) -> usize {
     const BLOCK: usize = 64;
     for (b, block) in weights.chunks(BLOCK).enumerate() {
-        let sum = block_sum_f64(block);
+        let sum = rows::sum_f64(block);
         if u >= sum {
             u -= sum;
             continue;
@@ -195,21 +203,6 @@ fn walk_cdf(weights: &[f32], mut u: f64) -> usize {
         }
     }
     weights.iter().rposition(|&w| w > 0.0).unwrap_or(0)
-}
-
-/// Sum of a block of f32 weights in f64, in 8 running sums (vectorises).
-#[inline(always)]
-fn block_sum_f64(block: &[f32]) -> f64 {
-    const LANES: usize = 8;
-    let mut acc = [0f64; LANES];
-    let chunks = block.chunks_exact(LANES);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for i in 0..LANES {
-            acc[i] += c[i] as f64;
-        }
-    }
-    acc.iter().sum::<f64>() + rest.iter().map(|&w| w as f64).sum::<f64>()
 }
 
 /// Index of the first maximum (NaN ignored; 0 when every value is NaN or `-inf`).
@@ -292,24 +285,11 @@ mod tests {
                 }
             })
             .collect();
-        let sequential = |mut u: f64| {
-            let mut last = 0;
-            for (i, &w) in weights.iter().enumerate() {
-                if w > 0.0 {
-                    if u < w as f64 {
-                        return i;
-                    }
-                    u -= w as f64;
-                    last = i;
-                }
-            }
-            last
-        };
         let total: f64 = weights.iter().map(|&w| w as f64).sum();
         let mut u = 0.0;
         while u < total + 0.5 {
             let got = walk_cdf(&weights, u);
-            assert_eq!(got, sequential(u), "u = {u}");
+            assert_eq!(got, walk_kept(&weights, u, |_| true), "u = {u}");
             assert!(weights[got] > 0.0, "u = {u}: picked a weight-0 token {got}");
             u += 1.0 / 128.0;
         }

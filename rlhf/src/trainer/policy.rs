@@ -217,13 +217,11 @@ impl PolicyTrainer {
                 }
                 None => RouterTrace::new(),
             };
-            let mask = Some(&batch.attention_mask);
+            let (m, mask) = (&self.model, Some(&batch.attention_mask));
             let out = if response_only {
                 let at = response_positions(&batch.response_mask)?;
-                let m = &self.model;
                 m.next_token_outputs_at_traced(&batch.ids, mask, dist, &mut trace, &at)?
             } else {
-                let m = &self.model;
                 m.next_token_outputs_traced(&batch.ids, mask, dist, &mut trace)?
             };
             return Ok(TracedForward {
