@@ -281,6 +281,39 @@ fn batched_scoring_equals_trainer_for_mixed_lengths_and_frees_the_pool() {
     );
 }
 
+/// Scoring from a position on (a rollout's response) gives the tail of the full scoring, in
+/// batches and in the long path's chunks, including a start inside a later chunk and a start
+/// past the end (nothing scored), and frees the pool.
+#[test]
+fn scoring_from_a_position_is_the_tail_of_full_scoring() {
+    let m = CausalLm::init_random(&tiny(Family::Llama), 78, &Device::Cpu).unwrap();
+    let cfg = EngineConfig {
+        num_blocks: Some(12),
+        ..engine_config()
+    };
+    let mut engine = Engine::from_model(&m, cfg).unwrap();
+    let lens = [5usize, 19, 6, 19, 8, 3, 19];
+    let from = [2usize, 3, 0, 12, 7, 9, 18];
+    let seqs: Vec<Vec<u32>> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| ids(400 + i as u64, n, 64))
+        .collect();
+    let full = engine.score(&seqs).unwrap();
+    let dist = TokenDistribution::MODEL;
+    let tail = engine.score_from(&seqs, &from, dist).unwrap();
+    for (i, (f, t)) in full.iter().zip(&tail).enumerate() {
+        let start = from[i].min(f.len());
+        assert_eq!(t.len(), f.len() - start, "sequence {i}");
+        for (a, b) in t.iter().zip(&f[start..]) {
+            assert!((a - b).abs() <= 1e-5, "sequence {i}: {a} vs {b}");
+        }
+    }
+    assert_eq!(engine.stats().blocks_used, 0);
+    let err = engine.score_from(&seqs, &from[..2], dist).unwrap_err();
+    assert!(err.to_string().contains("2 scoring starts for 7"), "{err}");
+}
+
 /// Scoring under the rollouts' distribution (tempered, truncated; a scored token outside the
 /// kept set widens it) equals the trainer's fused head under the same distribution.
 #[test]

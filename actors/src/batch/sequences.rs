@@ -79,25 +79,31 @@ impl Sequences {
         self.batch(device)?.select_rows(&rows)
     }
 
-    /// Next-token log-probs `[rows, T-1]` of rows `range` under `dist`, scored by `engine` (batched
-    /// prefill forwards, no `[B, T, V]` logits), laid out like the trainer's
-    /// `next_token_logprobs` of [`Sequences::batch_rows`]: `T` is the whole batch's longest
-    /// sequence, row `b` holds its `len_b - 1` values first and zeros after (padding).
+    /// Next-token log-probs `[rows, T-1]` of the response tokens of rows `range` under `dist`,
+    /// scored by `engine` (batched prefill forwards, no `[B, T, V]` logits), laid out like the
+    /// trainer's `next_token_logprobs` of [`Sequences::batch_rows`] (`T` is the whole batch's
+    /// longest sequence) at the response positions, zeros at the prompt's and the padding's
+    /// (as [`Sequences::place_response_values`]): every consumer masks them by the response
+    /// mask, and the LM head skips the prompt rows.
     pub fn engine_logprobs(
         &self,
         engine: &mut Engine,
         range: Range<usize>,
         dist: TokenDistribution,
     ) -> Result<TokenArray, Cause> {
-        let t = self.padded_len();
-        let seqs: Vec<Vec<u32>> = self.pairs[range]
+        let pairs = &self.pairs[range];
+        let seqs: Vec<Vec<u32>> = pairs
             .iter()
             .map(|(p, r)| p.iter().chain(r).copied().collect())
             .collect();
-        let scores = engine.score_under(&seqs, dist)?;
-        let mut out = TokenArray::zeros(seqs.len(), t - 1);
-        for (i, lp) in scores.iter().enumerate() {
-            out.row_mut(i)[..lp.len()].copy_from_slice(lp);
+        let from: Vec<usize> = pairs
+            .iter()
+            .map(|(p, _)| p.len().saturating_sub(1))
+            .collect();
+        let scores = engine.score_from(&seqs, &from, dist)?;
+        let mut out = TokenArray::zeros(seqs.len(), self.padded_len() - 1);
+        for ((i, lp), &at) in scores.iter().enumerate().zip(&from) {
+            out.row_mut(i)[at..at + lp.len()].copy_from_slice(lp);
         }
         Ok(out)
     }

@@ -24,7 +24,7 @@ use std::time::Instant;
 /// Messages the reference understands.
 pub enum ReferenceMsg {
     /// Next-token log-probs `[B, T-1]` of `seqs` under the frozen model and the rollouts'
-    /// distribution.
+    /// distribution, at the response positions (an engine replica leaves the prompt's at 0).
     Logprobs {
         /// The sequences.
         seqs: Sequences,

@@ -12,7 +12,7 @@ use crate::engine::request::{hits_stop_string, Detokenize, EngineRequest};
 use crate::engine::route_log::RouteLog;
 use crate::engine::sampler::Sampler;
 use crate::engine::scheduler::{Planned, Scheduler, SeqState, Sequence};
-use crate::engine::score::Scorer;
+use crate::engine::score::{ScoreRequest, Scorer};
 use crate::engine::stats::EngineStats;
 use crate::engine::step_item::{AttnDims, StepItem, WantLogits};
 use crate::engine::weights::EngineWeights;
@@ -531,6 +531,19 @@ impl Engine {
         sequences: &[Vec<u32>],
         dist: TokenDistribution,
     ) -> EngineResult<Vec<Vec<f32>>> {
+        self.score_from(sequences, &vec![0; sequences.len()], dist)
+    }
+
+    /// [`Engine::score_under`] at the next-token positions from `from[i]` on only (a rollout's
+    /// response: `from[i]` = its prompt's length less one): `len - 1 - from[i]` values per
+    /// sequence, none where `from[i] >= len - 1`. The earlier tokens still run through the
+    /// decoder, since the scored ones attend to them, but the LM head skips their rows.
+    pub fn score_from(
+        &mut self,
+        sequences: &[Vec<u32>],
+        from: &[usize],
+        dist: TokenDistribution,
+    ) -> EngineResult<Vec<Vec<f32>>> {
         let scorer = Scorer {
             dist,
             weights: &self.weights,
@@ -540,7 +553,7 @@ impl Engine {
             max_batched_tokens: self.config.max_batched_tokens,
             replay: None,
         };
-        scorer.score(&mut self.pool, sequences)
+        scorer.score(&mut self.pool, ScoreRequest { sequences, from })
     }
 
     /// Replaces the served weights with `update` after verifying them: every tensor's
@@ -635,8 +648,12 @@ impl Engine {
             dist: TokenDistribution::MODEL,
             replay: p.routing.as_ref().map(std::slice::from_ref),
         };
+        let request = ScoreRequest {
+            sequences: std::slice::from_ref(&p.tokens),
+            from: &[0],
+        };
         let got = scorer
-            .score(&mut self.pool, std::slice::from_ref(&p.tokens))?
+            .score(&mut self.pool, request)?
             .pop()
             .unwrap_or_default();
         let diffs: Vec<f32> = got

@@ -344,7 +344,7 @@ fn wanted_rows(items: &[StepItem<'_>]) -> Vec<u32> {
         match item.want {
             WantLogits::None => {}
             WantLogits::Last => rows.push(t0 + n - 1),
-            WantLogits::All => rows.extend(t0..t0 + n),
+            WantLogits::From(k) => rows.extend(t0 + k.min(n as usize) as u32..t0 + n),
         }
         t0 += n;
     }

@@ -2,7 +2,9 @@
 //! forwards over the paged pool. Sequences are packed into steps of up to
 //! `max_batched_tokens` tokens (one item per sequence), and the LM head returns only the
 //! target tokens' log-probs, a few rows of logits at a time, so `[tokens, V]` logits never
-//! exist at once. A sequence longer than the budget is scored alone in chunks.
+//! exist at once. A sequence longer than the budget is scored alone in chunks. Each
+//! sequence may skip its first positions (a rollout's prompt): they still feed the forward,
+//! but the head, with a large vocabulary most of a small model's arithmetic, skips them.
 
 use crate::engine::block_pool::BlockPool;
 use crate::engine::error::{EngineError, EngineResult};
@@ -26,31 +28,48 @@ pub(crate) struct Scorer<'a> {
     pub replay: Option<&'a [ExpertChoices]>,
 }
 
+/// Sequences to score, and per sequence the first next-token position scored (`seq[t+1]`
+/// given `seq[..=t]` for `t >= from[i]`).
+#[derive(Clone, Copy)]
+pub(crate) struct ScoreRequest<'a> {
+    pub sequences: &'a [Vec<u32>],
+    pub from: &'a [usize],
+}
+
+impl ScoreRequest<'_> {
+    /// Next-token positions of sequence `i` that are scored.
+    fn scored(&self, i: usize) -> std::ops::Range<usize> {
+        let n = self.sequences[i].len() - 1;
+        self.from[i].min(n)..n
+    }
+}
+
 impl Scorer<'_> {
-    /// `len - 1` log-probs per sequence (`seq[t+1]` given `seq[..=t]`), in input order.
+    /// `len - 1 - from[i]` log-probs per sequence (`seq[t+1]` given `seq[..=t]`, for `t` from
+    /// `from[i]`), in input order.
     pub(crate) fn score(
         &self,
         pool: &mut BlockPool,
-        sequences: &[Vec<u32>],
+        req: ScoreRequest<'_>,
     ) -> EngineResult<Vec<Vec<f32>>> {
-        self.validate(pool, sequences)?;
+        self.validate(pool, req)?;
         let bs = pool.block_size();
-        let mut out: Vec<Vec<f32>> = Vec::with_capacity(sequences.len());
+        let mut out: Vec<Vec<f32>> = Vec::with_capacity(req.sequences.len());
         let mut batch: Vec<usize> = Vec::new();
         let (mut tokens, mut blocks) = (0, 0);
-        for (i, seq) in sequences.iter().enumerate() {
+        for (i, seq) in req.sequences.iter().enumerate() {
             let (t, b) = (seq.len() - 1, seq.len().div_ceil(bs));
             if t > self.max_batched_tokens {
-                out.extend(self.run_batch(pool, sequences, &batch)?);
+                out.extend(self.run_batch(pool, req, &batch)?);
                 batch.clear();
                 (tokens, blocks) = (0, 0);
-                out.push(self.score_long(pool, seq, i)?);
+                out.push(self.score_long(pool, req, i)?);
                 continue;
             }
             if !batch.is_empty()
                 && (tokens + t > self.max_batched_tokens || blocks + b > pool.num_free())
             {
-                out.extend(self.run_batch(pool, sequences, &batch)?);
+                out.extend(self.run_batch(pool, req, &batch)?);
                 batch.clear();
                 (tokens, blocks) = (0, 0);
             }
@@ -58,13 +77,23 @@ impl Scorer<'_> {
             tokens += t;
             blocks += b;
         }
-        out.extend(self.run_batch(pool, sequences, &batch)?);
+        out.extend(self.run_batch(pool, req, &batch)?);
         Ok(out)
     }
 
-    fn validate(&self, pool: &BlockPool, sequences: &[Vec<u32>]) -> EngineResult<()> {
+    fn validate(&self, pool: &BlockPool, req: ScoreRequest<'_>) -> EngineResult<()> {
         let bs = pool.block_size();
-        for (index, seq) in sequences.iter().enumerate() {
+        if req.from.len() != req.sequences.len() {
+            return Err(EngineError::InvalidRequest {
+                index: req.from.len().min(req.sequences.len()),
+                message: format!(
+                    "{} scoring starts for {} sequences",
+                    req.from.len(),
+                    req.sequences.len()
+                ),
+            });
+        }
+        for (index, seq) in req.sequences.iter().enumerate() {
             let bad = |message: String| EngineError::InvalidRequest { index, message };
             if seq.len() < 2 {
                 return Err(bad(format!(
@@ -96,31 +125,30 @@ impl Scorer<'_> {
     fn run_batch(
         &self,
         pool: &mut BlockPool,
-        sequences: &[Vec<u32>],
+        req: ScoreRequest<'_>,
         batch: &[usize],
     ) -> EngineResult<Vec<Vec<f32>>> {
         if batch.is_empty() {
             return Ok(vec![]);
         }
-        let tables = allocate(pool, batch.iter().map(|&i| sequences[i].len()))?;
+        let seqs = req.sequences;
+        let tables = allocate(pool, batch.iter().map(|&i| seqs[i].len()))?;
         let items: Vec<StepItem<'_>> = batch
             .iter()
             .zip(&tables)
             .map(|(&i, table)| StepItem {
                 table,
                 start: 0,
-                tokens: &sequences[i][..sequences[i].len() - 1],
-                want: WantLogits::All,
+                tokens: &seqs[i][..seqs[i].len() - 1],
+                want: WantLogits::From(req.scored(i).start),
             })
             .collect();
         let targets: Vec<u32> = batch
             .iter()
-            .flat_map(|&i| sequences[i][1..].iter().copied())
+            .flat_map(|&i| seqs[i][req.scored(i).start + 1..].iter().copied())
             .collect();
-        let spans: Vec<(usize, std::ops::Range<usize>)> = batch
-            .iter()
-            .map(|&i| (i, 0..sequences[i].len() - 1))
-            .collect();
+        let spans: Vec<(usize, std::ops::Range<usize>)> =
+            batch.iter().map(|&i| (i, 0..seqs[i].len() - 1)).collect();
         let result = self.forward(pool, &items, &targets, &spans);
         release(pool, tables);
         let flat = result?;
@@ -128,7 +156,7 @@ impl Scorer<'_> {
         Ok(batch
             .iter()
             .map(|&i| {
-                let n = sequences[i].len() - 1;
+                let n = req.scored(i).len();
                 at += n;
                 flat[at - n..at].to_vec()
             })
@@ -139,12 +167,14 @@ impl Scorer<'_> {
     fn score_long(
         &self,
         pool: &mut BlockPool,
-        seq: &[u32],
+        req: ScoreRequest<'_>,
         index: usize,
     ) -> EngineResult<Vec<f32>> {
+        let seq = &req.sequences[index];
+        let from = req.scored(index).start;
         let mut tables = allocate(pool, std::iter::once(seq.len()))?;
         let table = tables.pop().unwrap_or_default();
-        let mut lps = Vec::with_capacity(seq.len() - 1);
+        let mut lps = Vec::with_capacity(seq.len() - 1 - from);
         let mut start = 0;
         let mut result = Ok(());
         while start < seq.len() - 1 {
@@ -153,10 +183,11 @@ impl Scorer<'_> {
                 table: &table,
                 start,
                 tokens: &seq[start..end],
-                want: WantLogits::All,
+                want: WantLogits::From(from.saturating_sub(start)),
             };
             let spans = [(index, start..end)];
-            match self.forward(pool, &[item], &seq[start + 1..end + 1], &spans) {
+            let targets = &seq[from.max(start).min(end) + 1..end + 1];
+            match self.forward(pool, &[item], targets, &spans) {
                 Ok(v) => lps.extend(v),
                 Err(e) => {
                     result = Err(e);
@@ -179,7 +210,7 @@ impl Scorer<'_> {
         spans: &[(usize, std::ops::Range<usize>)],
     ) -> EngineResult<Vec<f32>> {
         let replay = self.replay.map(|r| step_replay(r, spans));
-        paged_forward(
+        let scored = paged_forward(
             self.weights,
             self.dims,
             self.inv_freq,
@@ -190,8 +221,13 @@ impl Scorer<'_> {
                 record: None,
                 replay: replay.as_deref(),
             },
-        )?
-        .ok_or_else(|| EngineError::Stalled("scoring returned no log-probs".into()))
+        )?;
+        match scored {
+            Some(lps) => Ok(lps),
+            // A chunk wholly before the scored positions feeds the cache and wants no rows.
+            None if targets.is_empty() => Ok(Vec::new()),
+            None => Err(EngineError::Stalled("scoring returned no log-probs".into())),
+        }
     }
 }
 

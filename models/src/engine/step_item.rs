@@ -9,8 +9,9 @@ pub(crate) enum WantLogits {
     None,
     /// The last new position only (to sample the next token).
     Last,
-    /// Every new position (scoring a sequence).
-    All,
+    /// Every new position from the `k`-th on (scoring a sequence: 0 for all of them, the
+    /// prompt's length less one for a rollout's response only).
+    From(usize),
 }
 
 /// A run of new tokens of one sequence.
