@@ -1,40 +1,127 @@
 //! The portable bf16 GEMM: both operands rounded to bf16 values (kept as f32, exact) and
 //! multiplied by the f32 GEMM. The numbers of the packed bf16 kernel up to summation order;
-//! the speed of f32.
+//! the speed of f32 plus one rounding pass over each operand.
+
+use rayon::prelude::*;
 
 use super::{round_to_bf16, MatView};
 
-/// `c = a · b` on bf16-rounded copies of `a` and `b` (each in its own memory layout when it
-/// is dense, so a transposed operand is rounded in one streaming pass, not gathered).
+/// `c = a · b` on bf16-rounded copies of `a` and `b` (each copied run by run in its own
+/// layout when its rows or columns are contiguous, so a transposed or narrowed operand is
+/// rounded in streaming passes, not gathered element by element).
 pub(super) fn gemm(a: MatView, b: MatView, c: &mut [f32]) {
     let (ar, br) = rayon::join(|| rounded_copy(a), || rounded_copy(b));
     super::f32::gemm(view_of(a, &ar), view_of(b, &br), c);
 }
 
-/// Whether `v`'s data is exactly its elements, row-major or transposed.
-fn dense(v: &MatView) -> bool {
-    v.data.len() == v.rows * v.cols
-        && ((v.col_stride == 1 && v.row_stride == v.cols)
-            || (v.row_stride == 1 && v.col_stride == v.rows))
+/// How a view's elements lie in its data: rows as contiguous runs, columns as contiguous
+/// runs, or neither.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Runs {
+    Rows,
+    Cols,
+    Scattered,
 }
 
-/// `v`'s elements rounded to bf16: its data in its own layout when dense, else gathered
-/// row-major.
-fn rounded_copy(v: MatView) -> Vec<f32> {
-    if dense(&v) {
-        return v.data.iter().map(|&x| round_to_bf16(x)).collect();
+fn runs(v: &MatView) -> Runs {
+    if v.col_stride == 1 {
+        Runs::Rows
+    } else if v.row_stride == 1 {
+        Runs::Cols
+    } else {
+        Runs::Scattered
     }
-    let mut out = Vec::with_capacity(v.rows * v.cols);
-    for r in 0..v.rows {
-        out.extend((0..v.cols).map(|c| round_to_bf16(v.at(r, c))));
+}
+
+/// `v`'s elements rounded to bf16: row-major when its rows are runs (or nothing is),
+/// column-major when its columns are, each run rounded in one pass on rayon's threads.
+fn rounded_copy(v: MatView) -> Vec<f32> {
+    let mut out = vec![0f32; v.rows * v.cols];
+    if out.is_empty() {
+        return out;
+    }
+    match runs(&v) {
+        Runs::Rows => round_runs(&mut out, v.data, v.cols, v.row_stride),
+        Runs::Cols => round_runs(&mut out, v.data, v.rows, v.col_stride),
+        Runs::Scattered => out.par_chunks_mut(v.cols).enumerate().for_each(|(r, row)| {
+            for (c, o) in row.iter_mut().enumerate() {
+                *o = round_to_bf16(v.at(r, c));
+            }
+        }),
     }
     out
 }
 
+/// Rounds run `i` (`len` elements from `data[i * stride]`) into `out[i * len..]`.
+fn round_runs(out: &mut [f32], data: &[f32], len: usize, stride: usize) {
+    out.par_chunks_mut(len).enumerate().for_each(|(i, run)| {
+        let src = &data[i * stride..i * stride + len];
+        for (o, &x) in run.iter_mut().zip(src) {
+            *o = round_to_bf16(x);
+        }
+    });
+}
+
 /// The view of `rounded` (made by [`rounded_copy`] from `v`).
 fn view_of<'a>(v: MatView, rounded: &'a [f32]) -> MatView<'a> {
-    match dense(&v) {
-        true => MatView { data: rounded, ..v },
-        false => MatView::row_major(rounded, v.rows, v.cols),
+    match runs(&v) {
+        Runs::Cols => MatView::row_major(rounded, v.cols, v.rows).t(),
+        Runs::Rows | Runs::Scattered => MatView::row_major(rounded, v.rows, v.cols),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A strided copy holds the rounded elements in the layout its view reads: rows, columns
+    /// (a narrowed transpose) and scattered views alike.
+    #[test]
+    fn rounded_copies_read_back_as_the_rounded_elements() {
+        let data: Vec<f32> = (0..600).map(|i| (i as f32) * 0.013_7 - 3.1).collect();
+        let views = [
+            MatView::row_major(&data, 20, 30),
+            MatView::row_major(&data, 20, 30).t(),
+            // Rows of 12 out of every 30 (a narrowed operand), and its transpose.
+            MatView {
+                data: &data,
+                rows: 19,
+                cols: 12,
+                row_stride: 30,
+                col_stride: 1,
+            },
+            MatView {
+                data: &data,
+                rows: 19,
+                cols: 12,
+                row_stride: 30,
+                col_stride: 1,
+            }
+            .t(),
+            MatView {
+                data: &data,
+                rows: 9,
+                cols: 7,
+                row_stride: 61,
+                col_stride: 3,
+            },
+        ];
+        for (k, &v) in views.iter().enumerate() {
+            let copy = rounded_copy(v);
+            let back = view_of(v, &copy);
+            assert_eq!((back.rows, back.cols), (v.rows, v.cols), "view {k}");
+            for r in 0..v.rows {
+                for c in 0..v.cols {
+                    let want = round_to_bf16(v.at(r, c));
+                    assert_eq!(
+                        back.at(r, c).to_bits(),
+                        want.to_bits(),
+                        "view {k} ({r}, {c})"
+                    );
+                }
+            }
+        }
+        assert_eq!(runs(&views[1]), Runs::Cols);
+        assert_eq!(runs(&views[4]), Runs::Scattered);
     }
 }
