@@ -79,25 +79,19 @@ mod tests {
     #[test]
     fn rounded_copies_read_back_as_the_rounded_elements() {
         let data: Vec<f32> = (0..600).map(|i| (i as f32) * 0.013_7 - 3.1).collect();
+        // Rows of 12 out of every 30 (a narrowed operand).
+        let narrowed = MatView {
+            data: &data,
+            rows: 19,
+            cols: 12,
+            row_stride: 30,
+            col_stride: 1,
+        };
         let views = [
             MatView::row_major(&data, 20, 30),
             MatView::row_major(&data, 20, 30).t(),
-            // Rows of 12 out of every 30 (a narrowed operand), and its transpose.
-            MatView {
-                data: &data,
-                rows: 19,
-                cols: 12,
-                row_stride: 30,
-                col_stride: 1,
-            },
-            MatView {
-                data: &data,
-                rows: 19,
-                cols: 12,
-                row_stride: 30,
-                col_stride: 1,
-            }
-            .t(),
+            narrowed,
+            narrowed.t(),
             MatView {
                 data: &data,
                 rows: 9,
