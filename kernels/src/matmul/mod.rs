@@ -39,6 +39,7 @@ mod tests;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) use bf16_pack::bf16_row_pairs;
+pub(crate) use bf16_rounded::RoundedOperand;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use bf16_serial::{gemm_packed, PackedRhs, RhsWindow};
 pub(crate) use strided::{gemm_rm, MatRef};
@@ -70,6 +71,23 @@ pub enum Numbers {
 /// # Panics
 /// If the inner dimensions or the output size do not match (a caller's shape bug).
 pub(crate) fn gemm(numbers: Numbers, a: MatView, b: MatView, c: &mut [f32]) {
+    gemm_marked(numbers, a, b, c, [false; 2]);
+}
+
+/// [`gemm`], where `bf16_exact[i]` says operand `i` (`a`, `b`) holds bf16 values already
+/// (widened from bf16, or a [`RoundedOperand`]): the portable bf16 path multiplies such an
+/// operand in place instead of rounding a copy of it. Marking an operand that is not exact
+/// gives products of its unrounded values.
+///
+/// # Panics
+/// As [`gemm`].
+pub(crate) fn gemm_marked(
+    numbers: Numbers,
+    a: MatView,
+    b: MatView,
+    c: &mut [f32],
+    bf16_exact: [bool; 2],
+) {
     assert_eq!(a.cols, b.rows, "matmul: inner dimensions differ");
     assert_eq!(c.len(), a.rows * b.cols, "matmul: output size");
     if c.is_empty() {
@@ -83,18 +101,47 @@ pub(crate) fn gemm(numbers: Numbers, a: MatView, b: MatView, c: &mut [f32]) {
         Numbers::F32 => f32::gemm(a, b, c),
         #[cfg(target_arch = "x86_64")]
         Numbers::Bf16(Bf16Path::Avx512Bf16) => bf16_blocked::gemm(a, b, c),
-        Numbers::Bf16(_) => bf16_rounded::gemm(a, b, c),
+        Numbers::Bf16(_) => bf16_rounded::gemm(a, b, c, bf16_exact),
     }
 }
 
-/// `v` rounded to the nearest bf16 (ties to even), as its 16 bits.
+/// `v` rounded to the nearest bf16 (ties to even), as its 16 bits: `half::bf16::from_f32`'s
+/// bits, NaN quieted as it does, without its branches (so a loop over a slice vectorizes).
 #[inline]
 pub(crate) fn bf16_bits(v: f32) -> u16 {
-    half::bf16::from_f32(v).to_bits()
+    (rounded_bits(v) >> 16) as u16
+}
+
+/// `v` rounded to the nearest bf16 (ties to even): [`bf16_bits`] as a `half::bf16`.
+#[inline]
+pub(crate) fn to_bf16(v: f32) -> half::bf16 {
+    half::bf16::from_bits(bf16_bits(v))
+}
+
+/// `h` widened to f32 (exact; a NaN stays a NaN), without `half`'s branch for NaN.
+#[inline]
+pub(crate) fn widen_bf16(h: half::bf16) -> f32 {
+    f32::from_bits((h.to_bits() as u32) << 16)
 }
 
 /// `v` rounded to the nearest bf16 and widened back to f32 (exact).
 #[inline]
 pub(crate) fn round_to_bf16(v: f32) -> f32 {
-    f32::from_bits((bf16_bits(v) as u32) << 16)
+    f32::from_bits(rounded_bits(v))
+}
+
+/// The f32 bits of `v` rounded to bf16: adding `0x7fff` plus the kept part's lowest bit
+/// carries into the kept part exactly when the dropped half is above a half-unit or a tie
+/// with an odd kept part (ties to even; the largest finite values round to infinity). A NaN
+/// keeps its sign and top mantissa bits with the quiet bit set.
+#[inline]
+fn rounded_bits(v: f32) -> u32 {
+    let x = v.to_bits();
+    let rounded = x.wrapping_add(0x7fff + ((x >> 16) & 1)) & 0xffff_0000;
+    let quiet_nan = (x | 0x0040_0000) & 0xffff_0000;
+    if x & 0x7fff_ffff > 0x7f80_0000 {
+        quiet_nan
+    } else {
+        rounded
+    }
 }

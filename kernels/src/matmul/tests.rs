@@ -93,6 +93,44 @@ fn rounding_is_to_nearest_even() {
     assert_eq!(round_to_bf16(1.0 + 1.5 / 256.0), 1.0 + 2.0 / 256.0);
 }
 
+/// The branch-free rounding gives `half::bf16::from_f32`'s bits for every kind of f32: ties,
+/// the largest finite values (to infinity), infinities, subnormals, signed zeros and NaNs
+/// (quieted), and a stride through all 2^32 bit patterns.
+#[test]
+fn rounding_matches_the_half_crate_bit_for_bit() {
+    let edges = [
+        0u32,
+        0x8000_0000,
+        0x0000_0001,
+        0x0000_8000,
+        0x0001_8000,
+        0x3f80_8000,
+        0x3f81_8000,
+        0x3f80_8001,
+        0x7f7f_ffff,
+        0xff7f_ffff,
+        0x7f7f_7fff,
+        0x7f80_0000,
+        0xff80_0000,
+        0x7f80_0001,
+        0xff80_0001,
+        0x7fc0_0000,
+        0x7fbf_ffff,
+        0xffff_ffff,
+    ];
+    let stride = (0..=u32::MAX).step_by(65_521);
+    for bits in edges.into_iter().chain(stride) {
+        let v = f32::from_bits(bits);
+        let want = half::bf16::from_f32(v).to_bits();
+        assert_eq!(bf16_bits(v), want, "bits {bits:#010x}");
+        assert_eq!(
+            round_to_bf16(v).to_bits(),
+            (want as u32) << 16,
+            "bits {bits:#010x}"
+        );
+    }
+}
+
 /// The f32 GEMM reads transposed views in place and sums like an f64 product.
 #[test]
 fn the_f32_gemm_reads_strided_views() {
@@ -180,4 +218,38 @@ fn packing_rounds_every_value_as_half_does() {
             assert_eq!(got, expect, "A tile {t} pair {p} lane {i}");
         }
     }
+}
+
+/// An operand rounded once ([`RoundedOperand`]) and marked exact gives the same bits as the
+/// product that rounds it itself, on every path, transposed views included; on the portable
+/// path the mark is what skips the rounding (an unrounded operand marked exact is multiplied
+/// as it is).
+#[test]
+fn a_marked_operand_is_multiplied_in_place() {
+    let (m, k, n) = (37, 70, 29);
+    let ad = values(k * m, 11);
+    let bd = values(k * n, 12);
+    let a = MatView::row_major(&ad, k, m).t();
+    let b = MatView::row_major(&bd, k, n);
+    for path in Bf16Path::available() {
+        let numbers = Numbers::Bf16(path);
+        let once = RoundedOperand::new(numbers, a);
+        let (mut plain, mut marked) = (vec![0f32; m * n], vec![0f32; m * n]);
+        gemm(numbers, a, b, &mut plain);
+        gemm_marked(
+            numbers,
+            once.view(),
+            b,
+            &mut marked,
+            [once.bf16_exact(), false],
+        );
+        let bits = |c: &[f32]| c.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&plain), bits(&marked), "{path:?}");
+        assert_eq!(once.bf16_exact(), path == Bf16Path::RoundedF32, "{path:?}");
+    }
+    let portable = Numbers::Bf16(Bf16Path::RoundedF32);
+    let (mut unrounded, mut f32_product) = (vec![0f32; m * n], vec![0f32; m * n]);
+    gemm_marked(portable, a, b, &mut unrounded, [true, true]);
+    gemm(Numbers::F32, a, b, &mut f32_product);
+    assert_eq!(unrounded, f32_product);
 }

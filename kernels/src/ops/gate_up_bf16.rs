@@ -20,7 +20,7 @@ use rayon::prelude::*;
 
 use super::linear::{bf16_path, matrix};
 use super::validate;
-use crate::matmul::{gemm, MatView, Numbers};
+use crate::matmul::{gemm_marked, to_bf16, MatView, Numbers, RoundedOperand};
 
 const OP: &str = "gate-up-bf16";
 
@@ -68,17 +68,22 @@ impl CustomOp3 for GateUp {
         let wg = matrix(s2, l2, "w_gate", &mut wide.1)?;
         let wu = matrix(s3, l3, "w_up", &mut wide.2)?;
         let (rows, inner) = (x.rows, wg.rows);
+        let x = RoundedOperand::new(self.numbers, x);
         let mut out = vec![bf16::ZERO; rows * 2 * inner];
         for (half, w) in [wg, wu].into_iter().enumerate() {
             let mut product = crate::host_memory::zeros_touched(rows * inner, 0f32);
-            gemm(self.numbers, x, w.t(), &mut product);
+            gemm_marked(
+                self.numbers,
+                x.view(),
+                w.t(),
+                &mut product,
+                [x.bf16_exact(), false],
+            );
             out.par_chunks_mut(2 * inner)
                 .zip(product.par_chunks(inner))
                 .for_each(|(o, p)| {
                     let o = &mut o[half * inner..(half + 1) * inner];
-                    o.iter_mut()
-                        .zip(p)
-                        .for_each(|(o, &v)| *o = bf16::from_f32(v));
+                    o.iter_mut().zip(p).for_each(|(o, &v)| *o = to_bf16(v));
                 });
         }
         let mut dims = l1.dims().to_vec();
@@ -151,10 +156,11 @@ impl CustomOp3 for GradInput {
         let (dg, du) = halves(matrix(s1, l1, "grad", &mut wide.0)?);
         let wg = matrix(s2, l2, "w_gate", &mut wide.1)?;
         let wu = matrix(s3, l3, "w_up", &mut wide.2)?;
+        // The gradient halves are bf16 (widened): exact.
         let mut out = crate::host_memory::zeros_touched(dg.rows * wg.cols, 0f32);
-        gemm(self.0, dg, wg, &mut out);
+        gemm_marked(self.0, dg, wg, &mut out, [true, false]);
         let mut up = crate::host_memory::zeros_touched(du.rows * wu.cols, 0f32);
-        gemm(self.0, du, wu, &mut up);
+        gemm_marked(self.0, du, wu, &mut up, [true, false]);
         out.par_iter_mut().zip(&up).for_each(|(o, &u)| *o += u);
         Ok((CpuStorage::F32(out), Shape::from((dg.rows, wg.cols))))
     }
@@ -177,12 +183,13 @@ impl CustomOp2 for GradWeights {
     ) -> Result<(CpuStorage, Shape)> {
         let mut wide = (Vec::new(), Vec::new());
         let (dg, du) = halves(matrix(s1, l1, "grad", &mut wide.0)?);
-        let x = matrix(s2, l2, "x", &mut wide.1)?;
-        let (inner, width) = (dg.cols, x.cols);
+        let x = RoundedOperand::new(self.0, matrix(s2, l2, "x", &mut wide.1)?);
+        let marks = [true, x.bf16_exact()]; // the gradient halves are bf16 (widened)
+        let (inner, width) = (dg.cols, x.view().cols);
         let mut out = crate::host_memory::zeros_touched(2 * inner * width, 0f32);
         let (og, ou) = out.split_at_mut(inner * width);
-        gemm(self.0, dg.t(), x, og);
-        gemm(self.0, du.t(), x, ou);
+        gemm_marked(self.0, dg.t(), x.view(), og, marks);
+        gemm_marked(self.0, du.t(), x.view(), ou, marks);
         Ok((CpuStorage::F32(out), Shape::from((2, inner, width))))
     }
 }

@@ -22,7 +22,7 @@ use rayon::prelude::*;
 
 use super::cpu_math::contiguous_slice;
 use super::validate;
-use crate::matmul::{gemm, Bf16Path, MatView, Numbers};
+use crate::matmul::{gemm_marked, widen_bf16, Bf16Path, MatView, Numbers, RoundedOperand};
 
 const OP: &str = "linear";
 
@@ -72,10 +72,7 @@ fn linear_op(numbers: Numbers, x: &Tensor, w: &Tensor) -> Result<Tensor> {
     if in_dim != w_in {
         candle_core::bail!("{OP}: input width {in_dim} but weight {:?}", w.dims());
     }
-    let op = Product {
-        kind: Kind::Forward,
-        numbers,
-    };
+    let op = Product::new(Kind::Forward, numbers);
     x.contiguous()?.apply_op2(&w.contiguous()?, op)
 }
 
@@ -118,12 +115,28 @@ pub(super) enum Kind {
 pub(super) struct Product {
     kind: Kind,
     numbers: Numbers,
+    /// Which operands hold bf16 values already (besides bf16 tensors, which always do).
+    bf16_exact: [bool; 2],
 }
 
 impl Product {
     /// The product `kind` in `numbers`.
     pub(super) fn new(kind: Kind, numbers: Numbers) -> Product {
-        Product { kind, numbers }
+        Product {
+            kind,
+            numbers,
+            bf16_exact: [false; 2],
+        }
+    }
+
+    /// The product `kind` in `numbers` where `bf16_exact[i]` says operand `i`, an f32
+    /// tensor, holds bf16 values already (a gradient rounded once for both of a layer's
+    /// backward products, an activation rounded as it was computed).
+    pub(super) fn marked(kind: Kind, numbers: Numbers, bf16_exact: [bool; 2]) -> Product {
+        Product {
+            bf16_exact,
+            ..Product::new(kind, numbers)
+        }
     }
 
     /// The product of `(s1, l1)` and `(s2, l2)` (see [`Kind`]), f32, with its shape.
@@ -151,7 +164,12 @@ impl Product {
             );
         }
         let mut out = crate::host_memory::zeros_touched(a.rows * b.cols, 0f32);
-        gemm(self.numbers, a, b, &mut out);
+        let widened = |s: &CpuStorage| matches!(s, CpuStorage::BF16(_));
+        let exact = [
+            self.bf16_exact[0] || widened(s1),
+            self.bf16_exact[1] || widened(s2),
+        ];
+        gemm_marked(self.numbers, a, b, &mut out, exact);
         let shape = match self.kind {
             Kind::Forward => {
                 let mut dims = l1.dims().to_vec();
@@ -182,7 +200,7 @@ pub(super) fn matrix<'a>(
             widened
                 .par_iter_mut()
                 .zip(half.par_iter())
-                .for_each(|(w, h)| *w = h.to_f32());
+                .for_each(|(w, h)| *w = widen_bf16(*h));
             widened.as_slice()
         }
         _ => contiguous_slice::<f32>(s, l, OP, arg)?,
@@ -229,14 +247,21 @@ impl CustomOp2 for Product {
 
 /// The gradients `(∂x, ∂W)` of `y = x · Wᵀ` in `numbers` from `dy` (contiguous, `[.., out]`).
 /// A frozen operand (a LoRA model's base weight, the frozen embedding's output) is not
-/// tracked: its product is skipped, not computed and dropped.
+/// tracked: its product is skipped, not computed and dropped. On the portable bf16 path
+/// `dy` is rounded once for both products.
 pub(super) fn gradients(
     numbers: Numbers,
     x: &Tensor,
     w: &Tensor,
     dy: &Tensor,
 ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-    let product = |kind| Product::new(kind, numbers);
+    let both = x.track_op() && w.track_op();
+    let rounded = match both {
+        true => rounded_once(numbers, dy)?,
+        false => None,
+    };
+    let dy = rounded.as_ref().unwrap_or(dy);
+    let product = |kind| Product::marked(kind, numbers, [rounded.is_some(), false]);
     let gx = match x.track_op() {
         true => Some(
             dy.apply_op2_no_bwd(w, &product(Kind::GradInput))?
@@ -252,6 +277,25 @@ pub(super) fn gradients(
         (false, _) => None,
     };
     Ok((gx, gw))
+}
+
+/// `t` (contiguous f32 on the CPU) rounded to bf16 values, as a new f32 tensor, where
+/// `numbers` is the portable bf16 path (which would round it in every product); `None` on
+/// the other paths and for other tensors.
+pub(super) fn rounded_once(numbers: Numbers, t: &Tensor) -> Result<Option<Tensor>> {
+    if numbers != Numbers::Bf16(Bf16Path::RoundedF32) || t.dtype() != DType::F32 {
+        return Ok(None);
+    }
+    let copy = {
+        let (storage, layout) = t.storage_and_layout();
+        let candle_core::Storage::Cpu(cpu) = &*storage else {
+            return Ok(None);
+        };
+        let data = contiguous_slice::<f32>(cpu, layout, OP, "grad")?;
+        RoundedOperand::new(numbers, MatView::row_major(data, 1, data.len())).into_copy()
+    };
+    copy.map(|c| Tensor::from_vec(c, t.shape(), t.device()))
+        .transpose()
 }
 
 #[cfg(test)]

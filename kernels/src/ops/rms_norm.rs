@@ -68,7 +68,6 @@ fn inv_rms<T: Real>(row: &[T], eps: T) -> T {
     T::ONE / (ms + eps).sqrt()
 }
 
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn fwd_rows<T: Real>(x: &[T], w: &[T], eps: f64) -> Vec<T> {
     let d = w.len();
     let eps = T::from_f64(eps);
@@ -76,19 +75,25 @@ fn fwd_rows<T: Real>(x: &[T], w: &[T], eps: f64) -> Vec<T> {
     let per_task = rows_per_task(d);
     out.par_chunks_mut(per_task * d)
         .zip(x.par_chunks(per_task * d))
-        .for_each(|(out, x)| {
-            for (o, row) in out.chunks_mut(d).zip(x.chunks(d)) {
-                let r = inv_rms(row, eps);
-                for ((o, &xi), &wi) in o.iter_mut().zip(row).zip(w) {
-                    *o = xi * r * wi;
-                }
-            }
-        });
+        .for_each(|(out, x)| fwd_task(out, x, w, eps));
     out
 }
 
-/// `dx_i = r w_i g_i - (r^3 / D) x_i sum_j g_j w_j x_j`.
+/// One task's rows of [`fwd_rows`]. The per-task bodies here are functions of their own,
+/// multiversioned, not the closures rayon calls: a closure is compiled for the baseline CPU
+/// (SSE2) whatever the function defining it is compiled for.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn fwd_task<T: Real>(out: &mut [T], x: &[T], w: &[T], eps: T) {
+    let d = w.len();
+    for (o, row) in out.chunks_mut(d).zip(x.chunks(d)) {
+        let r = inv_rms(row, eps);
+        for ((o, &xi), &wi) in o.iter_mut().zip(row).zip(w) {
+            *o = xi * r * wi;
+        }
+    }
+}
+
+/// `dx_i = r w_i g_i - (r^3 / D) x_i sum_j g_j w_j x_j`.
 fn bwd_x_rows<T: Real>(x: &[T], w: &[T], g: &[T], eps: f64) -> Vec<T> {
     let d = w.len();
     let eps = T::from_f64(eps);
@@ -98,21 +103,38 @@ fn bwd_x_rows<T: Real>(x: &[T], w: &[T], g: &[T], eps: f64) -> Vec<T> {
     out.par_chunks_mut(per_task * d)
         .zip(x.par_chunks(per_task * d))
         .zip(g.par_chunks(per_task * d))
-        .for_each(|((out, x), g)| {
-            for ((o, xr), gr) in out.chunks_mut(d).zip(x.chunks(d)).zip(g.chunks(d)) {
-                let r = inv_rms(xr, eps);
-                let dot = row_dot3(gr, w, xr);
-                let c = r * r * r * inv_d * dot;
-                for (((o, &xi), &wi), &gi) in o.iter_mut().zip(xr).zip(w).zip(gr) {
-                    *o = r * wi * gi - c * xi;
-                }
-            }
-        });
+        .for_each(|((out, x), g)| bwd_x_task(out, (x, g), w, (eps, inv_d)));
     out
 }
 
-/// `dw_i = sum_rows g_i x_i r`, summed per fixed row block, then over blocks in order.
+/// One task's rows of [`bwd_x_rows`] (`inv_d`: `1 / D`).
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn bwd_x_task<T: Real>(out: &mut [T], (x, g): (&[T], &[T]), w: &[T], (eps, inv_d): (T, T)) {
+    let d = w.len();
+    for ((o, xr), gr) in out.chunks_mut(d).zip(x.chunks(d)).zip(g.chunks(d)) {
+        let r = inv_rms(xr, eps);
+        let dot = row_dot3(gr, w, xr);
+        let c = r * r * r * inv_d * dot;
+        for (((o, &xi), &wi), &gi) in o.iter_mut().zip(xr).zip(w).zip(gr) {
+            *o = r * wi * gi - c * xi;
+        }
+    }
+}
+
+/// One block's partial sums of [`bwd_w`].
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn bwd_w_task<T: Real>(x: &[T], g: &[T], d: usize, eps: T) -> Vec<T> {
+    let mut acc = vec![T::ZERO; d];
+    for (xr, gr) in x.chunks(d).zip(g.chunks(d)) {
+        let r = inv_rms(xr, eps);
+        for ((a, &xi), &gi) in acc.iter_mut().zip(xr).zip(gr) {
+            *a += gi * xi * r;
+        }
+    }
+    acc
+}
+
+/// `dw_i = sum_rows g_i x_i r`, summed per fixed row block, then over blocks in order.
 fn bwd_w<T: Real>(x: &[T], g: &[T], d: usize, eps: f64) -> Vec<T> {
     let eps = T::from_f64(eps);
     let rows = x.len() / d;
@@ -122,16 +144,7 @@ fn bwd_w<T: Real>(x: &[T], g: &[T], d: usize, eps: f64) -> Vec<T> {
     let partials: Vec<Vec<T>> = x
         .par_chunks(block * d)
         .zip(g.par_chunks(block * d))
-        .map(|(x, g)| {
-            let mut acc = vec![T::ZERO; d];
-            for (xr, gr) in x.chunks(d).zip(g.chunks(d)) {
-                let r = inv_rms(xr, eps);
-                for ((a, &xi), &gi) in acc.iter_mut().zip(xr).zip(gr) {
-                    *a += gi * xi * r;
-                }
-            }
-            acc
-        })
+        .map(|(x, g)| bwd_w_task(x, g, d, eps))
         .collect();
     let mut dw = vec![T::ZERO; d];
     for p in &partials {

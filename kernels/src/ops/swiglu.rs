@@ -93,22 +93,26 @@ pub(super) fn silu_times_grads<T: Real>(g: T, u: T, dy: T) -> (T, T) {
     (dy * u * s * (T::ONE + g * (T::ONE - s)), dy * (g * s))
 }
 
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn fwd<T: Real>(g: &[T], u: &[T], engine_order: bool) -> Vec<T> {
     let mut out = vec![T::ZERO; g.len()];
     out.par_chunks_mut(CHUNK)
         .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
-        .for_each(|(o, (g, u))| {
-            let pairs = o.iter_mut().zip(g).zip(u);
-            match engine_order {
-                true => pairs.for_each(|((o, &g), &u)| *o = g / (T::ONE + (-g).exp()) * u),
-                false => pairs.for_each(|((o, &g), &u)| *o = silu_times(g, u)),
-            }
-        });
+        .for_each(|(o, (g, u))| fwd_task(o, g, u, engine_order));
     out
 }
 
+/// One task's elements of [`fwd`]. The per-task bodies are functions of their own,
+/// multiversioned, not the closures rayon calls: a closure is compiled for the baseline CPU
+/// (SSE2) whatever the function defining it is compiled for.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn fwd_task<T: Real>(out: &mut [T], g: &[T], u: &[T], engine_order: bool) {
+    let pairs = out.iter_mut().zip(g).zip(u);
+    match engine_order {
+        true => pairs.for_each(|((o, &g), &u)| *o = g / (T::ONE + (-g).exp()) * u),
+        false => pairs.for_each(|((o, &g), &u)| *o = silu_times(g, u)),
+    }
+}
+
 fn bwd<T: Real>(g: &[T], u: &[T], dy: &[T]) -> Vec<T> {
     let n = g.len();
     let mut out = vec![T::ZERO; 2 * n];
@@ -117,12 +121,16 @@ fn bwd<T: Real>(g: &[T], u: &[T], dy: &[T]) -> Vec<T> {
         .zip(du.par_chunks_mut(CHUNK))
         .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
         .zip(dy.par_chunks(CHUNK))
-        .for_each(|(((dg, du), (g, u)), dy)| {
-            for i in 0..g.len() {
-                (dg[i], du[i]) = silu_times_grads(g[i], u[i], dy[i]);
-            }
-        });
+        .for_each(|(((dg, du), (g, u)), dy)| bwd_task((dg, du), (g, u), dy));
     out
+}
+
+/// One task's elements of [`bwd`] (multiversioned as [`fwd_task`] is).
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn bwd_task<T: Real>((dg, du): (&mut [T], &mut [T]), (g, u): (&[T], &[T]), dy: &[T]) {
+    for i in 0..g.len() {
+        (dg[i], du[i]) = silu_times_grads(g[i], u[i], dy[i]);
+    }
 }
 
 impl CustomOp2 for SwiGlu {

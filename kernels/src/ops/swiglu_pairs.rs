@@ -13,10 +13,10 @@ use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::cpu_math::contiguous_slice;
-use super::linear::{bf16_path, matrix, Kind, Product};
+use super::linear::{bf16_path, matrix, rounded_once, Kind, Product};
 use super::swiglu::{silu_times, silu_times_grads};
 use super::validate;
-use crate::matmul::{gemm, MatView, Numbers};
+use crate::matmul::{gemm_marked, round_to_bf16, to_bf16, widen_bf16, MatView, Numbers};
 
 const OP: &str = "swiglu-pairs-linear";
 /// Rows per rayon task of the elementwise passes.
@@ -69,11 +69,12 @@ impl CustomOp2 for SwiGluPairsLinear {
         let mut wide = Vec::new();
         let w = matrix(s2, l2, "w", &mut wide)?;
         let mut out = crate::host_memory::zeros_touched(rows * w.rows, 0f32);
-        gemm(
+        gemm_marked(
             self.numbers,
             MatView::row_major(&act, rows, inner),
             w.t(),
             &mut out,
+            [true, false], // the activation is rounded to bf16 values
         );
         let mut dims = l1.dims().to_vec();
         if let Some(last) = dims.last_mut() {
@@ -90,24 +91,31 @@ impl CustomOp2 for SwiGluPairsLinear {
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let grad = grad.contiguous()?;
-        let product = |kind| Product::new(kind, self.numbers);
+        // The gradient rounded once for both products where both run; the activation is.
+        let rounded = match gate_up.track_op() && w.track_op() {
+            true => rounded_once(self.numbers, &grad)?,
+            false => None,
+        };
+        let grad = rounded.as_ref().unwrap_or(&grad);
+        let product = |kind, act| Product::marked(kind, self.numbers, [rounded.is_some(), act]);
         let gw = match w.track_op() {
             true => {
                 let act = gate_up.apply_op1_no_bwd(&Activation)?;
-                Some(grad.apply_op2_no_bwd(&act, &product(Kind::GradWeight))?)
+                Some(grad.apply_op2_no_bwd(&act, &product(Kind::GradWeight, true))?)
             }
             false => None,
         };
         if !gate_up.track_op() {
             return Ok((None, gw));
         }
-        let d_act = grad.apply_op2_no_bwd(w, &product(Kind::GradInput))?;
+        let d_act = grad.apply_op2_no_bwd(w, &product(Kind::GradInput, false))?;
         let d_pairs = gate_up.apply_op2_no_bwd(&d_act, &PairsGrad)?;
         Ok((Some(d_pairs.reshape(gate_up.dims())?), gw))
     }
 }
 
-/// `[g | u] [.., 2i]` bf16 -> `silu(g) · u` `[rows, i]` f32.
+/// `[g | u] [.., 2i]` bf16 -> `silu(g) · u` `[rows, i]` f32, rounded to bf16 values (the
+/// down projection's operand).
 struct Activation;
 
 impl CustomOp1 for Activation {
@@ -164,8 +172,8 @@ impl CustomOp2 for PairsGrad {
     }
 }
 
-/// `silu(g) · u` per row of `[g | u]` (`inner` each), as [`super::swiglu`] computes it.
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+/// `silu(g) · u` per row of `[g | u]` (`inner` each), as [`super::swiglu`] computes it,
+/// rounded to bf16 values (as the down projection's product would round it).
 fn silu_times_up(gu: &[bf16], inner: usize) -> Vec<f32> {
     let mut out = vec![0f32; gu.len() / 2];
     if inner == 0 {
@@ -173,19 +181,24 @@ fn silu_times_up(gu: &[bf16], inner: usize) -> Vec<f32> {
     }
     out.par_chunks_mut(ROWS_PER_TASK * inner)
         .zip(gu.par_chunks(ROWS_PER_TASK * 2 * inner))
-        .for_each(|(o, gu)| {
-            for (o, gu) in o.chunks_mut(inner).zip(gu.chunks(2 * inner)) {
-                let (g, u) = gu.split_at(inner);
-                for ((o, g), u) in o.iter_mut().zip(g).zip(u) {
-                    *o = silu_times(g.to_f32(), u.to_f32());
-                }
-            }
-        });
+        .for_each(|(o, gu)| activation_rows(o, gu, inner));
     out
 }
 
-/// `[∂g | ∂u]` rounded to bf16, [`super::swiglu`]'s backward arithmetic.
+/// One task's rows of [`silu_times_up`]. Its own multiversioned function (not the body of
+/// the closure rayon calls): a closure is compiled for the baseline CPU (SSE2), whatever
+/// the function that defines it is compiled for.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn activation_rows(out: &mut [f32], gu: &[bf16], inner: usize) {
+    for (o, gu) in out.chunks_mut(inner).zip(gu.chunks(2 * inner)) {
+        let (g, u) = gu.split_at(inner);
+        for ((o, g), u) in o.iter_mut().zip(g).zip(u) {
+            *o = round_to_bf16(silu_times(widen_bf16(*g), widen_bf16(*u)));
+        }
+    }
+}
+
+/// `[∂g | ∂u]` rounded to bf16, [`super::swiglu`]'s backward arithmetic.
 fn pairs_grad(gu: &[bf16], d_act: &[f32], inner: usize) -> Vec<bf16> {
     let mut out = vec![bf16::ZERO; gu.len()];
     if inner == 0 {
@@ -194,18 +207,22 @@ fn pairs_grad(gu: &[bf16], d_act: &[f32], inner: usize) -> Vec<bf16> {
     out.par_chunks_mut(ROWS_PER_TASK * 2 * inner)
         .zip(gu.par_chunks(ROWS_PER_TASK * 2 * inner))
         .zip(d_act.par_chunks(ROWS_PER_TASK * inner))
-        .for_each(|((o, gu), da)| {
-            let rows = o.chunks_mut(2 * inner).zip(gu.chunks(2 * inner));
-            for ((o, gu), da) in rows.zip(da.chunks(inner)) {
-                let (dg, du) = o.split_at_mut(inner);
-                let (g, u) = gu.split_at(inner);
-                for i in 0..inner {
-                    let (d_g, d_u) = silu_times_grads(g[i].to_f32(), u[i].to_f32(), da[i]);
-                    (dg[i], du[i]) = (bf16::from_f32(d_g), bf16::from_f32(d_u));
-                }
-            }
-        });
+        .for_each(|((o, gu), da)| pairs_grad_rows(o, gu, da, inner));
     out
+}
+
+/// One task's rows of [`pairs_grad`] (multiversioned as [`activation_rows`] is).
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn pairs_grad_rows(out: &mut [bf16], gu: &[bf16], d_act: &[f32], inner: usize) {
+    let rows = out.chunks_mut(2 * inner).zip(gu.chunks(2 * inner));
+    for ((o, gu), da) in rows.zip(d_act.chunks(inner)) {
+        let (dg, du) = o.split_at_mut(inner);
+        let (g, u) = gu.split_at(inner);
+        for i in 0..inner {
+            let (d_g, d_u) = silu_times_grads(widen_bf16(g[i]), widen_bf16(u[i]), da[i]);
+            (dg[i], du[i]) = (to_bf16(d_g), to_bf16(d_u));
+        }
+    }
 }
 
 #[cfg(test)]

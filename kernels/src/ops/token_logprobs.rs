@@ -50,50 +50,54 @@ struct TokenLogprobs;
 /// Backward op: `(logits [rows, V], targets [rows], grad [rows]) -> grad_logits [rows, V]`.
 struct TokenLogprobsGrad;
 
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn fwd_rows<T: Real>(logits: &[T], targets: &[u32], vocab: usize) -> Vec<T> {
     let mut out = vec![T::ZERO; targets.len()];
     let per_task = rows_per_task(vocab);
     out.par_chunks_mut(per_task)
         .zip(logits.par_chunks(per_task * vocab))
         .zip(targets.par_chunks(per_task))
-        .for_each(|((out, logits), targets)| {
-            for ((o, row), &y) in out.iter_mut().zip(logits.chunks(vocab)).zip(targets) {
-                *o = row[y as usize] - row_logsumexp(row);
-            }
-        });
+        .for_each(|((out, logits), targets)| fwd_task(out, logits, targets, vocab));
     out
 }
 
+/// One task's rows of [`fwd_rows`]. The per-task bodies are functions of their own,
+/// multiversioned, not the closures rayon calls: a closure is compiled for the baseline CPU
+/// (SSE2) whatever the function defining it is compiled for.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn fwd_task<T: Real>(out: &mut [T], logits: &[T], targets: &[u32], vocab: usize) {
+    for ((o, row), &y) in out.iter_mut().zip(logits.chunks(vocab)).zip(targets) {
+        *o = row[y as usize] - row_logsumexp(row);
+    }
+}
+
 fn bwd_rows<T: Real>(logits: &[T], targets: &[u32], grad: &[T], vocab: usize) -> Vec<T> {
     let mut out = vec![T::ZERO; logits.len()];
     let per_task = rows_per_task(vocab);
     out.par_chunks_mut(per_task * vocab)
         .zip(logits.par_chunks(per_task * vocab))
         .zip(targets.par_chunks(per_task).zip(grad.par_chunks(per_task)))
-        .for_each(|((out, logits), (targets, grad))| {
-            for (((o, z), &y), &g) in out
-                .chunks_mut(vocab)
-                .zip(logits.chunks(vocab))
-                .zip(targets)
-                .zip(grad)
-            {
-                // A zero upstream gradient (masked position) leaves the zeros in place.
-                if g == T::ZERO {
-                    continue;
-                }
-                let m = row_max(z);
-                let (s, _) = row_exp_sums(z, m, false);
-                let lse = m + s.ln();
-                let neg_g = -g;
-                for (o, &zv) in o.iter_mut().zip(z) {
-                    *o = neg_g * (zv - lse).exp();
-                }
-                o[y as usize] += g;
-            }
-        });
+        .for_each(|((out, logits), (targets, grad))| bwd_task(out, logits, (targets, grad), vocab));
     out
+}
+
+/// One task's rows of [`bwd_rows`] (multiversioned as [`fwd_task`] is).
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn bwd_task<T: Real>(out: &mut [T], logits: &[T], (targets, grad): (&[u32], &[T]), vocab: usize) {
+    let rows = out.chunks_mut(vocab).zip(logits.chunks(vocab));
+    for (((o, z), &y), &g) in rows.zip(targets).zip(grad) {
+        // A zero upstream gradient (masked position) leaves the zeros in place.
+        if g == T::ZERO {
+            continue;
+        }
+        let m = row_max(z);
+        let (s, _) = row_exp_sums(z, m, false);
+        let lse = m + s.ln();
+        let neg_g = -g;
+        for (o, &zv) in o.iter_mut().zip(z) {
+            *o = neg_g * (zv - lse).exp();
+        }
+        o[y as usize] += g;
+    }
 }
 
 impl CustomOp2 for TokenLogprobs {
