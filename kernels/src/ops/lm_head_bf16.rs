@@ -12,6 +12,8 @@
 
 use std::any::TypeId;
 
+use rayon::prelude::*;
+
 #[cfg(target_arch = "x86_64")]
 use crate::matmul::{gemm_packed, PackedRhs, RhsWindow};
 use crate::matmul::{gemm_rm, round_to_bf16, Bf16Path, MatView};
@@ -80,9 +82,9 @@ fn scalar<T: 'static + Copy>(v: T) -> f32 {
     f32s(std::slice::from_ref(&v))[0]
 }
 
-/// A rounded copy of `rows × cols` values.
+/// A rounded copy of `v`, on rayon's threads (the head weight, `[vocab, hidden]`).
 fn rounded(v: &[f32]) -> Vec<f32> {
-    v.iter().map(|&x| round_to_bf16(x)).collect()
+    v.par_iter().map(|&x| round_to_bf16(x)).collect()
 }
 
 impl Bf16Head {
@@ -129,6 +131,22 @@ impl Bf16Head {
         }
     }
 
+    /// The hidden states `h` as this head's products read them: on the rounded path a copy
+    /// rounded to bf16 values here, once for every vocabulary chunk (its products multiply
+    /// the hidden states they are given as they are); `None` on the tile, which rounds
+    /// while packing.
+    pub(crate) fn rounded_hidden<T: 'static + Copy>(&self, h: &[T]) -> Option<Vec<T>> {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Bf16Head::Tile { .. } => None,
+            Bf16Head::Rounded { .. } => {
+                let mut copy = h.to_vec();
+                round_in_place(&mut copy);
+                Some(copy)
+            }
+        }
+    }
+
     /// `hb` (`[rows, hidden]`) packed for [`Self::weight_grad`]'s products, on the tile (the
     /// rounded path multiplies the rows as they are: `None`).
     pub(crate) fn pack_hidden<T: 'static>(&self, hb: &[T], rows: usize) -> Option<PackedHidden> {
@@ -149,7 +167,8 @@ impl Bf16Head {
         }
     }
 
-    /// `z = scale · hb · W[c0..c0 + cw]ᵀ`: `hb` `[rows, hidden]`, `z` `[rows, cw]`.
+    /// `z = scale · hb · W[c0..c0 + cw]ᵀ`: `hb` `[rows, hidden]` (on the rounded path bf16
+    /// values already, [`Self::rounded_hidden`]), `z` `[rows, cw]`.
     pub(crate) fn logits<T: 'static + Copy>(
         &self,
         hb: &[T],
@@ -177,11 +196,10 @@ impl Bf16Head {
                 );
             }
             Bf16Head::Rounded { w, .. } => {
-                let hr = rounded(hb);
                 let wc = MatView::row_major(&w[c0 * h..(c0 + cw) * h], cw, h);
                 gemm_rm(
                     &mut z[..rows * cw],
-                    MatView::row_major(&hr, rows, h),
+                    MatView::row_major(hb, rows, h),
                     wc.t(),
                     scale,
                     false,
@@ -222,7 +240,8 @@ impl Bf16Head {
     }
 
     /// `dw += scale · dzᵀ · hb`: `dz` `[rows, cw]`, `hb` `[rows, hidden]` (on the tile,
-    /// packed by [`Self::pack_hidden`]), `dw` `[cw, hidden]`.
+    /// packed by [`Self::pack_hidden`]; on the rounded path bf16 values already,
+    /// [`Self::rounded_hidden`]), `dw` `[cw, hidden]`.
     pub(crate) fn weight_grad<T: 'static + Copy>(
         &self,
         dz: &[T],
@@ -245,8 +264,8 @@ impl Bf16Head {
                 gemm_packed(dzt, hp, window, dw, (h, scale, true));
             }
             Bf16Head::Rounded { .. } => {
-                let hr = rounded(f32s(hb.rows));
-                gemm_rm(dw, dzt, MatView::row_major(&hr, rows, h), scale, true, 1.0);
+                let hb = MatView::row_major(f32s(hb.rows), rows, h);
+                gemm_rm(dw, dzt, hb, scale, true, 1.0);
             }
         }
     }

@@ -109,6 +109,8 @@ pub(crate) fn forward<T: Real + 'static>(
     bf16: Option<&Bf16Head>,
     keep: bool,
 ) -> (Vec<T>, Option<KeptLogits<T>>) {
+    let rounded = bf16.and_then(|head| head.rounded_hidden(h));
+    let h = rounded.as_deref().unwrap_or(h);
     let mut out = vec![T::ZERO; d.n * COLS];
     let truncated = !cut.is_off(d.vocab);
     let mut kept = match keep && !truncated {
@@ -264,6 +266,20 @@ pub(crate) struct BackwardRows<T> {
 impl<T: Real> BackwardRows<T> {
     /// Keeps the rows whose upstream gradients are not both zero. `res` and `grad` are the
     /// forward output and its gradient, `[n, COLS]` each.
+    /// These rows with other hidden states (`[rows, hidden]`: the same rows rounded).
+    fn with_hidden(&self, hidden: Vec<T>) -> Self {
+        Self {
+            index: self.index.clone(),
+            hidden,
+            target: self.target.clone(),
+            lse: self.lse.clone(),
+            tau: self.tau.clone(),
+            entropy: self.entropy.clone(),
+            g_logprob: self.g_logprob.clone(),
+            g_entropy: self.g_entropy.clone(),
+        }
+    }
+
     pub fn select(h: &[T], targets: &[u32], res: &[T], grad: &[T], hidden: usize) -> Self {
         let mut rows = Self {
             index: Vec::new(),
@@ -310,6 +326,14 @@ pub(crate) fn backward<T: Real + 'static>(
     (scale, want_dw): (T, bool),
     bf16: Option<&Bf16Head>,
 ) -> Vec<T> {
+    let rounded;
+    let rows = match bf16.and_then(|head| head.rounded_hidden(&rows.hidden)) {
+        Some(hidden) => {
+            rounded = rows.with_hidden(hidden);
+            &rounded
+        }
+        None => rows,
+    };
     let dw_len = if want_dw { d.vocab * d.hidden } else { 0 };
     let mut out = vec![T::ZERO; d.n * d.hidden + dw_len];
     let (dh, dw) = out.split_at_mut(d.n * d.hidden);
