@@ -117,20 +117,23 @@ unsafe fn rows256<const BF16: bool>(x: &[f32], rows: usize, k: usize, w: *const 
         while r < rows {
             let (xr, tr) = (x.as_ptr().add(r * k), t.as_mut_ptr().add(r * PANEL + half));
             // Blocks of 6 rows (12 accumulators, 15 of the 16 ymm registers), the rest in 4,
-            // 2 and 1.
-            let step = match rows - r {
-                6.. => block256::<6, BF16> as unsafe fn(_, _, _, _, _),
-                4 | 5 => block256::<4, BF16>,
-                2 | 3 => block256::<2, BF16>,
-                _ => block256::<1, BF16>,
-            };
-            step(xr, k, w, half, tr);
-            r += match rows - r {
+            // 2 and 1; 8 rows left go as two blocks of 4, not 6 and 2 (a block of 2 loads
+            // as many weights per step as one of 6 for a third of the products).
+            let block = match rows - r {
+                8 => 4,
                 6.. => 6,
                 4 | 5 => 4,
                 2 | 3 => 2,
                 _ => 1,
             };
+            let step = match block {
+                6 => block256::<6, BF16> as unsafe fn(_, _, _, _, _),
+                4 => block256::<4, BF16>,
+                2 => block256::<2, BF16>,
+                _ => block256::<1, BF16>,
+            };
+            step(xr, k, w, half, tr);
+            r += block;
         }
     }
 }

@@ -197,9 +197,16 @@ mod packed {
         kernels
     }
 
-    /// Rows beyond one 64-row block, channels not a multiple of 32, odd inner sizes.
-    const SHAPES: [(usize, usize, usize); 4] =
-        [(1, 7, 3), (9, 64, 40), (70, 33, 65), (13, 512, 96)];
+    /// Rows beyond one 64-row block, channels not a multiple of 32, odd inner sizes; 8 and 32
+    /// rows (a decode batch) end in the AVX2 kernel's two blocks of 4.
+    const SHAPES: [(usize, usize, usize); 6] = [
+        (1, 7, 3),
+        (9, 64, 40),
+        (70, 33, 65),
+        (13, 512, 96),
+        (8, 40, 33),
+        (32, 65, 70),
+    ];
 
     #[test]
     fn every_kernel_matches_the_f64_product() {
