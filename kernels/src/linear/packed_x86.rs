@@ -165,7 +165,27 @@ unsafe fn block256<const R: usize, const BF16: bool>(
 ) {
     let mut a0 = [_mm256_setzero_ps(); R];
     let mut a1 = [_mm256_setzero_ps(); R];
-    for kk in 0..k {
+    // Two steps per iteration, their four weight loads issued first (the loads of the
+    // block that takes the panel from memory wait; the next step's are then in flight).
+    let mut kk = 0;
+    while kk + 2 <= k {
+        let w0 = load256::<BF16>(w, kk * PANEL + half);
+        let w1 = load256::<BF16>(w, kk * PANEL + half + 8);
+        let v0 = load256::<BF16>(w, (kk + 1) * PANEL + half);
+        let v1 = load256::<BF16>(w, (kk + 1) * PANEL + half + 8);
+        for r in 0..R {
+            let xb = _mm256_set1_ps(*x.add(r * k + kk));
+            a0[r] = _mm256_fmadd_ps(xb, w0, a0[r]);
+            a1[r] = _mm256_fmadd_ps(xb, w1, a1[r]);
+        }
+        for r in 0..R {
+            let xb = _mm256_set1_ps(*x.add(r * k + kk + 1));
+            a0[r] = _mm256_fmadd_ps(xb, v0, a0[r]);
+            a1[r] = _mm256_fmadd_ps(xb, v1, a1[r]);
+        }
+        kk += 2;
+    }
+    if kk < k {
         let w0 = load256::<BF16>(w, kk * PANEL + half);
         let w1 = load256::<BF16>(w, kk * PANEL + half + 8);
         for r in 0..R {
