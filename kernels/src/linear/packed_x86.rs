@@ -163,8 +163,7 @@ unsafe fn block256<const R: usize, const BF16: bool>(
     half: usize,
     t: *mut f32,
 ) {
-    let mut a0 = [_mm256_setzero_ps(); R];
-    let mut a1 = [_mm256_setzero_ps(); R];
+    let mut acc = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
     // Two steps per iteration, their four weight loads issued first (the loads of the
     // block that takes the panel from memory wait; the next step's are then in flight).
     let mut kk = 0;
@@ -173,29 +172,37 @@ unsafe fn block256<const R: usize, const BF16: bool>(
         let w1 = load256::<BF16>(w, kk * PANEL + half + 8);
         let v0 = load256::<BF16>(w, (kk + 1) * PANEL + half);
         let v1 = load256::<BF16>(w, (kk + 1) * PANEL + half + 8);
-        for r in 0..R {
-            let xb = _mm256_set1_ps(*x.add(r * k + kk));
-            a0[r] = _mm256_fmadd_ps(xb, w0, a0[r]);
-            a1[r] = _mm256_fmadd_ps(xb, w1, a1[r]);
-        }
-        for r in 0..R {
-            let xb = _mm256_set1_ps(*x.add(r * k + kk + 1));
-            a0[r] = _mm256_fmadd_ps(xb, v0, a0[r]);
-            a1[r] = _mm256_fmadd_ps(xb, v1, a1[r]);
-        }
+        fma_step::<R>(x.add(kk), k, (w0, w1), &mut acc);
+        fma_step::<R>(x.add(kk + 1), k, (v0, v1), &mut acc);
         kk += 2;
     }
     if kk < k {
         let w0 = load256::<BF16>(w, kk * PANEL + half);
         let w1 = load256::<BF16>(w, kk * PANEL + half + 8);
-        for r in 0..R {
-            let xb = _mm256_set1_ps(*x.add(r * k + kk));
-            a0[r] = _mm256_fmadd_ps(xb, w0, a0[r]);
-            a1[r] = _mm256_fmadd_ps(xb, w1, a1[r]);
-        }
+        fma_step::<R>(x.add(kk), k, (w0, w1), &mut acc);
     }
+    let (a0, a1) = acc;
     for r in 0..R {
         _mm256_storeu_ps(t.add(r * PANEL), a0[r]);
         _mm256_storeu_ps(t.add(r * PANEL + 8), a1[r]);
+    }
+}
+
+/// One step of `k` in [`block256`]: `acc[.][r] += x[r * k] · (w0, w1)` for the `R` rows.
+///
+/// # Safety
+/// AVX2+FMA present; `x` holds `R` rows `k` apart.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn fma_step<const R: usize>(
+    x: *const f32,
+    k: usize,
+    (w0, w1): (__m256, __m256),
+    (a0, a1): &mut ([__m256; R], [__m256; R]),
+) {
+    for r in 0..R {
+        let xb = _mm256_set1_ps(*x.add(r * k));
+        a0[r] = _mm256_fmadd_ps(xb, w0, a0[r]);
+        a1[r] = _mm256_fmadd_ps(xb, w1, a1[r]);
     }
 }

@@ -292,7 +292,10 @@ pub(super) fn rounded_once(numbers: Numbers, t: &Tensor) -> Result<Option<Tensor
             return Ok(None);
         };
         let data = contiguous_slice::<f32>(cpu, layout, OP, "grad")?;
-        RoundedOperand::new(numbers, MatView::row_major(data, 1, data.len())).into_copy()
+        // Its rows as the runs rounded on rayon's threads (one run would be one thread).
+        let cols = t.dims().last().copied().unwrap_or(1);
+        let rows = data.len().checked_div(cols).unwrap_or(0);
+        RoundedOperand::new(numbers, MatView::row_major(data, rows, cols)).into_copy()
     };
     copy.map(|c| Tensor::from_vec(c, t.shape(), t.device()))
         .transpose()

@@ -398,7 +398,7 @@ impl<T: Real + 'static> LmHeadGrad<T> {
         let head = bf16_head(self.products, w, d, pass);
         let source = (w, self.cache.as_ref());
         Ok(lm_head_cpu::backward(
-            &rows,
+            rows,
             source,
             d,
             (scale, self.want_dw),

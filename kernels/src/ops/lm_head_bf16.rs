@@ -122,28 +122,12 @@ impl Bf16Head {
     }
 
     /// Whether the products round their operands to bf16 themselves (the tile rounds while
-    /// packing), so `∂z` need not be rounded first.
+    /// packing), so `∂z` and the hidden states need not be rounded first ([`round_in_place`]).
     pub(crate) fn rounds_operands(&self) -> bool {
         match self {
             #[cfg(target_arch = "x86_64")]
             Bf16Head::Tile { .. } => true,
             Bf16Head::Rounded { .. } => false,
-        }
-    }
-
-    /// The hidden states `h` as this head's products read them: on the rounded path a copy
-    /// rounded to bf16 values here, once for every vocabulary chunk (its products multiply
-    /// the hidden states they are given as they are); `None` on the tile, which rounds
-    /// while packing.
-    pub(crate) fn rounded_hidden<T: 'static + Copy>(&self, h: &[T]) -> Option<Vec<T>> {
-        match self {
-            #[cfg(target_arch = "x86_64")]
-            Bf16Head::Tile { .. } => None,
-            Bf16Head::Rounded { .. } => {
-                let mut copy = h.to_vec();
-                round_in_place(&mut copy);
-                Some(copy)
-            }
         }
     }
 
@@ -167,8 +151,8 @@ impl Bf16Head {
         }
     }
 
-    /// `z = scale · hb · W[c0..c0 + cw]ᵀ`: `hb` `[rows, hidden]` (on the rounded path bf16
-    /// values already, [`Self::rounded_hidden`]), `z` `[rows, cw]`.
+    /// `z = scale · hb · W[c0..c0 + cw]ᵀ`: `hb` `[rows, hidden]` (bf16 values already
+    /// where the head does not round its operands, [`Self::rounds_operands`]), `z` `[rows, cw]`.
     pub(crate) fn logits<T: 'static + Copy>(
         &self,
         hb: &[T],
@@ -240,8 +224,8 @@ impl Bf16Head {
     }
 
     /// `dw += scale · dzᵀ · hb`: `dz` `[rows, cw]`, `hb` `[rows, hidden]` (on the tile,
-    /// packed by [`Self::pack_hidden`]; on the rounded path bf16 values already,
-    /// [`Self::rounded_hidden`]), `dw` `[cw, hidden]`.
+    /// packed by [`Self::pack_hidden`]; elsewhere bf16 values already,
+    /// [`Self::rounds_operands`]), `dw` `[cw, hidden]`.
     pub(crate) fn weight_grad<T: 'static + Copy>(
         &self,
         dz: &[T],

@@ -109,7 +109,13 @@ pub(crate) fn forward<T: Real + 'static>(
     bf16: Option<&Bf16Head>,
     keep: bool,
 ) -> (Vec<T>, Option<KeptLogits<T>>) {
-    let rounded = bf16.and_then(|head| head.rounded_hidden(h));
+    // The hidden states rounded once for every vocabulary chunk's products, where those
+    // do not round them themselves.
+    let rounded = bf16.filter(|head| !head.rounds_operands()).map(|_| {
+        let mut copy = h.to_vec();
+        round_in_place(&mut copy);
+        copy
+    });
     let h = rounded.as_deref().unwrap_or(h);
     let mut out = vec![T::ZERO; d.n * COLS];
     let truncated = !cut.is_off(d.vocab);
@@ -266,20 +272,6 @@ pub(crate) struct BackwardRows<T> {
 impl<T: Real> BackwardRows<T> {
     /// Keeps the rows whose upstream gradients are not both zero. `res` and `grad` are the
     /// forward output and its gradient, `[n, COLS]` each.
-    /// These rows with other hidden states (`[rows, hidden]`: the same rows rounded).
-    fn with_hidden(&self, hidden: Vec<T>) -> Self {
-        Self {
-            index: self.index.clone(),
-            hidden,
-            target: self.target.clone(),
-            lse: self.lse.clone(),
-            tau: self.tau.clone(),
-            entropy: self.entropy.clone(),
-            g_logprob: self.g_logprob.clone(),
-            g_entropy: self.g_entropy.clone(),
-        }
-    }
-
     pub fn select(h: &[T], targets: &[u32], res: &[T], grad: &[T], hidden: usize) -> Self {
         let mut rows = Self {
             index: Vec::new(),
@@ -319,21 +311,19 @@ impl<T: Real> BackwardRows<T> {
 /// are skipped. `cache` holds the forward's logits, when it kept them; each vocabulary
 /// group's are freed once its task has read them for the last time, while `dW`'s pages are
 /// first touched group by group by the tasks that own them, so the two do not both peak.
+/// Under a bf16 head whose products do not round their operands, the rows' hidden states
+/// are rounded here, once for every chunk.
 pub(crate) fn backward<T: Real + 'static>(
-    rows: &BackwardRows<T>,
+    mut rows: BackwardRows<T>,
     (w, cache): (&[T], Option<&KeptLogits<T>>),
     d: HeadDims,
     (scale, want_dw): (T, bool),
     bf16: Option<&Bf16Head>,
 ) -> Vec<T> {
-    let rounded;
-    let rows = match bf16.and_then(|head| head.rounded_hidden(&rows.hidden)) {
-        Some(hidden) => {
-            rounded = rows.with_hidden(hidden);
-            &rounded
-        }
-        None => rows,
-    };
+    if bf16.is_some_and(|head| !head.rounds_operands()) {
+        round_in_place(&mut rows.hidden);
+    }
+    let rows = &rows;
     let dw_len = if want_dw { d.vocab * d.hidden } else { 0 };
     let mut out = vec![T::ZERO; d.n * d.hidden + dw_len];
     let (dh, dw) = out.split_at_mut(d.n * d.hidden);

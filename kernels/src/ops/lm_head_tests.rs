@@ -444,7 +444,7 @@ fn every_bf16_path_computes_the_same_head() {
         };
         let head = super::Bf16Head::new(&w, (d.vocab, d.hidden), pass, path);
         let source = (w.as_slice(), cache.as_ref());
-        let mut dh = lm_head_cpu::backward(&rows, source, d, (1.0, true), head.as_ref());
+        let mut dh = lm_head_cpu::backward(rows, source, d, (1.0, true), head.as_ref());
         let dw = dh.split_off(d.n * d.hidden);
         (res, dh, dw)
     };
@@ -522,7 +522,7 @@ fn kept_logits_give_the_recomputed_bits_and_are_freed() {
             let (res, cache) = lm_head_cpu::forward(&h, &w, &y, d, 1.0f32, cut, None, keep);
             assert_eq!(cache.is_some(), keep);
             let rows = BackwardRows::select(&h, &y, &res, &grad, d.hidden);
-            let out = lm_head_cpu::backward(&rows, (&w, cache.as_ref()), d, (1.0, true), None);
+            let out = lm_head_cpu::backward(rows, (&w, cache.as_ref()), d, (1.0, true), None);
             if let Some(cache) = &cache {
                 assert_eq!(cache.held(), 0, "every group freed after the backward");
             }
