@@ -147,7 +147,7 @@ impl<T: Send + 'static> Replicas<T> {
                     let out = match in_pool {
                         true => {
                             let state: &mut T = &mut guard;
-                            rayon::scope(|_| job(&ctx, state))
+                            oxalign_kernels::cpu_threads::with_workers_awake(|| job(&ctx, state))
                         }
                         false => job(&ctx, &mut guard),
                     };

@@ -193,7 +193,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         model: &model,
         prompts: &prompts,
     };
-    let m = measure(&args, &mut runner)?;
+    // As the rollout engine runs in a role's job (`Replicas::each`): inside the pool, its
+    // workers awake.
+    let m = oxalign_kernels::cpu_threads::with_workers_awake(|| measure(&args, &mut runner))?;
     let mismatch = match runner.engine.as_mut() {
         Some(e) => Some(logprob_mismatch(e, &model, &prompts[0], &m.first)?),
         None => None,

@@ -214,7 +214,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (params, matmul_params) = parameter_counts(&model);
     let data = BenchBatch::new(batch, seq, cfg.vocab_size, args.lengths, args.seed, &device)?;
     let rows = data.rows(args.packing)?;
-    let times = time_steps(&args, &model, &data, layers.as_deref())?;
+    // As a trainer role's job runs (`Replicas::each`): inside the pool, its workers awake.
+    let times = oxalign_kernels::cpu_threads::with_workers_awake(|| {
+        time_steps(&args, &model, &data, layers.as_deref())
+    })?;
 
     let tokens: usize = data.lens.iter().sum();
     let tps: Vec<f64> = times.step.iter().map(|s| tokens as f64 / s).collect();
