@@ -38,8 +38,19 @@ pub(crate) fn panel_centred(x: &[u8], rows: usize, in_pad: usize, w: &[i8], acc:
             rows,
             MR,
             acc,
-            |m, acc| unsafe { x86::block::<MR>(x, in_pad, m, w, acc) },
-            |m, acc| unsafe { x86::block::<1>(x, in_pad, m, w, acc) },
+            // The first block also fetches the next panel into the cache (see `block`).
+            |m, acc| unsafe {
+                match m {
+                    0 => x86::block::<MR, true>(x, in_pad, m, w, acc),
+                    _ => x86::block::<MR, false>(x, in_pad, m, w, acc),
+                }
+            },
+            |m, acc| unsafe {
+                match m {
+                    0 => x86::block::<1, true>(x, in_pad, m, w, acc),
+                    _ => x86::block::<1, false>(x, in_pad, m, w, acc),
+                }
+            },
         );
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -54,13 +65,15 @@ mod x86 {
     use super::{GROUP, PANEL};
     use std::arch::x86_64::*;
 
-    /// Rows `m0..m0 + R` of one panel.
+    /// Rows `m0..m0 + R` of one panel; with `FETCH_NEXT`, also the panel after it in memory
+    /// into the cache, a line per group, so the next panel's first block does not wait on
+    /// memory (a prefetch never faults: past the last panel it is harmless).
     ///
     /// # Safety
     /// The CPU has AVX2; `x` holds rows `m0..m0+R` of `in_pad` bytes; `w` holds `in_pad / 4`
     /// groups of 64 bytes; `acc` holds `(m0 + R) * 16` lanes.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn block<const R: usize>(
+    pub(super) unsafe fn block<const R: usize, const FETCH_NEXT: bool>(
         x: &[u8],
         in_pad: usize,
         m0: usize,
@@ -76,6 +89,10 @@ mod x86 {
         for g in 0..groups {
             let w0 = _mm256_loadu_si256(wp.add(g * PANEL * GROUP) as *const _);
             let w1 = _mm256_loadu_si256(wp.add(g * PANEL * GROUP + 32) as *const _);
+            if FETCH_NEXT {
+                let line = wp.wrapping_add((groups + g) * PANEL * GROUP);
+                _mm_prefetch::<_MM_HINT_T1>(line.cast());
+            }
             let (a0, a1) = (_mm256_abs_epi8(w0), _mm256_abs_epi8(w1));
             for r in 0..R {
                 let four = (x.add(r * in_pad + g * GROUP) as *const i32).read_unaligned();
