@@ -8,6 +8,8 @@
 #[cfg(target_arch = "x86_64")]
 use super::int8_panel::row_blocks;
 use super::int8_panel::{GROUP, PANEL};
+#[cfg(target_arch = "x86_64")]
+use super::next_panel::NextPanel;
 
 /// Rows per register block (8 accumulators of 8 lanes).
 const MR: usize = 4;
@@ -32,25 +34,16 @@ pub(crate) fn panel_centred(x: &[u8], rows: usize, in_pad: usize, w: &[i8], acc:
         assert!(available(), "int8 AVX2 kernel called on a CPU without AVX2");
         assert_eq!(w.len(), in_pad / GROUP * PANEL * GROUP);
         assert!(acc.len() >= rows * PANEL && x.len() >= rows * in_pad);
+        // The blocks fetch the next panel into the cache as they go (the first block all of it).
+        let next = std::cell::RefCell::new(NextPanel::after(w.as_ptr().cast(), w.len()));
         // SAFETY (both closures): the CPU feature was checked above; the asserts bound every
         // access.
         row_blocks(
             rows,
             MR,
             acc,
-            // The first block also fetches the next panel into the cache (see `block`).
-            |m, acc| unsafe {
-                match m {
-                    0 => x86::block::<MR, true>(x, in_pad, m, w, acc),
-                    _ => x86::block::<MR, false>(x, in_pad, m, w, acc),
-                }
-            },
-            |m, acc| unsafe {
-                match m {
-                    0 => x86::block::<1, true>(x, in_pad, m, w, acc),
-                    _ => x86::block::<1, false>(x, in_pad, m, w, acc),
-                }
-            },
+            |m, acc| unsafe { x86::block::<MR>(x, in_pad, m, w, acc, &mut next.borrow_mut()) },
+            |m, acc| unsafe { x86::block::<1>(x, in_pad, m, w, acc, &mut next.borrow_mut()) },
         );
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -62,23 +55,23 @@ pub(crate) fn panel_centred(x: &[u8], rows: usize, in_pad: usize, w: &[i8], acc:
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{GROUP, PANEL};
+    use super::{NextPanel, GROUP, PANEL};
     use std::arch::x86_64::*;
 
-    /// Rows `m0..m0 + R` of one panel; with `FETCH_NEXT`, also the panel after it in memory
-    /// into the cache, a line per group, so the next panel's first block does not wait on
-    /// memory (a prefetch never faults: past the last panel it is harmless).
+    /// Rows `m0..m0 + R` of one panel, fetching the panel after it into the cache a line per
+    /// group (the first block fetches all of it: a group is one line of the panel).
     ///
     /// # Safety
     /// The CPU has AVX2; `x` holds rows `m0..m0+R` of `in_pad` bytes; `w` holds `in_pad / 4`
     /// groups of 64 bytes; `acc` holds `(m0 + R) * 16` lanes.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn block<const R: usize, const FETCH_NEXT: bool>(
+    pub(super) unsafe fn block<const R: usize>(
         x: &[u8],
         in_pad: usize,
         m0: usize,
         w: &[i8],
         acc: &mut [i32],
+        next: &mut NextPanel,
     ) {
         let groups = in_pad / GROUP;
         let ones = _mm256_set1_epi16(1);
@@ -89,10 +82,7 @@ mod x86 {
         for g in 0..groups {
             let w0 = _mm256_loadu_si256(wp.add(g * PANEL * GROUP) as *const _);
             let w1 = _mm256_loadu_si256(wp.add(g * PANEL * GROUP + 32) as *const _);
-            if FETCH_NEXT {
-                let line = wp.wrapping_add((groups + g) * PANEL * GROUP);
-                _mm_prefetch::<_MM_HINT_T1>(line.cast());
-            }
+            next.fetch_one();
             let (a0, a1) = (_mm256_abs_epi8(w0), _mm256_abs_epi8(w1));
             for r in 0..R {
                 let four = (x.add(r * in_pad + g * GROUP) as *const i32).read_unaligned();

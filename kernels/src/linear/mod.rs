@@ -8,6 +8,8 @@ mod int8_avx2;
 mod int8_linear;
 mod int8_panel;
 mod int8_vnni;
+#[cfg(target_arch = "x86_64")]
+mod next_panel;
 mod packed;
 #[cfg(target_arch = "x86_64")]
 mod packed_bf16dot;

@@ -7,6 +7,7 @@
 //! (zero-extend to 32 bits, shift left 16: exact). Sums run over `k` in order, one FMA per
 //! term, so the two element types give the same sums for the same f32 weight values.
 
+use super::next_panel::NextPanel;
 use super::panel::{PanelElement, PANEL};
 use std::arch::x86_64::*;
 
@@ -114,11 +115,7 @@ pub(crate) fn panel_avx2<E: PanelElement>(
 /// # Safety
 /// AVX2+FMA present; as [`rows512`].
 unsafe fn rows256<const BF16: bool>(x: &[f32], rows: usize, k: usize, w: *const u8, t: &mut [f32]) {
-    let panel_bytes = k * PANEL * if BF16 { 2 } else { 4 };
-    let mut next = NextPanel {
-        line: w.wrapping_add(panel_bytes),
-        left: panel_bytes / 64,
-    };
+    let mut next = NextPanel::after(w, k * PANEL * if BF16 { 2 } else { 4 });
     for half in [0, 16] {
         let mut r = 0;
         while r < rows {
@@ -216,26 +213,5 @@ unsafe fn fma_step<const R: usize>(
         let xb = _mm256_set1_ps(*x.add(r * k));
         a0[r] = _mm256_fmadd_ps(xb, w0, a0[r]);
         a1[r] = _mm256_fmadd_ps(xb, w1, a1[r]);
-    }
-}
-
-/// The panel after this one in memory, fetched into the cache a line at a time while this
-/// one is multiplied, so the next panel's first block does not wait on memory.
-struct NextPanel {
-    line: *const u8,
-    left: usize,
-}
-
-impl NextPanel {
-    /// Prefetches the next line, if any is left. A prefetch never faults, so the line past
-    /// the last panel (made with `wrapping_add`, never read) is harmless.
-    #[inline(always)]
-    fn fetch_one(&mut self) {
-        if self.left > 0 {
-            // SAFETY: `_mm_prefetch` needs SSE, part of x86-64; it reads nothing.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(self.line.cast()) };
-            self.line = self.line.wrapping_add(64);
-            self.left -= 1;
-        }
     }
 }
